@@ -1,0 +1,158 @@
+"""Delivery results of produced messages, and the lightweight future that carries them.
+
+:class:`DeliveryFuture` has the interface of :class:`concurrent.futures.Future` (``result``,
+``exception``, ``done``, ``add_done_callback``) but costs a few attributes instead of a condition
+variable and a lock per message: an emitter creates one per message, and
+``concurrent.futures.Future`` alone measured 3x slower than producing the message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["Delivery", "DeliveryFuture"]
+
+_LOCK = threading.Lock()  # only on the slow paths: waiting and adding callbacks
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """Where the broker stored a message."""
+
+    topic: str
+    partition: int
+    offset: int
+
+
+class DeliveryFuture:
+    """The outcome of one emitted message: a :class:`Delivery` or an exception.
+
+    Thread-safe. Done callbacks run exactly once, on the thread that completes the future (the
+    emitter's poll thread) or, if added after completion, at once on the adding thread. Cancelling
+    is not supported: a queued message cannot be taken back.
+    """
+
+    __slots__ = ("_callbacks", "_done", "_error", "_event", "_result")
+
+    def __init__(self) -> None:
+        self._done = False
+        self._result: Delivery | None = None
+        self._error: BaseException | None = None
+        self._callbacks: list[Callable[[DeliveryFuture], object]] | None = None
+        self._event: threading.Event | None = None
+
+    # -- completion (called once, by the producer side) ------------------------------------------
+    def set_result(self, result: Delivery) -> None:
+        """Complete the future with ``result``."""
+        self._result = result
+        self._complete()
+
+    def set_exception(self, error: BaseException) -> None:
+        """Complete the future with ``error``."""
+        self._error = error
+        self._complete()
+
+    def _complete(self) -> None:
+        self._done = True
+        if self._event is not None:
+            self._event.set()
+        if self._callbacks is not None:
+            self._run_callbacks()
+
+    def _run_callbacks(self) -> None:
+        with _LOCK:
+            callbacks, self._callbacks = self._callbacks, None
+        for callback in callbacks or ():
+            callback(self)
+
+    # -- concurrent.futures.Future interface -----------------------------------------------------
+    def done(self) -> bool:
+        """Return True once the message was delivered or failed."""
+        return self._done
+
+    def cancelled(self) -> bool:
+        """Return False: delivery futures cannot be cancelled."""
+        return False
+
+    def cancel(self) -> bool:
+        """Return False: a queued message cannot be taken back."""
+        return False
+
+    def running(self) -> bool:
+        """Return True while the message is queued or in flight."""
+        return not self._done
+
+    def result(self, timeout: float | None = None) -> Delivery:
+        """Return where the message was stored, waiting up to ``timeout`` seconds.
+
+        Raises:
+            DeliveryError: if the broker did not acknowledge the message.
+            TimeoutError: if the outcome is not known within ``timeout``.
+        """
+        self._wait(timeout)
+        if self._error is not None:
+            raise self._error
+        assert self._result is not None
+        return self._result
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        """Return the delivery error, or None if the message was delivered."""
+        self._wait(timeout)
+        return self._error
+
+    def add_done_callback(self, fn: Callable[[DeliveryFuture], object]) -> None:
+        """Call ``fn(future)`` once the future is done (at once if it already is)."""
+        with _LOCK:
+            if self._callbacks is None:
+                self._callbacks = []
+            self._callbacks.append(fn)
+        if self._done:  # completed before or while we appended: run what is left, once
+            self._run_callbacks()
+
+    def _wait(self, timeout: float | None) -> None:
+        if self._done:
+            return
+        with _LOCK:
+            if self._event is None:
+                self._event = threading.Event()
+            event = self._event
+        if not self._done and not event.wait(timeout):
+            raise TimeoutError(f"message not acknowledged within {timeout}s")
+
+    def __await__(self) -> Any:
+        """Await the delivery from asyncio code (on the running loop)."""
+        return _to_asyncio(self).__await__()
+
+    def __repr__(self) -> str:
+        if not self._done:
+            return "<DeliveryFuture pending>"
+        return (
+            f"<DeliveryFuture {self._error!r}>"
+            if self._error
+            else f"<DeliveryFuture {self._result}>"
+        )
+
+
+def _to_asyncio(future: DeliveryFuture) -> asyncio.Future[Delivery]:
+    loop = asyncio.get_running_loop()
+    waiter: asyncio.Future[Delivery] = loop.create_future()
+
+    def copy(done: DeliveryFuture) -> None:
+        if not waiter.done():
+            if done._error is not None:
+                waiter.set_exception(done._error)
+            else:
+                assert done._result is not None
+                waiter.set_result(done._result)
+
+    def on_done(done: DeliveryFuture) -> None:
+        if loop.is_closed():
+            return
+        loop.call_soon_threadsafe(copy, done)
+
+    future.add_done_callback(on_done)
+    return waiter

@@ -1,0 +1,129 @@
+"""Errors raised by goka-py.
+
+Every error the library raises on purpose derives from :class:`GokaError`::
+
+    GokaError
+    ├── ConfigurationError        invalid settings, found when they are declared
+    │   └── GraphError            an invalid group graph (names the offending edge)
+    ├── CodecError                a value that cannot be encoded or decoded
+    ├── BrokerError               talking to Kafka failed
+    │   ├── BrokerNotFoundError   the embedded broker binary is missing
+    │   ├── TopicError            a topic is missing, misconfigured or not co-partitioned
+    │   └── DeliveryError         a produced message was not acknowledged
+    ├── EmitterClosedError        emit() after close()
+    ├── StorageError              local state (LevelDB, memory) failed or is foreign
+    └── ProcessingError           a message could not be processed (topic/partition/offset/key)
+
+Errors raised by a dependency are chained with ``raise ... from cause``.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BrokerError",
+    "BrokerNotFoundError",
+    "CodecError",
+    "ConfigurationError",
+    "DeliveryError",
+    "EmitterClosedError",
+    "GokaError",
+    "GraphError",
+    "ProcessingError",
+    "StorageError",
+    "TopicError",
+]
+
+
+class GokaError(Exception):
+    """Root of every error goka-py raises on purpose."""
+
+
+class ConfigurationError(GokaError, ValueError):
+    """Invalid configuration, raised where it is declared rather than mid-stream."""
+
+
+class GraphError(ConfigurationError):
+    """An invalid group graph; the message names the offending edge."""
+
+
+class CodecError(GokaError, ValueError):
+    """A value could not be encoded or decoded.
+
+    Attributes:
+        codec: name of the codec that failed.
+        reason: what was expected and what was found.
+    """
+
+    def __init__(self, codec: str, reason: str) -> None:
+        super().__init__(f"{codec} codec: {reason}")
+        self.codec = codec
+        self.reason = reason
+
+
+class BrokerError(GokaError):
+    """Talking to the Kafka cluster failed."""
+
+
+class BrokerNotFoundError(BrokerError):
+    """The embedded broker binary could not be found or started."""
+
+
+class TopicError(BrokerError):
+    """A topic is missing, misconfigured, or not co-partitioned with its peers."""
+
+
+class DeliveryError(BrokerError):
+    """A produced message was not acknowledged by the broker.
+
+    Attributes:
+        topic: destination topic.
+        key: message key (``None`` for unkeyed messages).
+        reason: the broker's or client's error text.
+        retriable: whether sending again may succeed.
+    """
+
+    def __init__(
+        self, topic: str, key: str | bytes | None, reason: str, *, retriable: bool = False
+    ):
+        super().__init__(f"delivery to topic {topic!r} failed for key {key!r}: {reason}")
+        self.topic = topic
+        self.key = key
+        self.reason = reason
+        self.retriable = retriable
+
+
+class EmitterClosedError(GokaError):
+    """``emit`` was called on an emitter that has been closed."""
+
+
+class StorageError(GokaError):
+    """Local state storage failed, is corrupt, or belongs to another table."""
+
+
+class ProcessingError(GokaError):
+    """A message could not be processed.
+
+    Attributes:
+        group: processor group (empty outside a group).
+        topic, partition, offset, key: where the message came from.
+    """
+
+    def __init__(
+        self,
+        reason: str,
+        *,
+        group: str = "",
+        topic: str,
+        partition: int,
+        offset: int,
+        key: str | None,
+    ) -> None:
+        where = f"topic {topic!r} partition {partition} offset {offset} key {key!r}"
+        prefix = f"group {group!r}: " if group else ""
+        super().__init__(f"{prefix}{where}: {reason}")
+        self.reason = reason
+        self.group = group
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        self.key = key

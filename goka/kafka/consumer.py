@@ -1,0 +1,86 @@
+"""Reading topics partition by partition, without a consumer group."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import confluent_kafka
+
+from goka.errors import BrokerError, TopicError
+from goka.kafka.admin import topic_partitions
+from goka.kafka.config import Brokers, consumer_config
+
+__all__ = ["Record", "read_to_end"]
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One raw message as stored in Kafka."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    timestamp: int
+    headers: tuple[tuple[str, bytes], ...]
+
+
+def read_to_end(
+    brokers: Brokers,
+    topic: str,
+    *,
+    timeout: float = 60.0,
+    kafka_config: Mapping[str, Any] | None = None,
+) -> Iterator[Record]:
+    """Yield every message of ``topic`` from the beginning to the end observed while reading.
+
+    The end of each partition is detected with partition-EOF events (the fetch response's high
+    watermark), which is right on Kafka and on the embedded broker alike.
+
+    Raises:
+        TopicError: the topic does not exist.
+        BrokerError: no broker answered, or the end was not reached within ``timeout`` seconds.
+    """
+    settings = {**consumer_config(brokers, kafka_config), "enable.partition.eof": True}
+    consumer = confluent_kafka.Consumer(settings)
+    try:
+        counts = topic_partitions(consumer, timeout)
+        if topic not in counts:
+            raise TopicError(f"topic {topic!r} does not exist")
+        consumer.assign(
+            [
+                confluent_kafka.TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING)
+                for p in range(counts[topic])
+            ]
+        )
+        yield from _consume_until_eof(consumer, topic, counts[topic], timeout)
+    finally:
+        consumer.close()
+
+
+def _consume_until_eof(
+    consumer: Any, topic: str, partitions: int, timeout: float
+) -> Iterator[Record]:
+    open_partitions = set(range(partitions))
+    deadline = time.monotonic() + timeout
+    while open_partitions:
+        if time.monotonic() > deadline:
+            raise BrokerError(
+                f"topic {topic!r}: partitions {sorted(open_partitions)} not read to the end "
+                f"within {timeout:g}s"
+            )
+        for msg in consumer.consume(10_000, 0.2):
+            error = msg.error()
+            if error is None:
+                yield Record(
+                    topic, msg.partition(), msg.offset(), msg.key(), msg.value(),
+                    msg.timestamp()[1], tuple(msg.headers() or ()),
+                )  # fmt: skip
+            elif error.code() == confluent_kafka.KafkaError._PARTITION_EOF:
+                open_partitions.discard(msg.partition())
+            else:
+                raise BrokerError(f"reading topic {topic!r}: {error.str()}")

@@ -1,0 +1,143 @@
+"""The producer seam: confluent-kafka's Producer behind the small interface goka uses.
+
+Everything in goka that writes to Kafka (emitters, processors, the tester's fakes) talks to a
+:class:`Producer`; a *producer builder* (any ``Callable[[dict], Producer]``) creates it, which is
+how tests and the tester swap in an in-memory implementation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+import confluent_kafka
+
+from goka.errors import ConfigurationError, DeliveryError
+from goka.kafka.admin import partition_count
+
+__all__ = [
+    "DeliveredMessage",
+    "Headers",
+    "KafkaProducer",
+    "ProduceError",
+    "Producer",
+    "ProducerBuilder",
+    "delivery_error",
+]
+
+#: Message headers, as confluent-kafka takes them.
+Headers = dict[str, str | bytes | None] | list[tuple[str, str | bytes | None]]
+
+
+class DeliveredMessage(Protocol):
+    """What a delivery callback learns about a message (confluent-kafka's Message API)."""
+
+    def topic(self) -> str | None: ...
+    def partition(self) -> int | None: ...
+    def offset(self) -> int | None: ...
+    def key(self) -> bytes | None: ...
+
+
+class KafkaErrorLike(Protocol):
+    """An error passed to a delivery callback (confluent-kafka's KafkaError API)."""
+
+    def str(self) -> str: ...
+    def retriable(self) -> bool: ...
+
+
+#: ``on_delivery(error_or_None, message)``; called once per produced message, on a polling thread.
+DeliveryCallback = Callable[[KafkaErrorLike | None, DeliveredMessage], None]
+
+
+#: Raised by ``produce`` when a message is refused before it is queued.
+ProduceError = confluent_kafka.KafkaException
+
+
+class Producer(Protocol):
+    """What goka needs from a Kafka producer. Thread-safe: ``produce`` from any thread."""
+
+    def produce(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None,
+        *,
+        on_delivery: DeliveryCallback,
+        headers: Headers | None = None,
+        timestamp: int = 0,
+        partition: int = -1,
+    ) -> None:
+        """Queue one message.
+
+        Raises:
+            BufferError: the local queue is full (backpressure: poll, then try again).
+            ProduceError: the message was refused at once (too large, unknown partition...).
+        """
+        ...
+
+    def poll(self, timeout: float) -> int:
+        """Serve delivery callbacks for up to ``timeout`` seconds; return how many ran."""
+        ...
+
+    def flush(self, timeout: float) -> int:
+        """Wait up to ``timeout`` seconds for all queued messages; return how many remain."""
+        ...
+
+    def __len__(self) -> int:
+        """Messages queued or in flight."""
+        ...
+
+    def purge(self) -> None:
+        """Drop queued messages; their delivery callbacks report a purge error."""
+        ...
+
+    def partition_count(self, topic: str, timeout: float) -> int:
+        """Return the number of partitions of ``topic``.
+
+        Raises:
+            BrokerError: no broker answered within ``timeout`` seconds.
+            TopicError: the topic does not exist.
+        """
+        ...
+
+
+ProducerBuilder = Callable[[dict[str, Any]], Producer]
+
+
+class KafkaProducer:
+    """confluent-kafka's Producer as a :class:`Producer`.
+
+    Args:
+        config: complete librdkafka settings (see :func:`goka.kafka.config.producer_config`).
+
+    Raises:
+        ConfigurationError: if librdkafka rejects a setting.
+    """
+
+    def __init__(self, config: Mapping[str, Any]) -> None:
+        try:
+            self._producer = confluent_kafka.Producer(dict(config))
+        except (confluent_kafka.KafkaException, ValueError, TypeError) as exc:
+            raise ConfigurationError(f"invalid producer settings: {exc}") from exc
+        # Bound methods of the C producer: no Python frame per message on the hot path.
+        self.produce = self._producer.produce
+        self.poll = self._producer.poll
+        self.flush = self._producer.flush
+        self.purge = self._producer.purge
+
+    def partition_count(self, topic: str, timeout: float) -> int:
+        return partition_count(self._producer, topic, timeout)
+
+    def __len__(self) -> int:
+        return len(self._producer)
+
+
+def delivery_error(topic: str, key: bytes | None, error: KafkaErrorLike) -> DeliveryError:
+    """Turn a delivery callback's error into a DeliveryError naming topic and key."""
+    shown = key.decode(errors="replace") if key is not None else None
+    return DeliveryError(topic, shown, error.str(), retriable=error.retriable())
+
+
+def kafka_producer(config: dict[str, Any]) -> Producer:
+    """The default producer builder."""
+    return KafkaProducer(config)

@@ -1,0 +1,160 @@
+"""Create and check the topics a Goka application needs, like Go Goka's ``TopicManager``."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from goka.errors import ConfigurationError, TopicError
+from goka.kafka.admin import KafkaAdmin
+from goka.kafka.config import Brokers
+
+__all__ = ["TopicManager", "TopicManagerConfig"]
+
+log = logging.getLogger(__name__)
+
+Mismatch = Literal["fail", "warn", "ignore"]
+
+
+@dataclass(frozen=True)
+class TopicManagerConfig:
+    """How topics are created and checked.
+
+    Attributes:
+        partitions: partitions of topics created without an explicit count.
+        replication: replication factor of created topics (3 is usual on a real cluster).
+        stream_config: settings of created stream topics (e.g. ``{"retention.ms": "86400000"}``).
+        table_config: settings of created table topics; ``cleanup.policy=compact`` is always set.
+        on_table_not_compacted: what to do when an existing table topic is not compacted.
+    """
+
+    partitions: int = 10
+    replication: int = 1
+    stream_config: Mapping[str, str] = field(default_factory=dict)
+    table_config: Mapping[str, str] = field(default_factory=dict)
+    on_table_not_compacted: Mismatch = "fail"
+
+    def __post_init__(self) -> None:
+        if self.partitions < 1:
+            raise ConfigurationError(f"partitions must be at least 1, got {self.partitions}")
+        if self.replication < 1:
+            raise ConfigurationError(f"replication must be at least 1, got {self.replication}")
+        if self.on_table_not_compacted not in ("fail", "warn", "ignore"):
+            raise ConfigurationError(
+                "on_table_not_compacted must be 'fail', 'warn' or 'ignore', "
+                f"got {self.on_table_not_compacted!r}"
+            )
+
+
+class TopicManager:
+    """Ensures stream and table topics exist, and checks co-partitioning.
+
+    Works against any Kafka-protocol cluster. Thread-safe.
+
+    Args:
+        brokers: bootstrap servers.
+        config: creation defaults and checks.
+        admin_builder: creates the admin client (tests may swap it).
+        **kafka_config: librdkafka settings (security, timeouts).
+    """
+
+    def __init__(
+        self,
+        brokers: Brokers,
+        config: TopicManagerConfig | None = None,
+        *,
+        admin_builder: Callable[[Brokers, Mapping[str, Any]], KafkaAdmin] = KafkaAdmin,
+        **kafka_config: Any,
+    ) -> None:
+        self.config = config or TopicManagerConfig()
+        self._admin = admin_builder(brokers, kafka_config)
+
+    def partitions(self, topic: str) -> int:
+        """Return the partition count of ``topic``.
+
+        Raises:
+            TopicError: if it does not exist.
+        """
+        counts = self._admin.topics()
+        if topic not in counts:
+            raise TopicError(f"topic {topic!r} does not exist")
+        return counts[topic]
+
+    def exists(self, topic: str) -> bool:
+        """Return True if ``topic`` exists."""
+        return topic in self._admin.topics()
+
+    def ensure_stream_exists(self, topic: str, partitions: int | None = None) -> int:
+        """Create stream ``topic`` unless it exists; return its partition count.
+
+        Raises:
+            TopicError: it exists with another partition count than ``partitions``, or creating
+                it failed.
+        """
+        return self._ensure(topic, partitions, dict(self.config.stream_config))
+
+    def ensure_table_exists(self, topic: str, partitions: int | None = None) -> int:
+        """Create table ``topic`` (compacted) unless it exists; return its partition count.
+
+        An existing table topic that is not compacted is handled as ``on_table_not_compacted``
+        says: a non-compacted table topic loses keys when its retention deletes old segments.
+
+        Raises:
+            TopicError: partition count mismatch, creation failed, or (``"fail"``) not compacted.
+        """
+        settings = {**self.config.table_config, "cleanup.policy": "compact"}
+        count = self._ensure(topic, partitions, settings)
+        self._check_compacted(topic)
+        return count
+
+    def _ensure(self, topic: str, partitions: int | None, settings: dict[str, str]) -> int:
+        wanted = partitions or self.config.partitions
+        existing = self._admin.topics().get(topic)
+        if existing is None:
+            created = self._admin.create_topic(topic, wanted, self.config.replication, settings)
+            if created:
+                log.info("created topic %s (%d partitions, %s)", topic, wanted, settings)
+            existing = self.partitions(topic)
+        if partitions is not None and existing != partitions:
+            raise TopicError(f"topic {topic!r} has {existing} partitions, expected {partitions}")
+        return existing
+
+    def _check_compacted(self, topic: str) -> None:
+        behaviour = self.config.on_table_not_compacted
+        if behaviour == "ignore":
+            return
+        policy = self._admin.topic_config(topic).get("cleanup.policy", "delete")
+        if "compact" in policy:
+            return
+        message = (
+            f"table topic {topic!r} has cleanup.policy={policy!r}, expected 'compact': "
+            "old keys will be deleted by retention"
+        )
+        if behaviour == "fail":
+            raise TopicError(message)
+        log.warning(message)
+
+    def ensure_copartitioned(self, topics: Iterable[str]) -> int:
+        """Check that all ``topics`` exist with the same partition count; return that count.
+
+        Raises:
+            TopicError: naming the missing topics, or every topic with its count when they differ.
+        """
+        names = list(dict.fromkeys(topics))
+        if not names:
+            raise ConfigurationError("ensure_copartitioned needs at least one topic")
+        counts = self._admin.topics()
+        missing = [name for name in names if name not in counts]
+        if missing:
+            raise TopicError(f"topics do not exist: {', '.join(map(repr, missing))}")
+        found = {name: counts[name] for name in names}
+        if len(set(found.values())) > 1:
+            listing = ", ".join(f"{name!r}: {count}" for name, count in found.items())
+            raise TopicError(f"topics are not co-partitioned (partition counts differ): {listing}")
+        return found[names[0]]
+
+    def delete(self, topic: str) -> None:
+        """Delete ``topic`` (tests and tools)."""
+        self._admin.delete_topic(topic)
