@@ -11,8 +11,9 @@ from types import TracebackType
 from typing import Any, Generic, TypeVar
 
 from goka.codec import Codec
-from goka.delivery import Delivery, DeliveryFuture
-from goka.errors import BrokerError, CodecError, DeliveryError, EmitterClosedError
+from goka.delivery import USER_CALLBACKS_RUNNING as _USER_CALLBACKS_RUNNING
+from goka.delivery import Delivery, DeliveryFuture, in_done_callback
+from goka.errors import BrokerError, CodecError, DeliveryError, EmitterClosedError, GokaError
 from goka.kafka.config import Brokers, producer_config
 from goka.kafka.producer import (
     DeliveredMessage,
@@ -36,20 +37,38 @@ _monotonic = time.monotonic
 
 
 class _Pending(DeliveryFuture):
-    """A future that also records when its message was emitted, for the latency metric."""
+    """A future completed by the producer's delivery callback.
 
-    __slots__ = ("_since", "_stats", "_topic")
-    _since: float
-    _stats: EmitterStats
+    The emitter makes one subclass per topic holding the topic and its stats as class attributes,
+    so a future is created without arguments; it keeps two ints (not the message, which holds a
+    copy of key and value) and builds the :class:`Delivery` only if asked for.
+    """
+
     _topic: str
+    _stats: EmitterStats
+    _partition: int | None = None
+    _offset: int | None = None
 
-    def _on_delivery(self, error: KafkaErrorLike | None, message: DeliveredMessage) -> None:
+    def __call__(self, error: KafkaErrorLike | None, message: DeliveredMessage) -> None:
+        """The delivery callback: the future itself, so emitting allocates no bound method."""
+        stats = self._stats
         if error is None:
-            self._stats.observe(_monotonic() - self._since)
-            self.set_result(Delivery(self._topic, message.partition(), message.offset()))  # type: ignore[arg-type]  # set on success
+            self._partition = message.partition()
+            self._offset = message.offset()
+            stats.delivered += 1
+            stats.pending.append(message.latency() or 0.0)
+            self._done = True
+            if self._event is not None or self._callbacks is not None:
+                self._complete()
         else:
-            self._stats.failed += 1
+            stats.failed += 1
             self.set_exception(delivery_error(self._topic, message.key(), error))
+
+    def _delivery(self) -> Delivery:
+        if self._result is None:
+            assert self._partition is not None and self._offset is not None  # delivered
+            self._result = Delivery(self._topic, self._partition, self._offset)
+        return self._result
 
 
 class Emitter(Generic[V]):
@@ -95,11 +114,15 @@ class Emitter(Generic[V]):
         self._encode = codec.encode
         self._producer: Producer = producer_builder(producer_config(brokers, kafka_config))
         self._produce = self._producer.produce
+        self._serve = self._producer.poll
         if check_topic:
             self._producer.partition_count(topic, connect_timeout)
         register()
-        self._stats: EmitterStats = emitter_stats(topic)
+        self._future_type: type[_Pending] = type(
+            "_Pending", (_Pending,), {"_topic": topic, "_stats": emitter_stats(topic)}
+        )
         self._closed = False
+        self._space = threading.Event()
         self._close_lock = threading.Lock()
         self._poller = threading.Thread(
             target=self._poll_loop, name=f"goka-emitter-{topic}", daemon=True
@@ -126,14 +149,24 @@ class Emitter(Generic[V]):
             BrokerError: the queue stayed full for ``max_block`` seconds.
             DeliveryError: the producer refused the message at once (e.g. too large).
         """
-        future, args = self._prepare(key, value)
+        if self._closed:
+            raise EmitterClosedError(f"emitter for topic {self.topic!r} is closed")
+        data = None if value is None else self._encode(value)
+        future = self._future_type()
         try:
-            self._produce(*args, on_delivery=future._on_delivery, headers=headers,
-                          timestamp=_millis(timestamp))  # fmt: skip
+            if headers is None and timestamp is None:
+                self._produce(self.topic, data, key, on_delivery=future)
+            else:
+                self._produce(self.topic, data, key, on_delivery=future,
+                              headers=headers, timestamp=_millis(timestamp))  # fmt: skip
         except BufferError:
-            self._produce_when_space(future, args, headers, timestamp)
+            self._produce_when_space(future, key, data, headers, timestamp)
+        except TypeError as exc:  # the key: confluent-kafka takes str and bytes only
+            raise _key_error(key) from exc
         except ProduceError as exc:
             raise DeliveryError(self.topic, key, str(exc)) from exc
+        if not _USER_CALLBACKS_RUNNING[0]:
+            self._serve(0)  # serve due acknowledgements here: no thread handoff per message
         return future
 
     def emit_sync(
@@ -155,6 +188,7 @@ class Emitter(Generic[V]):
                 latest after ``message.timeout.ms``).
             TimeoutError: no outcome within ``timeout`` seconds.
         """
+        self._refuse_in_done_callback("emit_sync")
         return self.emit(key, value, headers=headers, timestamp=timestamp).result(timeout)
 
     async def emit_async(
@@ -170,54 +204,52 @@ class Emitter(Generic[V]):
         Never blocks the event loop: a full local queue is waited for with ``asyncio.sleep``.
         Cancelling the awaiting task does not take back the message.
         """
-        future, args = self._prepare(key, value)
+        if self._closed:
+            raise EmitterClosedError(f"emitter for topic {self.topic!r} is closed")
+        data = None if value is None else self._encode(value)
+        future = self._future_type()
         deadline = _monotonic() + self.max_block
-        while True:
-            try:
-                self._produce(*args, on_delivery=future._on_delivery, headers=headers,
-                              timestamp=_millis(timestamp))  # fmt: skip
-                break
-            except BufferError:
-                self._check_deadline(deadline)
-                await asyncio.sleep(0.001)
-            except ProduceError as exc:
-                raise DeliveryError(self.topic, key, str(exc)) from exc
+        while not self._try_produce(future, key, data, headers, timestamp):
+            self._check_deadline(deadline)
+            await asyncio.sleep(0.001)
         delivery: Delivery = await future
         return delivery
 
-    def _prepare(
-        self, key: str, value: V | None
-    ) -> tuple[_Pending, tuple[str, bytes | None, bytes]]:
-        if self._closed:
-            raise EmitterClosedError(f"emitter for topic {self.topic!r} is closed")
+    def _try_produce(
+        self,
+        future: _Pending,
+        key: str,
+        data: bytes | None,
+        headers: Headers | None,
+        timestamp: Timestamp | None,
+    ) -> bool:
+        """Queue the message; return False if the local queue is full."""
         try:
-            raw_key = key.encode()
-        except AttributeError:
-            raise CodecError("key", f"expected str, got {type(key).__name__}") from None
-        data = None if value is None else self._encode(value)
-        future = _Pending()
-        future._topic = self.topic
-        future._stats = self._stats
-        future._since = _monotonic()
-        return future, (self.topic, data, raw_key)
+            self._produce(self.topic, data, key, on_delivery=future,
+                          headers=headers, timestamp=_millis(timestamp))  # fmt: skip
+        except BufferError:
+            return False
+        except TypeError as exc:
+            raise _key_error(key) from exc
+        except ProduceError as exc:
+            raise DeliveryError(self.topic, key, str(exc)) from exc
+        return True
 
     def _produce_when_space(
         self,
         future: _Pending,
-        args: tuple[str, bytes | None, bytes],
+        key: str,
+        data: bytes | None,
         headers: Headers | None,
         timestamp: Timestamp | None,
     ) -> None:
         deadline = _monotonic() + self.max_block
         while True:
-            self._check_deadline(deadline)
-            time.sleep(0.0005)  # the poll thread frees space as acknowledgements arrive
-            try:
-                self._produce(*args, on_delivery=future._on_delivery, headers=headers,
-                              timestamp=_millis(timestamp))  # fmt: skip
+            self._space.clear()
+            if self._try_produce(future, key, data, headers, timestamp):
                 return
-            except BufferError:
-                continue
+            self._check_deadline(deadline)
+            self._space.wait(0.01)  # set by the poll thread when acknowledgements free space
 
     def _check_deadline(self, deadline: float) -> None:
         if self._closed:
@@ -230,10 +262,13 @@ class Emitter(Generic[V]):
 
     # -- lifecycle -------------------------------------------------------------------------------
     def _poll_loop(self) -> None:
-        poll = self._producer.poll
+        poll, space, stats = self._producer.poll, self._space, self._future_type._stats
         while not self._closed:
             try:
-                poll(0.1)
+                if poll(0.1):
+                    space.set()
+                if len(stats.pending) > 100_000:
+                    stats.fold()
             except Exception:  # a user's done-callback raised; keep serving the others
                 log.exception("emitter %s: a delivery callback raised", self.topic)
 
@@ -243,7 +278,15 @@ class Emitter(Generic[V]):
         Returns:
             The number of messages still unacknowledged when ``timeout`` expired (0 if all done).
         """
+        self._refuse_in_done_callback("flush")
         return self._producer.flush(-1 if timeout is None else timeout)
+
+    def _refuse_in_done_callback(self, method: str) -> None:
+        if in_done_callback():
+            raise GokaError(
+                f"Emitter.{method}() called from a delivery future's done-callback: it would wait "
+                "for deliveries that this callback is holding up; use emit() there"
+            )
 
     def close(self, timeout: float = 30.0) -> None:
         """Deliver what is queued (up to ``timeout`` seconds), then stop. Idempotent.
@@ -251,6 +294,7 @@ class Emitter(Generic[V]):
         Messages still unacknowledged after ``timeout`` are purged; their futures fail with a
         DeliveryError, so no caller is left waiting.
         """
+        self._refuse_in_done_callback("close")
         with self._close_lock:
             if self._closed:
                 return
@@ -281,6 +325,10 @@ class Emitter(Generic[V]):
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
         return f"Emitter(topic={self.topic!r}, codec={self.codec!r}, {state})"
+
+
+def _key_error(key: object) -> CodecError:
+    return CodecError("key", f"expected str, got {type(key).__name__}")
 
 
 def _millis(timestamp: Timestamp | None) -> int:

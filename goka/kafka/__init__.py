@@ -3,6 +3,7 @@
 from goka.kafka.admin import KafkaAdmin
 from goka.kafka.config import Brokers, consumer_config, producer_config
 from goka.kafka.producer import KafkaProducer, Producer, ProducerBuilder, kafka_producer
+from goka.kafka.schema_registry import SchemaRegistryAvroCodec
 
 __all__ = [
     "Brokers",
@@ -10,6 +11,7 @@ __all__ = [
     "KafkaProducer",
     "Producer",
     "ProducerBuilder",
+    "SchemaRegistryAvroCodec",
     "consumer_config",
     "kafka_producer",
     "producer_config",

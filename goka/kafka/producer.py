@@ -36,6 +36,7 @@ class DeliveredMessage(Protocol):
     def partition(self) -> int | None: ...
     def offset(self) -> int | None: ...
     def key(self) -> bytes | None: ...
+    def latency(self) -> float | None: ...
 
 
 class KafkaErrorLike(Protocol):
@@ -60,7 +61,7 @@ class Producer(Protocol):
         self,
         topic: str,
         value: bytes | None,
-        key: bytes | None,
+        key: str | bytes | None,
         *,
         on_delivery: DeliveryCallback,
         headers: Headers | None = None,

@@ -1,0 +1,160 @@
+"""Emitter throughput against a bare confluent-kafka Producer, and emit_sync latency.
+
+Both sides send the same messages (N keyed 100-byte values, 100k distinct keys) to a fresh
+topic on the same embedded broker with the same producer settings, and both learn the outcome
+of every message: the baseline with a per-message delivery callback and ``poll(0)`` after each
+``produce`` (confluent-kafka's documented pattern), the emitter through its futures and metrics.
+The clock stops when every message is acknowledged. Two pairs: fire-and-forget (the baseline
+counts failures, the emitter's futures are dropped and its metrics checked), and keeping every
+outcome (the baseline records each (partition, offset), the caller keeps each future). Variants
+alternate within each run; each pair's ratio is reported as min/median/max over runs.
+
+    python -m bench.emitter [--messages 1000000] [--runs 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import confluent_kafka
+
+from bench.common import fresh_topic, percentile, summary
+from goka import BytesCodec, Emitter
+from goka.dev import EmbeddedBroker
+from goka.kafka.config import producer_config
+from goka.metrics import emitter_stats
+
+PARTITIONS = 8
+VALUE = b"v" * 100
+
+
+def keys(n: int) -> list[str]:
+    return [f"user-{i % 100_000}" for i in range(n)]
+
+
+def bare_producer(brokers: str, topic: str, messages: list[str]) -> float:
+    producer = confluent_kafka.Producer(producer_config(brokers))
+    failures = 0
+
+    def on_delivery(err: object, msg: object) -> None:
+        nonlocal failures
+        if err is not None:
+            failures += 1
+
+    produce, poll = producer.produce, producer.poll
+    started = time.perf_counter()
+    for key in messages:
+        while True:
+            try:
+                produce(topic, VALUE, key, on_delivery=on_delivery)
+                break
+            except BufferError:
+                poll(0.001)
+        poll(0)
+    assert producer.flush(120) == 0 and failures == 0
+    return time.perf_counter() - started
+
+
+def bare_producer_keeping_results(brokers: str, topic: str, messages: list[str]) -> float:
+    """The bare producer recording every (partition, offset), as kept futures do."""
+    producer = confluent_kafka.Producer(producer_config(brokers))
+    results: list[tuple[int, int]] = []
+    keep = results.append
+
+    def on_delivery(err: object, msg: confluent_kafka.Message) -> None:
+        assert err is None
+        keep((msg.partition(), msg.offset()))  # type: ignore[arg-type]
+
+    produce, poll = producer.produce, producer.poll
+    started = time.perf_counter()
+    for key in messages:
+        while True:
+            try:
+                produce(topic, VALUE, key, on_delivery=on_delivery)
+                break
+            except BufferError:
+                poll(0.001)
+        poll(0)
+    assert producer.flush(120) == 0 and len(results) == len(messages)
+    return time.perf_counter() - started
+
+
+def goka_emitter(brokers: str, topic: str, messages: list[str]) -> float:
+    """Fire and forget, as a request handler does; failures are checked through the metrics."""
+    stats = emitter_stats(topic)
+    with Emitter(brokers, topic, BytesCodec()) as emitter:
+        emit = emitter.emit
+        started = time.perf_counter()
+        for key in messages:
+            emit(key, VALUE)
+        assert emitter.flush(120) == 0
+        elapsed = time.perf_counter() - started
+    assert stats.failed == 0 and stats.delivered == len(messages)
+    return elapsed
+
+
+def goka_emitter_keeping_futures(brokers: str, topic: str, messages: list[str]) -> float:
+    """The caller keeps every future and checks each (more live objects for the GC)."""
+    with Emitter(brokers, topic, BytesCodec()) as emitter:
+        emit = emitter.emit
+        started = time.perf_counter()
+        futures = [emit(key, VALUE) for key in messages]
+        assert emitter.flush(120) == 0
+        elapsed = time.perf_counter() - started
+    assert all(f.exception(0) is None for f in futures)
+    return elapsed
+
+
+def sync_latency(brokers: str, count: int) -> list[float]:
+    topic = fresh_topic(brokers, "sync", PARTITIONS)
+    latencies = []
+    with Emitter(brokers, topic, BytesCodec(), **{"linger.ms": 0}) as emitter:
+        for i in range(count):
+            started = time.perf_counter()
+            emitter.emit_sync(f"user-{i}", VALUE)
+            latencies.append(time.perf_counter() - started)
+    return latencies
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=1_000_000)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--sync", type=int, default=2_000, help="emit_sync calls for latency")
+    args = parser.parse_args()
+    messages = keys(args.messages)
+    variants = {
+        "bare producer": bare_producer,
+        "Emitter.emit": goka_emitter,
+        "bare, results kept": bare_producer_keeping_results,
+        "emit, futures kept": goka_emitter_keeping_futures,
+    }
+    rates: dict[str, list[float]] = {name: [] for name in variants}
+    with EmbeddedBroker() as broker:
+        brokers = broker.bootstrap
+        for run in range(1, args.runs + 1):
+            for name, variant in variants.items():
+                topic = fresh_topic(brokers, name.split()[0].lower(), PARTITIONS)
+                rates[name].append(args.messages / variant(brokers, topic, messages))
+            line = "   ".join(f"{name} {r[-1]:,.0f}/s" for name, r in rates.items())
+            print(f"run {run}: {line}", flush=True)
+        latencies = sync_latency(brokers, args.sync)
+    print(
+        f"\n{args.messages:,} messages x {args.runs} runs, {PARTITIONS} partitions, 100-byte values"
+    )
+    for name, values in rates.items():
+        print(f"{name:<20} msg/s : {summary(values)}")
+    for ours, base in (
+        ("Emitter.emit", "bare producer"),
+        ("emit, futures kept", "bare, results kept"),
+    ):
+        ratios = [a / b for a, b in zip(rates[ours], rates[base], strict=True)]
+        print(f"ratio {ours} / {base}: {summary(ratios)}   (target >= 0.90)")
+    p50, p99 = percentile(latencies, 50) * 1000, percentile(latencies, 99) * 1000
+    calls = len(latencies)
+    print(f"emit_sync latency: p50 {p50:.2f} ms  p99 {p99:.2f} ms ({calls} calls, linger.ms=0)")
+
+
+if __name__ == "__main__":
+    main()
