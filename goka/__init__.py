@@ -17,6 +17,7 @@ from goka.codec import (
     StringCodec,
     codec_by_name,
 )
+from goka.context import Context, ContextError
 from goka.delivery import Delivery, DeliveryFuture
 from goka.emitter import Emitter
 from goka.errors import (
@@ -31,6 +32,20 @@ from goka.errors import (
     StorageError,
     TopicError,
 )
+from goka.graph import (
+    Group,
+    GroupGraph,
+    Stream,
+    Table,
+    define_group,
+    input,
+    inputs,
+    join,
+    lookup,
+    loop,
+    output,
+    persist,
+)
 from goka.topic_manager import TopicManager, TopicManagerConfig
 
 __all__ = [
@@ -40,6 +55,8 @@ __all__ = [
     "Codec",
     "CodecError",
     "ConfigurationError",
+    "Context",
+    "ContextError",
     "Delivery",
     "DeliveryError",
     "DeliveryFuture",
@@ -47,14 +64,26 @@ __all__ = [
     "EmitterClosedError",
     "GokaError",
     "GraphError",
+    "Group",
+    "GroupGraph",
     "Int64Codec",
     "JsonCodec",
     "ProcessingError",
     "ProtobufCodec",
     "StorageError",
+    "Stream",
     "StringCodec",
+    "Table",
     "TopicError",
     "TopicManager",
     "TopicManagerConfig",
     "codec_by_name",
+    "define_group",
+    "input",
+    "inputs",
+    "join",
+    "lookup",
+    "loop",
+    "output",
+    "persist",
 ]

@@ -46,6 +46,10 @@ class Codec(Protocol[T]):
 
     ``decode(encode(v)) == v`` for every ``v`` the codec accepts. Both methods raise
     :class:`~goka.errors.CodecError` on bad input.
+
+    A codec may also have ``fast_decode``: a C-level callable that returns the same as ``decode``
+    for valid input and raises anything for invalid input. Processors use it on their hot path and
+    call ``decode`` again to explain a failure.
     """
 
     @property
@@ -66,6 +70,7 @@ class BytesCodec:
     """Raw bytes, unchanged (Goka ``codec.Bytes``)."""
 
     name = "bytes"
+    fast_decode = bytes
 
     def encode(self, value: bytes) -> bytes:
         if isinstance(value, bytes):
@@ -85,6 +90,7 @@ class StringCodec:
     """UTF-8 text (Goka ``codec.String``)."""
 
     name = "string"
+    fast_decode = staticmethod(bytes.decode)
 
     def encode(self, value: str) -> bytes:
         if not isinstance(value, str):
@@ -96,7 +102,9 @@ class StringCodec:
 
     def decode(self, data: bytes) -> str:
         try:
-            return bytes(data).decode()
+            return data.decode()
+        except AttributeError:  # a memoryview or bytearray-like buffer
+            return self.decode(bytes(data))
         except UnicodeDecodeError as exc:
             raise CodecError(self.name, f"invalid UTF-8 at byte {exc.start}: {exc.reason}") from exc
 
@@ -114,11 +122,13 @@ class Int64Codec:
     name = "int64"
 
     def encode(self, value: int) -> bytes:
+        if type(value) is int and _INT64_MIN <= value <= _INT64_MAX:
+            return b"%d" % value
         if not isinstance(value, int) or isinstance(value, bool):
             raise CodecError(self.name, f"expected int, got {type(value).__name__}")
         if not _INT64_MIN <= value <= _INT64_MAX:
             raise CodecError(self.name, f"{value} is outside the signed 64-bit range")
-        return b"%d" % value
+        return b"%d" % int(value)  # an int subclass (an IntEnum, say)
 
     def decode(self, data: bytes) -> int:
         if not _DECIMAL.match(data):

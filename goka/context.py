@@ -1,0 +1,266 @@
+"""The context a processor callback receives with each message, like Go Goka's ``goka.Context``."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar
+
+from goka.errors import GokaError
+
+if TYPE_CHECKING:
+    from goka.engine import Engine
+
+__all__ = ["Context", "ContextError", "Headers"]
+
+V = TypeVar("V")
+
+#: Headers of a message, as a list of (name, value) pairs; emit() also takes a dict.
+Headers = list[tuple[str, bytes]]
+
+MISSING: Any = object()
+NOT_SAVED: Any = object()
+
+#: Values of these types are cached decoded between messages of a batch; others are cached as
+#: bytes and decoded again on every ``value()``, so a callback mutating a returned dict without
+#: ``set_value`` cannot make the cache disagree with the table.
+IMMUTABLE = frozenset({int, float, str, bytes, bool, type(None), tuple, frozenset})
+
+TABLE, EMIT, LOOP = 0, 1, 2
+"""Kinds of the effects a message leaves: table update, emitted message, loopback."""
+
+
+class Raw:
+    """A cached state that is decoded afresh on every read (mutable types)."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+
+class ContextError(GokaError):
+    """A callback used the context in a way the group graph does not allow."""
+
+
+class Abort(Exception):
+    """Raised by :meth:`Context.fail`: stop processing, whatever the error policy."""
+
+
+class Context(Generic[V]):
+    """What a callback knows about the current message, and what it may do.
+
+    One context object is reused for every message of a partition: read what you need inside
+    the callback and do not keep the context. Values returned by :meth:`value`, :meth:`join`
+    and :meth:`lookup` belong to the callback; change state only through :meth:`set_value`.
+
+    Attributes:
+        group: the processor group.
+        topic, partition, offset: where the message came from.
+        key: the message key (Goka keys are strings).
+    """
+
+    __slots__ = (
+        "_cache", "_decode_state", "_effects", "_encode_state", "_engine",
+        "_message", "_saved", "_store_get", "_table", "_undo", "group", "key", "partition",
+    )  # fmt: skip
+
+    def __init__(self, engine: Engine, partition: int, *, undo: bool) -> None:
+        self._engine = engine
+        self.group = engine.graph.group
+        self.partition = partition
+        self.key = ""
+        self._message: Any = ("", -1, None, None, 0, None)
+        self._saved: Any = NOT_SAVED
+        self._undo = undo
+        self._store_get = engine.store_get
+        self._table = engine.table
+        persist = engine.graph.persist
+        self._decode_state: Callable[[bytes], Any] | None = None
+        self._encode_state: Callable[[Any], bytes] | None = None
+        if persist is not None:
+            self._decode_state, self._encode_state = persist.codec.decode, persist.codec.encode
+        self._bind({}, [])
+
+    def _bind(self, cache: dict[str, Any], effects: list[Any]) -> None:
+        """Point the context at the engine's structures of the current batch."""
+        self._cache, self._effects = cache, effects
+
+    # -- the message -----------------------------------------------------------------------------
+    @property
+    def topic(self) -> str:
+        """The topic of the message."""
+        return str(self._message[0])
+
+    @property
+    def offset(self) -> int:
+        """The offset of the message in its partition."""
+        return int(self._message[1])
+
+    @property
+    def timestamp(self) -> dt.datetime:
+        """When the message was produced (its Kafka timestamp), in UTC."""
+        return dt.datetime.fromtimestamp(self._message[4] / 1000, tz=dt.UTC)
+
+    @property
+    def timestamp_ms(self) -> int:
+        """The Kafka timestamp in milliseconds since the epoch."""
+        return int(self._message[4])
+
+    @property
+    def headers(self) -> dict[str, bytes]:
+        """The message headers (the last value wins for repeated names)."""
+        return dict(self._message[5] or ())
+
+    # -- state -----------------------------------------------------------------------------------
+    def value(self) -> V | None:
+        """Return the state of the current key, or None if it has none.
+
+        Raises:
+            ContextError: the group has no persist edge.
+            CodecError: the stored value cannot be decoded by the persist codec.
+        """
+        cached = self._cache.get(self.key, MISSING)
+        if cached is MISSING or type(cached) is Raw:
+            return self._load(self.key, cached)
+        return cached  # type: ignore[no-any-return]  # the cache holds V
+
+    def _load(self, key: str, cached: Any) -> V | None:
+        if self._decode_state is None:
+            raise ContextError(f"group {self.group!r} has no persist edge, so keys have no value")
+        if cached is not MISSING:  # a mutable value changed in this batch: decode a fresh copy
+            return self._decode_state(cached.data)  # type: ignore[no-any-return]
+        raw = self._store_get(key)
+        if raw is None:
+            self._cache[key] = None
+            return None
+        value = self._decode_state(raw)
+        self._cache[key] = value if type(value) in IMMUTABLE else Raw(raw)
+        return value  # type: ignore[no-any-return]  # the persist codec decodes V
+
+    def set_value(self, value: V) -> None:
+        """Set the state of the current key; it is written to the group table.
+
+        Raises:
+            ContextError: no persist edge, or ``value`` is None (use :meth:`delete`).
+            CodecError: the persist codec cannot encode ``value``.
+        """
+        encode = self._encode_state
+        if encode is None or value is None:
+            self._refuse("set_value", value)
+        data = encode(value)
+        key = self.key
+        if self._undo:
+            self._remember(key)
+        self._cache[key] = value if type(value) in IMMUTABLE else Raw(data)
+        self._effects.append((TABLE, self._table, key, data, None, self._message))
+
+    def delete(self) -> None:
+        """Remove the state of the current key (a tombstone in the group table).
+
+        Raises:
+            ContextError: the group has no persist edge.
+        """
+        if self._encode_state is None:
+            self._refuse("delete", True)
+        key = self.key
+        if self._undo:
+            self._remember(key)
+        self._cache[key] = None
+        self._effects.append((TABLE, self._table, key, None, None, self._message))
+
+    def _refuse(self, method: str, value: object) -> NoReturn:
+        if self._encode_state is None:
+            raise ContextError(f"group {self.group!r} has no persist edge; declare persist(codec)")
+        raise ContextError(f"{method}(None) is not allowed; call delete() to remove the key")
+
+    def _remember(self, key: str) -> None:
+        """Save the key's state before this message's first change, to undo a failed message."""
+        if self._saved is NOT_SAVED:
+            self._saved = self._cache.get(key, MISSING)
+
+    # -- other topics ----------------------------------------------------------------------------
+    def emit(
+        self,
+        topic: str,
+        key: str,
+        value: Any,
+        headers: dict[str, bytes] | Headers | None = None,
+    ) -> None:
+        """Send a message to a declared output topic (``None`` sends a tombstone).
+
+        Raises:
+            ContextError: ``topic`` is not an output edge of the group.
+            CodecError: the output codec cannot encode ``value``.
+        """
+        engine = self._engine
+        encode = engine.output_encoders.get(topic)
+        if encode is None:
+            raise ContextError(
+                f"group {self.group!r} cannot emit to {topic!r}: not an output edge "
+                f"(outputs: {', '.join(engine.output_encoders) or 'none'})"
+            )
+        data = None if value is None else encode(value)
+        engine.effects.append(
+            (EMIT, topic, _check_key(key), data, _headers(headers), self._message)
+        )
+
+    def loopback(
+        self, key: str, value: Any, headers: dict[str, bytes] | Headers | None = None
+    ) -> None:
+        """Send a message to the group's loop topic, to be processed under ``key``.
+
+        Raises:
+            ContextError: the group has no loop edge.
+            CodecError: the loop codec cannot encode ``value``.
+        """
+        engine = self._engine
+        if engine.loop_encode is None:
+            raise ContextError(f"group {self.group!r} has no loop edge; declare loop(codec, cb)")
+        data = engine.loop_encode(value)
+        self._effects.append(
+            (LOOP, engine.loop_topic, _check_key(key), data, _headers(headers), self._message)
+        )
+
+    def join(self, table: str) -> Any:
+        """Return the current key's value in a joined table, or None.
+
+        Raises:
+            ContextError: ``table`` is not a join edge of the group.
+        """
+        return self._engine.read_table("join", table, self.key)
+
+    def lookup(self, table: str, key: str) -> Any:
+        """Return ``key``'s value in a lookup table, or None.
+
+        Raises:
+            ContextError: ``table`` is not a lookup edge of the group.
+        """
+        return self._engine.read_table("lookup", table, key)
+
+    def fail(self, error: BaseException | str) -> NoReturn:
+        """Stop processing with ``error``, whatever the group's error policy says.
+
+        The processor stops with a ProcessingError naming this message and chaining ``error``;
+        the message and its effects are not committed.
+        """
+        cause = error if isinstance(error, BaseException) else GokaError(error)
+        raise Abort(str(cause)) from cause
+
+    def __repr__(self) -> str:
+        return (
+            f"<Context group={self.group!r} topic={self.topic!r} partition={self.partition} "
+            f"offset={self.offset} key={self.key!r}>"
+        )
+
+
+def _check_key(key: object) -> str:
+    if type(key) is not str:
+        raise ContextError(f"message keys are strings, got {type(key).__name__}")
+    return key
+
+
+def _headers(headers: dict[str, bytes] | Headers | None) -> Headers | None:
+    if headers is None or isinstance(headers, list):
+        return headers
+    return list(headers.items())
