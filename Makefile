@@ -35,6 +35,7 @@ typecheck: $(STAMP)
 check: lint typecheck test
 
 bench: $(STAMP)
+	$(PY) -m bench.engine
 	$(PY) -m bench.emitter
 
 clean:

@@ -1,8 +1,28 @@
 """goka-py: Kafka-backed microservices in the style of Go's Goka.
 
-* :class:`Emitter` writes keyed events to a topic.
+The pieces, named as Goka names them:
+
+* :class:`Emitter` writes keyed events to a topic (thread-safe, asyncio-friendly).
+* A processor group is declared with :func:`define_group` and edges: :func:`input` /
+  :func:`inputs` (streams to consume with a callback), :func:`output` (streams to emit to),
+  :func:`loop` (re-key through ``<group>-loop``), :func:`join` (a co-partitioned table),
+  :func:`lookup` (any key of a table) and :func:`persist` (per-key state in ``<group>-table``).
+  The callback ``fn(ctx, msg)`` gets a :class:`Context`: ``value``, ``set_value``, ``delete``,
+  ``emit``, ``loopback``, ``join``, ``lookup``, ``fail``.
+* :class:`goka.tester.Tester` runs groups in-process for unit tests, through the same engine
+  core (:mod:`goka.engine`) as the Spark processor.
 * Codecs (:mod:`goka.codec`) turn values into bytes, wire compatible with Go Goka.
 * :class:`TopicManager` creates stream and (compacted) table topics and checks co-partitioning.
+
+Example::
+
+    from goka import Context, Int64Codec, StringCodec, define_group, input, persist
+
+    def count(ctx: Context[int], page: str) -> None:
+        ctx.set_value((ctx.value() or 0) + 1)
+
+    clicks = define_group("clicks", input("user-clicks", StringCodec(), count),
+                          persist(Int64Codec()))
 
 Errors all derive from :class:`GokaError` (see :mod:`goka.errors` for the tree).
 """

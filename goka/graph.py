@@ -222,7 +222,7 @@ def define_group(group: str, *edges: Edge | Iterable[Edge]) -> GroupGraph:
 
 
 def _check_group(group: str) -> Group:
-    if not isinstance(group, str) or not _TOPIC.match(f"{group}-table"):
+    if not isinstance(group, str) or not group or not _TOPIC.match(f"{group}-table"):
         raise GraphError(
             f"group name {group!r} is invalid: use 1-243 characters of A-Z a-z 0-9 . _ -"
         )

@@ -1,0 +1,78 @@
+"""A :class:`~goka.kafka.Producer` that writes into a :class:`~goka.tester.Tester`."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from goka.tester.tester import Record, Tester
+
+__all__ = ["TesterProducer"]
+
+
+class _Delivered:
+    """The delivery report of a message written into the tester."""
+
+    __slots__ = ("_record",)
+
+    def __init__(self, record: Record) -> None:
+        self._record = record
+
+    def topic(self) -> str:
+        return self._record.topic
+
+    def partition(self) -> int:
+        return self._record.partition
+
+    def offset(self) -> int:
+        return self._record.offset
+
+    def key(self) -> bytes:
+        return self._record.key.encode()
+
+    def latency(self) -> float:
+        return 0.0
+
+
+class TesterProducer:
+    """Writes produced messages into a tester and reports them delivered at once."""
+
+    def __init__(self, tester: Tester) -> None:
+        self._tester = tester
+
+    def produce(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: str | bytes | None,
+        *,
+        on_delivery: Any,
+        headers: Any = None,
+        timestamp: int = 0,
+        partition: int = -1,
+    ) -> None:
+        if not isinstance(key, str | bytes):
+            raise TypeError(f"keys are str or bytes, got {type(key).__name__}")
+        text = key.decode() if isinstance(key, bytes) else key
+        pairs = tuple(headers.items() if isinstance(headers, dict) else headers or ())
+        when = timestamp or int(time.time() * 1000)
+        record = self._tester.write(topic, text, value, pairs, when, partition)
+        on_delivery(None, _Delivered(record))
+
+    def poll(self, timeout: float) -> int:
+        time.sleep(min(timeout, 0.05))  # nothing is ever pending
+        return 0
+
+    def flush(self, timeout: float) -> int:
+        return 0
+
+    def purge(self) -> None:
+        pass
+
+    def __len__(self) -> int:
+        return 0
+
+    def partition_count(self, topic: str, timeout: float) -> int:
+        self._tester.codec(topic)  # raises for topics no group declares
+        return self._tester.partitions

@@ -1,0 +1,292 @@
+"""Run group graphs in-process, without Kafka or Spark, for unit tests (like Go Goka's tester).
+
+Example::
+
+    tester = Tester(click_count.graph)
+    tester.consume("user-clicks", "alice", "/home")
+    assert tester.table_value("clicks-table", "alice") == 1
+
+The tester runs the same engine core as the Spark processor. Values pass through the real codecs
+(encoded when consumed, decoded by the callbacks, encoded again when emitted), so codec mistakes
+show up in tests. Everything happens synchronously in :meth:`Tester.consume`: the message, then
+every emit, loopback and table update it causes, across all registered groups, in order.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from goka.codec import Codec
+from goka.context import EMIT, LOOP, TABLE
+from goka.engine import Effect, Engine, Message
+from goka.errors import ConfigurationError, GokaError
+from goka.graph import GroupGraph
+from goka.partitioner import partition_for
+
+__all__ = ["QueueTracker", "Record", "Tester"]
+
+
+@dataclass(frozen=True)
+class Record:
+    """A message as stored in one of the tester's topics."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: str
+    value: bytes | None
+    headers: tuple[tuple[str, bytes], ...]
+    timestamp: int
+
+
+class Tester:
+    """An in-memory Kafka for group graphs.
+
+    Args:
+        graphs: the groups to run; more can be added with :meth:`add`. Groups are connected
+            through their topics: one group's output can be another's input, and a group can
+            join or look up another group's table.
+        partitions: partitions of every topic (keys are spread by FNV-1a, like Goka).
+        max_messages: stop a :meth:`consume` that causes more messages than this (a loop).
+    """
+
+    __test__ = False  # not a pytest test class, though its name starts with "Test"
+
+    def __init__(self, *graphs: GroupGraph, partitions: int = 1, max_messages: int = 100_000):
+        if partitions < 1:
+            raise ConfigurationError(f"partitions must be at least 1, got {partitions}")
+        self.partitions = partitions
+        self.max_messages = max_messages
+        self._graphs: dict[str, GroupGraph] = {}
+        self._codecs: dict[str, Codec[Any]] = {}
+        self._consumers: dict[str, list[GroupGraph]] = {}
+        self._logs: dict[str, list[Record]] = {}
+        self._offsets: dict[tuple[str, int], int] = {}
+        self._tables: dict[str, dict[str, bytes]] = {}
+        self._engines: dict[tuple[str, int], Engine] = {}
+        self._pending: deque[tuple[GroupGraph, Record]] = deque()
+        for graph in graphs:
+            self.add(graph)
+
+    def add(self, graph: GroupGraph) -> None:
+        """Register a group graph.
+
+        Raises:
+            ConfigurationError: a group of that name is already registered.
+        """
+        if graph.group in self._graphs:
+            raise ConfigurationError(f"group {graph.group!r} is already registered")
+        self._graphs[graph.group] = graph
+        for edge in graph.edges():
+            topic = {"loop": graph.loop_topic, "persist": graph.table}.get(edge.kind, edge.topic)
+            self._codecs.setdefault(topic, edge.codec)
+            if edge.kind in ("persist", "join", "lookup"):
+                self._tables.setdefault(topic, {})
+        for topic in graph.input_topics():
+            self._consumers.setdefault(topic, []).append(graph)
+
+    # -- feeding and running ---------------------------------------------------------------------
+    def consume(
+        self,
+        topic: str,
+        key: str,
+        value: Any,
+        *,
+        headers: Mapping[str, bytes] | None = None,
+        timestamp: int | None = None,
+    ) -> Record:
+        """Write a message to ``topic`` (encoded with the topic's codec) and process everything
+        it causes. Returns the stored record.
+
+        Raises:
+            ConfigurationError: no registered group declares ``topic``.
+            CodecError: the topic's codec cannot encode ``value``.
+            ProcessingError: a callback failed (the message's effects are not applied).
+        """
+        data = None if value is None else self.codec(topic).encode(value)
+        return self.consume_raw(topic, key, data, headers=headers, timestamp=timestamp)
+
+    def consume_raw(
+        self,
+        topic: str,
+        key: str,
+        data: bytes | None,
+        *,
+        headers: Mapping[str, bytes] | None = None,
+        timestamp: int | None = None,
+    ) -> Record:
+        """Like :meth:`consume` with an already encoded value (e.g. to test bad input)."""
+        when = int(time.time() * 1000) if timestamp is None else timestamp
+        record = self._append(topic, key, data, tuple((headers or {}).items()), when)
+        self._run()
+        return record
+
+    def _append(
+        self, topic: str, key: str, data: bytes | None, headers: tuple[tuple[str, bytes], ...],
+        timestamp: int, partition: int | None = None,
+    ) -> Record:  # fmt: skip
+        if partition is None or partition < 0:
+            partition = partition_for(key.encode(), self.partitions)
+        offset = self._offsets.get((topic, partition), 0)
+        self._offsets[(topic, partition)] = offset + 1
+        record = Record(topic, partition, offset, key, data, headers, timestamp)
+        self._logs.setdefault(topic, []).append(record)
+        for graph in self._consumers.get(topic, ()):
+            self._pending.append((graph, record))
+        return record
+
+    def _run(self) -> None:
+        steps = 0
+        try:
+            while self._pending:
+                graph, record = self._pending.popleft()
+                steps += 1
+                if steps > self.max_messages:
+                    raise GokaError(
+                        f"one consume() caused more than {self.max_messages} messages; "
+                        "do groups emit to each other in a loop?"
+                    )
+                self._process(graph, record)
+        finally:
+            self._pending.clear()
+
+    def _process(self, graph: GroupGraph, record: Record) -> None:
+        message: Message = (
+            record.topic, record.offset, record.key.encode(), record.value, record.timestamp,
+            list(record.headers) or None,
+        )  # fmt: skip
+        result = self._engine(graph, record.partition).process([message])
+        for effect in result.effects:
+            self._apply(effect, record.partition)
+
+    def _engine(self, graph: GroupGraph, partition: int) -> Engine:
+        engine = self._engines.get((graph.group, partition))
+        if engine is None:
+            readers = {
+                t: self._tables.setdefault(t, {}).get for t in (*graph.joins, *graph.lookups)
+            }
+            store = self._tables.setdefault(graph.table, {}).get
+            engine = Engine(graph, partition, store=store, tables=readers, pause_gc=False)
+            self._engines[(graph.group, partition)] = engine
+        return engine
+
+    def _apply(self, effect: Effect, partition: int) -> None:
+        kind, topic, key, data, headers, source = effect
+        if kind == TABLE:
+            table = self._tables.setdefault(topic, {})
+            if data is None:
+                table.pop(key, None)
+            else:
+                table[key] = data
+            self._append(topic, key, data, (), source[4], partition)
+        elif kind in (EMIT, LOOP):
+            self._append(topic, key, data, tuple(headers or ()), source[4])
+
+    # -- tables ------------------------------------------------------------------------------------
+    def table_value(self, table: str, key: str) -> Any:
+        """Return the decoded value of ``key`` in ``table`` (a group table or a joined table)."""
+        data = self._table(table).get(key)
+        return None if data is None else self.codec(table).decode(data)
+
+    def set_table_value(self, table: str, key: str, value: Any) -> None:
+        """Seed ``table`` (e.g. a joined or looked-up table) with ``value`` for ``key``.
+
+        ``None`` deletes the key. Nothing is processed: tables are read, not consumed.
+        """
+        target = self._table(table)
+        if value is None:
+            target.pop(key, None)
+        else:
+            target[key] = self.codec(table).encode(value)
+
+    def table(self, table: str) -> dict[str, Any]:
+        """Return a decoded copy of all of ``table``."""
+        decode = self.codec(table).decode
+        return {key: decode(data) for key, data in self._table(table).items()}
+
+    def _table(self, table: str) -> dict[str, bytes]:
+        if table not in self._tables:
+            known = ", ".join(sorted(self._tables)) or "none"
+            raise ConfigurationError(f"{table!r} is not a table of a registered group ({known})")
+        return self._tables[table]
+
+    # -- topics ------------------------------------------------------------------------------------
+    def codec(self, topic: str) -> Codec[Any]:
+        """Return the codec the registered groups declare for ``topic``.
+
+        Raises:
+            ConfigurationError: no registered group declares ``topic``.
+        """
+        codec = self._codecs.get(topic)
+        if codec is None:
+            known = ", ".join(sorted(self._codecs)) or "none"
+            raise ConfigurationError(f"no registered group declares topic {topic!r} ({known})")
+        return codec
+
+    def messages(self, topic: str) -> list[Record]:
+        """Every message written to ``topic`` so far, in the order written."""
+        return list(self._logs.get(topic, ()))
+
+    def queue_tracker(self, topic: str) -> QueueTracker:
+        """Return a tracker of the messages written to ``topic`` from now on."""
+        return QueueTracker(self, topic, self.codec(topic))
+
+    def producer_builder(self, config: Mapping[str, Any]) -> Any:
+        """Build a producer writing into this tester: ``Emitter(..., producer_builder=this)``.
+
+        Emitted messages are processed at once, before ``emit`` returns.
+        """
+        from goka.tester.producer import TesterProducer
+
+        return TesterProducer(self)
+
+    def write(
+        self, topic: str, key: str, data: bytes | None, headers: tuple[tuple[str, bytes], ...],
+        timestamp: int, partition: int | None = None,
+    ) -> Record:  # fmt: skip
+        """Append an encoded message to ``topic`` and process what it causes (for producers)."""
+        record = self._append(topic, key, data, headers, timestamp, partition)
+        self._run()
+        return record
+
+
+class QueueTracker:
+    """Reads the messages written to one topic, decoded, starting where it was created."""
+
+    def __init__(self, tester: Tester, topic: str, codec: Codec[Any]) -> None:
+        self.topic = topic
+        self._tester = tester
+        self._decode = codec.decode
+        self._position = len(tester._logs.get(topic, ()))
+
+    @property
+    def hwm(self) -> int:
+        """How many messages the topic holds (its high water mark, over all partitions)."""
+        return len(self._tester._logs.get(self.topic, ()))
+
+    @property
+    def next_offset(self) -> int:
+        """The position of the next message to read."""
+        return self._position
+
+    def next(self) -> tuple[str, Any] | None:
+        """Return the next ``(key, value)``, or None if none is left."""
+        log = self._tester._logs.get(self.topic, ())
+        if self._position >= len(log):
+            return None
+        record = log[self._position]
+        self._position += 1
+        return record.key, None if record.value is None else self._decode(record.value)
+
+    def __iter__(self) -> Iterator[tuple[str, Any]]:
+        """Yield the remaining ``(key, value)`` pairs."""
+        while (item := self.next()) is not None:
+            yield item
+
+    def __len__(self) -> int:
+        """Messages not read yet."""
+        return self.hwm - self._position

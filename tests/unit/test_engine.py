@@ -1,0 +1,292 @@
+"""The engine core and the context callbacks see, driven directly (no tester, no Kafka)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import gc
+from typing import Any
+
+import pytest
+
+from goka import (
+    CodecError,
+    ConfigurationError,
+    ContextError,
+    Int64Codec,
+    JsonCodec,
+    ProcessingError,
+    StringCodec,
+    define_group,
+    input,
+    join,
+    lookup,
+    loop,
+    output,
+    persist,
+)
+from goka.context import EMIT, LOOP, TABLE, Context
+from goka.engine import Engine, Message
+
+
+def msg(offset: int, key: str | None, value: bytes | None, topic: str = "in", *,
+        timestamp: int = 1_700_000_000_000, headers: Any = None) -> Message:  # fmt: skip
+    return (topic, offset, None if key is None else key.encode(), value, timestamp, headers)
+
+
+def counter(ctx: Context[int], m: Any) -> None:
+    ctx.set_value((ctx.value() or 0) + 1)
+
+
+COUNT = define_group("count", input("in", StringCodec(), counter), persist(Int64Codec()))
+
+
+def test_state_changes_are_visible_to_the_next_message_of_the_key() -> None:
+    engine = Engine(COUNT, 0, store={}.get)
+    result = engine.process([msg(0, "a", b"x"), msg(1, "b", b"x"), msg(2, "a", b"x")])
+    assert [(e[0], e[1], e[2], e[3]) for e in result.effects] == [
+        (TABLE, "count-table", "a", b"1"),
+        (TABLE, "count-table", "b", b"1"),
+        (TABLE, "count-table", "a", b"2"),
+    ]
+    assert result.changes() == {"a": b"2", "b": b"1"}
+    assert result.processed == 3
+
+
+def test_committed_state_is_read_from_the_store() -> None:
+    store = {"a": b"41"}
+    result = Engine(COUNT, 0, store=store.get).process([msg(5, "a", b"x")])
+    assert result.changes() == {"a": b"42"}
+
+
+def test_every_effect_names_its_source_message() -> None:
+    message = msg(7, "a", b"x")
+    (effect,) = Engine(COUNT, 0, store={}.get).process([message]).effects
+    assert effect[5] is message
+
+
+def test_context_describes_the_message() -> None:
+    seen: dict[str, Any] = {}
+
+    def inspect(ctx: Context[Any], m: Any) -> None:
+        seen.update(group=ctx.group, topic=ctx.topic, partition=ctx.partition, offset=ctx.offset,
+                    key=ctx.key, timestamp=ctx.timestamp, ms=ctx.timestamp_ms,
+                    headers=ctx.headers, msg=m, repr=repr(ctx))  # fmt: skip
+
+    graph = define_group("g", input("in", JsonCodec(), inspect))
+    Engine(graph, 3, store={}.get).process(
+        [msg(9, "k", b'{"n":1}', timestamp=1_700_000_000_123, headers=[("h", b"v")])]
+    )
+    assert seen == {
+        "group": "g", "topic": "in", "partition": 3, "offset": 9, "key": "k",
+        "timestamp": dt.datetime(2023, 11, 14, 22, 13, 20, 123000, tzinfo=dt.UTC),
+        "ms": 1_700_000_000_123, "headers": {"h": b"v"}, "msg": {"n": 1},
+        "repr": "<Context group='g' topic='in' partition=3 offset=9 key='k'>",
+    }  # fmt: skip
+
+
+def test_null_values_reach_the_callback_as_none_and_missing_keys_as_empty() -> None:
+    seen: list[Any] = []
+    graph = define_group("g", input("in", StringCodec(), lambda ctx, m: seen.append((ctx.key, m))))
+    Engine(graph, 0, store={}.get).process([msg(0, "k", None), msg(1, None, b"v")])
+    assert seen == [("k", None), ("", "v")]
+
+
+def test_delete_writes_a_tombstone_and_forgets_the_value() -> None:
+    values: list[Any] = []
+
+    def handle(ctx: Context[int], m: str) -> None:
+        if m == "del":
+            ctx.delete()
+        else:
+            values.append(ctx.value())
+
+    graph = define_group("g", input("in", StringCodec(), handle), persist(Int64Codec()))
+    result = Engine(graph, 0, store={"k": b"5"}.get).process(
+        [msg(0, "k", b"get"), msg(1, "k", b"del"), msg(2, "k", b"get")]
+    )
+    assert values == [5, None]
+    assert [(e[0], e[2], e[3]) for e in result.effects] == [(TABLE, "k", None)]
+    assert result.changes() == {"k": None}
+
+
+def test_emit_and_loopback_keep_their_order_with_table_updates() -> None:
+    def handle(ctx: Context[int], m: Any) -> None:
+        ctx.emit("out", "x-" + ctx.key, {"seen": m}, headers={"trace": b"1"})
+        ctx.set_value(1)
+        ctx.loopback("other", "again")
+        ctx.emit("out", "gone", None)
+
+    graph = define_group("g", input("in", StringCodec(), handle), output("out", JsonCodec()),
+                         loop(StringCodec(), lambda ctx, m: None), persist(Int64Codec()))  # fmt: skip
+    result = Engine(graph, 0, store={}.get).process([msg(0, "k", b"v")])
+    assert [e[:5] for e in result.effects] == [
+        (EMIT, "out", "x-k", b'{"seen":"v"}', [("trace", b"1")]),
+        (TABLE, "g-table", "k", b"1", None),
+        (LOOP, "g-loop", "other", b"again", None),
+        (EMIT, "out", "gone", None, None),
+    ]
+
+
+def test_loop_messages_are_routed_to_the_loop_callback() -> None:
+    seen: list[Any] = []
+    graph = define_group("g", input("in", StringCodec(), lambda ctx, m: None),
+                         loop(JsonCodec(), lambda ctx, m: seen.append((ctx.topic, ctx.key, m))))  # fmt: skip
+    Engine(graph, 0, store={}.get).process([msg(0, "k", b"[1]", topic="g-loop")])
+    assert seen == [("g-loop", "k", [1])]
+
+
+def test_join_reads_the_same_key_and_lookup_any_key() -> None:
+    seen: list[Any] = []
+
+    def handle(ctx: Context[Any], m: str) -> None:
+        seen.append((ctx.join("profiles"), ctx.lookup("devices", m), ctx.lookup("devices", "none")))
+
+    graph = define_group("g", input("in", StringCodec(), handle), join("profiles", JsonCodec()),
+                         lookup("devices", StringCodec()))  # fmt: skip
+    tables = {"profiles": {"alice": b'{"age":30}'}.get, "devices": {"d1": b"phone"}.get}
+    Engine(graph, 0, store={}.get, tables=tables).process([msg(0, "alice", b"d1")])
+    assert seen == [({"age": 30}, "phone", None)]
+
+
+def test_tables_without_readers_are_refused_at_construction() -> None:
+    graph = define_group("g", input("in", StringCodec(), counter), join("profiles", JsonCodec()))
+    with pytest.raises(ConfigurationError, match=r"group 'g': no reader for tables \['profiles'\]"):
+        Engine(graph, 0, store={}.get)
+
+
+def test_unknown_policy_is_refused() -> None:
+    with pytest.raises(ConfigurationError, match="on_error must be one of"):
+        Engine(COUNT, 0, store={}.get, on_error="ignore")  # type: ignore[arg-type]
+
+
+def _fails(graph: Any, message: Message, match: str, **kwargs: Any) -> ProcessingError:
+    with pytest.raises(ProcessingError, match=match) as info:
+        Engine(graph, 2, store={}.get, **kwargs).process([msg(0, "ok", b"v"), message])
+    return info.value
+
+
+@pytest.mark.parametrize(
+    ("handler", "expected", "cause"),
+    [
+        (lambda ctx, m: ctx.emit("nowhere", "k", "v"),
+         "cannot emit to 'nowhere': not an output edge .outputs: none.", ContextError),
+        (lambda ctx, m: ctx.loopback("k", "v"), "has no loop edge", ContextError),
+        (lambda ctx, m: ctx.set_value(1), "has no persist edge; declare persist", ContextError),
+        (lambda ctx, m: ctx.value(), "has no persist edge, so keys have no value", ContextError),
+        (lambda ctx, m: ctx.delete(), "has no persist edge", ContextError),
+        (lambda ctx, m: ctx.join("t"), "'t' is not a join table .joins: none.", ContextError),
+        (lambda ctx, m: ctx.lookup("t", "k"), "'t' is not a lookup table", ContextError),
+        (lambda ctx, m: 1 / 0, "callback .*<lambda> raised ZeroDivisionError: division by zero", ZeroDivisionError),
+    ],
+)  # fmt: skip
+def test_misuse_and_exceptions_name_the_message(handler: Any, expected: str, cause: type) -> None:
+    graph = define_group(
+        "g", input("in", StringCodec(), lambda ctx, m: m == "bad" and handler(ctx, m))
+    )
+    error = _fails(graph, msg(41, "user-1", b"bad"), expected)
+    assert (error.group, error.topic, error.partition, error.offset, error.key) == (
+        "g",
+        "in",
+        2,
+        41,
+        "user-1",
+    )
+    assert str(error).startswith("group 'g': topic 'in' partition 2 offset 41 key 'user-1': ")
+    assert isinstance(error.__cause__, cause)
+
+
+def test_set_value_none_is_refused() -> None:
+    graph = define_group("g", input("in", StringCodec(), lambda ctx, m: ctx.set_value(None)),
+                         persist(Int64Codec()))  # fmt: skip
+    _fails(graph, msg(1, "k", b"v"), r"set_value\(None\) is not allowed; call delete\(\)")
+
+
+def test_values_the_codec_cannot_encode_fail_the_message() -> None:
+    graph = define_group("g", input("in", StringCodec(), lambda ctx, m: ctx.set_value("text")),
+                         persist(Int64Codec()))  # fmt: skip
+    error = _fails(graph, msg(1, "k", b"v"), "int64 codec: expected int, got str")
+    assert isinstance(error.__cause__, CodecError)
+
+
+def test_undecodable_values_fail_with_the_codec_error() -> None:
+    graph = define_group("g", input("in", Int64Codec(), lambda ctx, m: None))
+    error = _fails(
+        graph, msg(3, "k", b"twelve"), "cannot decode the value: int64 codec: expected decimal"
+    )
+    assert isinstance(error.__cause__, CodecError)
+
+
+def test_invalid_utf8_keys_and_unknown_topics_fail() -> None:
+    graph = define_group("g", input("in", StringCodec(), lambda ctx, m: None))
+    _fails(graph, ("in", 3, b"\xff", b"v", 0, None), "key is not valid UTF-8")
+    _fails(graph, msg(3, "k", b"v", topic="elsewhere"), "no input edge for topic 'elsewhere'")
+
+
+def _flaky(ctx: Context[int], m: str) -> None:
+    ctx.set_value((ctx.value() or 0) + 1)
+    ctx.emit("out", ctx.key, m)
+    if m == "boom":
+        raise RuntimeError("boom")
+
+
+FLAKY = define_group("g", input("in", StringCodec(), _flaky), output("out", StringCodec()),
+                     persist(Int64Codec()))  # fmt: skip
+
+
+@pytest.mark.parametrize("policy", ["skip", "dead_letter"])
+def test_skip_policies_roll_back_the_failed_message(policy: Any) -> None:
+    messages = [msg(0, "k", b"a"), msg(1, "k", b"boom"), msg(2, "k", b"b")]
+    result = Engine(FLAKY, 0, store={}.get, on_error=policy).process(messages)
+    assert [(e[0], e[3]) for e in result.effects] == [
+        (TABLE, b"1"),
+        (EMIT, b"a"),
+        (TABLE, b"2"),
+        (EMIT, b"b"),
+    ]  # the failed message's table update and emit are gone; its count did not stick
+    ((error, failed),) = result.failed
+    assert failed is messages[1]
+    assert error.offset == 1 and isinstance(error.__cause__, RuntimeError)
+
+
+def test_ctx_fail_stops_processing_whatever_the_policy() -> None:
+    def handle(ctx: Context[Any], m: str) -> None:
+        ctx.fail(ValueError("poison"))
+
+    graph = define_group("g", input("in", StringCodec(), handle))
+    with pytest.raises(ProcessingError, match=r"ctx.fail\(\): poison") as info:
+        Engine(graph, 0, store={}.get, on_error="skip").process([msg(0, "k", b"v")])
+    assert isinstance(info.value.__cause__, ValueError)
+
+
+def test_mutable_state_is_not_shared_between_messages() -> None:
+    seen: list[Any] = []
+
+    def handle(ctx: Context[dict[str, int]], m: str) -> None:
+        state = ctx.value() or {"n": 0}
+        seen.append(dict(state))
+        state["n"] += 100  # mutated, never set: must not leak into the next message
+        if m == "set":
+            ctx.set_value({"n": 1})
+
+    graph = define_group("g", input("in", StringCodec(), handle), persist(JsonCodec()))
+    Engine(graph, 0, store={"k": b'{"n":5}'}.get).process(
+        [msg(0, "k", b"get"), msg(1, "k", b"get"), msg(2, "k", b"set"), msg(3, "k", b"get")]
+    )
+    assert seen == [{"n": 5}, {"n": 5}, {"n": 5}, {"n": 1}]
+
+
+def test_gc_is_paused_during_a_batch_and_restored() -> None:
+    states: list[bool] = []
+    graph = define_group(
+        "g", input("in", StringCodec(), lambda ctx, m: states.append(gc.isenabled()))
+    )
+    Engine(graph, 0, store={}.get).process([msg(0, "k", b"v")])
+    Engine(graph, 0, store={}.get, pause_gc=False).process([msg(0, "k", b"v")])
+    assert states == [False, True]
+    assert gc.isenabled()
+
+
+def test_a_batch_is_independent_of_the_previous_one() -> None:
+    engine = Engine(COUNT, 0, store={}.get)  # the driver did not commit batch 1
+    engine.process([msg(0, "a", b"x")])
+    assert engine.process([msg(1, "a", b"x")]).changes() == {"a": b"1"}
