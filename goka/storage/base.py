@@ -1,0 +1,120 @@
+"""The storage protocol shared by views and processors, and what both implementations share.
+
+A storage holds one table's values (string keys, byte values) and the Kafka offsets its content
+reflects, per (topic, partition). Values and offsets change together in one atomic
+:class:`WriteBatch`, so after a crash a storage is exactly at the offsets it records.
+
+Concurrency contract (both implementations): many threads may read (``get``, ``has``, ``items``,
+``offsets``) while one thread writes (``write``). A read sees each batch entirely or not at all;
+an iteration sees the storage as it was when the iteration started.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Protocol
+
+__all__ = ["FORMAT", "Storage", "StorageInfo", "WriteBatch", "prefix_end"]
+
+#: Version of the on-disk layout; a storage written with another one is refused.
+FORMAT = "goka-py-1"
+
+
+@dataclass
+class WriteBatch:
+    """Changes to apply atomically: values (None deletes) and offsets.
+
+    Build it, then hand it to :meth:`Storage.write`. Later changes to a key win.
+    """
+
+    values: dict[str, bytes | None] = field(default_factory=dict)
+    offsets: dict[tuple[str, int], int] = field(default_factory=dict)
+
+    def set(self, key: str, value: bytes) -> None:
+        """Set ``key`` to ``value``."""
+        self.values[key] = value
+
+    def delete(self, key: str) -> None:
+        """Delete ``key``."""
+        self.values[key] = None
+
+    def set_offset(self, topic: str, partition: int, offset: int) -> None:
+        """Record that the content reflects ``topic``/``partition`` up to ``offset`` (exclusive:
+        the next offset to read)."""
+        self.offsets[(topic, partition)] = offset
+
+    def __len__(self) -> int:
+        return len(self.values) + len(self.offsets)
+
+
+@dataclass(frozen=True)
+class StorageInfo:
+    """What a storage says about itself."""
+
+    table: str
+    format: str
+    path: str | None
+
+
+class Storage(Protocol):
+    """One table's local state. See the module docstring for the concurrency contract."""
+
+    @property
+    def info(self) -> StorageInfo:
+        """The table this storage belongs to, its format and location."""
+        ...
+
+    def get(self, key: str) -> bytes | None:
+        """Return the value of ``key``, or None."""
+        ...
+
+    def has(self, key: str) -> bool:
+        """Return True if ``key`` has a value."""
+        ...
+
+    def items(
+        self,
+        *,
+        start: str | None = None,
+        stop: str | None = None,
+        prefix: str | None = None,
+        reverse: bool = False,
+    ) -> Iterator[tuple[str, bytes]]:
+        """Yield ``(key, value)`` in key order (UTF-8 byte order).
+
+        Args:
+            start: first key (inclusive).
+            stop: last key (exclusive).
+            prefix: only keys starting with this; combines with ``start``/``stop``.
+            reverse: from the last key to the first.
+        """
+        ...
+
+    def offsets(self) -> dict[tuple[str, int], int]:
+        """Return the recorded ``{(topic, partition): next offset}``."""
+        ...
+
+    def write(self, batch: WriteBatch) -> None:
+        """Apply ``batch`` atomically (values and offsets together)."""
+        ...
+
+    def count(self) -> int:
+        """Return the number of keys (a full scan on LevelDB)."""
+        ...
+
+    def clear(self) -> None:
+        """Delete every value and offset (keeping the table name)."""
+        ...
+
+    def close(self) -> None:
+        """Release the storage. Idempotent."""
+        ...
+
+
+def prefix_end(prefix: bytes) -> bytes | None:
+    """Return the smallest byte string greater than every string starting with ``prefix``."""
+    trimmed = prefix.rstrip(b"\xff")
+    if not trimmed:
+        return None
+    return trimmed[:-1] + bytes([trimmed[-1] + 1])

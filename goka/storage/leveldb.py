@@ -1,0 +1,182 @@
+"""LevelDB storage (plyvel): the default for views and processors.
+
+On-disk layout, one LevelDB directory per storage: ``m<name>`` metadata (table, format),
+``o<topic>\\0<partition, 4 bytes big-endian>`` offsets (decimal), ``d<key>`` values. The ``d``
+prefix keeps values contiguous and in key order for range scans.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import Iterator
+from pathlib import Path
+
+import plyvel
+
+from goka.errors import StorageError
+from goka.storage.base import FORMAT, StorageInfo, WriteBatch, prefix_end
+
+__all__ = ["LevelDBStorage"]
+
+_DATA, _OFFSET, _META = b"d", b"o", b"m"
+_PARTITION = struct.Struct(">I")
+
+
+def _offset_key(topic: str, partition: int) -> bytes:
+    return _OFFSET + topic.encode() + b"\x00" + _PARTITION.pack(partition)
+
+
+class LevelDBStorage:
+    """A table's state in a LevelDB directory. Thread-safe (see :mod:`goka.storage.base`).
+
+    Args:
+        path: the directory; created if missing.
+        table: the table it holds; a directory holding another table is refused.
+        sync: fsync every write (slower; the table topic can rebuild a lost tail anyway).
+        cache_mb: LevelDB block cache size.
+
+    Raises:
+        StorageError: the directory is locked by another storage, corrupt, not a LevelDB, not
+            written by goka-py, of another table or of another format.
+    """
+
+    def __init__(
+        self, path: str | os.PathLike[str], table: str, *, sync: bool = False, cache_mb: int = 64
+    ) -> None:
+        self.path = Path(path)
+        self.table = table
+        self.sync = sync
+        self._refuse_foreign_directory()
+        self._db = self._open(cache_mb)
+        try:
+            self._check_metadata()
+        except StorageError:
+            self._db.close()
+            raise
+
+    def _refuse_foreign_directory(self) -> None:
+        if self.path.is_dir() and any(self.path.iterdir()) and not (self.path / "CURRENT").exists():
+            raise StorageError(
+                f"{self.path} is not empty and not a LevelDB directory (no CURRENT file); "
+                f"refusing to write storage for table {self.table!r} into it"
+            )
+        if self.path.exists() and not self.path.is_dir():
+            raise StorageError(f"{self.path} exists and is not a directory")
+
+    def _open(self, cache_mb: int) -> plyvel.DB:
+        self.path.mkdir(parents=True, exist_ok=True)
+        try:
+            return plyvel.DB(
+                str(self.path), create_if_missing=True, lru_cache_size=cache_mb << 20,
+                bloom_filter_bits=10,
+            )  # fmt: skip
+        except plyvel.CorruptionError as exc:
+            raise StorageError(
+                f"LevelDB at {self.path} is corrupt ({exc}); delete the directory to rebuild it "
+                "from the table topic"
+            ) from exc
+        except plyvel.IOError as exc:
+            raise StorageError(f"cannot open LevelDB at {self.path}: {exc}") from exc
+
+    def _check_metadata(self) -> None:
+        found_table = self._db.get(_META + b"table")
+        found_format = self._db.get(_META + b"format")
+        if found_table is None:
+            if next(self._db.iterator(include_value=False), None) is not None:
+                raise StorageError(
+                    f"LevelDB at {self.path} was not written by goka-py (no metadata); "
+                    f"refusing to use it for table {self.table!r}"
+                )
+            with self._db.write_batch(sync=True) as batch:
+                batch.put(_META + b"table", self.table.encode())
+                batch.put(_META + b"format", FORMAT.encode())
+            return
+        if found_table.decode() != self.table:
+            raise StorageError(
+                f"LevelDB at {self.path} holds table {found_table.decode()!r}, not {self.table!r}"
+            )
+        if found_format is None or found_format.decode() != FORMAT:
+            raise StorageError(
+                f"LevelDB at {self.path} has format {found_format!r}, expected {FORMAT!r}; "
+                "delete it to rebuild from the table topic"
+            )
+
+    @property
+    def info(self) -> StorageInfo:
+        return StorageInfo(self.table, FORMAT, str(self.path))
+
+    def get(self, key: str) -> bytes | None:
+        value: bytes | None = self._db.get(_DATA + key.encode())
+        return value
+
+    def has(self, key: str) -> bool:
+        return self._db.get(_DATA + key.encode()) is not None
+
+    def items(
+        self,
+        *,
+        start: str | None = None,
+        stop: str | None = None,
+        prefix: str | None = None,
+        reverse: bool = False,
+    ) -> Iterator[tuple[str, bytes]]:
+        low = _DATA + (start or "").encode()
+        high = _DATA + stop.encode() if stop is not None else prefix_end(_DATA)
+        if prefix:
+            scoped = _DATA + prefix.encode()
+            low = max(low, scoped)
+            end = prefix_end(scoped)
+            high = end if high is None else min(high, end) if end is not None else high
+        iterator = self._db.iterator(start=low, stop=high, reverse=reverse)
+        with iterator:
+            for key, value in iterator:
+                yield key[1:].decode(), value
+
+    def offsets(self) -> dict[tuple[str, int], int]:
+        found = {}
+        for key, value in self._db.iterator(prefix=_OFFSET):
+            topic, partition = key[1:-5], key[-4:]  # topic, NUL, 4-byte partition
+            found[(topic.decode(), _PARTITION.unpack(partition)[0])] = int(value)
+        return found
+
+    def write(self, batch: WriteBatch) -> None:
+        try:
+            with self._db.write_batch(sync=self.sync) as wb:
+                put, delete = wb.put, wb.delete
+                for key, value in batch.values.items():
+                    if value is None:
+                        delete(_DATA + key.encode())
+                    else:
+                        put(_DATA + key.encode(), value)
+                for (topic, partition), offset in batch.offsets.items():
+                    put(_offset_key(topic, partition), b"%d" % offset)
+        except plyvel.Error as exc:
+            raise StorageError(f"writing to LevelDB at {self.path} failed: {exc}") from exc
+
+    def count(self) -> int:
+        return sum(1 for _ in self._db.iterator(prefix=_DATA, include_value=False))
+
+    def clear(self) -> None:
+        for prefix in (_DATA, _OFFSET):
+            with self._db.write_batch() as wb:
+                for key in self._db.iterator(prefix=prefix, include_value=False):
+                    wb.delete(key)
+
+    def close(self) -> None:
+        if not self._db.closed:
+            self._db.close()
+
+    @property
+    def closed(self) -> bool:
+        """True once closed."""
+        return bool(self._db.closed)
+
+    def __enter__(self) -> LevelDBStorage:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"LevelDBStorage({str(self.path)!r}, table={self.table!r})"

@@ -1,0 +1,91 @@
+"""In-memory storage: for the tester, for small tables, and for tests of storage users."""
+
+from __future__ import annotations
+
+import threading
+from bisect import bisect_left
+from collections.abc import Iterator
+
+from goka.storage.base import FORMAT, StorageInfo, WriteBatch
+
+__all__ = ["MemoryStorage"]
+
+
+class MemoryStorage:
+    """A table's state in a dict. Thread-safe (see :mod:`goka.storage.base`); lost on exit.
+
+    Range scans sort the keys once per scan (``O(n log n)``): fine for small tables.
+    """
+
+    def __init__(self, table: str) -> None:
+        self.table = table
+        self._values: dict[str, bytes] = {}
+        self._offsets: dict[tuple[str, int], int] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+
+    @property
+    def info(self) -> StorageInfo:
+        return StorageInfo(self.table, FORMAT, None)
+
+    def get(self, key: str) -> bytes | None:
+        return self._values.get(key)
+
+    def has(self, key: str) -> bool:
+        return key in self._values
+
+    def items(
+        self,
+        *,
+        start: str | None = None,
+        stop: str | None = None,
+        prefix: str | None = None,
+        reverse: bool = False,
+    ) -> Iterator[tuple[str, bytes]]:
+        with self._lock:  # a consistent snapshot, as a LevelDB iterator has
+            snapshot = dict(self._values)
+        keys = sorted(snapshot, key=str.encode)  # UTF-8 byte order, like LevelDB
+        encoded = [k.encode() for k in keys]
+        low = bisect_left(encoded, max((start or "").encode(), (prefix or "").encode()))
+        high = len(keys) if stop is None else bisect_left(encoded, stop.encode())
+        selected = [k for k in keys[low:high] if not prefix or k.startswith(prefix)]
+        for key in reversed(selected) if reverse else selected:
+            yield key, snapshot[key]
+
+    def offsets(self) -> dict[tuple[str, int], int]:
+        with self._lock:
+            return dict(self._offsets)
+
+    def write(self, batch: WriteBatch) -> None:
+        with self._lock:
+            for key, value in batch.values.items():
+                if value is None:
+                    self._values.pop(key, None)
+                else:
+                    self._values[key] = value
+            self._offsets.update(batch.offsets)
+
+    def count(self) -> int:
+        return len(self._values)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._values.clear()
+            self._offsets.clear()
+
+    def close(self) -> None:
+        self._closed = True
+
+    @property
+    def closed(self) -> bool:
+        """True once closed."""
+        return self._closed
+
+    def __enter__(self) -> MemoryStorage:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"MemoryStorage(table={self.table!r}, {len(self._values)} keys)"

@@ -1,0 +1,187 @@
+"""One contract for every storage implementation, plus LevelDB's own failure modes."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from goka import StorageError
+from goka.storage import LevelDBStorage, MemoryStorage, Storage, WriteBatch
+
+
+@pytest.fixture(params=["leveldb", "memory"])
+def make_storage(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> Iterator[Callable[..., Storage]]:
+    opened: list[Storage] = []
+
+    def make(table: str = "t-table") -> Storage:
+        storage: Storage = (LevelDBStorage(tmp_path / "db", table) if request.param == "leveldb"
+                            else MemoryStorage(table))  # fmt: skip
+        opened.append(storage)
+        return storage
+
+    yield make
+    for storage in opened:
+        storage.close()
+
+
+def batch(values: dict[str, bytes | None] | None = None, **offsets: int) -> WriteBatch:
+    wb = WriteBatch()
+    for key, value in (values or {}).items():
+        wb.delete(key) if value is None else wb.set(key, value)
+    for name, offset in offsets.items():
+        topic, _, partition = name.rpartition("_")
+        wb.set_offset(topic, int(partition), offset)
+    return wb
+
+
+def test_get_has_set_delete(make_storage: Callable[..., Storage]) -> None:
+    storage = make_storage()
+    assert storage.get("a") is None and not storage.has("a")
+    storage.write(batch({"a": b"1", "b": b""}))
+    assert storage.get("a") == b"1" and storage.has("a")
+    assert storage.get("b") == b"" and storage.has("b")  # empty values are values
+    storage.write(batch({"a": None}))
+    assert storage.get("a") is None and not storage.has("a")
+    assert storage.count() == 1
+
+
+def test_values_and_offsets_are_written_together(make_storage: Callable[..., Storage]) -> None:
+    storage = make_storage()
+    storage.write(batch({"k": b"v"}, clicks_0=10, clicks_3=7))
+    storage.write(batch({}, clicks_0=12))
+    assert storage.offsets() == {("clicks", 0): 12, ("clicks", 3): 7}
+
+
+def test_topics_with_underscores_and_many_partitions(make_storage: Callable[..., Storage]) -> None:
+    storage = make_storage()
+    wb = WriteBatch()
+    wb.set_offset("a_b.c-d", 300, 1)
+    wb.set_offset("a", 0, 2**40)
+    storage.write(wb)
+    assert storage.offsets() == {("a_b.c-d", 300): 1, ("a", 0): 2**40}
+
+
+def test_items_in_key_order_with_ranges_prefixes_and_reverse(
+    make_storage: Callable[..., Storage],
+) -> None:
+    storage = make_storage()
+    keys = ["user-1", "user-10", "user-2", "admin", "user-3", "zoë", "u"]
+    storage.write(batch({k: k.upper().encode() for k in keys}))
+    everything = [k for k, _ in storage.items()]
+    assert everything == sorted(keys, key=str.encode)
+    assert [k for k, _ in storage.items(prefix="user-")] == [
+        "user-1",
+        "user-10",
+        "user-2",
+        "user-3",
+    ]
+    assert [k for k, _ in storage.items(start="user-10", stop="user-3")] == ["user-10", "user-2"]
+    assert [k for k, _ in storage.items(prefix="user-", start="user-2")] == ["user-2", "user-3"]
+    assert [k for k, _ in storage.items(prefix="user-", stop="user-2")] == ["user-1", "user-10"]
+    assert [k for k, _ in storage.items(prefix="user-", reverse=True)][:2] == ["user-3", "user-2"]
+    assert dict(storage.items(prefix="zo")) == {"zoë": "ZOË".encode()}
+    assert list(storage.items(prefix="nothing")) == []
+
+
+def test_iteration_sees_a_snapshot(make_storage: Callable[..., Storage]) -> None:
+    storage = make_storage()
+    storage.write(batch({f"k{i:03}": b"x" for i in range(100)}))
+    seen = 0
+    for key, _ in storage.items():
+        if seen == 0:
+            storage.write(batch({"k050": None, "k999": b"new"}))
+        seen += 1
+    assert seen == 100
+
+
+def test_clear_keeps_the_table(make_storage: Callable[..., Storage]) -> None:
+    storage = make_storage()
+    storage.write(batch({"a": b"1"}, t_0=5))
+    storage.clear()
+    assert storage.count() == 0 and storage.offsets() == {}
+    assert storage.info.table == "t-table"
+
+
+def test_readers_see_whole_batches_while_one_writer_writes(
+    make_storage: Callable[..., Storage],
+) -> None:
+    storage = make_storage()
+    stop = threading.Event()
+    torn: list[tuple[bytes | None, bytes | None]] = []
+
+    def writer() -> None:
+        for i in range(2_000):
+            storage.write(batch({"a": b"%d" % i, "b": b"%d" % i}))
+        stop.set()
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    while not stop.is_set():
+        snapshot = dict(storage.items())
+        if snapshot and snapshot.get("a") != snapshot.get("b"):
+            torn.append((snapshot.get("a"), snapshot.get("b")))
+    thread.join()
+    assert torn == []
+    assert storage.get("a") == b"1999"
+
+
+def test_close_is_idempotent(make_storage: Callable[..., Storage]) -> None:
+    storage = make_storage()
+    storage.close()
+    storage.close()
+
+
+# -- LevelDB only ------------------------------------------------------------------------------
+
+
+def test_leveldb_survives_reopening(tmp_path: Path) -> None:
+    with LevelDBStorage(tmp_path / "db", "t") as storage:
+        storage.write(batch({"k": b"v"}, t_1=9))
+    with LevelDBStorage(tmp_path / "db", "t") as storage:
+        assert storage.get("k") == b"v"
+        assert storage.offsets() == {("t", 1): 9}
+        assert storage.info.path == str(tmp_path / "db")
+
+
+def test_leveldb_of_another_table_is_refused(tmp_path: Path) -> None:
+    LevelDBStorage(tmp_path / "db", "clicks-table").close()
+    with pytest.raises(StorageError, match="holds table 'clicks-table', not 'users-table'"):
+        LevelDBStorage(tmp_path / "db", "users-table")
+
+
+def test_leveldb_not_written_by_goka_is_refused(tmp_path: Path) -> None:
+    import plyvel  # the test plays another program writing LevelDB
+
+    foreign = plyvel.DB(str(tmp_path / "db"), create_if_missing=True)
+    foreign.put(b"something", b"else")
+    foreign.close()
+    with pytest.raises(StorageError, match="was not written by goka-py .no metadata."):
+        LevelDBStorage(tmp_path / "db", "t")
+
+
+def test_directory_that_is_not_leveldb_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "db").mkdir()
+    (tmp_path / "db" / "notes.txt").write_text("mine")
+    with pytest.raises(StorageError, match="is not empty and not a LevelDB directory"):
+        LevelDBStorage(tmp_path / "db", "t")
+
+
+def test_corrupt_leveldb_is_refused_with_advice(tmp_path: Path) -> None:
+    LevelDBStorage(tmp_path / "db", "t").close()
+    for manifest in (tmp_path / "db").glob("MANIFEST-*"):
+        manifest.write_bytes(b"\x00garbage" * 100)
+    with pytest.raises(StorageError, match="is corrupt .*delete the directory to rebuild"):
+        LevelDBStorage(tmp_path / "db", "t")
+
+
+def test_a_directory_is_used_by_one_storage_at_a_time(tmp_path: Path) -> None:
+    with (
+        LevelDBStorage(tmp_path / "db", "t"),
+        pytest.raises(StorageError, match="cannot open LevelDB .*lock"),
+    ):
+        LevelDBStorage(tmp_path / "db", "t")
