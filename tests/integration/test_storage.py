@@ -91,12 +91,13 @@ def test_items_in_key_order_with_ranges_prefixes_and_reverse(
 def test_iteration_sees_a_snapshot(make_storage: Callable[..., Storage]) -> None:
     storage = make_storage()
     storage.write(batch({f"k{i:03}": b"x" for i in range(100)}))
-    seen = 0
+    seen = []
     for key, _ in storage.items():
-        if seen == 0:
+        if not seen:
             storage.write(batch({"k050": None, "k999": b"new"}))
-        seen += 1
-    assert seen == 100
+        seen.append(key)
+    assert len(seen) == 100
+    assert "k050" in seen and "k999" not in seen
 
 
 def test_clear_keeps_the_table(make_storage: Callable[..., Storage]) -> None:
