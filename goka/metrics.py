@@ -11,13 +11,21 @@ import threading
 from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy
-from prometheus_client import REGISTRY, CollectorRegistry
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-__all__ = ["LATENCY_BUCKETS", "EmitterStats", "emitter_stats", "register"]
+__all__ = [
+    "LATENCY_BUCKETS",
+    "EmitterStats",
+    "ViewMetrics",
+    "emitter_stats",
+    "register",
+    "view_metrics",
+]
 
 #: Upper bounds (seconds) of the delivery latency histogram.
 LATENCY_BUCKETS: tuple[float, ...] = (
@@ -115,3 +123,58 @@ def register(registry: CollectorRegistry = REGISTRY) -> None:
             return
         _REGISTERED.add(id(registry))
     registry.register(_EmitterCollector())
+
+
+# -- views -------------------------------------------------------------------------------------
+_VIEW_METRICS: dict[str, Any] = {}
+_VIEW_STATES = ("idle", "catching up", "running", "reconnecting", "failed", "closed")
+
+
+def _view_families() -> dict[str, Any]:
+    with _STATS_LOCK:
+        if not _VIEW_METRICS:
+            _VIEW_METRICS["applied"] = Counter(
+                "goka_view_applied_records", "Table records applied to the view", ["table"]
+            )
+            _VIEW_METRICS["lag"] = Gauge(
+                "goka_view_lag",
+                "Records between the view and the table's end",
+                ["table", "partition"],
+            )
+            _VIEW_METRICS["state"] = Gauge(
+                "goka_view_state",
+                "1 for the view's current state, 0 for the others",
+                ["table", "state"],
+            )
+    return _VIEW_METRICS
+
+
+class ViewMetrics:
+    """Prometheus metrics of one view (updated once per consumed batch, not per record)."""
+
+    def __init__(self, table: str) -> None:
+        families = _view_families()
+        self._table = table
+        self._applied = families["applied"].labels(table)
+        self._lag = families["lag"]
+        self._state = families["state"]
+
+    def applied(self, count: int) -> None:
+        """Count ``count`` applied records."""
+        self._applied.inc(count)
+
+    def lag(self, lags: dict[int, int | None]) -> None:
+        """Set the lag of each partition (unknown lags are not exported)."""
+        for partition, lag in lags.items():
+            if lag is not None:
+                self._lag.labels(self._table, str(partition)).set(lag)
+
+    def state(self, state: str) -> None:
+        """Mark ``state`` as the current one."""
+        for name in _VIEW_STATES:
+            self._state.labels(self._table, name).set(1 if name == state else 0)
+
+
+def view_metrics(table: str) -> ViewMetrics:
+    """Return the metrics of the view of ``table``."""
+    return ViewMetrics(table)

@@ -1,0 +1,382 @@
+"""Views: local, persistent copies of a table topic, like Go Goka's ``goka.View``."""
+
+from __future__ import annotations
+
+import enum
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Generic, TypeVar
+
+from goka.codec import Codec
+from goka.errors import GokaError, StorageError
+from goka.kafka.config import Brokers
+from goka.kafka.table_consumer import Polled, TableConsumer
+from goka.metrics import view_metrics
+from goka.storage import LevelDBStorage, MemoryStorage, Storage, WriteBatch
+
+__all__ = ["PartitionStats", "View", "ViewError", "ViewNotReadyError", "ViewState", "ViewStats"]
+
+V = TypeVar("V")
+log = logging.getLogger(__name__)
+
+
+class ViewState(enum.Enum):
+    """Lifecycle of a view."""
+
+    IDLE = "idle"
+    CATCHING_UP = "catching up"
+    RUNNING = "running"
+    RECONNECTING = "reconnecting"
+    FAILED = "failed"
+    CLOSED = "closed"
+
+
+class ViewError(GokaError):
+    """The view stopped: its table topic cannot be followed (see the message)."""
+
+
+class ViewNotReadyError(GokaError):
+    """A read before the view recovered (and stale reads are not allowed)."""
+
+
+@dataclass(frozen=True)
+class PartitionStats:
+    """Where a view is in one partition."""
+
+    offset: int
+    high_watermark: int | None
+    lag: int | None
+
+
+@dataclass(frozen=True)
+class ViewStats:
+    """A snapshot of a view's progress."""
+
+    table: str
+    state: ViewState
+    recovered: bool
+    applied: int
+    skipped: int
+    partitions: dict[int, PartitionStats]
+
+    @property
+    def lag(self) -> int | None:
+        """Total lag over all partitions (None while some high watermark is unknown)."""
+        lags = [p.lag for p in self.partitions.values()]
+        return None if any(lag is None for lag in lags) else sum(lag or 0 for lag in lags)
+
+
+class View(Generic[V]):
+    """Follows a table topic into local storage and answers reads from it.
+
+    The view assigns every partition of ``table`` and applies updates and tombstones in one
+    storage write per consumed batch, together with the partition offsets; a restarted view
+    resumes where it stopped. It is *recovered* once every partition reached its end, as seen
+    when the view started reading.
+
+    Reads are thread-safe and may run while the view follows the topic.
+
+    Args:
+        brokers: bootstrap servers.
+        table: the table topic, e.g. ``"clicks-table"``.
+        codec: decodes values.
+        path: LevelDB directory (persistent); None keeps the table in memory.
+        storage: a storage to use instead of ``path`` (the view closes it).
+        allow_stale_reads: serve reads before recovery.
+        on_state_change: called as ``fn(old, new)`` on the view's thread.
+        max_batch: records per storage write.
+        connect_timeout: seconds to wait for the brokers at start.
+        **kafka_config: librdkafka settings.
+    """
+
+    def __init__(
+        self,
+        brokers: Brokers,
+        table: str,
+        codec: Codec[V],
+        *,
+        path: str | Path | None = None,
+        storage: Storage | None = None,
+        allow_stale_reads: bool = False,
+        on_state_change: Callable[[ViewState, ViewState], object] | None = None,
+        max_batch: int = 20_000,
+        connect_timeout: float = 10.0,
+        **kafka_config: Any,
+    ) -> None:
+        self.brokers, self.table, self.codec = brokers, table, codec
+        self.allow_stale_reads = allow_stale_reads
+        self.max_batch = max_batch
+        self.connect_timeout = connect_timeout
+        self._kafka_config = kafka_config
+        self._storage: Storage = storage or (
+            LevelDBStorage(path, table) if path is not None else MemoryStorage(table)
+        )
+        self._listeners = [on_state_change] if on_state_change else []
+        self._state = ViewState.IDLE
+        self._recovered = threading.Event()
+        self._stopping = threading.Event()
+        self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+        self._offsets: dict[int, int] = {}
+        self._high: dict[int, int | None] = {}
+        self._applied = self._skipped = 0
+        self._metrics = view_metrics(table)
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    @property
+    def state(self) -> ViewState:
+        """The current state."""
+        return self._state
+
+    @property
+    def recovered(self) -> bool:
+        """True once every partition reached the end seen at start."""
+        return self._recovered.is_set()
+
+    def add_state_listener(self, listener: Callable[[ViewState, ViewState], object]) -> None:
+        """Call ``listener(old, new)`` on every state change (on the view's thread)."""
+        self._listeners.append(listener)
+
+    def _set_state(self, new: ViewState) -> None:
+        old, self._state = self._state, new
+        if old is new:
+            return
+        log.info("view %s: %s -> %s", self.table, old.value, new.value)
+        self._metrics.state(new.value)
+        for listener in self._listeners:
+            try:
+                listener(old, new)
+            except Exception:
+                log.exception("view %s: state listener %r raised", self.table, listener)
+
+    def start(self) -> View[V]:
+        """Follow the table on a background thread; returns at once. Idempotent."""
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self._run_logged, name=f"goka-view-{self.table}", daemon=True
+            )
+            self._thread.start()
+        return self
+
+    def _run_logged(self) -> None:
+        try:
+            self.run()
+        except Exception:
+            log.exception("view %s failed", self.table)
+
+    def run(self) -> None:
+        """Follow the table on this thread until :meth:`close` (blocks).
+
+        Raises:
+            ViewError: the table topic cannot be followed (missing, truncated, ...).
+            BrokerError: no broker answered at start.
+        """
+        try:
+            self._follow()
+        except BaseException as exc:
+            self._error = exc
+            self._set_state(ViewState.FAILED)
+            self._recovered.set()  # wake waiters: they re-raise the error
+            raise
+
+    def _follow(self) -> None:
+        consumer = TableConsumer(self.brokers, self.table, self._kafka_config)
+        try:
+            partitions = consumer.partitions(self.connect_timeout)
+            stored = self._stored_offsets(partitions)
+            self._offsets = {p: stored.get(p, 0) for p in range(partitions)}
+            consumer.assign({p: stored.get(p) for p in range(partitions)})
+            self._set_state(ViewState.CATCHING_UP)
+            self._loop(consumer, set(range(partitions)))
+        finally:
+            consumer.close()
+
+    def _stored_offsets(self, partitions: int) -> dict[int, int]:
+        stored = {p: o for (t, p), o in self._storage.offsets().items() if t == self.table}
+        beyond = [p for p in stored if p >= partitions]
+        if beyond:
+            raise ViewError(
+                f"storage of table {self.table!r} has offsets for partitions {beyond}, but the "
+                f"topic has {partitions} partitions; delete the storage to rebuild it"
+            )
+        return stored
+
+    def _loop(self, consumer: TableConsumer, not_at_end: set[int]) -> None:
+        last_probe = 0.0
+        while not self._stopping.is_set():
+            polled = consumer.poll(self.max_batch, 0.1)
+            if polled.fatal:
+                raise ViewError(polled.fatal)
+            if polled.records:
+                self._apply(polled)
+            not_at_end.difference_update(polled.eof)
+            for partition in {row[0] for row in polled.records} | set(polled.eof):
+                self._high[partition] = consumer.high_watermark(partition)
+            if polled.transient:
+                log.warning("view %s: %s", self.table, "; ".join(polled.transient))
+                self._set_state(ViewState.RECONNECTING)
+            elif self._state is ViewState.RECONNECTING:
+                now = time.monotonic()
+                if polled.records or polled.eof or (now - last_probe > 1 and consumer.reachable(1)):
+                    self._set_state(ViewState.RUNNING if self.recovered else ViewState.CATCHING_UP)
+                last_probe = now
+            if not not_at_end and not self.recovered:
+                self._recovered.set()
+                if self._state is ViewState.CATCHING_UP:
+                    self._set_state(ViewState.RUNNING)
+            self._metrics.lag(self._lags())
+
+    def _apply(self, polled: Polled) -> None:
+        batch = WriteBatch()
+        values, last = batch.values, {}
+        try:
+            for partition, offset, key, value in polled.records:
+                values[key.decode()] = value  # type: ignore[union-attr]  # None: slow path
+                last[partition] = offset
+        except (AttributeError, UnicodeDecodeError):
+            values.clear()
+            last = self._apply_checked(polled, values)
+        for partition, offset in last.items():
+            batch.set_offset(self.table, partition, offset + 1)
+        self._storage.write(batch)
+        self._offsets.update((p, o + 1) for p, o in last.items())
+        self._applied += len(polled.records)
+        self._metrics.applied(len(polled.records))
+
+    def _apply_checked(self, polled: Polled, values: dict[str, bytes | None]) -> dict[int, int]:
+        last = {}
+        for partition, offset, key, value in polled.records:
+            last[partition] = offset
+            try:
+                values[key.decode()] = value  # type: ignore[union-attr]
+            except (AttributeError, UnicodeDecodeError):
+                self._skipped += 1
+                log.warning(
+                    "view %s: skipping partition %d offset %d: keys must be UTF-8 text, got %r",
+                    self.table, partition, offset, key,
+                )  # fmt: skip
+        return last
+
+    def _lags(self) -> dict[int, int | None]:
+        return {
+            p: None if self._high.get(p) is None else max(0, (self._high[p] or 0) - o)
+            for p, o in self._offsets.items()
+        }
+
+    def wait_recovered(self, timeout: float | None = None) -> None:
+        """Wait until the view recovered.
+
+        Raises:
+            TimeoutError: not recovered within ``timeout`` seconds.
+            ViewError, BrokerError: the view failed.
+        """
+        if not self._recovered.wait(timeout):
+            raise TimeoutError(
+                f"view {self.table!r} not recovered within {timeout}s ({self.stats()})"
+            )
+        if self._error is not None:
+            raise self._error
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Stop following and close the storage. Idempotent."""
+        self._stopping.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+        if self._state is not ViewState.CLOSED:
+            self._set_state(ViewState.CLOSED)
+        self._storage.close()
+
+    def __enter__(self) -> View[V]:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- reads -----------------------------------------------------------------------------------
+    def _check_readable(self) -> None:
+        if self._state is ViewState.CLOSED:
+            raise ViewNotReadyError(f"view {self.table!r} is closed")
+        if not self.allow_stale_reads and not self._recovered.is_set():
+            raise ViewNotReadyError(
+                f"view {self.table!r} has not recovered yet (state: {self._state.value}); "
+                "wait_recovered() first or allow_stale_reads=True"
+            )
+        if self._error is not None:
+            raise ViewNotReadyError(f"view {self.table!r} failed: {self._error}")
+
+    def get(self, key: str) -> V | None:
+        """Return the value of ``key``, or None.
+
+        Raises:
+            ViewNotReadyError: not recovered yet (unless stale reads are allowed), or closed.
+            CodecError: the stored value cannot be decoded.
+        """
+        raw = self.get_raw(key)
+        return None if raw is None else self.codec.decode(raw)
+
+    def get_raw(self, key: str) -> bytes | None:
+        """Return the stored bytes of ``key``, or None."""
+        self._check_readable()
+        try:
+            return self._storage.get(key)
+        except (RuntimeError, StorageError) as exc:
+            raise ViewNotReadyError(f"view {self.table!r}: {exc}") from exc
+
+    def has(self, key: str) -> bool:
+        """Return True if ``key`` has a value."""
+        return self.get_raw(key) is not None
+
+    def items(
+        self,
+        *,
+        prefix: str | None = None,
+        start: str | None = None,
+        stop: str | None = None,
+        reverse: bool = False,
+        limit: int | None = None,
+    ) -> Iterator[tuple[str, V]]:
+        """Yield ``(key, value)`` in key order over a prefix and/or range (``stop`` exclusive)."""
+        for key, raw in self.items_raw(prefix=prefix, start=start, stop=stop, reverse=reverse,
+                                       limit=limit):  # fmt: skip
+            yield key, self.codec.decode(raw)
+
+    def items_raw(
+        self,
+        *,
+        prefix: str | None = None,
+        start: str | None = None,
+        stop: str | None = None,
+        reverse: bool = False,
+        limit: int | None = None,
+    ) -> Iterator[tuple[str, bytes]]:
+        """Like :meth:`items` with undecoded values."""
+        self._check_readable()
+        for count, item in enumerate(
+            self._storage.items(prefix=prefix, start=start, stop=stop, reverse=reverse)
+        ):
+            if limit is not None and count >= limit:
+                return
+            yield item
+
+    def stats(self) -> ViewStats:
+        """Return the view's state, progress and lag per partition."""
+        lags = self._lags()
+        partitions = {
+            p: PartitionStats(o, self._high.get(p), lags[p])
+            for p, o in sorted(self._offsets.items())
+        }
+        return ViewStats(self.table, self._state, self.recovered, self._applied, self._skipped,
+                         partitions)  # fmt: skip
+
+    def __repr__(self) -> str:
+        return f"View({self.table!r}, {self._state.value})"
