@@ -1,0 +1,176 @@
+"""A client of the gRPC view service that decodes values with the codec each answer names."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from goka.codec import Codec, codec_by_name
+from goka.errors import ConfigurationError, GokaError
+from goka.grpc.v1 import view_pb2, view_pb2_grpc
+from goka.view import ViewNotReadyError
+
+__all__ = ["TableNotServedError", "ViewClient", "ViewInfo"]
+
+
+class TableNotServedError(GokaError, KeyError):
+    """The server does not serve the table asked for (NOT_FOUND)."""
+
+
+@dataclass(frozen=True)
+class ViewInfo:
+    """What the server says about one table."""
+
+    table: str
+    state: str
+    recovered: bool
+    codec: str
+    applied: int
+    partitions: dict[int, tuple[int, int | None, int | None]]  # offset, high watermark, lag
+
+
+class ViewClient:
+    """Reads tables from a view server. Thread-safe; a context manager.
+
+    Values are decoded with the codec named in each answer (``json``, ``int64``, ``string``,
+    ``bytes``); pass ``codecs={"table": codec}`` for others (Avro, protobuf).
+
+    Args:
+        target: ``host:port`` of the server.
+        codecs: codecs by table, overriding the names the server sends.
+        root_certificates: PEM file of the CA for TLS (None: plaintext).
+        timeout: default deadline of each call, in seconds.
+    """
+
+    def __init__(
+        self,
+        target: str,
+        *,
+        codecs: Mapping[str, Codec[Any]] | None = None,
+        root_certificates: str | Path | None = None,
+        timeout: float = 10.0,
+    ) -> None:
+        if root_certificates is None:
+            self._channel = grpc.insecure_channel(target)
+        else:
+            creds = grpc.ssl_channel_credentials(Path(root_certificates).read_bytes())
+            self._channel = grpc.secure_channel(target, creds)
+        self._stub = view_pb2_grpc.ViewServiceStub(self._channel)
+        self._codecs = dict(codecs or {})
+        self.timeout = timeout
+
+    def _decoder(self, table: str, name: str) -> Codec[Any]:
+        codec = self._codecs.get(table)
+        if codec is None:
+            try:
+                codec = self._codecs[table] = codec_by_name(name)
+            except ConfigurationError as exc:
+                raise ConfigurationError(
+                    f"table {table!r} uses codec {name!r}: pass codecs={{{table!r}: ...}}"
+                ) from exc
+        return codec
+
+    def _call(self, method: Any, request: Any, table: str) -> Any:
+        try:
+            return method(request, timeout=self.timeout)
+        except grpc.RpcError as exc:
+            raise _translate(exc, table) from exc
+
+    def get(self, table: str, key: str) -> Any:
+        """Return the decoded value of ``key`` in ``table``, or None."""
+        answer = self._call(self._stub.Get, view_pb2.GetRequest(table=table, key=key), table)
+        return self._decoder(table, answer.codec).decode(answer.value) if answer.found else None
+
+    def get_many(self, table: str, keys: Sequence[str]) -> dict[str, Any]:
+        """Return ``{key: value}`` for the ``keys`` that have a value."""
+        request = view_pb2.GetManyRequest(table=table, keys=list(keys))
+        answer = self._call(self._stub.GetMany, request, table)
+        decode = self._decoder(table, answer.codec).decode
+        return {e.key: decode(e.value) for e in answer.entries if e.found}
+
+    def scan(
+        self,
+        table: str,
+        *,
+        prefix: str = "",
+        start: str = "",
+        stop: str | None = None,
+        limit: int = 0,
+        reverse: bool = False,
+    ) -> Iterator[tuple[str, Any]]:
+        """Yield ``(key, value)`` in key order; stop iterating to cancel the stream."""
+        request = view_pb2.ScanRequest(table=table, prefix=prefix, start=start, stop=stop,
+                                       limit=limit, reverse=reverse)  # fmt: skip
+        stream = self._stub.Scan(request, timeout=None)
+        try:
+            for answer in stream:
+                decode = self._decoder(table, answer.codec).decode
+                for entry in answer.entries:
+                    yield entry.key, decode(entry.value)
+        except grpc.RpcError as exc:
+            raise _translate(exc, table) from exc
+        finally:
+            stream.cancel()
+
+    def info(self, table: str = "") -> list[ViewInfo]:
+        """Return the state of ``table``, or of every served table."""
+        answer = self._call(self._stub.Info, view_pb2.InfoRequest(table=table), table)
+        return [
+            ViewInfo(
+                t.table,
+                t.state,
+                t.recovered,
+                t.codec,
+                t.applied,
+                {
+                    p.partition: (
+                        p.offset,
+                        p.high_watermark if p.HasField("high_watermark") else None,
+                        p.lag if p.HasField("lag") else None,
+                    )
+                    for p in t.partitions
+                },
+            )  # fmt: skip
+            for t in answer.tables
+        ]
+
+    def close(self) -> None:
+        """Close the channel. Idempotent."""
+        self._channel.close()
+
+    def __enter__(self) -> ViewClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _info(table: Any) -> ViewInfo:
+    partitions = {
+        p.partition: (
+            p.offset,
+            p.high_watermark if p.HasField("high_watermark") else None,
+            p.lag if p.HasField("lag") else None,
+        )
+        for p in table.partitions
+    }
+    return ViewInfo(
+        table.table, table.state, table.recovered, table.codec, table.applied, partitions
+    )
+
+
+def _translate(error: grpc.RpcError, table: str) -> GokaError:
+    code = error.code() if isinstance(error, grpc.Call) else None
+    details = error.details() if isinstance(error, grpc.Call) else str(error)
+    if code == grpc.StatusCode.NOT_FOUND:
+        return TableNotServedError(details)
+    if code == grpc.StatusCode.UNAVAILABLE:
+        return ViewNotReadyError(f"table {table!r}: {details}")
+    if code == grpc.StatusCode.INVALID_ARGUMENT:
+        return ConfigurationError(f"table {table!r}: {details}")
+    name = code.name if code is not None else "unknown status"
+    return GokaError(f"view service call for table {table!r} failed ({name}): {details}")

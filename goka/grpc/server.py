@@ -1,0 +1,240 @@
+"""The gRPC view service: serves the tables of one or more views to other services.
+
+Errors map to status codes: an unknown table is NOT_FOUND; a malformed or oversized request is
+INVALID_ARGUMENT; a view that has not recovered (or has failed) is UNAVAILABLE. The standard gRPC
+health service reports each table (service name ``table/<name>``) and the whole server (``""``)
+as SERVING once its views recovered; server reflection lists the services.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from concurrent import futures
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from goka.errors import ConfigurationError
+from goka.grpc.metrics import MetricsInterceptor
+from goka.grpc.v1 import view_pb2, view_pb2_grpc
+from goka.view import View, ViewNotReadyError, ViewState
+
+__all__ = ["TlsConfig", "ViewServer"]
+
+log = logging.getLogger(__name__)
+SERVICE = view_pb2.DESCRIPTOR.services_by_name["ViewService"].full_name
+_SCAN_BATCH = 500
+
+
+@dataclass(frozen=True)
+class TlsConfig:
+    """Server TLS: PEM files of the certificate chain and its private key."""
+
+    cert_file: str | Path
+    key_file: str | Path
+
+    def credentials(self) -> grpc.ServerCredentials:
+        """Return the server credentials."""
+        pair = (Path(self.key_file).read_bytes(), Path(self.cert_file).read_bytes())
+        return grpc.ssl_server_credentials([pair])
+
+
+class _Servicer(view_pb2_grpc.ViewServiceServicer):  # type: ignore[misc]  # generated, untyped
+    def __init__(self, views: dict[str, View[Any]], max_request_bytes: int, max_keys: int) -> None:
+        self._views = views
+        self._max_request_bytes = max_request_bytes
+        self._max_keys = max_keys
+
+    def _view(self, request: Any, context: grpc.ServicerContext) -> View[Any]:
+        size, limit = request.ByteSize(), self._max_request_bytes
+        if size > limit:
+            context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"request of {size} bytes exceeds the limit of {limit}",
+            )
+        if not request.table:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "table is required")
+        view = self._views.get(request.table)
+        if view is None:
+            served = ", ".join(sorted(self._views))
+            context.abort(
+                grpc.StatusCode.NOT_FOUND,
+                f"table {request.table!r} is not served here (served: {served})",
+            )
+        return view
+
+    def Get(self, request: Any, context: grpc.ServicerContext) -> Any:  # gRPC's method names
+        view = self._view(request, context)
+        value = _read(context, view.get_raw, request.key)
+        if value is None:
+            return view_pb2.GetResponse(found=False, codec=view.codec.name)
+        return view_pb2.GetResponse(found=True, value=value, codec=view.codec.name)
+
+    def GetMany(self, request: Any, context: grpc.ServicerContext) -> Any:
+        view = self._view(request, context)
+        if len(request.keys) > self._max_keys:
+            context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"{len(request.keys)} keys exceed the limit of {self._max_keys}",
+            )
+        entries = []
+        for key in request.keys:
+            value = _read(context, view.get_raw, key)
+            entries.append(view_pb2.Entry(key=key, found=value is not None, value=value or b""))
+        return view_pb2.GetManyResponse(entries=entries, codec=view.codec.name)
+
+    def Scan(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+        view = self._view(request, context)
+        items = _read(context, lambda: view.items_raw(
+            prefix=request.prefix or None, start=request.start or None,
+            stop=request.stop if request.HasField("stop") else None,
+            reverse=request.reverse, limit=request.limit or None,
+        ))  # fmt: skip
+        batch: list[Any] = []
+        for key, value in items:
+            if not context.is_active():  # the client cancelled: stop reading LevelDB
+                return
+            batch.append(view_pb2.Entry(key=key, found=True, value=value))
+            if len(batch) >= _SCAN_BATCH:
+                yield view_pb2.ScanResponse(entries=batch, codec=view.codec.name)
+                batch = []
+        if batch:
+            yield view_pb2.ScanResponse(entries=batch, codec=view.codec.name)
+
+    def Info(self, request: Any, context: grpc.ServicerContext) -> Any:
+        views = [self._view(request, context)] if request.table else list(self._views.values())
+        return view_pb2.InfoResponse(tables=[_table_info(v) for v in views])
+
+
+def _read(context: grpc.ServicerContext, read: Callable[..., Any], *args: Any) -> Any:
+    try:
+        return read(*args)
+    except ViewNotReadyError as exc:
+        context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+
+
+def _table_info(view: View[Any]) -> Any:
+    stats = view.stats()
+    partitions = [
+        view_pb2.PartitionInfo(
+            partition=p, offset=s.offset, high_watermark=s.high_watermark, lag=s.lag
+        )
+        for p, s in stats.partitions.items()
+    ]
+    return view_pb2.TableInfo(
+        table=view.table,
+        state=stats.state.value,
+        recovered=stats.recovered,
+        codec=view.codec.name,
+        applied=stats.applied,
+        partitions=partitions,
+    )
+
+
+class ViewServer:
+    """Serves views over gRPC (with health and reflection). A context manager.
+
+    The server does not start or close the views: start them before, close them after (the
+    ``goka view serve`` command does both).
+
+    Args:
+        views: the views to serve, one per table.
+        address: ``host:port`` to listen on; port 0 picks a free port (see :attr:`port`).
+        max_request_bytes: larger requests are refused with INVALID_ARGUMENT.
+        max_keys: most keys in one GetMany.
+        tls: serve TLS instead of plaintext.
+        max_workers: threads handling requests.
+
+    Raises:
+        ConfigurationError: two views of one table, or the address cannot be bound.
+    """
+
+    def __init__(
+        self,
+        views: Iterable[View[Any]],
+        *,
+        address: str = "127.0.0.1:0",
+        max_request_bytes: int = 1 << 20,
+        max_keys: int = 10_000,
+        tls: TlsConfig | None = None,
+        max_workers: int = 16,
+    ) -> None:
+        self.views: dict[str, View[Any]] = {}
+        for view in views:
+            if view.table in self.views:
+                raise ConfigurationError(f"table {view.table!r} is served twice")
+            self.views[view.table] = view
+        options = [("grpc.max_receive_message_length", 4 * max_request_bytes + 1024)]
+        self._server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="goka-grpc"),
+            interceptors=[MetricsInterceptor()], options=options,
+        )  # fmt: skip
+        view_pb2_grpc.add_ViewServiceServicer_to_server(
+            _Servicer(self.views, max_request_bytes, max_keys), self._server
+        )
+        self._health = health.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
+        reflection.enable_server_reflection(
+            (SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME), self._server
+        )
+        try:
+            if tls is None:
+                self.port = self._server.add_insecure_port(address)
+            else:
+                self.port = self._server.add_secure_port(address, tls.credentials())
+        except RuntimeError as exc:
+            raise ConfigurationError(f"cannot listen on {address}: {exc}") from exc
+        self.address = f"{address.rpartition(':')[0]}:{self.port}"
+        self._stopped = threading.Event()
+        for view in self.views.values():
+            view.add_state_listener(self._on_state_change)
+        self._update_health()
+
+    def _on_state_change(self, old: ViewState, new: ViewState) -> None:
+        self._update_health()
+
+    def _update_health(self) -> None:
+        serving = health_pb2.HealthCheckResponse.SERVING
+        not_serving = health_pb2.HealthCheckResponse.NOT_SERVING
+        ready = True
+        for table, view in self.views.items():
+            ok = view.recovered and view.state in (ViewState.RUNNING, ViewState.RECONNECTING)
+            ready &= ok
+            self._health.set(f"table/{table}", serving if ok else not_serving)
+        self._health.set("", serving if ready else not_serving)
+        self._health.set(SERVICE, serving if ready else not_serving)
+
+    def start(self) -> ViewServer:
+        """Start serving; returns at once."""
+        self._server.start()
+        log.info("view server on %s serving %s", self.address, ", ".join(self.views))
+        return self
+
+    def stop(self, grace: float = 5.0) -> None:
+        """Refuse new requests, let running ones finish for ``grace`` seconds. Idempotent."""
+        if self._stopped.is_set():
+            return
+        self._stopped.set()
+        self._health.enter_graceful_shutdown()
+        self._server.stop(grace).wait()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the server stops; return False on timeout."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self._stopped.wait(0.5):
+            if deadline is not None and time.monotonic() > deadline:
+                return False
+        return True
+
+    def __enter__(self) -> ViewServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
