@@ -119,24 +119,7 @@ class ViewClient:
     def info(self, table: str = "") -> list[ViewInfo]:
         """Return the state of ``table``, or of every served table."""
         answer = self._call(self._stub.Info, view_pb2.InfoRequest(table=table), table)
-        return [
-            ViewInfo(
-                t.table,
-                t.state,
-                t.recovered,
-                t.codec,
-                t.applied,
-                {
-                    p.partition: (
-                        p.offset,
-                        p.high_watermark if p.HasField("high_watermark") else None,
-                        p.lag if p.HasField("lag") else None,
-                    )
-                    for p in t.partitions
-                },
-            )  # fmt: skip
-            for t in answer.tables
-        ]
+        return [_info(t) for t in answer.tables]
 
     def close(self) -> None:
         """Close the channel. Idempotent."""
