@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import logging
+import os
 import signal
 import sys
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 
 __all__ = ["main"]
 
@@ -26,6 +29,37 @@ def _broker(args: argparse.Namespace) -> int:
     return 0
 
 
+def _brokers(value: str | None) -> str:
+    brokers = value or os.environ.get("GOKA_BROKERS")
+    if not brokers:
+        raise SystemExit("no Kafka brokers: pass --brokers host:port[,...] or set GOKA_BROKERS")
+    return brokers
+
+
+def _view_serve(args: argparse.Namespace) -> int:
+    from goka.codec import codec_by_name
+    from goka.grpc.serve import ServeConfig, serve
+    from goka.grpc.server import TlsConfig
+
+    codecs = args.codec or ["bytes"]
+    if len(codecs) not in (1, len(args.table)):
+        raise SystemExit("give one --codec for all tables or one per --table")
+    names = codecs * len(args.table) if len(codecs) == 1 else codecs
+    if bool(args.tls_cert) != bool(args.tls_key):
+        raise SystemExit("--tls-cert and --tls-key go together")
+    config = ServeConfig(
+        brokers=_brokers(args.brokers),
+        tables=[(t, codec_by_name(c)) for t, c in zip(args.table, names, strict=True)],
+        path=Path(args.path) if args.path else None,
+        address=f"{args.host}:{args.port}",
+        metrics_port=args.metrics_port,
+        tls=TlsConfig(args.tls_cert, args.tls_key) if args.tls_cert else None,
+        allow_stale_reads=args.allow_stale_reads,
+        max_request_bytes=args.max_request_bytes,
+    )
+    return serve(config)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Return the parser of the ``goka`` command."""
     parser = argparse.ArgumentParser(prog="goka", description=__doc__)
@@ -35,12 +69,33 @@ def build_parser() -> argparse.ArgumentParser:
     )
     broker.add_argument("--port", type=int, default=None, help="TCP port (default: a free one)")
     broker.set_defaults(run=_broker)
+
+    view = commands.add_parser("view", help="views of table topics").add_subparsers(
+        dest="view_command", required=True
+    )
+    serve = view.add_parser("serve", help="serve tables over gRPC until SIGTERM")
+    serve.add_argument("--table", action="append", required=True, help="table topic (repeatable)")
+    serve.add_argument("--codec", action="append", help="codec: bytes|string|int64|json")
+    serve.add_argument("--brokers", help="bootstrap servers (default: $GOKA_BROKERS)")
+    serve.add_argument("--path", help="directory for the LevelDB storage (default: memory)")
+    serve.add_argument("--host", default="0.0.0.0", help="address to listen on")
+    serve.add_argument("--port", type=int, default=50051, help="gRPC port (0: any free port)")
+    serve.add_argument("--metrics-port", type=int, help="serve Prometheus /metrics on this port")
+    serve.add_argument("--tls-cert", help="PEM certificate chain (enables TLS)")
+    serve.add_argument("--tls-key", help="PEM private key")
+    serve.add_argument("--max-request-bytes", type=int, default=1 << 20)
+    serve.add_argument("--allow-stale-reads", action="store_true", help="serve before recovery")
+    serve.set_defaults(run=_view_serve)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``goka`` command; return its exit code."""
     args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=os.environ.get("GOKA_LOG_LEVEL", "INFO"),
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+    )
     result: int = args.run(args)
     return result
 

@@ -207,7 +207,7 @@ class View(Generic[V]):
         return stored
 
     def _loop(self, consumer: TableConsumer, not_at_end: set[int]) -> None:
-        last_probe = 0.0
+        last_probe = last_check = 0.0
         while not self._stopping.is_set():
             polled = consumer.poll(self.max_batch, 0.1)
             if polled.fatal:
@@ -217,6 +217,7 @@ class View(Generic[V]):
             not_at_end.difference_update(polled.eof)
             for partition in {row[0] for row in polled.records} | set(polled.eof):
                 self._high[partition] = consumer.high_watermark(partition)
+                self._check_not_truncated(partition)
             if polled.transient:
                 log.warning("view %s: %s", self.table, "; ".join(polled.transient))
                 self._set_state(ViewState.RECONNECTING)
@@ -225,11 +226,26 @@ class View(Generic[V]):
                 if polled.records or polled.eof or (now - last_probe > 1 and consumer.reachable(1)):
                     self._set_state(ViewState.RUNNING if self.recovered else ViewState.CATCHING_UP)
                 last_probe = now
+            if time.monotonic() - last_check > 1.0:  # partitions without traffic, too
+                last_check = time.monotonic()
+                for partition in self._offsets:
+                    self._high[partition] = consumer.high_watermark(partition)
+                    self._check_not_truncated(partition)
             if not not_at_end and not self.recovered:
                 self._recovered.set()
                 if self._state is ViewState.CATCHING_UP:
                     self._set_state(ViewState.RUNNING)
             self._metrics.lag(self._lags())
+
+    def _check_not_truncated(self, partition: int) -> None:
+        """A table topic that ends before our offset lost data (recreated or truncated)."""
+        high = self._high.get(partition)
+        if high is not None and high < self._offsets[partition]:
+            raise ViewError(
+                f"table topic {self.table!r} partition {partition} ends at offset {high}, before "
+                f"the view's offset {self._offsets[partition]}: the topic was truncated or "
+                "recreated; delete the view's storage to rebuild it"
+            )
 
     def _apply(self, polled: Polled) -> None:
         batch = WriteBatch()

@@ -84,14 +84,22 @@ class EmbeddedBroker:
         port: TCP port; a free one by default. :meth:`restart` reuses it.
         binary: the ``tansu`` executable; found by :func:`find_broker_binary` by default.
         startup_timeout: seconds to wait until it answers Kafka requests.
+        advertised: ``host:port`` clients are told to connect to (default: its own address);
+            e.g. a proxy in front of it, to simulate network outages in tests.
     """
 
     host = "127.0.0.1"
 
     def __init__(
-        self, *, port: int | None = None, binary: Path | None = None, startup_timeout: float = 15.0
+        self,
+        *,
+        port: int | None = None,
+        binary: Path | None = None,
+        startup_timeout: float = 15.0,
+        advertised: str | None = None,
     ) -> None:
         self.binary = binary or find_broker_binary()
+        self.advertised = advertised
         self.port = port or _free_port(self.host)
         self.startup_timeout = startup_timeout
         self._process: subprocess.Popen[bytes] | None = None
@@ -119,9 +127,10 @@ class EmbeddedBroker:
         if self.running:
             return self
         url = f"tcp://{self.bootstrap}"
+        advertised = f"tcp://{self.advertised or self.bootstrap}"
         command = [
             str(self.binary), "broker",
-            "--listener-url", url, "--advertised-listener-url", url,
+            "--listener-url", url, "--advertised-listener-url", advertised,
             "--storage-engine", "memory://tansu/",
         ]  # fmt: skip
         self._process = subprocess.Popen(

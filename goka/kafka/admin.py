@@ -13,7 +13,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported
 )
 
 from goka.errors import BrokerError, ConfigurationError, TopicError
-from goka.kafka.config import Brokers, bootstrap_servers
+from goka.kafka.config import Brokers, admin_config
 
 __all__ = ["KafkaAdmin", "partition_count", "topic_partitions"]
 
@@ -59,7 +59,7 @@ class KafkaAdmin:
     def __init__(
         self, brokers: Brokers, config: Mapping[str, Any] | None = None, *, timeout: float = 30.0
     ) -> None:
-        settings = {**(config or {}), "bootstrap.servers": bootstrap_servers(brokers)}
+        settings = admin_config(brokers, config)
         try:
             self._client = AdminClient(settings)
         except (confluent_kafka.KafkaException, ValueError, TypeError) as exc:

@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from goka.errors import ConfigurationError
 
-__all__ = ["Brokers", "bootstrap_servers", "consumer_config", "producer_config"]
+__all__ = [
+    "LIBRDKAFKA_LOGGER",
+    "Brokers",
+    "admin_config",
+    "bootstrap_servers",
+    "consumer_config",
+    "producer_config",
+]
 
 #: Brokers as ``"host:port,host:port"`` or a sequence of ``"host:port"``.
 Brokers = str | Sequence[str]
@@ -62,3 +70,8 @@ def consumer_config(brokers: Brokers, user: Mapping[str, Any] | None = None) -> 
     config = _merge(CONSUMER_DEFAULTS, brokers, user or {})
     config.setdefault("group.id", "goka-py-unused")  # librdkafka needs one even for assign()
     return config
+
+
+def admin_config(brokers: Brokers, user: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Merge the user's librdkafka settings and the brokers for an admin client."""
+    return _merge({}, brokers, user or {})

@@ -1,0 +1,33 @@
+"""Small helpers shared by the tests."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from goka import Emitter
+from goka.codec import Codec
+
+
+def wait_for(condition: Callable[[], Any], timeout: float = 20.0, what: str = "condition") -> Any:
+    """Return ``condition()`` once it is truthy; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = condition()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.02)
+
+
+def produce(brokers: str, topic: str, codec: Codec[Any], items: Iterable[tuple[str, Any]]) -> int:
+    """Write ``(key, value)`` pairs (None values are tombstones); return how many."""
+    count = 0
+    with Emitter(brokers, topic, codec) as emitter:
+        for key, value in items:
+            emitter.emit(key, value)
+            count += 1
+        assert emitter.flush(60) == 0
+    return count
