@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import itertools
 import logging
 import threading
 import time
@@ -375,14 +376,14 @@ class View(Generic[V]):
         reverse: bool = False,
         limit: int | None = None,
     ) -> Iterator[tuple[str, bytes]]:
-        """Like :meth:`items` with undecoded values."""
+        """Like :meth:`items` with undecoded values.
+
+        Raises:
+            ViewNotReadyError: at once (not at the first item), as :meth:`get` does.
+        """
         self._check_readable()
-        for count, item in enumerate(
-            self._storage.items(prefix=prefix, start=start, stop=stop, reverse=reverse)
-        ):
-            if limit is not None and count >= limit:
-                return
-            yield item
+        items = self._storage.items(prefix=prefix, start=start, stop=stop, reverse=reverse)
+        return items if limit is None else itertools.islice(items, limit)
 
     def stats(self) -> ViewStats:
         """Return the view's state, progress and lag per partition."""

@@ -31,9 +31,9 @@ def generate() -> dict[str, str]:
             raise SystemExit(f"protoc failed for {PROTO}")
         out = Path(scratch) / "goka" / "view" / "v1"
         return {
-            name: (out / name).read_text().replace(
-                "from goka.view.v1 import view_pb2", "from goka.grpc.v1 import view_pb2"
-            )
+            name: (out / name)
+            .read_text()
+            .replace("from goka.view.v1 import view_pb2", "from goka.grpc.v1 import view_pb2")
             for name in FILES
         }
 

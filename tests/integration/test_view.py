@@ -18,7 +18,9 @@ from .proxy import TcpProxy
 pytestmark = pytest.mark.kafka
 
 
-def test_recovers_100k_records_into_leveldb(brokers: str, new_topic: Callable[..., str], tmp_path: Path) -> None:
+def test_recovers_100k_records_into_leveldb(
+    brokers: str, new_topic: Callable[..., str], tmp_path: Path
+) -> None:
     table = new_topic(partitions=4, table=True)
     produce(brokers, table, Int64Codec(), ((f"user-{i}", i) for i in range(100_000)))
     with View(brokers, table, Int64Codec(), path=tmp_path / "view") as view:
@@ -31,7 +33,9 @@ def test_recovers_100k_records_into_leveldb(brokers: str, new_topic: Callable[..
         assert sum(1 for _ in view.items()) == 100_000
 
 
-def test_restart_resumes_from_stored_offsets(brokers: str, new_topic: Callable[..., str], tmp_path: Path) -> None:
+def test_restart_resumes_from_stored_offsets(
+    brokers: str, new_topic: Callable[..., str], tmp_path: Path
+) -> None:
     table = new_topic(partitions=3, table=True)
     produce(brokers, table, StringCodec(), ((f"k{i}", "v1") for i in range(5_000)))
     with View(brokers, table, StringCodec(), path=tmp_path / "v") as view:
@@ -48,7 +52,9 @@ def test_restart_resumes_from_stored_offsets(brokers: str, new_topic: Callable[.
         assert (view.get("k0"), view.get("k100")) == ("v2", "v1")
 
 
-def test_tombstones_delete_keys(brokers: str, new_topic: Callable[..., str], tmp_path: Path) -> None:
+def test_tombstones_delete_keys(
+    brokers: str, new_topic: Callable[..., str], tmp_path: Path
+) -> None:
     table = new_topic(partitions=2, table=True)
     produce(brokers, table, JsonCodec(), [("a", {"n": 1}), ("b", {"n": 2}), ("a", None)])
     with View(brokers, table, JsonCodec(), path=tmp_path / "v") as view:
@@ -64,7 +70,9 @@ def test_reads_are_refused_before_recovery_unless_stale_reads_are_allowed(
     table = new_topic(partitions=1, table=True)
     produce(brokers, table, StringCodec(), [("k", "v")])
     view = View(brokers, table, StringCodec())  # not started: idle, not recovered
-    with pytest.raises(ViewNotReadyError, match=f"view '{table}' has not recovered yet .state: idle."):
+    with pytest.raises(
+        ViewNotReadyError, match=f"view '{table}' has not recovered yet .state: idle."
+    ):
         view.get("k")
     with pytest.raises(ViewNotReadyError):
         list(view.items())
@@ -76,11 +84,15 @@ def test_reads_are_refused_before_recovery_unless_stale_reads_are_allowed(
         view.get("k")
 
 
-def test_states_are_observable_by_callback_and_property(brokers: str, new_topic: Callable[..., str]) -> None:
+def test_states_are_observable_by_callback_and_property(
+    brokers: str, new_topic: Callable[..., str]
+) -> None:
     table = new_topic(partitions=2, table=True)
     produce(brokers, table, StringCodec(), [("k", "v")])
     changes: list[tuple[ViewState, ViewState]] = []
-    view = View(brokers, table, StringCodec(), on_state_change=lambda old, new: changes.append((old, new)))
+    view = View(
+        brokers, table, StringCodec(), on_state_change=lambda old, new: changes.append((old, new))
+    )
     assert view.state is ViewState.IDLE
     with view:
         view.wait_recovered(30)
@@ -92,12 +104,15 @@ def test_states_are_observable_by_callback_and_property(brokers: str, new_topic:
     ]
 
 
-def test_keeps_up_while_a_producer_writes(brokers: str, new_topic: Callable[..., str], tmp_path: Path) -> None:
+def test_keeps_up_while_a_producer_writes(
+    brokers: str, new_topic: Callable[..., str], tmp_path: Path
+) -> None:
     table = new_topic(partitions=4, table=True)
     with View(brokers, table, Int64Codec(), path=tmp_path / "v") as view:
         view.wait_recovered(30)
         writer = threading.Thread(
-            target=produce, args=(brokers, table, Int64Codec(), ((f"k{i % 500}", i) for i in range(20_000)))
+            target=produce,
+            args=(brokers, table, Int64Codec(), ((f"k{i % 500}", i) for i in range(20_000))),
         )
         writer.start()
         wait_for(lambda: view.stats().applied > 0, what="the first records while writing")
@@ -117,7 +132,9 @@ def test_range_and_prefix_reads(brokers: str, new_topic: Callable[..., str]) -> 
         assert [k for k, _ in view.items(reverse=True, limit=2)] == ["c1", "b1"]
 
 
-def test_several_views_in_one_process(brokers: str, new_topic: Callable[..., str], tmp_path: Path) -> None:
+def test_several_views_in_one_process(
+    brokers: str, new_topic: Callable[..., str], tmp_path: Path
+) -> None:
     a, b = new_topic(partitions=2, table=True), new_topic(partitions=3, table=True)
     produce(brokers, a, StringCodec(), [("k", "from a")])
     produce(brokers, b, Int64Codec(), [("k", 7)])
@@ -128,7 +145,9 @@ def test_several_views_in_one_process(brokers: str, new_topic: Callable[..., str
         assert (va.get("k"), vb.get("k")) == ("from a", 7)
 
 
-def test_a_storage_of_another_table_is_refused(brokers: str, new_topic: Callable[..., str], tmp_path: Path) -> None:
+def test_a_storage_of_another_table_is_refused(
+    brokers: str, new_topic: Callable[..., str], tmp_path: Path
+) -> None:
     a, b = new_topic(partitions=1, table=True), new_topic(partitions=1, table=True)
     View(brokers, a, StringCodec(), path=tmp_path / "v").close()
     with pytest.raises(Exception, match=f"holds table '{a}', not '{b}'"):
@@ -168,7 +187,12 @@ def test_network_outage_reconnects_and_catches_up(tmp_path: Path) -> None:
             produce(via_proxy, "outage-table", StringCodec(), [("k2", "2")])
             wait_for(lambda: view.get("k2") == "2", what="a record written after the outage")
         proxy.cut()
-    assert states[:4] == [ViewState.CATCHING_UP, ViewState.RUNNING, ViewState.RECONNECTING, ViewState.RUNNING]
+    assert states[:4] == [
+        ViewState.CATCHING_UP,
+        ViewState.RUNNING,
+        ViewState.RECONNECTING,
+        ViewState.RUNNING,
+    ]
 
 
 def test_broker_restart_that_lost_the_table_fails_the_view_clearly(tmp_path: Path) -> None:
@@ -183,6 +207,9 @@ def test_broker_restart_that_lost_the_table_fails_the_view_clearly(tmp_path: Pat
         TopicManager(broker.bootstrap).ensure_table_exists("lost-table", 1)
         produce(broker.bootstrap, "lost-table", StringCodec(), [("new", "v")])
         wait_for(lambda: view.state is ViewState.FAILED, what="the view to fail")
-        with pytest.raises(ViewError, match="ends at offset 1, before the view's offset 10: the topic was truncated or recreated"):
+        with pytest.raises(
+            ViewError,
+            match="ends at offset 1, before the view's offset 10: the topic was truncated or recreated",
+        ):
             view.wait_recovered(0)
         view.close()
