@@ -51,10 +51,14 @@ def bootstrap_servers(brokers: Brokers) -> str:
     return joined
 
 
+#: librdkafka's own log lines go to this Python logger instead of stderr.
+LIBRDKAFKA_LOGGER = logging.getLogger("goka.librdkafka")
+
+
 def _merge(
     defaults: Mapping[str, Any], brokers: Brokers, user: Mapping[str, Any]
 ) -> dict[str, Any]:
-    config = dict(defaults)
+    config: dict[str, Any] = {"logger": LIBRDKAFKA_LOGGER, **defaults}
     config.update(user)
     config["bootstrap.servers"] = bootstrap_servers(brokers)
     return config

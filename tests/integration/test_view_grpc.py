@@ -200,9 +200,9 @@ def test_tls(brokers: str, table: str, tmp_path: Path) -> None:
     with ViewServer([view], tls=TlsConfig(cert, key)) as server, \
          ViewClient(f"localhost:{server.port}", root_certificates=cert) as client:  # fmt: skip
         assert client.get(table, "user-00007") == 7
-    with ViewClient(f"localhost:{server.port}", timeout=2) as plaintext:
-        with pytest.raises(Exception, match="UNAVAILABLE|failed"):
-            plaintext.get(table, "user-00007")
+    with ViewClient(f"localhost:{server.port}", timeout=2) as plaintext, \
+         pytest.raises(Exception, match="UNAVAILABLE|failed"):  # fmt: skip
+        plaintext.get(table, "user-00007")
     view.close()
 
 
