@@ -37,6 +37,10 @@ check: lint typecheck test
 bench: $(STAMP)
 	$(PY) -m bench.engine
 	$(PY) -m bench.emitter
+	$(PY) -m bench.view
+
+proto: $(STAMP)
+	$(PY) -m tools.gen_proto
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
