@@ -1,0 +1,80 @@
+"""Prometheus metrics of processors, updated on the driver once per micro-batch."""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import Counter, Gauge, Histogram
+
+if TYPE_CHECKING:
+    from goka.spark.processor import BatchSummary
+
+__all__ = ["ProcessorMetrics"]
+
+_LOCK = threading.Lock()
+_FAMILIES: dict[str, Any] = {}
+
+
+def _families() -> dict[str, Any]:
+    with _LOCK:
+        if not _FAMILIES:
+            labels = ["group"]
+            _FAMILIES.update(
+                processed=Counter("goka_processor_messages", "Messages processed", labels),
+                table=Counter("goka_processor_table_updates", "Group table updates", labels),
+                emits=Counter("goka_processor_emits", "Messages emitted and looped", labels),
+                errors=Counter(
+                    "goka_processor_errors", "Messages that failed", [*labels, "policy"]
+                ),
+                replayed=Counter("goka_processor_replayed", "Messages skipped as replays", labels),
+                duration=Histogram(
+                    "goka_processor_batch_duration_seconds",
+                    "Longest task of each micro-batch",
+                    labels,
+                    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
+                ),
+                lag=Gauge(
+                    "goka_processor_lag",
+                    "Records not processed yet",
+                    [*labels, "topic", "partition"],
+                ),
+            )
+    return _FAMILIES
+
+
+class ProcessorMetrics:
+    """The metrics of one processor group."""
+
+    def __init__(self, group: str) -> None:
+        self.group = group
+        self._f = _families()
+
+    def batch(self, summary: BatchSummary, policy: str) -> None:
+        """Count one micro-batch."""
+        f, g = self._f, self.group
+        f["processed"].labels(g).inc(summary.processed)
+        f["table"].labels(g).inc(summary.table_updates)
+        f["emits"].labels(g).inc(summary.emits + summary.loopbacks)
+        f["errors"].labels(g, policy).inc(summary.failed)
+        f["replayed"].labels(g).inc(summary.replayed)
+        f["duration"].labels(g).observe(summary.seconds)
+
+    def lag(self, progress: dict[str, Any]) -> None:
+        """Set the lag per input partition from a query progress report."""
+        for source in progress.get("sources", []):
+            latest, end = _offsets(source.get("latestOffset")), _offsets(source.get("endOffset"))
+            for topic, partitions in latest.items():
+                for partition, offset in partitions.items():
+                    done = end.get(topic, {}).get(partition, offset)
+                    self._f["lag"].labels(self.group, topic, partition).set(max(0, offset - done))
+
+
+def _offsets(value: Any) -> dict[str, dict[str, int]]:
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            return {}
+    return value if isinstance(value, dict) else {}

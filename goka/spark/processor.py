@@ -1,0 +1,290 @@
+"""Run a group graph as a Spark Structured Streaming job (the processor of Go Goka)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import sys
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pyspark.errors import StreamingQueryException
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming.query import StreamingQuery
+
+from goka.engine import POLICIES, ErrorPolicy
+from goka.errors import ConfigurationError, GokaError
+from goka.graph import GroupGraph
+from goka.kafka.config import Brokers, bootstrap_servers
+from goka.spark.metrics import ProcessorMetrics
+from goka.spark.source import GokaKafkaSource
+from goka.spark.task import SUMMARY_SCHEMA, PartitionTask, TaskConfig
+from goka.topic_manager import TopicManager, TopicManagerConfig
+
+__all__ = ["BatchSummary", "Processor", "ProcessorFailed"]
+
+log = logging.getLogger(__name__)
+_PROCESSING_ERROR = re.compile(r"goka\.errors\.ProcessingError: (.*)")
+
+
+class ProcessorFailed(GokaError):
+    """The streaming query stopped with an error (the message says where and why)."""
+
+
+@dataclass
+class BatchSummary:
+    """What one micro-batch did, summed over its partitions."""
+
+    batch_id: int
+    processed: int = 0
+    failed: int = 0
+    table_updates: int = 0
+    emits: int = 0
+    loopbacks: int = 0
+    dead_letters: int = 0
+    replayed: int = 0
+    rebuilt_partitions: int = 0
+    seconds: float = 0.0
+    errors: list[str] = field(default_factory=list)
+
+
+class Processor:
+    """Runs ``graph`` over Kafka on Spark; each Spark task is one Goka partition processor.
+
+    Args:
+        graph: the group to run.
+        brokers: bootstrap servers (default: ``$GOKA_BROKERS``).
+        spark: a session to use; by default one is built (``local[*]`` unless ``master``).
+        master: Spark master URL for the session built here (``local[2]``, ``spark://...``).
+        checkpoint_dir: Spark's checkpoint (shared storage on a cluster).
+        state_dir: where tasks keep partition stores (local disk of each executor).
+        trigger: ``"1 second"`` (processing time) or ``"available-now"``.
+        on_error: ``fail`` (default), ``skip`` or ``dead_letter`` (to ``<group>-dlq``).
+        max_offsets_per_trigger: most input records per micro-batch.
+        starting_offsets: ``earliest`` (default), ``latest`` or JSON, for a new checkpoint.
+        kafka_config: librdkafka settings for every client.
+        topics: creation settings for the group table, loop and DLQ topics.
+
+    Raises:
+        ConfigurationError: invalid settings (at construction, not mid-stream).
+    """
+
+    def __init__(
+        self,
+        graph: GroupGraph,
+        brokers: Brokers | None = None,
+        *,
+        spark: SparkSession | None = None,
+        master: str | None = None,
+        checkpoint_dir: str | Path | None = None,
+        state_dir: str | Path | None = None,
+        trigger: str = "1 second",
+        on_error: ErrorPolicy = "fail",
+        max_offsets_per_trigger: int | None = None,
+        starting_offsets: str = "earliest",
+        kafka_config: dict[str, Any] | None = None,
+        topics: TopicManagerConfig | None = None,
+    ) -> None:
+        if on_error not in POLICIES:
+            raise ConfigurationError(f"on_error must be one of {POLICIES}, got {on_error!r}")
+        if max_offsets_per_trigger is not None and max_offsets_per_trigger < 1:
+            raise ConfigurationError("max_offsets_per_trigger must be at least 1")
+        found = brokers or os.environ.get("GOKA_BROKERS")
+        if not found:
+            raise ConfigurationError("no Kafka brokers: pass brokers= or set GOKA_BROKERS")
+        self.graph = graph
+        self.brokers = bootstrap_servers(found)
+        self.state_dir = Path(state_dir or Path("goka-state") / graph.group).resolve()
+        self.checkpoint_dir = str(checkpoint_dir or self.state_dir / "checkpoint")
+        self.trigger = trigger
+        self.on_error = on_error
+        self.max_offsets_per_trigger = max_offsets_per_trigger
+        self.starting_offsets = starting_offsets
+        self.kafka_config = dict(kafka_config or {})
+        self._topics = topics or TopicManagerConfig()
+        self._spark = spark
+        self._master = master
+        self._query: StreamingQuery | None = None
+        self._stopping = threading.Event()
+        self._lock = threading.Lock()
+        self.batches: list[BatchSummary] = []
+        self.metrics = ProcessorMetrics(graph.group)
+
+    # -- setup -----------------------------------------------------------------------------------
+    def prepare_topics(self) -> int:
+        """Check the inputs are co-partitioned and create the table, loop and DLQ topics.
+
+        Returns:
+            The partition count.
+
+        Raises:
+            TopicError: a topic is missing or the topics are not co-partitioned (with counts).
+        """
+        manager = TopicManager(self.brokers, self._topics, **self.kafka_config)
+        graph = self.graph
+        partitions = manager.ensure_copartitioned([*graph.inputs, *graph.joins])
+        if graph.persist:
+            manager.ensure_table_exists(graph.table, partitions)
+        if graph.loop:
+            manager.ensure_stream_exists(graph.loop_topic, partitions)
+        if self.on_error == "dead_letter":
+            manager.ensure_stream_exists(f"{graph.group}-dlq", partitions)
+        missing = [t for t in (*graph.outputs, *graph.lookups) if not manager.exists(t)]
+        if missing:
+            raise ConfigurationError(
+                f"group {graph.group!r}: output/lookup topics do not exist: {missing}"
+            )
+        return manager.ensure_copartitioned(graph.copartitioned_topics())
+
+    def spark(self) -> SparkSession:
+        """The session (built on first use)."""
+        if self._spark is None:
+            self._spark = build_session(self.graph.group, self._master)
+        return self._spark
+
+    def _start(self, available_now: bool) -> StreamingQuery:
+        self.prepare_topics()
+        spark = self.spark()
+        spark.dataSource.register(GokaKafkaSource)
+        reader = (
+            spark.readStream.format("goka-kafka")
+            .option("brokers", self.brokers)
+            .option("topics", ",".join(self.graph.copartitioned_topics()))
+            .option("startingOffsets", self.starting_offsets)
+        )
+        if self.max_offsets_per_trigger:
+            reader = reader.option("maxOffsetsPerTrigger", str(self.max_offsets_per_trigger))
+        for key, value in self.kafka_config.items():
+            reader = reader.option(f"kafka.{key}", str(value))
+        config = TaskConfig(
+            self.graph, self.brokers, str(self.state_dir), self.on_error, self.kafka_config
+        )
+        stream = reader.load().mapInArrow(PartitionTask(config), SUMMARY_SCHEMA)
+        writer = (
+            stream.writeStream.foreachBatch(self._on_batch)
+            .option("checkpointLocation", self.checkpoint_dir)
+            .queryName(f"goka-{self.graph.group}")
+        )
+        writer = (
+            writer.trigger(availableNow=True)
+            if available_now
+            else writer.trigger(processingTime=self.trigger)
+        )
+        query = writer.start()
+        with self._lock:
+            self._query = query
+        if self._stopping.is_set():
+            query.stop()
+        return query
+
+    def _on_batch(self, frame: DataFrame, batch_id: int) -> None:
+        summary = BatchSummary(batch_id)
+        for row in frame.collect():
+            for name in (
+                "processed",
+                "failed",
+                "table_updates",
+                "emits",
+                "loopbacks",
+                "dead_letters",
+                "replayed",
+            ):
+                setattr(summary, name, getattr(summary, name) + row[name])
+            summary.rebuilt_partitions += int(row["rebuilt"])
+            summary.seconds = max(summary.seconds, row["seconds"])
+            summary.errors += json.loads(row["errors"] or "[]")
+        self.batches.append(summary)
+        self.metrics.batch(summary, self.on_error)
+        with self._lock:
+            progress = self._query.lastProgress if self._query is not None else None
+        if progress:
+            self.metrics.lag(progress)
+        log.info("group %s batch %d: %s", self.graph.group, batch_id, summary)
+
+    # -- running ---------------------------------------------------------------------------------
+    def run(self, timeout: float | None = None) -> None:
+        """Process until :meth:`stop` (or ``timeout`` seconds). Blocks.
+
+        Raises:
+            ProcessingError: a message failed under the ``fail`` policy (names group, topic,
+                partition, offset, key and cause).
+            ProcessorFailed: the query stopped with another error.
+        """
+        self._wait(self._start(available_now=self.trigger == "available-now"), timeout)
+
+    def run_until_caught_up(self, timeout: float | None = None) -> list[BatchSummary]:
+        """Process everything present when called, then stop (Trigger.AvailableNow).
+
+        Returns:
+            The summaries of the micro-batches of this run.
+        """
+        first = len(self.batches)
+        self._wait(self._start(available_now=True), timeout)
+        return self.batches[first:]
+
+    def _wait(self, query: StreamingQuery, timeout: float | None) -> None:
+        try:
+            finished = query.awaitTermination(None if timeout is None else int(timeout) or 1)
+            if timeout is not None and not finished:
+                query.stop()
+        except StreamingQueryException as exc:
+            raise _translate(exc) from None
+        finally:
+            with self._lock:
+                self._query = None
+
+    def stop(self) -> None:
+        """Stop the query after the current micro-batch. Idempotent; safe from signal handlers
+        (it only sets a flag and asks Spark to stop on another thread)."""
+        self._stopping.set()
+        with self._lock:
+            query = self._query
+        if query is not None:
+            threading.Thread(target=query.stop, name="goka-processor-stop", daemon=True).start()
+
+    def status(self) -> dict[str, Any]:
+        """The query's status and last progress, and goka's batch counts."""
+        with self._lock:
+            query = self._query
+        return {
+            "group": self.graph.group,
+            "active": query is not None and query.isActive,
+            "status": query.status if query is not None else None,
+            "progress": query.lastProgress if query is not None else None,
+            "batches": len(self.batches),
+            "processed": sum(b.processed for b in self.batches),
+        }
+
+
+def _translate(exc: StreamingQueryException) -> GokaError:
+    text = str(exc)
+    found = _PROCESSING_ERROR.search(text)
+    if found:
+        return ProcessorFailed(found.group(1))
+    return ProcessorFailed(text.splitlines()[0] if text else repr(exc))
+
+
+def build_session(group: str, master: str | None = None) -> SparkSession:
+    """Build the session a processor runs in when none is given.
+
+    Speculative execution stays off (two attempts of a task would contend for one store), the
+    Python workers run this interpreter, and the UI is off unless ``GOKA_SPARK_UI`` is set.
+    """
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = (
+        SparkSession.builder.appName(f"goka-{group}")
+        .config("spark.speculation", "false")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.ui.enabled", "true" if os.environ.get("GOKA_SPARK_UI") else "false")
+        .config("spark.sql.streaming.stopGracefullyOnShutdown", "true")
+        .config("spark.python.worker.reuse", "true")
+    )
+    if master:
+        builder = builder.master(master)
+    elif not os.environ.get("PYSPARK_GATEWAY_PORT"):  # under spark-submit, its --master rules
+        builder = builder.master(os.environ.get("GOKA_SPARK_MASTER", "local[2]"))
+    return builder.getOrCreate()

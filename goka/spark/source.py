@@ -1,0 +1,238 @@
+"""A Kafka source for Spark Structured Streaming, written with the Python Data Source API.
+
+``spark.readStream.format("goka-kafka")`` reads co-partitioned topics. Offsets are
+``{topic: {partition: next offset}}``, checkpointed by Spark. Each micro-batch has one input
+partition per partition *number*, covering that partition of every topic, so one Spark task sees
+all of a Goka partition (inputs, loop, joined tables). After the records of each topic, a task
+gets one *range row* per topic (``range_end`` not null, ``offset`` = range start), so it knows the
+exact ranges even where they hold no records.
+
+Options:
+    brokers: bootstrap servers (required).
+    topics: comma-separated, co-partitioned topics (required).
+    startingOffsets: ``earliest`` (default), ``latest`` or JSON ``{"topic": {"0": 42}}``.
+    maxOffsetsPerTrigger: most records per micro-batch, shared over the partitions.
+    kafka.<setting>: librdkafka settings, e.g. ``kafka.security.protocol``.
+
+Trigger.AvailableNow is supported: the query stops at the ends seen when it started.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+
+from goka.errors import ConfigurationError, TopicError
+from goka.kafka.ranges import EndOffsets, RangeReader, Row
+
+__all__ = ["ARROW_SCHEMA", "SCHEMA", "GokaKafkaSource", "KafkaPartition", "kafka_options"]
+
+SCHEMA = (
+    "partition int, topic string, offset long, key binary, value binary, timestamp long, "
+    "headers array<struct<key:string,value:binary>>, range_end long"
+)
+_HEADER = pa.struct([("key", pa.string()), ("value", pa.binary())])
+ARROW_SCHEMA = pa.schema(
+    [
+        ("partition", pa.int32()),
+        ("topic", pa.string()),
+        ("offset", pa.int64()),
+        ("key", pa.binary()),
+        ("value", pa.binary()),
+        ("timestamp", pa.int64()),
+        ("headers", pa.list_(_HEADER)),
+        ("range_end", pa.int64()),
+    ]
+)
+CHUNK = 50_000
+
+Offsets = dict[str, dict[str, int]]
+
+
+def kafka_options(options: Mapping[str, str]) -> dict[str, str]:
+    """The ``kafka.``-prefixed options, without the prefix."""
+    return {k[len("kafka.") :]: v for k, v in options.items() if k.startswith("kafka.")}
+
+
+class KafkaPartition(InputPartition):
+    """One partition number: ``{topic: (start, end)}``."""
+
+    def __init__(self, partition: int, ranges: dict[str, tuple[int, int]]) -> None:
+        super().__init__(partition)
+        self.partition = partition
+        self.ranges = ranges
+
+
+class GokaKafkaSource(DataSource):
+    """``format("goka-kafka")``: see the module docstring."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "goka-kafka"
+
+    def schema(self) -> str:
+        return SCHEMA
+
+    def streamReader(self, schema: Any) -> GokaStreamReader:
+        return GokaStreamReader(dict(self.options))
+
+
+class GokaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Plans micro-batches on the driver and reads them in tasks."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        try:
+            self.brokers = options["brokers"]
+            self.topics = [t for t in options["topics"].split(",") if t]
+        except KeyError as exc:
+            raise ConfigurationError(f"goka-kafka source needs the option {exc}") from None
+        self.kafka = kafka_options(options)
+        self.starting = options.get("startingOffsets", options.get("startingoffsets", "earliest"))
+        limit = options.get("maxOffsetsPerTrigger", options.get("maxoffsetspertrigger"))
+        self.max_rows = int(limit) if limit else None
+        self.timeout = float(options.get("timeout", "60"))
+        self._target: Offsets | None = None
+        self._end_offsets: EndOffsets | None = None
+        counts = self._ends.partition_counts(self.topics)
+        if len(set(counts.values())) > 1:
+            listing = ", ".join(f"{t!r}: {n}" for t, n in counts.items())
+            raise TopicError(f"topics are not co-partitioned (partition counts differ): {listing}")
+        self.partitions_count = next(iter(counts.values()))
+
+    @property
+    def _ends(self) -> EndOffsets:
+        """The driver's offset consumer, created on first use (never pickled to tasks)."""
+        if self._end_offsets is None:
+            self._end_offsets = EndOffsets(self.brokers, self.kafka)
+        return self._end_offsets
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_end_offsets"] = None
+        return state
+
+    def _all(self) -> list[tuple[str, int]]:
+        return [(t, p) for t in self.topics for p in range(self.partitions_count)]
+
+    def _as_offsets(self, found: Mapping[tuple[str, int], int]) -> Offsets:
+        return {
+            t: {str(p): found[(t, p)] for p in range(self.partitions_count)} for t in self.topics
+        }
+
+    def initialOffset(self) -> Offsets:
+        if self.starting == "earliest":
+            return self._as_offsets(self._ends.low(self._all()))
+        if self.starting == "latest":
+            return self._as_offsets(self._ends.high(self._all()))
+        try:
+            given = json.loads(self.starting)
+        except json.JSONDecodeError as exc:
+            raise ConfigurationError(
+                f"startingOffsets must be earliest, latest or JSON, got {self.starting!r}"
+            ) from exc
+        low = self._ends.low(self._all())
+        return {
+            t: {
+                str(p): int(given.get(t, {}).get(str(p), low[(t, p)]))
+                for p in range(self.partitions_count)
+            }
+            for t in self.topics
+        }
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        return ReadMaxRows(self.max_rows) if self.max_rows else ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = self._as_offsets(self._ends.high(self._all()))
+
+    def latestOffset(self, start: Offsets, limit: ReadLimit) -> Offsets:
+        ends = self._target or self._as_offsets(self._ends.high(self._all()))
+        end = {t: {p: max(start[t][p], ends[t][p]) for p in ends[t]} for t in self.topics}
+        if isinstance(limit, ReadMaxRows):
+            end = _limit(start, end, limit.max_rows)
+        return end
+
+    def reportLatestOffset(self) -> Offsets:
+        return self._as_offsets(self._ends.high(self._all()))
+
+    def partitions(self, start: Offsets, end: Offsets) -> list[KafkaPartition]:
+        planned = []
+        for p in range(self.partitions_count):
+            ranges = {t: (start[t][str(p)], end[t][str(p)]) for t in self.topics}
+            if any(e > s for s, e in ranges.values()):
+                planned.append(KafkaPartition(p, ranges))
+        return planned
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, KafkaPartition)
+        reader = RangeReader.shared(self.brokers, self.kafka)
+        for rows in reader.read(partition.partition, partition.ranges, self.timeout, CHUNK):
+            yield _batch(partition.partition, rows)
+        yield _ranges(partition.partition, partition.ranges)
+
+    def commit(self, end: Offsets) -> None:
+        """Nothing to do: offsets live in Spark's checkpoint and in the partition stores."""
+
+    def stop(self) -> None:
+        if self._end_offsets is not None:
+            self._end_offsets.close()
+
+
+def _limit(start: Offsets, end: Offsets, budget: int) -> Offsets:
+    """Cut ``end`` so that at most ``budget`` records are read, shared in proportion."""
+    available = {(t, p): end[t][p] - start[t][p] for t in end for p in end[t]}
+    total = sum(available.values())
+    if total <= budget:
+        return end
+    limited = {t: dict(start[t]) for t in start}
+    left = budget
+    for (t, p), count in sorted(available.items(), key=lambda item: -item[1]):
+        take = min(count, max(1, budget * count // total), left)
+        limited[t][p] += take
+        left -= take
+    return limited
+
+
+def _batch(partition: int, rows: list[Row]) -> pa.RecordBatch:
+    topics, offsets, keys, values, timestamps, headers = (list(c) for c in zip(*rows, strict=True))
+    header_values = [None if h is None else [{"key": k, "value": v} for k, v in h] for h in headers]
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array([partition] * len(rows), pa.int32()),
+            pa.array(topics, pa.string()),
+            pa.array(offsets, pa.int64()),
+            pa.array(keys, pa.binary()),
+            pa.array(values, pa.binary()),
+            pa.array(timestamps, pa.int64()),
+            pa.array(header_values, pa.list_(_HEADER)),
+            pa.nulls(len(rows), pa.int64()),
+        ],
+        schema=ARROW_SCHEMA,
+    )
+
+
+def _ranges(partition: int, ranges: Mapping[str, tuple[int, int]]) -> pa.RecordBatch:
+    n = len(ranges)
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array([partition] * n, pa.int32()),
+            pa.array(list(ranges), pa.string()),
+            pa.array([s for s, _ in ranges.values()], pa.int64()),
+            pa.nulls(n, pa.binary()),
+            pa.nulls(n, pa.binary()),
+            pa.nulls(n, pa.int64()),
+            pa.nulls(n, pa.list_(_HEADER)),
+            pa.array([e for _, e in ranges.values()], pa.int64()),
+        ],
+        schema=ARROW_SCHEMA,
+    )
