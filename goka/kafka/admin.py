@@ -78,6 +78,7 @@ class KafkaAdmin:
         Raises:
             TopicError: if the cluster refused to create it.
         """
+        name = str(name)  # confluent-kafka wants exactly str, not goka's Stream/Table
         spec = NewTopic(
             name, num_partitions=partitions, replication_factor=replication, config=dict(config)
         )
@@ -100,7 +101,7 @@ class KafkaAdmin:
         Raises:
             TopicError: if they cannot be read.
         """
-        resource = ConfigResource(ConfigResource.Type.TOPIC, name)
+        resource = ConfigResource(ConfigResource.Type.TOPIC, str(name))
         future = self._client.describe_configs([resource], request_timeout=self.timeout)[resource]
         try:
             entries = future.result(timeout=self.timeout)
@@ -110,6 +111,7 @@ class KafkaAdmin:
 
     def delete_topic(self, name: str) -> None:
         """Delete topic ``name`` (used by tests and tools; not on real data paths)."""
+        name = str(name)
         future = self._client.delete_topics([name], request_timeout=self.timeout)[name]
         try:
             future.result(timeout=self.timeout)
