@@ -10,6 +10,7 @@ import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 __all__ = ["main"]
 
@@ -60,6 +61,48 @@ def _view_serve(args: argparse.Namespace) -> int:
     return serve(config)
 
 
+def _load_graph(spec: str) -> Any:
+    import importlib
+
+    from goka.graph import GroupGraph
+
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise SystemExit(f"expected module:attribute, got {spec!r}")
+    graph = getattr(importlib.import_module(module_name), attribute, None)
+    if not isinstance(graph, GroupGraph):
+        raise SystemExit(f"{spec} is not a group graph (define_group(...)), got {graph!r}")
+    return graph
+
+
+def _processor_run(args: argparse.Namespace) -> int:
+    from prometheus_client import start_http_server
+
+    from goka.spark import Processor
+
+    processor = Processor(
+        _load_graph(args.graph),
+        _brokers(args.brokers),
+        master=args.master,
+        state_dir=args.state_dir,
+        checkpoint_dir=args.checkpoint_dir,
+        trigger=args.trigger,
+        on_error=args.on_error,
+        max_offsets_per_trigger=args.max_offsets_per_trigger,
+        starting_offsets=args.starting_offsets,
+    )
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: processor.stop())
+    if args.metrics_port is not None:
+        start_http_server(args.metrics_port)
+    if args.until_caught_up:
+        batches = processor.run_until_caught_up()
+        print(f"caught up: {sum(b.processed for b in batches)} messages in {len(batches)} batches")
+    else:
+        processor.run()
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Return the parser of the ``goka`` command."""
     parser = argparse.ArgumentParser(prog="goka", description=__doc__)
@@ -86,6 +129,27 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-request-bytes", type=int, default=1 << 20)
     serve.add_argument("--allow-stale-reads", action="store_true", help="serve before recovery")
     serve.set_defaults(run=_view_serve)
+
+    processor = commands.add_parser("processor", help="processor groups on Spark")
+    run = processor.add_subparsers(dest="processor_command", required=True).add_parser(
+        "run", help="run a group graph as a Spark Structured Streaming job"
+    )
+    run.add_argument("graph", help="the group graph as module:attribute")
+    run.add_argument("--brokers", help="bootstrap servers (default: $GOKA_BROKERS)")
+    run.add_argument("--master", help="Spark master (local[2], spark://host:7077; default local)")
+    run.add_argument("--state-dir", help="partition stores (default: ./goka-state/<group>)")
+    run.add_argument("--checkpoint-dir", help="Spark checkpoint (default: <state-dir>/checkpoint)")
+    run.add_argument("--trigger", default="1 second", help="micro-batch interval")
+    run.add_argument("--on-error", default="fail", choices=["fail", "skip", "dead_letter"])
+    run.add_argument("--max-offsets-per-trigger", type=int)
+    run.add_argument("--starting-offsets", default="earliest")
+    run.add_argument("--metrics-port", type=int, help="serve Prometheus /metrics on this port")
+    run.add_argument(
+        "--until-caught-up",
+        action="store_true",
+        help="process what is there now, then exit (Trigger.AvailableNow)",
+    )
+    run.set_defaults(run=_processor_run)
     return parser
 
 

@@ -159,10 +159,18 @@ class JsonCodec:
         default: Callable[[Any], Any] | None = None,
         object_hook: Callable[[dict[str, Any]], Any] | None = None,
     ) -> None:
+        self._hooks = (default, object_hook)
         self._encoder = json.JSONEncoder(
             separators=(",", ":"), ensure_ascii=False, allow_nan=False, default=default
         )
         self._decoder = json.JSONDecoder(object_hook=object_hook)
+
+    def __getstate__(self) -> tuple[Any, Any]:
+        """Pickle the hooks only: Spark ships codecs to its workers."""
+        return self._hooks
+
+    def __setstate__(self, hooks: tuple[Any, Any]) -> None:
+        self.__init__(default=hooks[0], object_hook=hooks[1])  # type: ignore[misc]  # rebuild
 
     def encode(self, value: Any) -> bytes:
         try:

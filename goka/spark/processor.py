@@ -219,12 +219,19 @@ class Processor:
     def run_until_caught_up(self, timeout: float | None = None) -> list[BatchSummary]:
         """Process everything present when called, then stop (Trigger.AvailableNow).
 
+        A group with a loop edge runs again while a run looped messages back, so what the
+        loop derives from the input is processed too.
+
         Returns:
             The summaries of the micro-batches of this run.
         """
         first = len(self.batches)
-        self._wait(self._start(available_now=True), timeout)
-        return self.batches[first:]
+        while True:
+            before = len(self.batches)
+            self._wait(self._start(available_now=True), timeout)
+            looped = sum(b.loopbacks for b in self.batches[before:])
+            if not self.graph.loop or not looped or self._stopping.is_set():
+                return self.batches[first:]
 
     def _wait(self, query: StreamingQuery, timeout: float | None) -> None:
         try:

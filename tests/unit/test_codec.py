@@ -187,3 +187,21 @@ def test_codec_by_name() -> None:
 def test_every_codec_satisfies_the_protocol(codec: Any) -> None:
     assert isinstance(codec, Codec)
     assert codec.name
+
+
+@pytest.mark.parametrize(
+    "codec",
+    [BytesCodec(), StringCodec(), Int64Codec(), JsonCodec(), AvroCodec(CLICK_SCHEMA),
+     ProtobufCodec(timestamp_pb2.Timestamp)],
+)  # fmt: skip
+def test_codecs_survive_pickling(codec: Any) -> None:
+    """Spark pickles group graphs, codecs included, to run them in its workers."""
+    import pickle
+
+    copy = pickle.loads(pickle.dumps(codec))
+    value = {
+        "bytes": b"x", "string": "x", "int64": 7, "json": {"a": [1]},
+        "avro": {"user": "u", "count": 1, "page": None},
+        "protobuf": timestamp_pb2.Timestamp(seconds=5),
+    }[codec.name]  # fmt: skip
+    assert copy.decode(codec.encode(value)) == value

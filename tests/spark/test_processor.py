@@ -1,0 +1,278 @@
+"""Processor groups on a real local SparkSession against the embedded broker."""
+
+from __future__ import annotations
+
+import random
+import shutil
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client import REGISTRY
+
+from goka import (
+    Context,
+    Int64Codec,
+    JsonCodec,
+    StringCodec,
+    TopicError,
+    TopicManager,
+    define_group,
+    input,
+    inputs,
+    join,
+    lookup,
+    loop,
+    output,
+    persist,
+)
+from goka.kafka.consumer import read_to_end
+from goka.spark import ProcessorFailed
+from goka.view import View
+
+from ..helpers import produce
+
+pytestmark = [pytest.mark.spark, pytest.mark.kafka]
+
+
+def count(ctx: Context[int], msg: Any) -> None:
+    ctx.set_value((ctx.value() or 0) + 1)
+
+
+def table_of(brokers: str, table: str, codec: Any) -> dict[str, Any]:
+    with View(brokers, table, codec) as view:
+        view.wait_recovered(60)
+        return dict(view.items())
+
+
+def clicks(brokers: str, topic: str, n: int, users: int = 40, seed: int = 1) -> Counter[str]:
+    rng = random.Random(seed)
+    sent: Counter[str] = Counter()
+    items = []
+    for _ in range(n):
+        user = f"user-{rng.randrange(users)}"
+        sent[user] += 1
+        items.append((user, "/page"))
+    produce(brokers, topic, StringCodec(), items)
+    return sent
+
+
+def test_click_count_restart_from_checkpoint(
+    brokers: str, new_topic: Callable[..., str], make_processor: Any
+) -> None:
+    topic = new_topic(partitions=4)
+    graph = define_group(f"{topic}-g", input(topic, StringCodec(), count), persist(Int64Codec()))
+    sent = clicks(brokers, topic, 3_000)
+    first = make_processor(graph).run_until_caught_up(timeout=300)
+    assert sum(b.processed for b in first) == 3_000
+    assert table_of(brokers, graph.table, Int64Codec()) == dict(sent)
+    sent += clicks(brokers, topic, 500, seed=2)
+    second = make_processor(graph).run_until_caught_up(timeout=300)  # same checkpoint
+    assert sum(b.processed for b in second) == 500  # only the new input
+    assert sum(b.replayed for b in second) == 0 and sum(b.rebuilt_partitions for b in second) == 0
+    assert table_of(brokers, graph.table, Int64Codec()) == dict(sent)
+
+
+def test_state_is_rebuilt_from_the_table_after_losing_the_state_directory(
+    brokers: str, new_topic: Callable[..., str], make_processor: Any, tmp_path: Path
+) -> None:
+    topic = new_topic(partitions=2)
+    graph = define_group(f"{topic}-g", input(topic, StringCodec(), count), persist(Int64Codec()))
+    sent = clicks(brokers, topic, 1_000)
+    make_processor(graph).run_until_caught_up(timeout=300)
+    shutil.rmtree(tmp_path / "state" / graph.group)  # a new machine, a lost disk
+    sent += clicks(brokers, topic, 300, seed=3)
+    batches = make_processor(graph).run_until_caught_up(timeout=300)
+    assert sum(b.rebuilt_partitions for b in batches) == 2
+    assert table_of(brokers, graph.table, Int64Codec()) == dict(sent)
+
+
+def test_delete_writes_tombstones(
+    brokers: str, new_topic: Callable[..., str], make_processor: Any
+) -> None:
+    topic = new_topic(partitions=2)
+
+    def handle(ctx: Context[int], msg: str) -> None:
+        ctx.delete() if msg == "forget" else count(ctx, msg)
+
+    graph = define_group(f"{topic}-g", input(topic, StringCodec(), handle), persist(Int64Codec()))
+    produce(brokers, topic, StringCodec(), [("a", "+"), ("b", "+"), ("a", "+"), ("a", "forget")])
+    make_processor(graph).run_until_caught_up(timeout=300)
+    assert table_of(brokers, graph.table, Int64Codec()) == {"b": 1}
+    records = [r for r in read_to_end(brokers, graph.table) if r.key == b"a"]
+    assert [r.value for r in records] == [b"1", b"2", None]
+    assert dict(records[-1].headers)["goka-src-topic"] == topic.encode()
+
+
+def test_multiple_inputs(brokers: str, new_topic: Callable[..., str], make_processor: Any) -> None:
+    a, b = new_topic(partitions=3), new_topic(partitions=3)
+    graph = define_group(f"{a}-g", inputs([a, b], StringCodec(), count), persist(Int64Codec()))
+    produce(brokers, a, StringCodec(), [("k", "x")] * 5)
+    produce(brokers, b, StringCodec(), [("k", "y")] * 7 + [("j", "y")])
+    make_processor(graph).run_until_caught_up(timeout=300)
+    assert table_of(brokers, graph.table, Int64Codec()) == {"k": 12, "j": 1}
+
+
+def test_join_reads_the_copartitioned_table(
+    brokers: str, new_topic: Callable[..., str], make_processor: Any
+) -> None:
+    topic, profiles = new_topic(partitions=4), new_topic(partitions=4, table=True)
+
+    def enrich(ctx: Context[Any], page: str) -> None:
+        profile = ctx.join(profiles) or {}
+        ctx.set_value({"page": page, "country": profile.get("country")})
+
+    graph = define_group(f"{topic}-g", input(topic, StringCodec(), enrich),
+                         join(profiles, JsonCodec()), persist(JsonCodec()))  # fmt: skip
+    produce(brokers, profiles, JsonCodec(), [(f"u{i}", {"country": f"c{i}"}) for i in range(20)])
+    produce(brokers, topic, StringCodec(), [(f"u{i}", f"/p{i}") for i in range(25)])
+    make_processor(graph).run_until_caught_up(timeout=300)
+    result = table_of(brokers, graph.table, JsonCodec())
+    assert result["u3"] == {"page": "/p3", "country": "c3"}
+    assert result["u22"] == {"page": "/p22", "country": None}
+
+
+def test_lookup_reads_any_key(
+    brokers: str, new_topic: Callable[..., str], make_processor: Any
+) -> None:
+    topic, devices = (
+        new_topic(partitions=2),
+        new_topic(partitions=3, table=True),
+    )  # not co-partitioned
+
+    def handle(ctx: Context[Any], device: str) -> None:
+        ctx.set_value(ctx.lookup(devices, device) or "unknown")
+
+    graph = define_group(f"{topic}-g", input(topic, StringCodec(), handle),
+                         lookup(devices, StringCodec()), persist(StringCodec()))  # fmt: skip
+    produce(brokers, devices, StringCodec(), [("d1", "phone"), ("d2", "laptop")])
+    produce(brokers, topic, StringCodec(), [("alice", "d1"), ("bob", "d2"), ("carol", "d9")])
+    make_processor(graph).run_until_caught_up(timeout=300)
+    assert table_of(brokers, graph.table, StringCodec()) == {
+        "alice": "phone",
+        "bob": "laptop",
+        "carol": "unknown",
+    }
+
+
+def test_loop_rekeys_messages(
+    brokers: str, new_topic: Callable[..., str], make_processor: Any
+) -> None:
+    topic = new_topic(partitions=3)
+
+    def by_user(ctx: Context[Any], page: str) -> None:
+        ctx.loopback(page, ctx.key)
+
+    graph = define_group(f"{topic}-g", input(topic, StringCodec(), by_user),
+                         loop(StringCodec(), count), persist(Int64Codec()))  # fmt: skip
+    pages = Counter()
+    items = []
+    for i in range(200):
+        page = f"/page-{i % 7}"
+        pages[page] += 1
+        items.append((f"user-{i % 13}", page))
+    produce(brokers, topic, StringCodec(), items)
+    batches = make_processor(graph).run_until_caught_up(timeout=300)
+    assert sum(b.loopbacks for b in batches) == 200
+    assert table_of(brokers, graph.table, Int64Codec()) == dict(pages)
+
+
+def test_emit_to_an_output_topic(
+    brokers: str, new_topic: Callable[..., str], make_processor: Any
+) -> None:
+    topic, out = new_topic(partitions=2), new_topic(partitions=2)
+
+    def shout(ctx: Context[Any], text: str) -> None:
+        ctx.emit(out, ctx.key, text.upper(), headers={"origin": b"test"})
+
+    graph = define_group(
+        f"{topic}-g", input(topic, StringCodec(), shout), output(out, StringCodec())
+    )
+    produce(brokers, topic, StringCodec(), [("a", "hi"), ("b", "there")])
+    make_processor(graph).run_until_caught_up(timeout=300)
+    emitted = {r.key: (r.value, dict(r.headers)) for r in read_to_end(brokers, out)}
+    assert emitted == {b"a": (b"HI", {"origin": b"test"}), b"b": (b"THERE", {"origin": b"test"})}
+
+
+def _bad_input(brokers: str, topic: str) -> None:
+    produce(brokers, topic, StringCodec(), [("k", "1"), ("k", "2")])
+    with __import__("goka").Emitter(brokers, topic, __import__("goka").BytesCodec()) as emitter:
+        emitter.emit_sync("poison", b"not a number")
+    produce(brokers, topic, StringCodec(), [("k", "3")])
+
+
+def test_fail_policy_stops_the_query_naming_the_message(
+    brokers: str, new_topic: Callable[..., str], make_processor: Any
+) -> None:
+    topic = new_topic(partitions=1)
+    graph = define_group(f"{topic}-g", input(topic, Int64Codec(), count), persist(Int64Codec()))
+    _bad_input(brokers, topic)
+    with pytest.raises(
+        ProcessorFailed,
+        match=rf"group '{graph.group}': topic '{topic}' partition 0 offset 2 key 'poison': cannot decode the value: int64 codec",
+    ):
+        make_processor(graph).run_until_caught_up(timeout=300)
+
+
+def test_skip_policy_counts_and_goes_on(
+    brokers: str, new_topic: Callable[..., str], make_processor: Any
+) -> None:
+    topic = new_topic(partitions=1)
+    graph = define_group(f"{topic}-g", input(topic, Int64Codec(), count), persist(Int64Codec()))
+    _bad_input(brokers, topic)
+    before = (
+        REGISTRY.get_sample_value(
+            "goka_processor_errors_total", {"group": graph.group, "policy": "skip"}
+        )
+        or 0
+    )
+    batches = make_processor(graph, on_error="skip").run_until_caught_up(timeout=300)
+    assert sum(b.failed for b in batches) == 1
+    assert "offset 2 key 'poison'" in batches[0].errors[0]
+    assert table_of(brokers, graph.table, Int64Codec()) == {"k": 3}
+    after = REGISTRY.get_sample_value(
+        "goka_processor_errors_total", {"group": graph.group, "policy": "skip"}
+    )
+    assert after == before + 1
+
+
+def test_dead_letter_policy_writes_the_raw_record(
+    brokers: str, new_topic: Callable[..., str], make_processor: Any
+) -> None:
+    topic = new_topic(partitions=1)
+    graph = define_group(f"{topic}-g", input(topic, Int64Codec(), count), persist(Int64Codec()))
+    _bad_input(brokers, topic)
+    batches = make_processor(graph, on_error="dead_letter").run_until_caught_up(timeout=300)
+    assert sum(b.dead_letters for b in batches) == 1
+    (letter,) = list(read_to_end(brokers, f"{graph.group}-dlq"))
+    headers = dict(letter.headers)
+    assert (letter.key, letter.value) == (b"poison", b"not a number")
+    assert headers["goka-src-topic"] == topic.encode() and headers["goka-src-offset"] == b"2"
+    assert b"cannot decode the value" in headers["goka-error"]
+    assert table_of(brokers, graph.table, Int64Codec()) == {"k": 3}
+
+
+def test_max_offsets_per_trigger_splits_batches(
+    brokers: str, new_topic: Callable[..., str], make_processor: Any
+) -> None:
+    topic = new_topic(partitions=2)
+    graph = define_group(f"{topic}-g", input(topic, StringCodec(), count), persist(Int64Codec()))
+    sent = clicks(brokers, topic, 1_000)
+    batches = make_processor(graph, max_offsets_per_trigger=300).run_until_caught_up(timeout=300)
+    assert len(batches) >= 4 and all(b.processed <= 300 for b in batches)
+    assert table_of(brokers, graph.table, Int64Codec()) == dict(sent)
+
+
+def test_inputs_not_copartitioned_fail_at_start(
+    brokers: str, new_topic: Callable[..., str], make_processor: Any
+) -> None:
+    a, b = new_topic(partitions=2), new_topic(partitions=3)
+    graph = define_group(f"{a}-g", inputs([a, b], StringCodec(), count), persist(Int64Codec()))
+    with pytest.raises(TopicError, match=rf"not co-partitioned .*'{a}': 2, '{b}': 3"):
+        make_processor(graph).run_until_caught_up(timeout=60)
+    missing = define_group("missing-g", input("no-such-input", StringCodec(), count))
+    with pytest.raises(TopicError, match="topics do not exist: 'no-such-input'"):
+        make_processor(missing).run_until_caught_up(timeout=60)
+    assert TopicManager(brokers).exists(a)
