@@ -22,7 +22,7 @@ from goka.graph import GroupGraph
 from goka.kafka.config import Brokers, bootstrap_servers
 from goka.spark.metrics import ProcessorMetrics
 from goka.spark.source import GokaKafkaSource
-from goka.spark.task import SUMMARY_SCHEMA, PartitionTask, TaskConfig
+from goka.spark.task import PROCESSOR_PGID, SUMMARY_SCHEMA, PartitionTask, TaskConfig
 from goka.topic_manager import TopicManager, TopicManagerConfig
 
 __all__ = ["BatchSummary", "Processor", "ProcessorFailed"]
@@ -61,7 +61,8 @@ class Processor:
         spark: a session to use; by default one is built (``local[*]`` unless ``master``).
         master: Spark master URL for the session built here (``local[2]``, ``spark://...``).
         checkpoint_dir: Spark's checkpoint (shared storage on a cluster).
-        state_dir: where tasks keep partition stores (local disk of each executor).
+        state_dir: where tasks keep partition stores, ``<state_dir>/<group>/partition-N``; a
+            relative path is taken in each executor's working directory (its local disk).
         trigger: ``"1 second"`` (processing time) or ``"available-now"``.
         on_error: ``fail`` (default), ``skip`` or ``dead_letter`` (to ``<group>-dlq``).
         max_offsets_per_trigger: most input records per micro-batch.
@@ -98,8 +99,12 @@ class Processor:
             raise ConfigurationError("no Kafka brokers: pass brokers= or set GOKA_BROKERS")
         self.graph = graph
         self.brokers = bootstrap_servers(found)
-        self.state_dir = Path(state_dir or Path("goka-state") / graph.group).resolve()
-        self.checkpoint_dir = str(checkpoint_dir or self.state_dir / "checkpoint")
+        # a relative state_dir is resolved by each executor in its own working directory: on a
+        # cluster every executor keeps its stores on its own disk
+        self.state_dir = Path(state_dir or "goka-state")
+        self.checkpoint_dir = str(
+            checkpoint_dir or (self.state_dir / graph.group / "checkpoint").resolve()
+        )
         self.trigger = trigger
         self.on_error = on_error
         self.max_offsets_per_trigger = max_offsets_per_trigger
@@ -282,6 +287,7 @@ def build_session(group: str, master: str | None = None) -> SparkSession:
     Python workers run this interpreter, and the UI is off unless ``GOKA_SPARK_UI`` is set.
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault(PROCESSOR_PGID, str(os.getpgid(0)))  # for the crash test hook
     builder = (
         SparkSession.builder.appName(f"goka-{group}")
         .config("spark.speculation", "false")

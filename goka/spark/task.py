@@ -73,6 +73,8 @@ SUMMARY_SCHEMA = (
 #: ``GOKA_TEST_CRASH_FILE=path`` kills the whole process group (the processor) once, the first
 #: time a task reaches that point, and creates the file so a restart does not crash again.
 CRASH_AT, CRASH_FILE = "GOKA_TEST_CRASH_AT", "GOKA_TEST_CRASH_FILE"
+#: Process group of the processor's driver, set before Spark starts (workers inherit it).
+PROCESSOR_PGID = "GOKA_PROCESSOR_PGID"
 
 
 @dataclass(frozen=True)
@@ -422,5 +424,7 @@ def _maybe_crash(point: str) -> None:
         return
     Path(marker).write_text(point)
     log.error("test hook: killing the processor at %s", point)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(os.getpgid(0), signal.SIGKILL)
+    group = int(os.environ.get(PROCESSOR_PGID, os.getpgid(0)))
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(group, signal.SIGKILL)  # the driver, its JVM and the worker daemon
+    os.kill(os.getpid(), signal.SIGKILL)  # this worker, if the daemon gave it its own group
