@@ -97,7 +97,13 @@ def _processor_run(args: argparse.Namespace) -> int:
         start_http_server(args.metrics_port)
     if args.until_caught_up:
         batches = processor.run_until_caught_up()
-        print(f"caught up: {sum(b.processed for b in batches)} messages in {len(batches)} batches")
+        processed = sum(b.processed for b in batches)
+        rebuilt = sum(b.rebuilt_partitions for b in batches)
+        print(
+            f"caught up: {processed} messages in {len(batches)} batches, "
+            f"{rebuilt} partition stores rebuilt from the table",
+            flush=True,
+        )
     else:
         processor.run()
     return 0
