@@ -88,7 +88,8 @@ class EndOffsets:
         waiting = set(queried)
         deadline = _Deadline(self.timeout)
         while waiting and not deadline.passed():
-            for msg in self._consumer.consume(1000, 0.1):
+            # ask for as many events as partitions wait: consume() returns as soon as it has them
+            for msg in self._consumer.consume(len(waiting), 0.1):
                 waiting.discard((msg.topic(), msg.partition()))
         if waiting:
             raise BrokerError(f"no fetch response for {sorted(waiting)} within {self.timeout:g}s")
@@ -171,7 +172,10 @@ class RangeReader:
     def _consume(self, todo: dict[str, tuple[int, int]], chunk: int) -> list[Row]:
         rows: list[Row] = []
         append = rows.append
-        for msg in self._consumer.consume(chunk, 0.2):
+        # consume() waits until it has ``num`` events or the timeout: never ask for more than
+        # the ranges can still hold, or every range end costs a full timeout
+        left = sum(end - start for start, end in todo.values()) + len(todo)
+        for msg in self._consumer.consume(max(1, min(chunk, left)), 0.2):
             topic = msg.topic()
             if topic not in todo:
                 continue
@@ -183,11 +187,12 @@ class RangeReader:
                 elif error.code() != _EOF:
                     raise BrokerError(f"reading {topic!r}: {error.str()}")
                 continue
-            offset = msg.offset()
-            if offset >= end:  # type: ignore[operator]
+            offset: int = msg.offset()  # type: ignore[assignment]  # set on records
+            if offset >= end:
                 del todo[topic]
                 continue
-            append((topic, offset, msg.key(), msg.value(), msg.timestamp()[1], msg.headers()))  # type: ignore[arg-type]
-            if offset + 1 >= end:  # type: ignore[operator]
+            append((topic, offset, msg.key(), msg.value(), msg.timestamp()[1], msg.headers()))  # type: ignore[arg-type]  # list headers
+            todo[topic] = (offset + 1, end)
+            if offset + 1 >= end:
                 del todo[topic]
         return rows

@@ -8,6 +8,7 @@ import os
 import re
 import sys
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,7 @@ class BatchSummary:
     replayed: int = 0
     rebuilt_partitions: int = 0
     seconds: float = 0.0
+    finished_at: float = 0.0
     errors: list[str] = field(default_factory=list)
 
 
@@ -188,7 +190,9 @@ class Processor:
 
     def _on_batch(self, frame: DataFrame, batch_id: int) -> None:
         summary = BatchSummary(batch_id)
-        for row in frame.collect():
+        rows = frame.collect()
+        summary.finished_at = time.time()
+        for row in rows:
             for name in (
                 "processed",
                 "failed",
