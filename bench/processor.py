@@ -94,8 +94,10 @@ def goka_run(spark: object, brokers: str, topic: str, batch: int) -> tuple[float
                          persist(Int64Codec()))  # fmt: skip
     state = Path(tempfile.mkdtemp(prefix="goka-bench-"))
     try:
-        processor = Processor(graph, brokers, spark=spark, state_dir=state,  # type: ignore[arg-type]
-                              checkpoint_dir=state / "checkpoint", max_offsets_per_trigger=batch)  # fmt: skip
+        processor = Processor(
+            graph, brokers, spark=spark,  # type: ignore[arg-type]
+            state_dir=state, checkpoint_dir=state / "checkpoint", max_offsets_per_trigger=batch,
+        )  # fmt: skip
         started = time.time()
         batches = processor.run_until_caught_up()
         total = sum(b.processed for b in batches)
@@ -122,8 +124,9 @@ def quix_run(brokers: str, topic: str, messages: int) -> str:
             return "did not finish within 900 s"
     lines = [line for line in result.stdout.splitlines() if line.startswith("elapsed")]
     if result.returncode != 0 or not lines:
-        errors = [line for line in result.stderr.splitlines() if "Error" in line or "error" in line]
-        return f"failed (exit {result.returncode}): {(errors or result.stderr.splitlines() or ['?'])[-1]}"
+        errors = [line for line in result.stderr.splitlines() if "rror" in line]
+        last = (errors or result.stderr.splitlines() or ["?"])[-1]
+        return f"failed (exit {result.returncode}): {last}"
     elapsed = float(lines[-1].split()[1])
     return f"{messages / elapsed:,.0f} msg/s"
 
@@ -143,7 +146,8 @@ def latency(spark: object, brokers: str, rate: int, seconds: int) -> list[float]
 
     def tail() -> None:
         consumer = confluent_kafka.Consumer({**consumer_config(brokers), "fetch.wait.max.ms": 10})
-        consumer.assign([confluent_kafka.TopicPartition(graph.table, p, 0) for p in range(PARTITIONS)])
+        table = graph.table
+        consumer.assign([confluent_kafka.TopicPartition(table, p, 0) for p in range(PARTITIONS)])
         while not stop.is_set():
             for msg in consumer.consume(1000, 0.1):
                 if msg.error() is None:
