@@ -29,7 +29,7 @@ from goka.topic_manager import TopicManager, TopicManagerConfig
 __all__ = ["BatchSummary", "Processor", "ProcessorFailed"]
 
 log = logging.getLogger(__name__)
-_PROCESSING_ERROR = re.compile(r"goka\.errors\.ProcessingError: (.*)")
+_GOKA_ERROR = re.compile(r"goka\.errors\.(\w+): (.*)")
 
 
 class ProcessorFailed(GokaError):
@@ -70,6 +70,7 @@ class Processor:
         max_offsets_per_trigger: most input records per micro-batch.
         starting_offsets: ``earliest`` (default), ``latest`` or JSON, for a new checkpoint.
         kafka_config: librdkafka settings for every client.
+        producer_config: librdkafka settings for the tasks' producer only (acks, compression).
         topics: creation settings for the group table, loop and DLQ topics.
 
     Raises:
@@ -90,6 +91,7 @@ class Processor:
         max_offsets_per_trigger: int | None = None,
         starting_offsets: str = "earliest",
         kafka_config: dict[str, Any] | None = None,
+        producer_config: dict[str, Any] | None = None,
         topics: TopicManagerConfig | None = None,
     ) -> None:
         if on_error not in POLICIES:
@@ -112,6 +114,7 @@ class Processor:
         self.max_offsets_per_trigger = max_offsets_per_trigger
         self.starting_offsets = starting_offsets
         self.kafka_config = dict(kafka_config or {})
+        self.producer_config = dict(producer_config or {})
         self._topics = topics or TopicManagerConfig()
         self._spark = spark
         self._master = master
@@ -168,7 +171,12 @@ class Processor:
         for key, value in self.kafka_config.items():
             reader = reader.option(f"kafka.{key}", str(value))
         config = TaskConfig(
-            self.graph, self.brokers, str(self.state_dir), self.on_error, self.kafka_config
+            self.graph,
+            self.brokers,
+            str(self.state_dir),
+            self.on_error,
+            self.kafka_config,
+            self.producer_config,
         )
         stream = reader.load().mapInArrow(PartitionTask(config), SUMMARY_SCHEMA)
         writer = (
@@ -278,9 +286,10 @@ class Processor:
 
 def _translate(exc: StreamingQueryException) -> GokaError:
     text = str(exc)
-    found = _PROCESSING_ERROR.search(text)
+    found = _GOKA_ERROR.findall(text)  # the task's own error, inside Spark's wrapping
     if found:
-        return ProcessorFailed(found.group(1))
+        name, message = found[-1]
+        return ProcessorFailed(f"{name}: {message}" if name != "ProcessingError" else message)
     return ProcessorFailed(text.splitlines()[0] if text else repr(exc))
 
 

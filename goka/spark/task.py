@@ -38,7 +38,7 @@ from goka.engine import BatchResult, Engine, ErrorPolicy, Message
 from goka.errors import DeliveryError
 from goka.graph import GroupGraph
 from goka.kafka.config import producer_config
-from goka.kafka.producer import KafkaProducer
+from goka.kafka.producer import KafkaProducer, ProduceError
 from goka.kafka.ranges import EndOffsets, RangeReader
 from goka.storage import LevelDBStorage, MemoryStorage, WriteBatch
 from goka.view import View
@@ -86,6 +86,7 @@ class TaskConfig:
     state_dir: str
     on_error: ErrorPolicy = "fail"
     kafka_config: dict[str, Any] = field(default_factory=dict)
+    producer_config: dict[str, Any] = field(default_factory=dict)
     flush_timeout: float = 120.0
     read_timeout: float = 120.0
 
@@ -380,6 +381,8 @@ def _send(
             return
         except BufferError:
             producer.poll(0.05)
+        except ProduceError as exc:  # refused at once, e.g. larger than message.max.bytes
+            raise DeliveryError(topic, key, f"refused by the producer: {exc}") from exc
 
 
 def _from_unfinished_batch(
@@ -394,11 +397,12 @@ def _from_unfinished_batch(
 
 
 def _producer(config: TaskConfig) -> KafkaProducer:
-    key = json.dumps([config.brokers, sorted(config.kafka_config.items())], default=str)
+    overrides = {"linger.ms": 10, **config.kafka_config, **config.producer_config}
+    key = json.dumps([config.brokers, sorted(overrides.items())], default=str)
     with _SHARED_LOCK:
         producer = _PRODUCERS.get(key)
         if producer is None:
-            settings = producer_config(config.brokers, {"linger.ms": 10, **config.kafka_config})
+            settings = producer_config(config.brokers, overrides)
             producer = _PRODUCERS[key] = KafkaProducer(settings)
         return producer
 

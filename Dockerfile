@@ -1,0 +1,27 @@
+# One image for every goka-py program: `docker run IMAGE processor run module:graph ...`,
+# `docker run IMAGE view serve ...`, `docker run IMAGE broker`. tests/integration/test_dockerfile.py
+# runs this file's install and entrypoint steps in a fresh virtualenv.
+FROM python:3.11-slim-bookworm
+
+# Spark needs a Java 17 runtime; procps gives Spark's scripts `ps`.
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends openjdk-17-jre-headless procps \
+    && rm -rf /var/lib/apt/lists/*
+
+ENV JAVA_HOME=/usr/lib/jvm/java-17-openjdk-amd64 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PYSPARK_PYTHON=/usr/local/bin/python \
+    PYTHONPATH=/app
+
+RUN useradd --create-home --uid 10001 goka
+WORKDIR /app
+COPY pyproject.toml README.md ./
+COPY goka ./goka
+COPY examples ./examples
+RUN pip install ".[broker]"
+
+USER goka
+WORKDIR /home/goka
+ENTRYPOINT ["goka"]
+CMD ["--help"]

@@ -1,0 +1,82 @@
+"""The Dockerfile's install and entrypoint steps, run in a fresh virtualenv (no Docker engine
+runs here): COPY lines become copies into a scratch /app, RUN pip lines run with the venv's pip,
+and the ENTRYPOINT runs with the CMD and with the sub-commands the image is used for."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def instructions() -> list[tuple[str, str]]:
+    steps, pending = [], ""
+    for line in (ROOT / "Dockerfile").read_text().splitlines():
+        if line.strip().startswith("#") or not line.strip():
+            continue
+        pending += line.rstrip("\\").strip() + " "
+        if not line.endswith("\\"):
+            word, _, rest = pending.strip().partition(" ")
+            steps.append((word.upper(), rest.strip()))
+            pending = ""
+    return steps
+
+
+def test_dockerfile_install_and_entrypoint_work(tmp_path: Path) -> None:
+    app, venv = tmp_path / "app", tmp_path / "venv"
+    app.mkdir()
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    bin_dir = venv / "bin"
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        "PYTHONPATH": str(app),
+    }
+    env.pop("VIRTUAL_ENV", None)
+    entrypoint: list[str] = []
+    command: list[str] = []
+    for word, rest in instructions():
+        if word == "COPY":
+            *sources, _ = rest.split()
+            for source in sources:
+                target = app / Path(source).name
+                if (ROOT / source).is_dir():
+                    shutil.copytree(
+                        ROOT / source, target, ignore=shutil.ignore_patterns("__pycache__")
+                    )
+                else:
+                    shutil.copy(ROOT / source, target)
+        elif word == "RUN" and "pip install" in rest:
+            args = shlex.split(rest)
+            subprocess.run([str(bin_dir / "python"), "-m", *args], cwd=app, env=env, check=True,
+                           capture_output=True, timeout=1200)  # fmt: skip
+        elif word == "ENTRYPOINT":
+            entrypoint = json.loads(rest)
+        elif word == "CMD":
+            command = json.loads(rest)
+    assert entrypoint == ["goka"], entrypoint
+    goka = [str(bin_dir / entrypoint[0])]
+    assert "processor" in subprocess.run(goka + command, env=env, capture_output=True, text=True,
+                                         check=True).stdout  # fmt: skip
+    for sub in (["processor", "run", "--help"], ["view", "serve", "--help"]):
+        subprocess.run(goka + sub, env=env, capture_output=True, check=True)
+    with subprocess.Popen(goka + ["broker"], env=env, stdout=subprocess.PIPE, text=True) as broker:
+        assert broker.stdout is not None
+        assert "bootstrap servers: 127.0.0.1:" in broker.stdout.readline()
+        broker.send_signal(signal.SIGTERM)
+        assert broker.wait(timeout=30) == 0
+    imported = subprocess.run(
+        [str(bin_dir / "python"), "-c", "import examples.click_count.group, goka.spark, goka.grpc"],
+        env=env, capture_output=True, text=True,
+    )  # fmt: skip
+    assert imported.returncode == 0, imported.stderr
