@@ -70,7 +70,7 @@ def test_dockerfile_install_and_entrypoint_work(tmp_path: Path) -> None:
                                          check=True).stdout  # fmt: skip
     for sub in (["processor", "run", "--help"], ["view", "serve", "--help"]):
         subprocess.run(goka + sub, env=env, capture_output=True, check=True)
-    with subprocess.Popen(goka + ["broker"], env=env, stdout=subprocess.PIPE, text=True) as broker:
+    with subprocess.Popen([*goka, "broker"], env=env, stdout=subprocess.PIPE, text=True) as broker:
         assert broker.stdout is not None
         assert "bootstrap servers: 127.0.0.1:" in broker.stdout.readline()
         broker.send_signal(signal.SIGTERM)
