@@ -1,60 +1,229 @@
-"""Click-count demo, first version: emit clicks to an embedded broker, read them back, summarise.
+"""The click-count demo, end to end (``make demo``).
 
-Run with ``make demo``. Later versions run the click-count processor group on Spark and query the
-counts from a view over gRPC.
+On an embedded broker: the click-count processor group runs as a Spark Structured Streaming job
+(its own process, ``goka processor run``), a view service serves its table over gRPC (its own
+process, ``goka view serve``), and the web app emits a click per HTTP request with one shared
+Emitter. The demo fires clicks at the web app, reads the counts back over gRPC, checks they equal
+what was sent, and shuts everything down with SIGTERM.
 """
 
 from __future__ import annotations
 
+import os
 import random
+import signal
+import subprocess
 import sys
+import tempfile
 import time
+import urllib.request
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
 
-from goka import Emitter, Int64Codec, StringCodec, TopicManager
+from examples.click_count.group import GROUP, TOPIC
+from examples.click_count.web import WebApp
+from goka import TopicManager
 from goka.dev import EmbeddedBroker
-from goka.kafka.consumer import read_to_end
+from goka.grpc import ViewClient
 
-TOPIC = "user-clicks"
-USERS = [f"user-{i:02d}" for i in range(20)]
-CLICKS = 5_000
+TABLE = f"{GROUP}-table"
+PARTITIONS = 4
+ROOT = Path(__file__).resolve().parents[2]
 
 
-def run(brokers: str, *, clicks: int = CLICKS, seed: int = 7) -> tuple[Counter[str], Counter[str]]:
-    """Emit ``clicks`` random clicks; return (clicks sent per user, clicks read back per user)."""
-    TopicManager(brokers).ensure_stream_exists(TOPIC, partitions=4)
+@dataclass
+class DemoResult:
+    """What a demo run saw."""
+
+    sent: Counter[str]
+    counts: dict[str, int]
+    first_count_seconds: float = 0.0
+    total_seconds: float = 0.0
+    memory_mb: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        """True when every count equals the clicks sent."""
+        return self.counts == dict(self.sent)
+
+
+class Service:
+    """A goka command in its own process group, stopped with SIGTERM."""
+
+    def __init__(self, name: str, args: list[str], workdir: Path, env: dict[str, str]) -> None:
+        self.name = name
+        self.log_path = workdir / f"{name}.log"
+        self._log: IO[str] = self.log_path.open("w")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "goka.cli", *args], stdout=subprocess.PIPE,
+            stderr=self._log, text=True, env=env, cwd=workdir, start_new_session=True,
+        )  # fmt: skip
+
+    def first_line(self) -> str:
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()
+        if not line:
+            raise RuntimeError(f"{self.name} exited early; see {self.log_path}")
+        return line.strip()
+
+    def memory_mb(self) -> float:
+        """Resident memory of the process and its children (the JVM, Python workers)."""
+        return _tree_rss(self.process.pid) / 1024
+
+    def kill(self) -> None:
+        os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait()
+        self._release()
+
+    def _release(self) -> None:
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+        self._log.close()
+
+    def stop(self, timeout: float = 60) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+        self._release()
+        return self.process.returncode
+
+
+def _own_rss(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return float(line.split()[1])
+    return 0.0
+
+
+def _tree_rss(pid: int) -> float:
+    """Sum of VmRSS (kB) of ``pid`` and its descendants (Linux /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    total, todo = 0.0, [pid]
+    while todo:
+        current = todo.pop()
+        todo.extend(children.get(current, []))
+        try:
+            for line in Path(f"/proc/{current}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += float(line.split()[1])
+        except OSError:
+            pass
+    return total
+
+
+def start_processor(brokers: str, workdir: Path) -> Service:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "GOKA_LOG_LEVEL": "WARNING"}
+    return Service("processor", ["processor", "run", "examples.click_count.group:graph",
+                                 "--brokers", brokers, "--state-dir", str(workdir / "state"),
+                                 "--trigger", "500 milliseconds"], workdir, env)  # fmt: skip
+
+
+def start_view(brokers: str, workdir: Path) -> tuple[Service, str]:
+    env = {**os.environ, "GOKA_LOG_LEVEL": "WARNING"}
+    view = Service("view", ["view", "serve", "--table", TABLE, "--codec", "int64", "--brokers",
+                            brokers, "--path", str(workdir / "views"), "--host", "127.0.0.1",
+                            "--port", "0"], workdir, env)  # fmt: skip
+    return view, view.first_line().split()[-1]
+
+
+def fire(url: str, clicks: int, users: int, seed: int = 7) -> Counter[str]:
+    """POST ``clicks`` clicks for random users from 8 threads; return clicks per user."""
     rng = random.Random(seed)
-    sent: Counter[str] = Counter()
-    with Emitter(brokers, TOPIC, Int64Codec()) as emitter:
-        futures = []
-        for _ in range(clicks):
-            user = rng.choice(USERS)
-            sent[user] += 1
-            futures.append(emitter.emit(user, int(time.time() * 1000)))
-        emitter.flush(30)
-        for future in futures:
-            future.result()  # raises if any click was not acknowledged
-    received: Counter[str] = Counter()
-    keys = StringCodec()
-    for record in read_to_end(brokers, TOPIC):
-        assert record.key is not None
-        received[keys.decode(record.key)] += 1
-    return sent, received
+    chosen = [f"user-{rng.randrange(users):02d}" for _ in range(clicks)]
+
+    def post(user: str) -> None:
+        request = urllib.request.Request(f"{url}/click/{user}?page=/home", method="POST")
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            assert answer.status == 202
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(post, chosen))
+    return Counter(chosen)
+
+
+def read_counts(client: ViewClient, users: list[str]) -> dict[str, int]:
+    try:
+        return client.get_many(TABLE, users)
+    except Exception:  # the view is still catching up (UNAVAILABLE)
+        return {}
+
+
+def wait_counts(client: ViewClient, sent: Counter[str], timeout: float) -> dict[str, int]:
+    deadline = time.monotonic() + timeout
+    counts: dict[str, int] = {}
+    while time.monotonic() < deadline:
+        counts = read_counts(client, sorted(sent))
+        if counts == dict(sent):
+            break
+        time.sleep(0.25)
+    return counts
+
+
+def run(brokers: str, workdir: Path, *, clicks: int = 3_000, users: int = 20,
+        kill_processor_midway: bool = False) -> DemoResult:  # fmt: skip
+    """Run the whole pipeline against ``brokers``; see the module docstring."""
+    started = time.monotonic()
+    manager = TopicManager(brokers)
+    manager.ensure_stream_exists(TOPIC, PARTITIONS)
+    manager.ensure_table_exists(TABLE, PARTITIONS)
+    processor = start_processor(brokers, workdir)
+    view, address = start_view(brokers, workdir)
+    result = DemoResult(Counter(), {})
+    try:
+        with WebApp(brokers) as web, ViewClient(address) as client:
+            fired_at = time.monotonic()
+            half = clicks // 2
+            result.sent = fire(web.url, half, users)
+            while not any(read_counts(client, sorted(result.sent)).values()):
+                time.sleep(0.1)
+            result.first_count_seconds = time.monotonic() - fired_at
+            with ThreadPoolExecutor(1) as background:
+                second = background.submit(fire, web.url, clicks - half, users, 8)
+                if kill_processor_midway:  # SIGKILL while the second half is being processed
+                    while sum(read_counts(client, sorted(result.sent)).values()) <= half:
+                        time.sleep(0.05)
+                    processor.kill()
+                    processor = start_processor(brokers, workdir)
+                result.sent += second.result()
+            result.memory_mb = {"processor": processor.memory_mb(), "view": view.memory_mb(),
+                                "web app and demo": _own_rss(os.getpid()) / 1024}  # fmt: skip
+            result.counts = wait_counts(client, result.sent, timeout=180)
+    finally:
+        processor.stop()
+        view.stop()
+    result.total_seconds = time.monotonic() - started
+    return result
 
 
 def main() -> int:
-    started = time.monotonic()
-    with EmbeddedBroker() as broker:
-        print(f"embedded broker at {broker.bootstrap}")
-        sent, received = run(broker.bootstrap)
-    print(f"{'user':<10} {'sent':>6} {'read':>6}")
-    for user in sorted(sent):
-        print(f"{user:<10} {sent[user]:>6} {received[user]:>6}")
-    ok = sent == received
-    total = sum(received.values())
-    verdict = "OK" if ok else "MISMATCH"
-    print(f"{total} clicks read back in {time.monotonic() - started:.1f}s: {verdict}")
-    return 0 if ok else 1
+    with EmbeddedBroker() as broker, tempfile.TemporaryDirectory(prefix="goka-demo-") as scratch:
+        print(f"embedded broker at {broker.bootstrap}; starting processor (Spark), view server "
+              "and web app...", flush=True)  # fmt: skip
+        result = run(broker.bootstrap, Path(scratch))
+    print(f"\n{'user':<10} {'clicks sent':>12} {'count (gRPC view)':>18}")
+    for user in sorted(result.sent):
+        print(f"{user:<10} {result.sent[user]:>12} {result.counts.get(user, 0):>18}")
+    total = sum(result.sent.values())
+    first = result.first_count_seconds
+    print(f"\n{total} clicks over HTTP; first count visible after {first:.1f} s; "
+          f"total {result.total_seconds:.1f} s")  # fmt: skip
+    print("memory: " + ", ".join(f"{k} {v:.0f} MB" for k, v in result.memory_mb.items()))
+    print("counts equal clicks sent: " + ("OK" if result.ok else "MISMATCH"))
+    return 0 if result.ok else 1
 
 
 if __name__ == "__main__":

@@ -37,10 +37,16 @@ class ServeConfig:
     kafka_config: dict[str, Any] = field(default_factory=dict)
 
 
-def serve(config: ServeConfig, *, ready: threading.Event | None = None) -> int:
+def serve(
+    config: ServeConfig,
+    *,
+    ready: threading.Event | None = None,
+    views_out: list[View[Any]] | None = None,
+) -> int:
     """Serve until SIGTERM or SIGINT, then shut down gracefully. Returns an exit code.
 
     Views start first; the server reports NOT_SERVING in its health service until they recover.
+    ``ready`` is set once serving; ``views_out`` receives the views (for health checks).
     On a signal the server stops taking requests, lets running ones finish, then the views close
     their LevelDB storage cleanly.
     """
@@ -52,6 +58,8 @@ def serve(config: ServeConfig, *, ready: threading.Event | None = None) -> int:
              path=None if config.path is None else config.path / table, **config.kafka_config)
         for table, codec in config.tables
     ]  # fmt: skip
+    if views_out is not None:
+        views_out.extend(views)
     server = ViewServer(views, address=config.address, tls=config.tls,
                         max_request_bytes=config.max_request_bytes)  # fmt: skip
     try:
