@@ -19,7 +19,8 @@ WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY goka ./goka
 COPY examples ./examples
-RUN pip install ".[broker]"
+COPY services ./services
+RUN pip install ".[broker,web]"
 
 USER goka
 WORKDIR /home/goka

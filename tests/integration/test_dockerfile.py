@@ -76,7 +76,7 @@ def test_dockerfile_install_and_entrypoint_work(tmp_path: Path) -> None:
         broker.send_signal(signal.SIGTERM)
         assert broker.wait(timeout=30) == 0
     imported = subprocess.run(
-        [str(bin_dir / "python"), "-c", "import examples.click_count.group, goka.spark, goka.grpc"],
+        [str(bin_dir / "python"), "-c", "import examples.click_count.web, services.view, services.processor, goka.spark"],
         env=env, capture_output=True, text=True,
     )  # fmt: skip
     assert imported.returncode == 0, imported.stderr
