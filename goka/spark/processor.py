@@ -165,6 +165,7 @@ class Processor:
             .option("brokers", self.brokers)
             .option("topics", ",".join(self.graph.copartitioned_topics()))
             .option("startingOffsets", self.starting_offsets)
+            .option("payload", "ranges")  # tasks read their records themselves (no JVM hop)
         )
         if self.max_offsets_per_trigger:
             reader = reader.option("maxOffsetsPerTrigger", str(self.max_offsets_per_trigger))

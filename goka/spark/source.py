@@ -12,6 +12,9 @@ Options:
     topics: comma-separated, co-partitioned topics (required).
     startingOffsets: ``earliest`` (default), ``latest`` or JSON ``{"topic": {"0": 42}}``.
     maxOffsetsPerTrigger: most records per micro-batch, shared over the partitions.
+    payload: ``records`` (default) or ``ranges``: only the range rows, for a consumer of the
+        DataFrame that reads the records itself in the same task (the processor does: it saves
+        moving every record from a Python worker through the JVM to another Python worker).
     kafka.<setting>: librdkafka settings, e.g. ``kafka.security.protocol``.
 
 Trigger.AvailableNow is supported: the query stops at the ends seen when it started.
@@ -101,6 +104,9 @@ class GokaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         limit = options.get("maxOffsetsPerTrigger", options.get("maxoffsetspertrigger"))
         self.max_rows = int(limit) if limit else None
         self.timeout = float(options.get("timeout", "60"))
+        self.payload = options.get("payload", "records")
+        if self.payload not in ("records", "ranges"):
+            raise ConfigurationError(f"payload must be records or ranges, got {self.payload!r}")
         self._target: Offsets | None = None
         self._end_offsets: EndOffsets | None = None
         counts = self._ends.partition_counts(self.topics)
@@ -175,9 +181,10 @@ class GokaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, KafkaPartition)
-        reader = RangeReader.shared(self.brokers, self.kafka)
-        for rows in reader.read(partition.partition, partition.ranges, self.timeout, CHUNK):
-            yield _batch(partition.partition, rows)
+        if self.payload == "records":
+            reader = RangeReader.shared(self.brokers, self.kafka)
+            for rows in reader.read(partition.partition, partition.ranges, self.timeout, CHUNK):
+                yield _batch(partition.partition, rows)
         yield _ranges(partition.partition, partition.ranges)
 
     def commit(self, end: Offsets) -> None:

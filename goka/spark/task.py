@@ -112,6 +112,8 @@ class PartitionTask:
         partition, messages, ranges = _collect(batches)
         if partition is None:
             return
+        if not messages:  # payload=ranges: read the records here, in this task
+            messages = _read_ranges(self.config, partition, ranges)
         run = _Run(self.config, partition, ranges)
         try:
             summary = run.execute(messages)
@@ -149,6 +151,17 @@ def _collect(
             pairs = None if not headers else [(h["key"], h["value"]) for h in headers]
             messages.setdefault(topic, []).append((topic, offset, key, value, timestamp, pairs))
     return partition, messages, ranges
+
+
+def _read_ranges(
+    config: TaskConfig, partition: int, ranges: dict[str, tuple[int, int]]
+) -> dict[str, list[Message]]:
+    messages: dict[str, list[Message]] = {}
+    reader = RangeReader.shared(config.brokers, config.kafka_config)
+    for rows in reader.read(partition, ranges, config.read_timeout, 50_000):
+        for row in rows:
+            messages.setdefault(row[0], []).append(row)
+    return messages
 
 
 class _Run:
