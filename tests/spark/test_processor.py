@@ -296,3 +296,32 @@ def test_a_failed_delivery_fails_the_batch_and_nothing_is_lost(
     assert table_of(brokers, graph.table, StringCodec()).get("k", "") != "x" * 2400
     make_processor(graph).run_until_caught_up(timeout=300)
     assert table_of(brokers, graph.table, StringCodec()) == {"k": "x" * 2400, "j": "y"}
+
+
+def test_starting_offsets_latest_and_explicit(
+    brokers: str, new_topic: Callable[..., str], make_processor: Any, tmp_path: Path
+) -> None:
+    topic = new_topic(partitions=1)
+    graph = define_group(f"{topic}-g", input(topic, StringCodec(), count), persist(Int64Codec()))
+    produce(brokers, topic, StringCodec(), [("old", "x")] * 10)
+    latest = make_processor(graph, starting_offsets="latest")
+    assert sum(b.processed for b in latest.run_until_caught_up(timeout=300)) == 0
+    produce(brokers, topic, StringCodec(), [("new", "x")] * 5)
+    assert (
+        sum(
+            b.processed
+            for b in make_processor(graph, starting_offsets="latest").run_until_caught_up(
+                timeout=300
+            )
+        )
+        == 5
+    )
+    assert table_of(brokers, graph.table, Int64Codec()) == {"new": 5}
+    explicit = define_group(f"{topic}-e", input(topic, StringCodec(), count), persist(Int64Codec()))
+    batches = make_processor(
+        explicit,
+        starting_offsets=f'{{"{topic}": {{"0": 8}}}}',
+        checkpoint_dir=tmp_path / "explicit",
+    ).run_until_caught_up(timeout=300)
+    assert sum(b.processed for b in batches) == 7  # offsets 8..14
+    assert table_of(brokers, explicit.table, Int64Codec()) == {"old": 2, "new": 5}
