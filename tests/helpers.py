@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -31,3 +32,10 @@ def produce(brokers: str, topic: str, codec: Codec[Any], items: Iterable[tuple[s
             count += 1
         assert emitter.flush(60) == 0
     return count
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (nothing listens on it)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 import threading
 import time
 from collections.abc import Callable
@@ -21,6 +20,8 @@ from goka import (
     TopicError,
 )
 from goka.kafka.consumer import read_to_end
+
+from ..helpers import free_port
 
 pytestmark = pytest.mark.kafka
 
@@ -115,21 +116,15 @@ def test_threads_and_asyncio_share_one_emitter(brokers: str, new_topic: Callable
         assert per_key[f"t{n}".encode()] == [str(i).encode() for i in range(250)]
 
 
-def _closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def test_no_reachable_broker_fails_fast_at_construction() -> None:
     started = time.monotonic()
     with pytest.raises(BrokerError, match="no Kafka broker answered within 1s"):
-        Emitter(f"127.0.0.1:{_closed_port()}", "clicks", StringCodec(), connect_timeout=1.0)
+        Emitter(f"127.0.0.1:{free_port()}", "clicks", StringCodec(), connect_timeout=1.0)
     assert time.monotonic() - started < 5
 
 
 def test_unchecked_emitter_reports_unreachable_broker_on_the_future() -> None:
-    emitter = Emitter(f"127.0.0.1:{_closed_port()}", "clicks", StringCodec(),
+    emitter = Emitter(f"127.0.0.1:{free_port()}", "clicks", StringCodec(),
                       check_topic=False, **{"message.timeout.ms": 1000})  # fmt: skip
     with (
         emitter,

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import urllib.error
@@ -20,16 +19,10 @@ from goka.grpc import ViewClient
 from goka.storage import LevelDBStorage
 from goka.view import View
 
-from ..helpers import produce, wait_for
+from ..helpers import free_port, produce, wait_for
 
 pytestmark = pytest.mark.kafka
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _status(url: str) -> int:
@@ -52,7 +45,7 @@ def _service(module: str, env: dict[str, str], log: Path) -> subprocess.Popen[by
 def test_view_service(brokers: str, new_topic: Callable[..., str], tmp_path: Path) -> None:
     table = new_topic(partitions=2, table=True)
     produce(brokers, table, Int64Codec(), [(f"k{i}", i) for i in range(100)])
-    grpc_port, http_port = _port(), _port()
+    grpc_port, http_port = free_port(), free_port()
     process = _service("services.view", {
         "GOKA_TABLES": f"{table}:int64", "GOKA_BROKERS": brokers, "GOKA_HOST": "127.0.0.1",
         "GOKA_GRPC_PORT": str(grpc_port), "GOKA_HTTP_PORT": str(http_port),
@@ -87,7 +80,7 @@ def test_processor_service(brokers: str, new_topic: Callable[..., str], tmp_path
     topic = new_topic(partitions=2)
     group = f"{topic}-g"
     produce(brokers, topic, StringCodec(), [(f"user-{i % 5}", "/") for i in range(200)])
-    http_port = _port()
+    http_port = free_port()
     process = _service("services.processor", {
         "GOKA_GRAPH": "tests.spark.crash_graph:graph", "GOKA_BROKERS": brokers,
         "GOKA_TEST_GROUP": group, "GOKA_TEST_TOPIC": topic, "GOKA_HTTP_PORT": str(http_port),

@@ -25,7 +25,7 @@ from goka.grpc import TableNotServedError, TlsConfig, ViewClient, ViewServer
 from goka.storage import LevelDBStorage
 from goka.view import View, ViewNotReadyError
 
-from ..helpers import produce, wait_for
+from ..helpers import free_port, produce, wait_for
 
 pytestmark = pytest.mark.kafka
 KEYS = 10_000
@@ -238,7 +238,7 @@ def test_two_views_of_one_table_are_refused(brokers: str, table: str) -> None:
 def test_serve_command_serves_metrics_and_shuts_down_on_sigterm(
     brokers: str, table: str, tmp_path: Path
 ) -> None:
-    metrics_port = _free_port()
+    metrics_port = free_port()
     command = [sys.executable, "-m", "goka.cli", "view", "serve", "--table", table, "--codec", "int64",
                "--brokers", brokers, "--path", str(tmp_path / "views"), "--host", "127.0.0.1",
                "--port", "0", "--metrics-port", str(metrics_port)]  # fmt: skip
@@ -262,14 +262,6 @@ def test_serve_command_serves_metrics_and_shuts_down_on_sigterm(
             assert process.wait(timeout=20) == 0
     with LevelDBStorage(tmp_path / "views" / table, table) as storage:  # closed cleanly, reopens
         assert storage.get("user-00003") == b"3"
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def test_generated_code_is_current() -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import urllib.request
@@ -21,7 +20,7 @@ import goka.cli
 from goka import Int64Codec
 from goka.view import View
 
-from ..helpers import wait_for
+from ..helpers import free_port, wait_for
 from .test_processor import clicks
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow]
@@ -31,12 +30,6 @@ SPARK_BIN = SPARK_HOME / "bin"
 ENV = {**os.environ, "SPARK_HOME": str(SPARK_HOME), "SPARK_LOCAL_IP": "127.0.0.1",
        "PYSPARK_PYTHON": sys.executable,
        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}  # fmt: skip
-
-
-def _port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _alive_workers(ui_port: int) -> int:
@@ -50,7 +43,7 @@ def _alive_workers(ui_port: int) -> int:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     base = tmp_path_factory.mktemp("cluster")
-    port, ui = _port(), _port()
+    port, ui = free_port(), free_port()
     env = ENV
     spark_class = str(SPARK_BIN / "spark-class")
     master = f"spark://127.0.0.1:{port}"
@@ -58,7 +51,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         "master": ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
                    "--port", str(port), "--webui-port", str(ui)],
         **{f"worker-{n}": ["org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
-                           "--cores", "1", "--memory", "1g", "--webui-port", str(_port()),
+                           "--cores", "1", "--memory", "1g", "--webui-port", str(free_port()),
                            "--work-dir", str(base / f"worker-{n}"), master] for n in (1, 2)},
     }  # fmt: skip
     processes = []
