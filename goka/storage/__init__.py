@@ -3,8 +3,6 @@
 The only package that imports plyvel. See :mod:`goka.storage.base` for the contract.
 """
 
-from collections.abc import Callable
-
 from goka.storage.base import FORMAT, Storage, StorageInfo, WriteBatch
 from goka.storage.leveldb import LevelDBStorage
 from goka.storage.memory import MemoryStorage
@@ -14,10 +12,6 @@ __all__ = [
     "LevelDBStorage",
     "MemoryStorage",
     "Storage",
-    "StorageBuilder",
     "StorageInfo",
     "WriteBatch",
 ]
-
-#: Builds the storage of a table: ``builder(table) -> Storage``; how tests swap in memory.
-StorageBuilder = Callable[[str], Storage]
