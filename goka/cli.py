@@ -10,7 +10,6 @@ import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 __all__ = ["main"]
 
@@ -61,27 +60,14 @@ def _view_serve(args: argparse.Namespace) -> int:
     return serve(config)
 
 
-def _load_graph(spec: str) -> Any:
-    import importlib
-
-    from goka.graph import GroupGraph
-
-    module_name, _, attribute = spec.partition(":")
-    if not module_name or not attribute:
-        raise SystemExit(f"expected module:attribute, got {spec!r}")
-    graph = getattr(importlib.import_module(module_name), attribute, None)
-    if not isinstance(graph, GroupGraph):
-        raise SystemExit(f"{spec} is not a group graph (define_group(...)), got {graph!r}")
-    return graph
-
-
 def _processor_run(args: argparse.Namespace) -> int:
     from prometheus_client import start_http_server
 
+    from goka.graph import load_graph
     from goka.spark import Processor
 
     processor = Processor(
-        _load_graph(args.graph),
+        load_graph(args.graph),
         _brokers(args.brokers),
         master=args.master,
         state_dir=args.state_dir,

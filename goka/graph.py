@@ -12,6 +12,7 @@ Example::
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from goka.codec import Codec
-from goka.errors import GraphError
+from goka.errors import ConfigurationError, GraphError
 
 if TYPE_CHECKING:
     from goka.context import Context
@@ -35,6 +36,7 @@ __all__ = [
     "input",
     "inputs",
     "join",
+    "load_graph",
     "lookup",
     "loop",
     "output",
@@ -219,6 +221,26 @@ def define_group(group: str, *edges: Edge | Iterable[Edge]) -> GroupGraph:
         name, by_kind["input"], by_kind["output"], by_kind["join"], by_kind["lookup"],
         single.get("loop"), single.get("persist"),
     )  # fmt: skip
+
+
+def load_graph(spec: str) -> GroupGraph:
+    """Import the group graph named ``module:attribute`` (how commands and services get one).
+
+    Raises:
+        ConfigurationError: the spec is malformed, the module is missing, or the attribute is
+            not a group graph.
+    """
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise ConfigurationError(f"expected module:attribute, got {spec!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigurationError(f"cannot import {module_name!r} for {spec!r}: {exc}") from exc
+    graph = getattr(module, attribute, None)
+    if not isinstance(graph, GroupGraph):
+        raise ConfigurationError(f"{spec} is not a group graph (define_group(...)), got {graph!r}")
+    return graph
 
 
 def _check_group(group: str) -> Group:

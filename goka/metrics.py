@@ -49,11 +49,6 @@ class EmitterStats:
     pending: array[float] = field(default_factory=lambda: array("d"))
     _fold_lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def observe(self, seconds: float) -> None:
-        """Count one delivery that took ``seconds``."""
-        self.delivered += 1
-        self.pending.append(seconds)
-
     def fold(self) -> None:
         """Move pending latencies into the histogram. Thread-safe."""
         with self._fold_lock:

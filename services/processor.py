@@ -24,7 +24,7 @@ import logging
 import signal
 import sys
 
-from goka.cli import _load_graph
+from goka.graph import load_graph
 from services.common import env, json_logging, serve_http
 
 log = logging.getLogger("goka.services.processor")
@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     from goka.spark import Processor
 
     processor = Processor(
-        _load_graph(args.graph), args.brokers, master=args.master, state_dir=args.state_dir,
+        load_graph(args.graph), args.brokers, master=args.master, state_dir=args.state_dir,
         checkpoint_dir=args.checkpoint_dir, trigger=args.trigger, on_error=args.on_error,
     )  # fmt: skip
     for signum in (signal.SIGTERM, signal.SIGINT):

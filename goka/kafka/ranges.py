@@ -8,6 +8,7 @@ watermark in a fetch response is right there as on Kafka.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -109,13 +110,10 @@ class EndOffsets:
 
 class _Deadline:
     def __init__(self, seconds: float) -> None:
-        import time
-
-        self._clock = time.monotonic
-        self._end = self._clock() + seconds
+        self._end = time.monotonic() + seconds
 
     def passed(self) -> bool:
-        return self._clock() > self._end
+        return time.monotonic() > self._end
 
 
 _READERS: dict[tuple[str, tuple[tuple[str, str], ...]], RangeReader] = {}

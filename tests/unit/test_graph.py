@@ -184,3 +184,19 @@ def test_graphs_are_immutable() -> None:
     graph = define_group("g", input("a", S, cb))
     with pytest.raises(AttributeError):
         graph.group = "other"  # type: ignore[misc]
+
+
+def test_load_graph_imports_module_attribute() -> None:
+    from examples.click_count.group import graph
+    from goka import ConfigurationError
+    from goka.graph import load_graph
+
+    assert load_graph("examples.click_count.group:graph") is graph
+    with pytest.raises(ConfigurationError, match="expected module:attribute, got 'nope'"):
+        load_graph("nope")
+    with pytest.raises(ConfigurationError, match="cannot import 'no_such_module'"):
+        load_graph("no_such_module:graph")
+    with pytest.raises(
+        ConfigurationError, match="examples.click_count.group:TOPIC is not a group graph"
+    ):
+        load_graph("examples.click_count.group:TOPIC")
