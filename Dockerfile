@@ -16,11 +16,17 @@ ENV JAVA_HOME=/usr/lib/jvm/java-17-openjdk-amd64 \
 
 RUN useradd --create-home --uid 10001 goka
 WORKDIR /app
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py README.md ./
 COPY goka ./goka
 COPY examples ./examples
 COPY services ./services
-RUN pip install ".[broker,web]"
+# gcc builds the emitter's C fast path (goka/_speedups.c); it leaves again in the same layer.
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends gcc libc6-dev \
+    && pip install ".[broker,web]" \
+    && python -c "import goka._speedups" \
+    && apt-get purge -y --auto-remove gcc libc6-dev \
+    && rm -rf /var/lib/apt/lists/*
 
 USER goka
 WORKDIR /home/goka

@@ -71,6 +71,7 @@ class BytesCodec:
 
     name = "bytes"
     fast_decode = bytes
+    bytes_unchanged = True  # encode(b) is b for bytes: emitters may skip the call
 
     def encode(self, value: bytes) -> bytes:
         if isinstance(value, bytes):

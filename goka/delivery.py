@@ -13,7 +13,7 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 __all__ = ["Delivery", "DeliveryFuture", "in_done_callback"]
 
@@ -48,7 +48,10 @@ class DeliveryFuture:
     is not supported: a queued message cannot be taken back.
     """
 
-    # Class-level defaults instead of an __init__: creating a future costs one allocation.
+    # No instance dict here: emitters' C futures keep their state in C fields. Class-level
+    # defaults instead of an __init__ serve the pure-Python subclasses (one allocation each).
+    if not TYPE_CHECKING:  # mypy would refuse the pure-Python subclasses' attribute writes
+        __slots__ = ()
     _done = False
     _result: Delivery | None = None
     _error: BaseException | None = None

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import functools
 import logging
 import threading
 import time
+from collections.abc import Callable
 from types import TracebackType
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from goka._accel import speedups
 from goka.codec import Codec
 from goka.delivery import USER_CALLBACKS_RUNNING as _USER_CALLBACKS_RUNNING
 from goka.delivery import Delivery, DeliveryFuture, in_done_callback
@@ -25,7 +28,7 @@ from goka.kafka.producer import (
     delivery_error,
     kafka_producer,
 )
-from goka.metrics import EmitterStats, emitter_stats, register
+from goka.metrics import EmitterStats, PyEmitterStats, emitter_stats, register
 
 __all__ = ["Emitter"]
 
@@ -36,39 +39,64 @@ log = logging.getLogger(__name__)
 _monotonic = time.monotonic
 
 
-class _Pending(DeliveryFuture):
-    """A future completed by the producer's delivery callback.
+class _EmitterFuture(DeliveryFuture):
+    """What both kinds of emitter futures share: failing, and building the Delivery lazily.
 
-    The emitter makes one subclass per topic holding the topic and its stats as class attributes,
-    so a future is created without arguments; it keeps two ints (not the message, which holds a
-    copy of key and value) and builds the :class:`Delivery` only if asked for.
+    A future keeps two ints (not the message, which holds a copy of key and value) and builds
+    the :class:`Delivery` only if asked for. The emitter makes one subclass per emitter holding
+    its topic and stats as class attributes, so creating a future takes no arguments.
     """
 
+    if not TYPE_CHECKING:
+        __slots__ = ()
     _topic: str
     _stats: EmitterStats
-    _partition: int | None = None
-    _offset: int | None = None
+    _partition: int
+    _offset: int
+
+    if TYPE_CHECKING:
+
+        def __call__(self, error: KafkaErrorLike | None, message: DeliveredMessage) -> None:
+            """The producer's delivery callback."""
+
+    def _fail(self, error: KafkaErrorLike, message: DeliveredMessage) -> None:
+        self.set_exception(delivery_error(self._topic, message.key(), error))
+
+    def _delivery(self) -> Delivery:
+        if self._result is None:
+            self._result = Delivery(self._topic, self._partition, self._offset)
+        return self._result
+
+
+class _PyPending(_EmitterFuture):
+    """The pure-Python future: the future itself is the producer's delivery callback, so
+    emitting allocates no bound method."""
+
+    _partition = -1
+    _offset = -1
+    _record: Callable[[float], None]  # the stats' record, bound
 
     def __call__(self, error: KafkaErrorLike | None, message: DeliveredMessage) -> None:
-        """The delivery callback: the future itself, so emitting allocates no bound method."""
-        stats = self._stats
         if error is None:
-            self._partition = message.partition()
-            self._offset = message.offset()
-            stats.delivered += 1
-            stats.pending.append(message.latency() or 0.0)
+            self._partition = message.partition()  # type: ignore[assignment]  # set once delivered
+            self._offset = message.offset()  # type: ignore[assignment]
+            self._record(message.latency() or 0.0)
             self._done = True
             if self._event is not None or self._callbacks is not None:
                 self._complete()
         else:
-            stats.failed += 1
-            self.set_exception(delivery_error(self._topic, message.key(), error))
+            self._stats.add_failed()
+            self._fail(error, message)
 
-    def _delivery(self) -> Delivery:
-        if self._result is None:
-            assert self._partition is not None and self._offset is not None  # delivered
-            self._result = Delivery(self._topic, self._partition, self._offset)
-        return self._result
+
+if speedups is not None:
+    from goka._speedups import Counters, DeliveryState, Sender
+
+    class _CPending(DeliveryState, _EmitterFuture):
+        """The C future: goka._speedups.DeliveryState records the outcome in C and calls
+        ``_complete`` only when someone waits or added a done-callback."""
+
+        __slots__ = ()
 
 
 class Emitter(Generic[V]):
@@ -118,9 +146,18 @@ class Emitter(Generic[V]):
         if check_topic:
             self._producer.partition_count(topic, connect_timeout)
         register()
-        self._future_type: type[_Pending] = type(
-            "_Pending", (_Pending,), {"_topic": topic, "_stats": emitter_stats(topic)}
-        )
+        self._stats = stats = emitter_stats(topic)
+        attributes = {"_topic": topic, "_stats": stats, "_record": stats.record, "__slots__": ()}
+        self._sender: Sender | None = None
+        if speedups is not None and isinstance(stats, Counters):  # C futures count in C only
+            c_type: type[_CPending] = type("_Pending", (_CPending,), attributes)
+            self._future_type: type[_EmitterFuture] = c_type
+            self._new_future: Callable[[], _EmitterFuture] = functools.partial(c_type, stats)
+            if type(self).emit is Emitter.emit:  # not overridden: the C fast path serves emit()
+                self._sender = self._c_sender(c_type, stats)
+                self.__dict__["emit"] = self._sender.emit
+        else:
+            self._future_type = self._new_future = type("_Pending", (_PyPending,), attributes)
         self._closed = False
         self._space = threading.Event()
         self._close_lock = threading.Lock()
@@ -128,6 +165,20 @@ class Emitter(Generic[V]):
             target=self._poll_loop, name=f"goka-emitter-{topic}", daemon=True
         )
         self._poller.start()
+
+    def _c_sender(self, future_type: type[_CPending], counters: Counters) -> Sender:
+        """emit()'s C fast path; it hands anything unusual to the Python code below."""
+        return Sender(
+            self.topic,
+            None if getattr(self.codec, "bytes_unchanged", False) else self.codec.encode,
+            future_type,
+            counters,
+            self._produce,
+            self._serve,
+            Emitter.emit.__get__(self),
+            self._produce_failed,
+            _USER_CALLBACKS_RUNNING,
+        )
 
     # -- emitting --------------------------------------------------------------------------------
     def emit(
@@ -152,7 +203,7 @@ class Emitter(Generic[V]):
         if self._closed:
             raise EmitterClosedError(f"emitter for topic {self.topic!r} is closed")
         data = None if value is None else self._encode(value)
-        future = self._future_type()
+        future = self._new_future()
         try:
             if headers is None and timestamp is None:
                 self._produce(self.topic, data, key, on_delivery=future)
@@ -168,6 +219,21 @@ class Emitter(Generic[V]):
         if not _USER_CALLBACKS_RUNNING[0]:
             self._serve(0)  # serve due acknowledgements here: no thread handoff per message
         return future
+
+    def _produce_failed(
+        self, future: _EmitterFuture, key: str, data: bytes | None, error: BaseException
+    ) -> _EmitterFuture:
+        """The C fast path's produce() raised: wait for space or raise what emit() raises."""
+        if isinstance(error, BufferError):
+            self._produce_when_space(future, key, data, None, None)
+            if not _USER_CALLBACKS_RUNNING[0]:
+                self._serve(0)
+            return future
+        if isinstance(error, TypeError):
+            raise _key_error(key) from error
+        if isinstance(error, ProduceError):
+            raise DeliveryError(self.topic, key, str(error)) from error
+        raise error
 
     def emit_sync(
         self,
@@ -207,7 +273,7 @@ class Emitter(Generic[V]):
         if self._closed:
             raise EmitterClosedError(f"emitter for topic {self.topic!r} is closed")
         data = None if value is None else self._encode(value)
-        future = self._future_type()
+        future = self._new_future()
         deadline = _monotonic() + self.max_block
         while not self._try_produce(future, key, data, headers, timestamp):
             self._check_deadline(deadline)
@@ -217,7 +283,7 @@ class Emitter(Generic[V]):
 
     def _try_produce(
         self,
-        future: _Pending,
+        future: _EmitterFuture,
         key: str,
         data: bytes | None,
         headers: Headers | None,
@@ -237,7 +303,7 @@ class Emitter(Generic[V]):
 
     def _produce_when_space(
         self,
-        future: _Pending,
+        future: _EmitterFuture,
         key: str,
         data: bytes | None,
         headers: Headers | None,
@@ -262,13 +328,14 @@ class Emitter(Generic[V]):
 
     # -- lifecycle -------------------------------------------------------------------------------
     def _poll_loop(self) -> None:
-        poll, space, stats = self._producer.poll, self._space, self._future_type._stats
+        poll, space, stats = self._producer.poll, self._space, self._stats
+        py_stats = stats if isinstance(stats, PyEmitterStats) else None
         while not self._closed:
             try:
                 if poll(0.1):
                     space.set()
-                if len(stats.pending) > 100_000:
-                    stats.fold()
+                if py_stats is not None and py_stats.pending > 100_000:
+                    py_stats.fold()
             except Exception:  # a user's done-callback raised; keep serving the others
                 log.exception("emitter %s: a delivery callback raised", self.topic)
 
@@ -300,6 +367,8 @@ class Emitter(Generic[V]):
                 return
             remaining = self._producer.flush(timeout)
             self._closed = True
+            if self._sender is not None:
+                self._sender.close()  # later emit() calls take the Python path, which refuses
         self._poller.join()
         if remaining:
             log.warning("emitter %s: purging %d unacknowledged messages", self.topic, remaining)

@@ -1,1 +1,18 @@
+from __future__ import annotations
+
+import pytest
+
+import goka.emitter
+
 pytest_plugins = ["goka.dev.pytest_plugin"]
+
+
+@pytest.fixture(params=["c", "python"])
+def emitter_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Run a test with emitters on the C fast path (goka._speedups) and on the pure-Python one."""
+    if request.param == "c":
+        if goka.emitter.speedups is None:
+            pytest.skip("goka._speedups is not built (or GOKA_NO_SPEEDUPS is set)")
+    else:
+        monkeypatch.setattr(goka.emitter, "speedups", None)
+    return str(request.param)

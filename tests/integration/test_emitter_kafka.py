@@ -23,7 +23,7 @@ from goka.kafka.consumer import read_to_end
 
 from ..helpers import free_port
 
-pytestmark = pytest.mark.kafka
+pytestmark = [pytest.mark.kafka, pytest.mark.usefixtures("emitter_path")]
 
 
 def fnv1a_32(data: bytes) -> int:

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -9,8 +10,10 @@ from typing import Any
 import pytest
 from prometheus_client import REGISTRY
 
+import goka.emitter
 from goka import (
     BrokerError,
+    BytesCodec,
     CodecError,
     Delivery,
     DeliveryError,
@@ -23,6 +26,8 @@ from goka import (
 )
 
 from .fake_producer import FakeError, FakeProducer
+
+pytestmark = pytest.mark.usefixtures("emitter_path")
 
 
 @pytest.fixture
@@ -242,3 +247,41 @@ def test_many_threads_share_one_emitter(make_emitter: Any) -> None:
         thread.join()
     offsets = sorted(f.result(timeout=5).offset for f in futures)
     assert offsets == list(range(1600))
+
+
+def test_the_chosen_path_serves_emit(make_emitter: Any, emitter_path: str) -> None:
+    emitter, _ = make_emitter()
+    future = emitter.emit("a", "1")
+    c_future = goka.emitter.speedups is not None and isinstance(
+        future, goka.emitter.speedups.DeliveryState
+    )
+    assert c_future == (emitter_path == "c")
+    assert future.result(timeout=5) == Delivery("clicks", 0, 0)
+
+
+def test_bytes_values_pass_unchanged_and_other_values_are_refused(make_emitter: Any) -> None:
+    emitter, producer = make_emitter(BytesCodec())
+    emitter.emit_sync("a", b"raw", timeout=5)
+    emitter.emit_sync("a", bytearray(b"copied"), timeout=5)
+    with pytest.raises(CodecError, match="bytes codec: expected bytes, got str"):
+        emitter.emit("a", "text")
+    assert [m.value for m in producer.sent] == [b"raw", b"copied"]
+
+
+def test_headers_and_timestamp_stay_keyword_only(make_emitter: Any) -> None:
+    emitter, producer = make_emitter()
+    with pytest.raises(TypeError):
+        emitter.emit("a", "1", {"h": b"1"})
+    assert producer.queued == [] and producer.sent == []
+
+
+def test_emitting_leaks_no_references(make_emitter: Any) -> None:
+    emitter, producer = make_emitter(BytesCodec())
+    key, value = "leak-check-key", b"leak-check-value"
+    keys_before, values_before = sys.getrefcount(key), sys.getrefcount(value)
+    futures = [emitter.emit(key, value) for _ in range(1000)]
+    assert emitter.flush(5) == 0
+    assert all(f.result(0).topic == "clicks" for f in futures)
+    del futures
+    producer.sent.clear()
+    assert (sys.getrefcount(key), sys.getrefcount(value)) == (keys_before, values_before)
