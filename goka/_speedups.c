@@ -409,6 +409,7 @@ typedef struct {
     PyObject *failed;         /* produce_failed(future, key, data, exception) -> future */
     PyObject *callbacks_running; /* goka.delivery.USER_CALLBACKS_RUNNING: [int] */
     PyObject *zero;           /* 0 */
+    unsigned long long served; /* how often emit() served due deliveries itself */
     char closed;
 } SenderObject;
 
@@ -565,6 +566,7 @@ sender_emit(SenderObject *self, PyObject *const *args, Py_ssize_t nargs, PyObjec
             return NULL;
         }
         Py_DECREF(served);
+        self->served++;
     }
     return future;
 }
@@ -583,6 +585,12 @@ static PyMethodDef sender_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+static PyMemberDef sender_members[] = {
+    {"served", T_ULONGLONG, offsetof(SenderObject, served), READONLY,
+     "How often emit() served due deliveries itself (the poll thread stands back meanwhile)."},
+    {NULL, 0, 0, 0, NULL},
+};
+
 static PyTypeObject SenderType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "goka._speedups.Sender",
@@ -594,6 +602,7 @@ static PyTypeObject SenderType = {
     .tp_traverse = (traverseproc)sender_traverse,
     .tp_clear = (inquiry)sender_clear,
     .tp_methods = sender_methods,
+    .tp_members = sender_members,
 };
 
 /* ---------------------------------------------------------------------------------------------

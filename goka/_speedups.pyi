@@ -29,6 +29,8 @@ class DeliveryState:
     def __call__(self, err: Any, msg: Any, /) -> None: ...
 
 class Sender:
+    @property
+    def served(self) -> int: ...
     def __init__(
         self,
         topic: str,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import importlib.util
 import os
+import threading
 import weakref
 from typing import Any
 
@@ -82,7 +83,8 @@ def _future_type() -> Any:
 
     assert speedups is not None
     stats = speedups.Counters(LATENCY_BUCKETS)
-    attributes = {"_topic": "t", "_stats": stats, "_record": stats.record, "__slots__": ()}
+    attributes = {"_topic": "t", "_stats": stats, "_record": stats.record,
+                  "_interest": threading.Event().set, "__slots__": ()}  # fmt: skip
     return type("_Pending", (goka.emitter._CPending,), attributes), stats
 
 
