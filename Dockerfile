@@ -15,18 +15,25 @@ ENV JAVA_HOME=/usr/lib/jvm/java-17-openjdk-amd64 \
     PYTHONPATH=/app
 
 RUN useradd --create-home --uid 10001 goka
-WORKDIR /app
+
+# Build and install goka-py from /build, then drop the sources: a goka/ directory on PYTHONPATH
+# would shadow the installed package and its compiled C fast path. gcc builds that fast path
+# (goka/_speedups.c) and leaves again in the same layer.
+WORKDIR /build
 COPY pyproject.toml setup.py README.md ./
 COPY goka ./goka
-COPY examples ./examples
-COPY services ./services
-# gcc builds the emitter's C fast path (goka/_speedups.c); it leaves again in the same layer.
 RUN apt-get update \
     && apt-get install -y --no-install-recommends gcc libc6-dev \
     && pip install ".[broker,web]" \
+    && cd / \
     && python -c "import goka._speedups" \
+    && rm -rf /build \
     && apt-get purge -y --auto-remove gcc libc6-dev \
     && rm -rf /var/lib/apt/lists/*
+
+WORKDIR /app
+COPY examples ./examples
+COPY services ./services
 
 USER goka
 WORKDIR /home/goka

@@ -1,7 +1,8 @@
 """The Dockerfile's install and entrypoint steps, run in a fresh virtualenv (no Docker engine
-runs here): COPY lines become copies into a scratch /app, the pip and python steps of RUN lines
-run with the venv's Python (apt-get steps are skipped: this machine has gcc already), and the
-ENTRYPOINT runs with the CMD and with the sub-commands the image is used for."""
+runs here): WORKDIR and COPY work in a scratch directory standing for the image's /, the cd, pip
+and python steps of RUN lines run with the venv's Python (apt-get and rm steps are skipped: this
+machine has gcc already), and the ENTRYPOINT runs with the CMD and with the sub-commands the image
+is used for."""
 
 from __future__ import annotations
 
@@ -34,39 +35,47 @@ def instructions() -> list[tuple[str, str]]:
 
 
 def test_dockerfile_install_and_entrypoint_work(tmp_path: Path) -> None:
-    app, venv = tmp_path / "app", tmp_path / "venv"
-    app.mkdir()
+    root, venv = tmp_path / "image", tmp_path / "venv"  # root stands for the image's /
+    app = root / "app"
+    root.mkdir()
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     bin_dir = venv / "bin"
     env = {
         **os.environ,
         "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
-        "PYTHONPATH": str(app),
+        "PYTHONPATH": str(app),  # the image's ENV PYTHONPATH=/app
     }
     env.pop("VIRTUAL_ENV", None)
     entrypoint: list[str] = []
     command: list[str] = []
+    workdir = root
     for word, rest in instructions():
-        if word == "COPY":
-            *sources, _ = rest.split()
+        if word == "WORKDIR":
+            workdir = root / rest.lstrip("/")
+            workdir.mkdir(parents=True, exist_ok=True)
+        elif word == "COPY":
+            *sources, destination = rest.split()
             for source in sources:
-                target = app / Path(source).name
+                target = workdir / destination
                 if (ROOT / source).is_dir():
-                    shutil.copytree(
-                        ROOT / source, target, ignore=shutil.ignore_patterns("__pycache__", "*.so")
-                    )
+                    shutil.copytree(ROOT / source, target,
+                                    ignore=shutil.ignore_patterns("__pycache__", "*.so"))  # fmt: skip
                 else:
                     shutil.copy(ROOT / source, target)
         elif word == "RUN":
+            cwd = workdir
             for step in rest.split("&&"):
                 args = shlex.split(step)
+                if args[0] == "cd":
+                    cwd = root / args[1].lstrip("/")
+                    continue
                 if args[0] == "pip":
-                    command = [str(bin_dir / "python"), "-m", *args]
+                    args = [str(bin_dir / "python"), "-m", *args]
                 elif args[0] == "python":
-                    command = [str(bin_dir / "python"), *args[1:]]
+                    args = [str(bin_dir / "python"), *args[1:]]
                 else:  # apt-get and rm need root and Debian; this machine has gcc already
                     continue
-                run = subprocess.run(command, cwd=app, env=env, capture_output=True, text=True,
+                run = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True,
                                      timeout=1200)  # fmt: skip
                 assert run.returncode == 0, f"{step}: {run.stderr[-3000:]}"
         elif word == "ENTRYPOINT":
@@ -85,7 +94,10 @@ def test_dockerfile_install_and_entrypoint_work(tmp_path: Path) -> None:
         broker.send_signal(signal.SIGTERM)
         assert broker.wait(timeout=30) == 0
     imported = subprocess.run(
-        [str(bin_dir / "python"), "-c", "import examples.click_count.web, services.view, services.processor, goka.spark"],
-        env=env, capture_output=True, text=True,
+        [str(bin_dir / "python"), "-c", "import examples.click_count.web, services.view, services.processor, goka.spark, goka.emitter; print(goka.emitter.__file__, goka.emitter.speedups is not None)"],
+        env=env, capture_output=True, text=True, cwd=root,
     )  # fmt: skip
     assert imported.returncode == 0, imported.stderr
+    where, fast = imported.stdout.split()
+    assert where.startswith(str(venv)), where  # the installed package, not a source tree
+    assert fast == "True"  # with its C fast path
