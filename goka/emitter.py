@@ -230,10 +230,8 @@ class Emitter(Generic[V]):
                               headers=headers, timestamp=_millis(timestamp))  # fmt: skip
         except BufferError:
             self._produce_when_space(future, key, data, headers, timestamp)
-        except TypeError as exc:  # the key: confluent-kafka takes str and bytes only
-            raise _key_error(key) from exc
-        except ProduceError as exc:
-            raise DeliveryError(self.topic, key, str(exc)) from exc
+        except (TypeError, ProduceError) as exc:
+            raise self._refusal(key, exc) from exc
         if not _USER_CALLBACKS_RUNNING[0]:
             self._serve(0)  # serve due acknowledgements here: no thread handoff per message
             self._served += 1
@@ -243,17 +241,18 @@ class Emitter(Generic[V]):
         self, future: _EmitterFuture, key: str, data: bytes | None, error: BaseException
     ) -> _EmitterFuture:
         """The C fast path's produce() raised: wait for space or raise what emit() raises."""
-        if isinstance(error, BufferError):
-            self._produce_when_space(future, key, data, None, None)
-            if not _USER_CALLBACKS_RUNNING[0]:
-                self._serve(0)
-                self._served += 1
-            return future
-        if isinstance(error, TypeError):
-            raise _key_error(key) from error
+        if not isinstance(error, BufferError):
+            raise self._refusal(key, error) from error
+        self._produce_when_space(future, key, data, None, None)
+        return future
+
+    def _refusal(self, key: str, error: BaseException) -> BaseException:
+        """What emit() raises when produce() refuses a message at once."""
+        if isinstance(error, TypeError):  # the key: confluent-kafka takes str and bytes only
+            return _key_error(key)
         if isinstance(error, ProduceError):
-            raise DeliveryError(self.topic, key, str(error)) from error
-        raise error
+            return DeliveryError(self.topic, key, str(error))
+        return error
 
     def emit_sync(
         self,
@@ -315,10 +314,8 @@ class Emitter(Generic[V]):
                           headers=headers, timestamp=_millis(timestamp))  # fmt: skip
         except BufferError:
             return False
-        except TypeError as exc:
-            raise _key_error(key) from exc
-        except ProduceError as exc:
-            raise DeliveryError(self.topic, key, str(exc)) from exc
+        except (TypeError, ProduceError) as exc:
+            raise self._refusal(key, exc) from exc
         return True
 
     def _produce_when_space(
