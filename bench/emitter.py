@@ -4,14 +4,17 @@ Both sides send the same messages (N keyed 100-byte values, 100k distinct keys) 
 topic on the same embedded broker with the same producer settings, and both learn the outcome
 of every message: the baseline with a per-message delivery callback and ``poll(0)`` after each
 ``produce`` (confluent-kafka's documented pattern), the emitter through its futures and metrics.
-The clock stops when every message is acknowledged. Two pairs: fire-and-forget (the baseline
+Both are connected and know the topic's metadata before the clock starts (Emitter() checks at
+construction); the clock stops when every message is acknowledged. Two pairs: fire-and-forget (the baseline
 counts failures, the emitter's futures are dropped and its metrics checked), and keeping every
 outcome (the baseline records each (partition, offset), the caller keeps each future). A fifth
 variant runs the emitter with its C fast path (goka._speedups) switched off, and a sixth is the
 bare producer with no callback at all (blind to failures: the ceiling). Variants alternate
-within each run; each pair's ratio is reported as min/median/max over runs.
+within each run, in reverse order every other run; each pair's ratio is reported as
+min/median/max over runs. On this 2-core machine the broker and the client share the CPU and
+single runs vary by +-30% either way: read the medians of many runs.
 
-    python -m bench.emitter [--messages 1000000] [--runs 3]
+    python -m bench.emitter [--messages 1000000] [--runs 9] [--kafka linger.ms=50 ...]
 """
 
 from __future__ import annotations
@@ -24,13 +27,14 @@ import confluent_kafka
 
 import goka.emitter
 from bench.common import fresh_topic, percentile, summary
-from goka import BytesCodec, Emitter
+from goka import BytesCodec, Emitter, TopicManager
 from goka.dev import EmbeddedBroker
 from goka.kafka.config import producer_config
 from goka.metrics import emitter_stats
 
 PARTITIONS = 8
 VALUE = b"v" * 100
+SETTINGS: dict[str, Any] = {}  # librdkafka settings for both sides (--kafka)
 
 
 def keys(n: int) -> list[str]:
@@ -64,7 +68,7 @@ def bare_producer(brokers: str, topic: str, messages: list[str]) -> float:
         if err is not None:
             failures.append(err)
 
-    producer = confluent_kafka.Producer(producer_config(brokers))
+    producer = confluent_kafka.Producer(producer_config(brokers, SETTINGS))
     elapsed = _send_all(topic, messages, producer, on_delivery)
     assert not failures
     return elapsed
@@ -73,7 +77,7 @@ def bare_producer(brokers: str, topic: str, messages: list[str]) -> float:
 def bare_producer_blind(brokers: str, topic: str, messages: list[str]) -> float:
     """The bare producer with no delivery callback: never learns whether a message failed (the
     ceiling of what confluent-kafka can do, not something to run a service on)."""
-    producer = confluent_kafka.Producer(producer_config(brokers))
+    producer = confluent_kafka.Producer(producer_config(brokers, SETTINGS))
     return _send_all(topic, messages, producer, None)
 
 
@@ -86,7 +90,7 @@ def bare_producer_keeping_results(brokers: str, topic: str, messages: list[str])
         assert err is None
         keep((msg.partition(), msg.offset()))  # type: ignore[arg-type]
 
-    producer = confluent_kafka.Producer(producer_config(brokers))
+    producer = confluent_kafka.Producer(producer_config(brokers, SETTINGS))
     elapsed = _send_all(topic, messages, producer, on_delivery)
     assert len(results) == len(messages)
     return elapsed
@@ -95,7 +99,7 @@ def bare_producer_keeping_results(brokers: str, topic: str, messages: list[str])
 def goka_emitter(brokers: str, topic: str, messages: list[str]) -> float:
     """Fire and forget, as a request handler does; failures are checked through the metrics."""
     stats = emitter_stats(topic)
-    with Emitter(brokers, topic, BytesCodec()) as emitter:
+    with Emitter(brokers, topic, BytesCodec(), **SETTINGS) as emitter:
         emit = emitter.emit
         started = time.perf_counter()
         for key in messages:
@@ -117,7 +121,7 @@ def goka_emitter_pure_python(brokers: str, topic: str, messages: list[str]) -> f
 
 def goka_emitter_keeping_futures(brokers: str, topic: str, messages: list[str]) -> float:
     """The caller keeps every future and checks each (more live objects for the GC)."""
-    with Emitter(brokers, topic, BytesCodec()) as emitter:
+    with Emitter(brokers, topic, BytesCodec(), **SETTINGS) as emitter:
         emit = emitter.emit
         started = time.perf_counter()
         futures = [emit(key, VALUE) for key in messages]
@@ -141,9 +145,12 @@ def sync_latency(brokers: str, count: int) -> list[float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=1_000_000)
-    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--runs", type=int, default=9)
     parser.add_argument("--sync", type=int, default=2_000, help="emit_sync calls for latency")
+    parser.add_argument("--kafka", action="append", default=[], metavar="NAME=VALUE",
+                        help="a librdkafka setting for both sides, e.g. linger.ms=50")  # fmt: skip
     args = parser.parse_args()
+    SETTINGS.update(setting.split("=", 1) for setting in args.kafka)
     messages = keys(args.messages)
     variants = {
         "bare producer": bare_producer,
@@ -156,15 +163,19 @@ def main() -> None:
     rates: dict[str, list[float]] = {name: [] for name in variants}
     with EmbeddedBroker() as broker:
         brokers = broker.bootstrap
+        manager = TopicManager(brokers)
         for run in range(1, args.runs + 1):
-            for name, variant in variants.items():
+            order = list(variants.items())
+            for name, variant in order if run % 2 else reversed(order):  # cancel order effects
                 topic = fresh_topic(brokers, name.split()[0].lower(), PARTITIONS)
                 rates[name].append(args.messages / variant(brokers, topic, messages))
+                manager.delete(topic)  # the broker keeps data in memory: don't let it pile up
             line = "   ".join(f"{name} {r[-1]:,.0f}/s" for name, r in rates.items())
             print(f"run {run}: {line}", flush=True)
         latencies = sync_latency(brokers, args.sync)
     print(
         f"\n{args.messages:,} messages x {args.runs} runs, {PARTITIONS} partitions, 100-byte values"
+        f", settings: {SETTINGS or 'defaults'}"
     )
     for name, values in rates.items():
         print(f"{name:<20} msg/s : {summary(values)}")

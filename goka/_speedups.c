@@ -21,6 +21,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stdint.h>
 #include <structmember.h>
 
 static PyObject *str_latency;   /* "latency" */
@@ -269,6 +270,79 @@ is_set(PyObject *o)
     return o != NULL && o != Py_None;
 }
 
+/* confluent_kafka.Message's leading fields (confluent-kafka 2.x, built against a librdkafka with
+ * header support). Read directly only after calibrate() saw a probe Message, built with the
+ * public constructor, read back right; otherwise, or for any other type, the Message methods are
+ * called (three method calls cost more than the rest of a delivery). */
+typedef struct {
+    PyObject_HEAD
+    PyObject *topic;
+    PyObject *value;
+    PyObject *key;
+    PyObject *headers;
+    void *c_headers;
+    PyObject *error;
+    int32_t partition;
+    int64_t offset;
+    int32_t leader_epoch;
+    int64_t timestamp;
+    int timestamp_type;
+    int64_t latency; /* microseconds, -1 if unknown */
+} KafkaMessageFields;
+
+static PyTypeObject *known_message_type; /* set by calibrate() */
+
+static int
+message_by_methods(DeliveryStateObject *self, PyObject *msg, double *seconds)
+{
+    PyObject *number = PyObject_CallMethodNoArgs(msg, str_partition);
+    if (number == NULL) {
+        return -1;
+    }
+    self->partition = PyLong_AsLongLong(number);
+    Py_DECREF(number);
+    number = PyObject_CallMethodNoArgs(msg, str_offset);
+    if (number == NULL) {
+        return -1;
+    }
+    self->offset = PyLong_AsLongLong(number);
+    Py_DECREF(number);
+    if (PyErr_Occurred()) {
+        return -1;
+    }
+    PyObject *latency = PyObject_CallMethodNoArgs(msg, str_latency);
+    if (latency == NULL) {
+        return -1;
+    }
+    if (latency != Py_None) {
+        *seconds = PyFloat_AsDouble(latency);
+    }
+    Py_DECREF(latency);
+    return (*seconds == -1.0 && PyErr_Occurred()) ? -1 : 0;
+}
+
+/* calibrate(probe, partition, offset, latency_us) -> bool: whether the probe's fields read back
+ * as given; if so, messages of its type are read directly from then on. */
+static PyObject *
+speedups_calibrate(PyObject *module, PyObject *args)
+{
+    PyObject *probe;
+    long long partition, offset, latency;
+    if (!PyArg_ParseTuple(args, "OLLL:calibrate", &probe, &partition, &offset, &latency)) {
+        return NULL;
+    }
+    PyTypeObject *type = Py_TYPE(probe);
+    const KafkaMessageFields *fields = (const KafkaMessageFields *)probe;
+    if (type->tp_basicsize < (Py_ssize_t)sizeof(KafkaMessageFields) || type->tp_itemsize != 0 ||
+        fields->partition != partition || fields->offset != offset ||
+        fields->latency != latency) {
+        known_message_type = NULL;
+        Py_RETURN_FALSE;
+    }
+    known_message_type = type; /* a static type of the confluent_kafka extension */
+    Py_RETURN_TRUE;
+}
+
 /* The delivery callback: on_delivery(err, msg). */
 static PyObject *
 state_deliver(DeliveryStateObject *self, PyObject *err, PyObject *msg)
@@ -279,34 +353,19 @@ state_deliver(DeliveryStateObject *self, PyObject *err, PyObject *msg)
         }
         return PyObject_CallMethodObjArgs((PyObject *)self, str_fail, err, msg, NULL);
     }
-    PyObject *number = PyObject_CallMethodNoArgs(msg, str_partition);
-    if (number == NULL) {
-        return NULL;
+    double seconds = 0.0;
+    if (Py_TYPE(msg) == known_message_type) {
+        const KafkaMessageFields *fields = (const KafkaMessageFields *)msg;
+        self->partition = fields->partition;
+        self->offset = fields->offset;
+        if (fields->latency >= 0) {
+            seconds = (double)fields->latency / 1e6;
+        }
     }
-    self->partition = PyLong_AsLongLong(number);
-    Py_DECREF(number);
-    number = PyObject_CallMethodNoArgs(msg, str_offset);
-    if (number == NULL) {
-        return NULL;
-    }
-    self->offset = PyLong_AsLongLong(number);
-    Py_DECREF(number);
-    if (PyErr_Occurred()) {
+    else if (message_by_methods(self, msg, &seconds) < 0) {
         return NULL;
     }
     if (self->counters != NULL) {
-        PyObject *latency = PyObject_CallMethodNoArgs(msg, str_latency);
-        if (latency == NULL) {
-            return NULL;
-        }
-        double seconds = 0.0;
-        if (latency != Py_None) {
-            seconds = PyFloat_AsDouble(latency);
-        }
-        Py_DECREF(latency);
-        if (seconds == -1.0 && PyErr_Occurred()) {
-            return NULL;
-        }
         counters_record(self->counters, seconds);
     }
     self->done = 1;
@@ -410,6 +469,7 @@ typedef struct {
     PyObject *callbacks_running; /* goka.delivery.USER_CALLBACKS_RUNNING: [int] */
     PyObject *zero;           /* 0 */
     unsigned long long served; /* how often emit() served due deliveries itself */
+    int serving;              /* emit() calls serving deliveries right now */
     char closed;
 } SenderObject;
 
@@ -560,13 +620,15 @@ sender_emit(SenderObject *self, PyObject *const *args, Py_ssize_t nargs, PyObjec
     Py_DECREF(produced);
     PyObject *running = PyList_GET_ITEM(self->callbacks_running, 0);
     if (running == self->zero || (PyLong_Check(running) && PyLong_AsLong(running) == 0)) {
+        self->served++;
+        self->serving++;
         PyObject *served = PyObject_CallOneArg(self->poll, self->zero);
+        self->serving--;
         if (served == NULL) {
             Py_DECREF(future);
             return NULL;
         }
         Py_DECREF(served);
-        self->served++;
     }
     return future;
 }
@@ -588,6 +650,8 @@ static PyMethodDef sender_methods[] = {
 static PyMemberDef sender_members[] = {
     {"served", T_ULONGLONG, offsetof(SenderObject, served), READONLY,
      "How often emit() served due deliveries itself (the poll thread stands back meanwhile)."},
+    {"serving", T_INT, offsetof(SenderObject, serving), READONLY,
+     "How many emit() calls are serving deliveries right now (a burst can take milliseconds)."},
     {NULL, 0, 0, 0, NULL},
 };
 
@@ -609,11 +673,19 @@ static PyTypeObject SenderType = {
  * module
  * ------------------------------------------------------------------------------------------- */
 
+static PyMethodDef speedups_functions[] = {
+    {"calibrate", speedups_calibrate, METH_VARARGS,
+     "calibrate(probe, partition, offset, latency_us) -> bool: read messages of the probe's "
+     "type directly if its fields read back as given."},
+    {NULL, NULL, 0, NULL},
+};
+
 static struct PyModuleDef speedups_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "goka._speedups",
     .m_doc = "C fast paths of goka.emitter (optional; the pure-Python code is the reference).",
     .m_size = -1,
+    .m_methods = speedups_functions,
 };
 
 PyMODINIT_FUNC

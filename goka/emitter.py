@@ -12,6 +12,8 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+import confluent_kafka
+
 from goka._accel import speedups
 from goka.codec import Codec
 from goka.delivery import USER_CALLBACKS_RUNNING as _USER_CALLBACKS_RUNNING
@@ -101,7 +103,21 @@ class _PyPending(_EmitterFuture):
 
 
 if speedups is not None:
-    from goka._speedups import Counters, DeliveryState, Sender
+    from goka._speedups import Counters, DeliveryState, Sender, calibrate
+
+    def _calibrate() -> bool:
+        """Let the C callback read confluent-kafka's Message fields directly, if a probe built
+        with the public constructor reads back right (else it calls the Message methods)."""
+        partition, offset, latency_us = 123_457, 9_876_543_210_123, 375_000
+        try:
+            probe = confluent_kafka.Message(
+                partition=partition, offset=offset, latency=latency_us / 1e6
+            )
+        except Exception:  # a confluent-kafka without the constructor
+            return False
+        return calibrate(probe, partition, offset, latency_us)
+
+    MESSAGE_FIELDS_READ_DIRECTLY = _calibrate()
 
     class _CPending(DeliveryState, _EmitterFuture):
         """The C future: goka._speedups.DeliveryState records the outcome in C and calls
@@ -233,8 +249,8 @@ class Emitter(Generic[V]):
         except (TypeError, ProduceError) as exc:
             raise self._refusal(key, exc) from exc
         if not _USER_CALLBACKS_RUNNING[0]:
+            self._served += 1  # before: the poll thread stands back from the start of a burst
             self._serve(0)  # serve due acknowledgements here: no thread handoff per message
-            self._served += 1
         return future
 
     def _produce_failed(
@@ -335,8 +351,8 @@ class Emitter(Generic[V]):
             if _USER_CALLBACKS_RUNNING[0]:  # poll() must not be re-entered from a callback
                 self._space.wait(0.01)  # set by the poll thread when acknowledgements free space
             else:
-                self._serve(0.001)  # serve acknowledgements here, as a bare producer loop does
                 self._served += 1
+                self._serve(0.001)  # serve acknowledgements here, as a bare producer loop does
 
     def _check_deadline(self, deadline: float) -> None:
         if self._closed:
@@ -353,9 +369,9 @@ class Emitter(Generic[V]):
 
         Threads calling emit() serve due reports themselves (a bare producer loop's poll(0)).
         While they keep doing so and nobody waits for a result, this thread stands back, looking
-        every millisecond: two threads serving at once fight over the GIL, which cost ~20% of
-        emit throughput. A thread that starts waiting on a future (result(), emit_sync, await)
-        wakes it at once, so waiting costs no extra latency.
+        every 5 ms: two threads serving at once fight over the GIL, which cost ~20% of emit
+        throughput. A thread that starts waiting on a future (result(), emit_sync, await) wakes
+        it at once, so waiting costs no extra latency.
         """
         poll, space, wake, stats = self._producer.poll, self._space, self._wake, self._stats
         py_stats = stats if isinstance(stats, PyEmitterStats) else None
@@ -363,9 +379,9 @@ class Emitter(Generic[V]):
         last = -1
         while not self._closed:
             served = self._served + (sender.served if sender is not None else 0)
-            if served != last and not wake.is_set():
+            if (served != last or (sender is not None and sender.serving)) and not wake.is_set():
                 last = served
-                wake.wait(0.001)
+                wake.wait(0.005)
                 continue
             wake.clear()
             try:

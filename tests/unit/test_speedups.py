@@ -137,3 +137,40 @@ def test_a_failed_delivery_goes_to_the_python_fail_method() -> None:
     error = future.exception(0)
     assert error is not None and "Not enough in-sync replicas" in str(error)
     assert (stats.delivered, stats.failed) == (0, 1)
+
+
+@needs_speedups
+def test_confluent_kafka_messages_are_read_directly_and_right() -> None:
+    import confluent_kafka
+
+    import goka.emitter
+
+    assert goka.emitter.MESSAGE_FIELDS_READ_DIRECTLY  # the probe read back right
+    future_type, stats = _future_type()
+    future = future_type(stats)
+    future(None, confluent_kafka.Message(partition=7, offset=2**40 + 3, latency=0.003))
+    assert (future._partition, future._offset) == (7, 2**40 + 3)
+    assert stats.bucket_counts()[LATENCY_BUCKETS.index(0.005)] == 1
+    assert stats.latency_sum == pytest.approx(0.003)
+    unknown = future_type(stats)
+    unknown(None, confluent_kafka.Message(partition=1, offset=2))  # no latency: counted as 0
+    assert stats.bucket_counts()[0] == 1
+
+
+@needs_speedups
+def test_a_probe_that_reads_back_wrong_switches_direct_reading_off() -> None:
+    import confluent_kafka
+
+    import goka.emitter
+
+    assert speedups is not None
+    probe = confluent_kafka.Message(partition=1, offset=2, latency=0.5)
+    try:
+        assert not speedups.calibrate(probe, 1, 3, 500_000)  # an offset that does not match
+        assert not speedups.calibrate(object(), 1, 2, 500_000)  # too small to hold the fields
+        future_type, stats = _future_type()
+        future = future_type(stats)
+        future(None, confluent_kafka.Message(partition=4, offset=5, latency=0.02))  # by methods
+        assert (future._partition, future._offset, stats.latency_sum) == (4, 5, 0.02)
+    finally:
+        assert goka.emitter._calibrate()
