@@ -5,14 +5,16 @@ topic on the same embedded broker with the same producer settings, and both lear
 of every message: the baseline with a per-message delivery callback and ``poll(0)`` after each
 ``produce`` (confluent-kafka's documented pattern), the emitter through its futures and metrics.
 Both are connected and know the topic's metadata before the clock starts (Emitter() checks at
-construction); the clock stops when every message is acknowledged. Two pairs: fire-and-forget (the baseline
-counts failures, the emitter's futures are dropped and its metrics checked), and keeping every
-outcome (the baseline records each (partition, offset), the caller keeps each future). A fifth
-variant runs the emitter with its C fast path (goka._speedups) switched off, and a sixth is the
-bare producer with no callback at all (blind to failures: the ceiling). Variants alternate
-within each run, in reverse order every other run; each pair's ratio is reported as
-min/median/max over runs. On this 2-core machine the broker and the client share the CPU and
-single runs vary by +-30% either way: read the medians of many runs.
+construction); the clock stops when every message is acknowledged.
+
+Two pairs: fire-and-forget (the baseline counts failures, the emitter's futures are dropped and
+its metrics checked), and keeping every outcome (the baseline records each (partition, offset),
+the caller keeps each future). A fifth variant runs the emitter with its C fast path
+(goka._speedups) switched off, and a sixth is the bare producer with no callback at all (blind
+to failures: the ceiling). Variants alternate within each run, in reverse order every other
+run; each pair's ratio is reported as min/median/max over runs. On this 2-core machine the
+broker and the client share the CPU and single runs vary by +-30% either way: read the medians
+of many runs.
 
     python -m bench.emitter [--messages 1000000] [--runs 9] [--kafka linger.ms=50 ...]
 """

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -110,14 +109,14 @@ def test_keeps_up_while_a_producer_writes(
     table = new_topic(partitions=4, table=True)
     with View(brokers, table, Int64Codec(), path=tmp_path / "v") as view:
         view.wait_recovered(30)
-        writer = threading.Thread(
-            target=produce,
-            args=(brokers, table, Int64Codec(), ((f"k{i % 500}", i) for i in range(20_000))),
-        )
-        writer.start()
-        wait_for(lambda: view.stats().applied > 0, what="the first records while writing")
-        assert writer.is_alive(), "the view should follow while the producer is still writing"
-        writer.join()
+
+        def items() -> Iterator[tuple[str, int]]:
+            for i in range(20_000):
+                if i == 10_000:  # the writer goes on only once the view follows the first half
+                    wait_for(lambda: view.stats().applied > 0, what="records while writing")
+                yield f"k{i % 500}", i
+
+        produce(brokers, table, Int64Codec(), items())
         wait_for(lambda: view.stats().applied == 20_000, what="all records")
         assert all(view.get(f"k{k}") == 19_500 + k for k in range(500))
 
