@@ -51,4 +51,4 @@ proto: $(STAMP)
 	$(PY) -m tools.gen_proto
 
 clean:
-	rm -rf $(VENV) .venv-quix .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .venv-quix .mypy_cache .ruff_cache .pytest_cache build goka/_speedups*.so
