@@ -395,8 +395,6 @@ static PyMemberDef state_members[] = {
      "The partition the message was stored in (-1 until delivered)."},
     {"_offset", T_LONGLONG, offsetof(DeliveryStateObject, offset), READONLY,
      "The offset the message was stored at (-1 until delivered)."},
-    {"_counters", T_OBJECT, offsetof(DeliveryStateObject, counters), READONLY,
-     "The Counters this delivery is counted in, or None."},
     {NULL, 0, 0, 0, NULL},
 };
 

@@ -12,8 +12,6 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-import confluent_kafka
-
 from goka._accel import speedups
 from goka.codec import Codec
 from goka.delivery import USER_CALLBACKS_RUNNING as _USER_CALLBACKS_RUNNING
@@ -29,6 +27,7 @@ from goka.kafka.producer import (
     ProducerBuilder,
     delivery_error,
     kafka_producer,
+    probe_message,
 )
 from goka.metrics import EmitterStats, PyEmitterStats, emitter_stats, register
 
@@ -109,13 +108,8 @@ if speedups is not None:
         """Let the C callback read confluent-kafka's Message fields directly, if a probe built
         with the public constructor reads back right (else it calls the Message methods)."""
         partition, offset, latency_us = 123_457, 9_876_543_210_123, 375_000
-        try:
-            probe = confluent_kafka.Message(
-                partition=partition, offset=offset, latency=latency_us / 1e6
-            )
-        except Exception:  # a confluent-kafka without the constructor
-            return False
-        return calibrate(probe, partition, offset, latency_us)
+        probe = probe_message(partition, offset, latency_us / 1e6)
+        return probe is not None and calibrate(probe, partition, offset, latency_us)
 
     MESSAGE_FIELDS_READ_DIRECTLY = _calibrate()
 
@@ -124,6 +118,19 @@ if speedups is not None:
         ``_complete`` only when someone waits or added a done-callback."""
 
         __slots__ = ()
+
+
+F = TypeVar("F", bound=_EmitterFuture)
+
+
+def _future_class(
+    base: type[F], topic: str, stats: EmitterStats, interest: Callable[[], None]
+) -> type[F]:
+    """An emitter's own future class: its topic, stats and poll-thread wake-up as class
+    attributes, so creating a future takes no arguments."""
+    attributes = {"_topic": topic, "_stats": stats, "_record": stats.record,
+                  "_interest": interest, "__slots__": ()}  # fmt: skip
+    return type("_Pending", (base,), attributes)
 
 
 class Emitter(Generic[V]):
@@ -179,18 +186,16 @@ class Emitter(Generic[V]):
             self._producer.partition_count(topic, connect_timeout)
         register()
         self._stats = stats = emitter_stats(topic)
-        attributes = {"_topic": topic, "_stats": stats, "_record": stats.record,
-                      "_interest": self._wake.set, "__slots__": ()}  # fmt: skip
         self._sender: Sender | None = None
+        self._new_future: Callable[[], _EmitterFuture]
         if speedups is not None and isinstance(stats, Counters):  # C futures count in C only
-            c_type: type[_CPending] = type("_Pending", (_CPending,), attributes)
-            self._future_type: type[_EmitterFuture] = c_type
-            self._new_future: Callable[[], _EmitterFuture] = functools.partial(c_type, stats)
+            c_type = _future_class(_CPending, topic, stats, self._wake.set)
+            self._new_future = functools.partial(c_type, stats)
             if type(self).emit is Emitter.emit:  # not overridden: the C fast path serves emit()
                 self._sender = self._c_sender(c_type, stats)
                 self.__dict__["emit"] = self._sender.emit
         else:
-            self._future_type = self._new_future = type("_Pending", (_PyPending,), attributes)
+            self._new_future = _future_class(_PyPending, topic, stats, self._wake.set)
         self._served = 0  # how often emit() served due deliveries itself (Python path)
         self._closed = False
         self._space = threading.Event()

@@ -139,6 +139,18 @@ def delivery_error(topic: str, key: bytes | None, error: KafkaErrorLike) -> Deli
     return DeliveryError(topic, shown, error.str(), retriable=error.retriable())
 
 
+def probe_message(partition: int, offset: int, latency: float) -> DeliveredMessage | None:
+    """A confluent-kafka Message as a delivery report would carry it, built with its public
+    constructor (for checking how reports are read), or None where that constructor is missing."""
+    try:
+        message: DeliveredMessage = confluent_kafka.Message(
+            partition=partition, offset=offset, latency=latency
+        )
+    except Exception:  # a confluent-kafka without the constructor
+        return None
+    return message
+
+
 def kafka_producer(config: dict[str, Any]) -> Producer:
     """The default producer builder."""
     return KafkaProducer(config)

@@ -83,9 +83,9 @@ def _future_type() -> Any:
 
     assert speedups is not None
     stats = speedups.Counters(LATENCY_BUCKETS)
-    attributes = {"_topic": "t", "_stats": stats, "_record": stats.record,
-                  "_interest": threading.Event().set, "__slots__": ()}  # fmt: skip
-    return type("_Pending", (goka.emitter._CPending,), attributes), stats
+    return goka.emitter._future_class(
+        goka.emitter._CPending, "t", stats, threading.Event().set
+    ), stats
 
 
 @needs_speedups
