@@ -49,7 +49,9 @@ from goka.errors import (
     GokaError,
     GraphError,
     ProcessingError,
+    SnapshotError,
     StorageError,
+    StorageLockedError,
     TopicError,
 )
 from goka.graph import (
@@ -90,7 +92,9 @@ __all__ = [
     "JsonCodec",
     "ProcessingError",
     "ProtobufCodec",
+    "SnapshotError",
     "StorageError",
+    "StorageLockedError",
     "Stream",
     "StringCodec",
     "Table",

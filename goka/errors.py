@@ -12,6 +12,8 @@ Every error the library raises on purpose derives from :class:`GokaError`::
     │   └── DeliveryError         a produced message was not acknowledged
     ├── EmitterClosedError        emit() after close()
     ├── StorageError              local state (LevelDB, memory) failed or is foreign
+    │   ├── StorageLockedError    the storage is open in another process
+    │   └── SnapshotError         a state snapshot is missing, truncated or corrupt
     └── ProcessingError           a message could not be processed (topic/partition/offset/key)
 
 Errors raised by a dependency are chained with ``raise ... from cause``.
@@ -29,7 +31,9 @@ __all__ = [
     "GokaError",
     "GraphError",
     "ProcessingError",
+    "SnapshotError",
     "StorageError",
+    "StorageLockedError",
     "TopicError",
 ]
 
@@ -98,6 +102,14 @@ class EmitterClosedError(GokaError):
 
 class StorageError(GokaError):
     """Local state storage failed, is corrupt, or belongs to another table."""
+
+
+class StorageLockedError(StorageError):
+    """The storage is open in another process (LevelDB allows one process per directory)."""
+
+
+class SnapshotError(StorageError):
+    """A snapshot of a partition's state cannot be used; the message names the file and why."""
 
 
 class ProcessingError(GokaError):

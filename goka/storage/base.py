@@ -6,16 +6,29 @@ reflects, per (topic, partition). Values and offsets change together in one atom
 
 Concurrency contract (both implementations): many threads may read (``get``, ``has``, ``items``,
 ``offsets``) while one thread writes (``write``). A read sees each batch entirely or not at all;
-an iteration sees the storage as it was when the iteration started.
+an iteration sees the storage as it was when the iteration started. ``checkpoint`` and ``clear``
+must not run concurrently with ``write``.
+
+A *storage builder* (:data:`StorageBuilder`) opens the storage of a table at a path; processors
+take one, so tests and users can swap LevelDB for memory, as Go Goka's storage builders allow.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Protocol
+from pathlib import Path
+from typing import NamedTuple, Protocol
 
-__all__ = ["FORMAT", "Storage", "StorageInfo", "WriteBatch", "prefix_end"]
+__all__ = [
+    "FORMAT",
+    "CheckpointFile",
+    "Storage",
+    "StorageBuilder",
+    "StorageInfo",
+    "WriteBatch",
+    "prefix_end",
+]
 
 #: Version of the on-disk layout; a storage written with another one is refused.
 FORMAT = "goka-py-1"
@@ -55,6 +68,14 @@ class StorageInfo:
     table: str
     format: str
     path: str | None
+
+
+class CheckpointFile(NamedTuple):
+    """A file of a checkpoint: its name, and whether that name always means the same content
+    for this storage (LevelDB's table files) or may be rewritten (its log, manifest, CURRENT)."""
+
+    name: str
+    immutable: bool
 
 
 class Storage(Protocol):
@@ -107,9 +128,23 @@ class Storage(Protocol):
         """Delete every value and offset (keeping the table name)."""
         ...
 
+    def checkpoint(self, directory: Path) -> list[CheckpointFile]:
+        """Write a consistent copy of the storage into ``directory`` (created; must not exist),
+        hard-linking files that never change. The builder of this storage opens a copy moved
+        to a storage path. The storage stays usable.
+
+        Raises:
+            StorageError: the copy could not be written.
+        """
+        ...
+
     def close(self) -> None:
         """Release the storage. Idempotent."""
         ...
+
+
+#: Opens (creating if missing) the storage of ``table`` at ``path``; may raise StorageError.
+StorageBuilder = Callable[[Path, str], Storage]
 
 
 def prefix_end(prefix: bytes) -> bytes | None:

@@ -3,24 +3,30 @@
 On-disk layout, one LevelDB directory per storage: ``m<name>`` metadata (table, format),
 ``o<topic>\\0<partition, 4 bytes big-endian>`` offsets (decimal), ``d<key>`` values. The ``d``
 prefix keeps values contiguous and in key order for range scans.
+
+A checkpoint closes the database (so no compaction runs), hard-links its table files (LevelDB
+never rewrites a table file, and never reuses a live file's number), copies the files LevelDB
+appends to or replaces (the log, the manifest, ``CURRENT``) and opens it again.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import struct
 from collections.abc import Iterator
 from pathlib import Path
 
 import plyvel
 
-from goka.errors import StorageError
-from goka.storage.base import FORMAT, StorageInfo, WriteBatch, prefix_end
+from goka.errors import StorageError, StorageLockedError
+from goka.storage.base import FORMAT, CheckpointFile, StorageInfo, WriteBatch, prefix_end
 
 __all__ = ["LevelDBStorage"]
 
 _DATA, _OFFSET, _META = b"d", b"o", b"m"
 _PARTITION = struct.Struct(">I")
+_TABLE_FILES = (".ldb", ".sst")  # immutable once written
 
 
 def _offset_key(topic: str, partition: int) -> bytes:
@@ -35,20 +41,34 @@ class LevelDBStorage:
         table: the table it holds; a directory holding another table is refused.
         sync: fsync every write (slower; the table topic can rebuild a lost tail anyway).
         cache_mb: LevelDB block cache size.
+        max_open_files: table files LevelDB keeps open (its default is 1000; a worker holding
+            many partition stores wants fewer).
 
     Raises:
-        StorageError: the directory is locked by another storage, corrupt, not a LevelDB, not
-            written by goka-py, of another table or of another format.
+        StorageLockedError: the directory is open in another storage (this or another process).
+        StorageError: the directory is corrupt, not a LevelDB, not written by goka-py, of
+            another table or of another format.
     """
 
     def __init__(
-        self, path: str | os.PathLike[str], table: str, *, sync: bool = False, cache_mb: int = 64
+        self,
+        path: str | os.PathLike[str],
+        table: str,
+        *,
+        sync: bool = False,
+        cache_mb: int = 64,
+        max_open_files: int = 1000,
     ) -> None:
         self.path = Path(path)
         self.table = table
         self.sync = sync
+        self._options = {
+            "lru_cache_size": cache_mb << 20,
+            "max_open_files": max_open_files,
+            "bloom_filter_bits": 10,
+        }
         self._refuse_foreign_directory()
-        self._db = self._open(cache_mb)
+        self._db = self._open()
         try:
             self._check_metadata()
         except StorageError:
@@ -64,19 +84,20 @@ class LevelDBStorage:
         if self.path.exists() and not self.path.is_dir():
             raise StorageError(f"{self.path} exists and is not a directory")
 
-    def _open(self, cache_mb: int) -> plyvel.DB:
+    def _open(self) -> plyvel.DB:
         self.path.mkdir(parents=True, exist_ok=True)
         try:
-            return plyvel.DB(
-                str(self.path), create_if_missing=True, lru_cache_size=cache_mb << 20,
-                bloom_filter_bits=10,
-            )  # fmt: skip
+            return plyvel.DB(str(self.path), create_if_missing=True, **self._options)
         except plyvel.CorruptionError as exc:
             raise StorageError(
                 f"LevelDB at {self.path} is corrupt ({exc}); delete the directory to rebuild it "
                 "from the table topic"
             ) from exc
         except plyvel.IOError as exc:
+            if "IO error: lock " in str(exc):
+                raise StorageLockedError(
+                    f"LevelDB at {self.path} is open in another storage: {exc}"
+                ) from exc
             raise StorageError(f"cannot open LevelDB at {self.path}: {exc}") from exc
 
     def _check_metadata(self) -> None:
@@ -163,6 +184,16 @@ class LevelDBStorage:
                 for key in self._db.iterator(prefix=prefix, include_value=False):
                     wb.delete(key)
 
+    def checkpoint(self, directory: Path) -> list[CheckpointFile]:
+        directory.mkdir(parents=True)
+        self._db.close()  # waits for compactions: the files are quiescent until reopened
+        try:
+            return [_copy(entry, directory) for entry in os.scandir(self.path) if _kept(entry.name)]
+        except OSError as exc:
+            raise StorageError(f"cannot checkpoint LevelDB at {self.path}: {exc}") from exc
+        finally:
+            self._db = self._open()
+
     def close(self) -> None:
         if not self._db.closed:
             self._db.close()
@@ -180,3 +211,22 @@ class LevelDBStorage:
 
     def __repr__(self) -> str:
         return f"LevelDBStorage({str(self.path)!r}, table={self.table!r})"
+
+
+def _kept(name: str) -> bool:
+    """Files a copy of the database needs (not its lock or its info log)."""
+    return (
+        name.endswith((*_TABLE_FILES, ".log")) or name == "CURRENT" or name.startswith("MANIFEST-")
+    )
+
+
+def _copy(entry: os.DirEntry[str], directory: Path) -> CheckpointFile:
+    target = directory / entry.name
+    if entry.name.endswith(_TABLE_FILES):
+        try:
+            os.link(entry.path, target)
+        except OSError:  # a file system without hard links
+            shutil.copyfile(entry.path, target)
+        return CheckpointFile(entry.name, True)
+    shutil.copyfile(entry.path, target)
+    return CheckpointFile(entry.name, False)

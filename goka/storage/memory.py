@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import threading
 from bisect import bisect_left
 from collections.abc import Iterator
+from pathlib import Path
 
-from goka.storage.base import FORMAT, StorageInfo, WriteBatch
+from goka.errors import StorageError
+from goka.storage.base import FORMAT, CheckpointFile, StorageInfo, WriteBatch
+
+_PREFIX = "memory-"
 
 __all__ = ["MemoryStorage"]
 
@@ -14,7 +21,8 @@ __all__ = ["MemoryStorage"]
 class MemoryStorage:
     """A table's state in a dict. Thread-safe (see :mod:`goka.storage.base`); lost on exit.
 
-    Range scans sort the keys once per scan (``O(n log n)``): fine for small tables.
+    Range scans sort the keys once per scan (``O(n log n)``): fine for small tables. A checkpoint
+    is one JSON file named by its content's hash; :meth:`at` opens one.
     """
 
     def __init__(self, table: str) -> None:
@@ -23,6 +31,34 @@ class MemoryStorage:
         self._offsets: dict[tuple[str, int], int] = {}
         self._lock = threading.Lock()
         self._closed = False
+
+    @classmethod
+    def at(cls, path: str | os.PathLike[str], table: str) -> MemoryStorage:
+        """Return a storage with the content of the checkpoint in ``path``, or an empty one.
+
+        This is the memory storage's builder (see :data:`goka.storage.StorageBuilder`): the
+        directory is read once; nothing is written back to it.
+
+        Raises:
+            StorageError: the checkpoint is unreadable or of another table.
+        """
+        storage = cls(table)
+        found = sorted(Path(path).glob(f"{_PREFIX}*.json")) if Path(path).is_dir() else []
+        if found:
+            storage._load(found[-1])
+        return storage
+
+    def _load(self, file: Path) -> None:
+        try:
+            data = json.loads(file.read_bytes())
+            values = {k: bytes.fromhex(v) for k, v in data["values"].items()}
+            offsets = {(t, int(p)): int(o) for t, p, o in data["offsets"]}
+            table = data["table"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise StorageError(f"memory checkpoint {file} is unreadable: {exc}") from exc
+        if table != self.table:
+            raise StorageError(f"memory checkpoint {file} holds {table!r}, not {self.table!r}")
+        self._values, self._offsets = values, offsets
 
     @property
     def info(self) -> StorageInfo:
@@ -72,6 +108,19 @@ class MemoryStorage:
         with self._lock:
             self._values.clear()
             self._offsets.clear()
+
+    def checkpoint(self, directory: Path) -> list[CheckpointFile]:
+        with self._lock:
+            content = {
+                "table": self.table,
+                "values": {k: v.hex() for k, v in self._values.items()},
+                "offsets": [[t, p, o] for (t, p), o in self._offsets.items()],
+            }
+        data = json.dumps(content, sort_keys=True).encode()
+        name = f"{_PREFIX}{hashlib.sha256(data).hexdigest()[:32]}.json"
+        directory.mkdir(parents=True)
+        (directory / name).write_bytes(data)
+        return [CheckpointFile(name, True)]
 
     def close(self) -> None:
         self._closed = True

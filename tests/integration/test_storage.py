@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from goka import StorageError
+from goka import StorageError, StorageLockedError
 from goka.storage import LevelDBStorage, MemoryStorage, Storage, WriteBatch
 
 
@@ -183,6 +183,6 @@ def test_corrupt_leveldb_is_refused_with_advice(tmp_path: Path) -> None:
 def test_a_directory_is_used_by_one_storage_at_a_time(tmp_path: Path) -> None:
     with (
         LevelDBStorage(tmp_path / "db", "t"),
-        pytest.raises(StorageError, match="cannot open LevelDB .*lock"),
+        pytest.raises(StorageLockedError, match="LevelDB at .* is open in another storage: .*lock"),
     ):
         LevelDBStorage(tmp_path / "db", "t")
