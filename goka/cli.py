@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 import threading
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -64,6 +65,7 @@ def _processor_run(args: argparse.Namespace) -> int:
     from prometheus_client import start_http_server
 
     from goka.graph import load_graph
+    from goka.partition_table import ORIGINS
     from goka.spark import Processor
 
     processor = Processor(
@@ -76,6 +78,9 @@ def _processor_run(args: argparse.Namespace) -> int:
         on_error=args.on_error,
         max_offsets_per_trigger=args.max_offsets_per_trigger,
         starting_offsets=args.starting_offsets,
+        snapshot_interval=args.snapshot_interval,
+        snapshot_dir=args.snapshot_dir,
+        snapshots_kept=args.snapshots_kept,
     )
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: processor.stop())
@@ -84,12 +89,10 @@ def _processor_run(args: argparse.Namespace) -> int:
     if args.until_caught_up:
         batches = processor.run_until_caught_up()
         processed = sum(b.processed for b in batches)
-        rebuilt = sum(b.rebuilt_partitions for b in batches)
-        print(
-            f"caught up: {processed} messages in {len(batches)} batches, "
-            f"{rebuilt} partition stores rebuilt from the table",
-            flush=True,
-        )
+        stores = sum((b.stores for b in batches), Counter[str]())
+        listing = ", ".join(f"{stores[o]} {o}" for o in ORIGINS)
+        print(f"caught up: {processed} messages in {len(batches)} batches; stores: {listing}",
+              flush=True)  # fmt: skip
     else:
         processor.run()
     return 0
@@ -136,6 +139,20 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--max-offsets-per-trigger", type=int)
     run.add_argument("--starting-offsets", default="earliest")
     run.add_argument("--metrics-port", type=int, help="serve Prometheus /metrics on this port")
+    run.add_argument(
+        "--snapshot-interval",
+        type=float,
+        default=30.0,
+        help="seconds between snapshots of each partition's state (0: none; default 30)",
+    )
+    run.add_argument(
+        "--snapshot-dir",
+        help="where snapshots go: path or URL, s3://, gs://, hdfs:// (default: "
+        "<checkpoint-dir>/state)",
+    )
+    run.add_argument(
+        "--snapshots-kept", type=int, default=3, help="snapshots kept per partition (default 3)"
+    )
     run.add_argument(
         "--until-caught-up",
         action="store_true",

@@ -8,6 +8,9 @@ Settings (flag, or environment variable):
     --checkpoint-dir / GOKA_CHECKPOINT_DIR   Spark checkpoint (shared storage on a cluster)
     --trigger / GOKA_TRIGGER        micro-batch interval (default: 1 second)
     --on-error / GOKA_ON_ERROR      fail | skip | dead_letter
+    --snapshot-interval / GOKA_SNAPSHOT_INTERVAL   seconds between state snapshots (default 30)
+    --snapshot-dir / GOKA_SNAPSHOT_DIR   snapshot location, path or URL (default
+                                    <checkpoint-dir>/state)
     --http-port / GOKA_HTTP_PORT    /metrics and /healthz (default 9100)
 
 On SIGTERM the query stops after abandoning or finishing the current micro-batch: a batch's
@@ -39,6 +42,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--checkpoint-dir", default=env("CHECKPOINT_DIR"))
     parser.add_argument("--trigger", default=env("TRIGGER", "1 second"))
     parser.add_argument("--on-error", default=env("ON_ERROR", "fail"))
+    parser.add_argument(
+        "--snapshot-interval", type=float, default=float(env("SNAPSHOT_INTERVAL", "30") or 30)
+    )
+    parser.add_argument("--snapshot-dir", default=env("SNAPSHOT_DIR"))
     parser.add_argument("--http-port", type=int, default=int(env("HTTP_PORT", "9100") or 9100))
     args = parser.parse_args(argv)
     if not args.graph or not args.brokers:
@@ -49,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     processor = Processor(
         load_graph(args.graph), args.brokers, master=args.master, state_dir=args.state_dir,
         checkpoint_dir=args.checkpoint_dir, trigger=args.trigger, on_error=args.on_error,
+        snapshot_interval=args.snapshot_interval, snapshot_dir=args.snapshot_dir,
     )  # fmt: skip
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: processor.stop())

@@ -7,6 +7,12 @@ import goka.emitter
 pytest_plugins = ["goka.dev.pytest_plugin"]
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--crash-trials", type=int, default=0,
+                     help="run tests/spark/test_crash.py's random series of N trials")  # fmt: skip
+    parser.addoption("--crash-seed", type=int, default=1, help="seed of the random series")
+
+
 @pytest.fixture(params=["c", "python"])
 def emitter_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Run a test with emitters on the C fast path (goka._speedups) and on the pure-Python one."""

@@ -7,10 +7,9 @@ watermark in a fetch response is right there as on Kafka.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import confluent_kafka
 
@@ -18,7 +17,7 @@ from goka.errors import BrokerError, TopicError
 from goka.kafka.admin import topic_partitions
 from goka.kafka.config import Brokers, consumer_config
 
-__all__ = ["EndOffsets", "RangeReader", "Row"]
+__all__ = ["EndOffsets", "RangeReader", "RecordReader", "Row"]
 
 TP = tuple[str, int]
 #: ``(topic, offset, key, value, timestamp_ms, headers)``.
@@ -116,28 +115,56 @@ class _Deadline:
         return time.monotonic() > self._end
 
 
-_READERS: dict[tuple[str, tuple[tuple[str, str], ...]], RangeReader] = {}
-_READERS_LOCK = threading.Lock()
+class RecordReader(Protocol):
+    """Reads records of one partition number (the reader seam of partition processors)."""
+
+    def read(
+        self, partition: int, ranges: Mapping[str, tuple[int, int]], timeout: float, chunk: int
+    ) -> Iterator[list[Row]]:
+        """Yield chunks of rows of ``[start, end)`` of each topic, in offset order per topic."""
+        ...
+
+    def watermarks(self, topic: str, partition: int) -> tuple[int, int]:
+        """Return the first offset and the high watermark (next offset to be written)."""
+        ...
+
+    def close(self) -> None:
+        """Release the reader's connections. Idempotent."""
+        ...
 
 
 class RangeReader:
-    """Reads offset ranges of one partition number in several topics. One per worker process,
-    reused across tasks (see :meth:`shared`)."""
+    """Reads offset ranges of one partition number in several topics (a :class:`RecordReader`
+    on Kafka). Not thread-safe; reuse it across tasks: a new consumer costs a connection and a
+    first fetch."""
 
     def __init__(self, brokers: Brokers, kafka_config: Mapping[str, Any] | None = None) -> None:
+        self._brokers, self._kafka_config = brokers, kafka_config
         self._consumer = confluent_kafka.Consumer(
             {**consumer_config(brokers, kafka_config), **_FAST_FETCH}
         )
+        self._ends: EndOffsets | None = None
+        self._closed = False
 
-    @classmethod
-    def shared(cls, brokers: str, kafka_config: Mapping[str, Any]) -> RangeReader:
-        """Return this process's reader for these settings, creating it once."""
-        key = (brokers, tuple(sorted((k, str(v)) for k, v in kafka_config.items())))
-        with _READERS_LOCK:
-            reader = _READERS.get(key)
-            if reader is None:
-                reader = _READERS[key] = cls(brokers, kafka_config)
-            return reader
+    def watermarks(self, topic: str, partition: int) -> tuple[int, int]:
+        """Return the first offset and the high watermark of ``topic``/``partition``.
+
+        Raises:
+            BrokerError: the broker did not answer.
+        """
+        if self._ends is None:
+            self._ends = EndOffsets(self._brokers, self._kafka_config)
+        tp = (topic, partition)
+        return self._ends.low([tp])[tp], self._ends.high([tp])[tp]
+
+    def close(self) -> None:
+        """Close the consumers. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._consumer.close()
+        if self._ends is not None:
+            self._ends.close()
 
     def read(
         self, partition: int, ranges: Mapping[str, tuple[int, int]], timeout: float, chunk: int

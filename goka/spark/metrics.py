@@ -40,6 +40,38 @@ def _families() -> dict[str, Any]:
                     "Records not processed yet",
                     [*labels, "topic", "partition"],
                 ),
+                stores=Counter(
+                    "goka_processor_store_recoveries",
+                    "How each partition store was made current for a batch "
+                    "(reused, opened, caught_up, restored, rebuilt, created)",
+                    [*labels, "partition", "origin"],
+                ),
+                table_records=Counter(
+                    "goka_processor_recovery_table_records",
+                    "Records read from table topics to make stores current",
+                    [*labels, "partition"],
+                ),
+                restored=Counter(
+                    "goka_processor_restored_bytes", "Bytes of snapshots restored", labels
+                ),
+                restore_seconds=Histogram(
+                    "goka_processor_restore_seconds",
+                    "Time to fetch and open snapshots, per partition",
+                    labels,
+                    buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+                ),
+                uploads=Counter(
+                    "goka_processor_snapshot_uploads", "Snapshots published", [*labels, "result"]
+                ),
+                upload_bytes=Counter(
+                    "goka_processor_snapshot_upload_bytes", "Bytes of snapshots uploaded", labels
+                ),
+                upload_seconds=Histogram(
+                    "goka_processor_snapshot_upload_seconds",
+                    "Time to publish a snapshot (new files, manifest, pruning)",
+                    labels,
+                    buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+                ),
             )
     return _FAMILIES
 
@@ -60,6 +92,16 @@ class ProcessorMetrics:
         f["errors"].labels(g, policy).inc(summary.failed)
         f["replayed"].labels(g).inc(summary.replayed)
         f["duration"].labels(g).observe(summary.seconds)
+        for part in summary.partitions:
+            f["stores"].labels(g, part.partition, part.store).inc()
+            f["table_records"].labels(g, part.partition).inc(part.table_records)
+            if part.restored_bytes:
+                f["restored"].labels(g).inc(part.restored_bytes)
+                f["restore_seconds"].labels(g).observe(part.restore_seconds)
+        for upload in summary.uploads:
+            f["uploads"].labels(g, "failed" if upload.get("error") else "ok").inc()
+            f["upload_bytes"].labels(g).inc(upload.get("bytes", 0))
+            f["upload_seconds"].labels(g).observe(upload.get("seconds", 0.0))
 
     def lag(self, progress: dict[str, Any]) -> None:
         """Set the lag per input partition from a query progress report."""

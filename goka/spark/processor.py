@@ -9,6 +9,7 @@ import re
 import sys
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,9 +22,10 @@ from goka.engine import POLICIES, ErrorPolicy
 from goka.errors import ConfigurationError, GokaError
 from goka.graph import GroupGraph
 from goka.kafka.config import Brokers, bootstrap_servers
+from goka.partition_processor import Builders, PartitionSummary, TaskConfig
 from goka.spark.metrics import ProcessorMetrics
 from goka.spark.source import GokaKafkaSource
-from goka.spark.task import PROCESSOR_PGID, SUMMARY_SCHEMA, PartitionTask, TaskConfig
+from goka.spark.task import SUMMARY_DDL, PartitionTask
 from goka.topic_manager import TopicManager, TopicManagerConfig
 
 __all__ = ["BatchSummary", "Processor", "ProcessorFailed"]
@@ -36,9 +38,21 @@ class ProcessorFailed(GokaError):
     """The streaming query stopped with an error (the message says where and why)."""
 
 
+_SUMMED = ("processed", "failed", "table_updates", "emits", "loopbacks", "dead_letters",
+           "replayed", "table_records", "restored_bytes", "restore_seconds")  # fmt: skip
+
+
 @dataclass
 class BatchSummary:
-    """What one micro-batch did, summed over its partitions."""
+    """What one micro-batch did, summed over its partitions.
+
+    Attributes:
+        stores: how many partition stores were reused, opened, caught_up, restored, rebuilt or
+            created (see :mod:`goka.partition_table`).
+        table_records: records read from table topics to make stores current.
+        uploads: snapshot uploads that finished during the batch (of any partition).
+        partitions: each partition's own summary.
+    """
 
     batch_id: int
     processed: int = 0
@@ -48,10 +62,54 @@ class BatchSummary:
     loopbacks: int = 0
     dead_letters: int = 0
     replayed: int = 0
-    rebuilt_partitions: int = 0
+    table_records: int = 0
+    restored_bytes: int = 0
+    restore_seconds: float = 0.0
+    stores: Counter[str] = field(default_factory=Counter)
+    uploads: list[dict[str, Any]] = field(default_factory=list)
     seconds: float = 0.0
     finished_at: float = 0.0
     errors: list[str] = field(default_factory=list)
+    partitions: list[PartitionSummary] = field(default_factory=list)
+
+    @property
+    def rebuilt_partitions(self) -> int:
+        """Partition stores rebuilt from the whole table topic."""
+        return self.stores["rebuilt"]
+
+    @classmethod
+    def of(cls, batch_id: int, partitions: list[PartitionSummary]) -> BatchSummary:
+        """Sum the partitions' summaries."""
+        summary = cls(batch_id, finished_at=time.time(), partitions=partitions)
+        for part in partitions:
+            for name in _SUMMED:
+                setattr(summary, name, getattr(summary, name) + getattr(part, name))
+            summary.stores[part.store] += 1
+            summary.seconds = max(summary.seconds, part.seconds)
+            summary.errors += json.loads(part.errors or "[]")
+            summary.uploads += json.loads(part.uploads or "[]")
+        return summary
+
+    def describe(self) -> str:
+        """One line for the log."""
+        stores = ", ".join(f"{n} {origin}" for origin, n in sorted(self.stores.items()))
+        sent = [u for u in self.uploads if not u.get("error")]
+        text = (
+            f"batch {self.batch_id}: {self.processed} messages in {self.seconds:.2f}s; "
+            f"stores: {stores or 'none'}"
+        )
+        if self.table_records:
+            text += f"; {self.table_records} table records replayed"
+        if self.restored_bytes:
+            text += f"; {self.restored_bytes / 1e6:.1f} MB restored in {self.restore_seconds:.2f}s"
+        if self.uploads:
+            text += (
+                f"; snapshots: {len(sent)} uploaded ({sum(u['bytes'] for u in sent) / 1e6:.1f} MB)"
+                f", {len(self.uploads) - len(sent)} failed"
+            )
+        if self.failed:
+            text += f"; {self.failed} failed messages"
+        return text
 
 
 class Processor:
@@ -72,6 +130,16 @@ class Processor:
         kafka_config: librdkafka settings for every client.
         producer_config: librdkafka settings for the tasks' producer only (acks, compression).
         topics: creation settings for the group table, loop and DLQ topics.
+        snapshot_interval: seconds between snapshots of each partition's stores (0: none). A
+            partition that moves to another executor restores its newest snapshot and replays
+            only the table records written since, instead of the whole table.
+        snapshot_dir: where snapshots go: a path or fsspec URL (``s3://``, ``gs://``,
+            ``hdfs://``; shared by all executors). Default: ``<checkpoint_dir>/state``.
+        snapshots_kept: snapshots kept per partition.
+        snapshot_options: fsspec storage options for ``snapshot_dir`` (credentials...).
+        builders: where partition processors get their storage, producer, reader, snapshot
+            store and lookup tables (tests swap them; see :class:`goka.partition_processor.
+            Builders`).
 
     Raises:
         ConfigurationError: invalid settings (at construction, not mid-stream).
@@ -93,11 +161,18 @@ class Processor:
         kafka_config: dict[str, Any] | None = None,
         producer_config: dict[str, Any] | None = None,
         topics: TopicManagerConfig | None = None,
+        snapshot_interval: float = 30.0,
+        snapshot_dir: str | Path | None = None,
+        snapshots_kept: int = 3,
+        snapshot_options: dict[str, Any] | None = None,
+        builders: Builders | None = None,
     ) -> None:
         if on_error not in POLICIES:
             raise ConfigurationError(f"on_error must be one of {POLICIES}, got {on_error!r}")
         if max_offsets_per_trigger is not None and max_offsets_per_trigger < 1:
             raise ConfigurationError("max_offsets_per_trigger must be at least 1")
+        if snapshot_interval < 0:
+            raise ConfigurationError(f"snapshot_interval must be >= 0, got {snapshot_interval}")
         found = brokers or os.environ.get("GOKA_BROKERS")
         if not found:
             raise ConfigurationError("no Kafka brokers: pass brokers= or set GOKA_BROKERS")
@@ -116,6 +191,15 @@ class Processor:
         self.kafka_config = dict(kafka_config or {})
         self.producer_config = dict(producer_config or {})
         self._topics = topics or TopicManagerConfig()
+        self.snapshot_interval = snapshot_interval
+        self.snapshot_dir = str(snapshot_dir or f"{self.checkpoint_dir.rstrip('/')}/state")
+        self.snapshots_kept = snapshots_kept
+        self.snapshot_options = dict(snapshot_options or {})
+        self.builders = builders or Builders()
+        if snapshot_interval:  # the location must be usable now, not in the first snapshot
+            self.builders.snapshots(
+                self.snapshot_dir, keep=snapshots_kept, storage_options=self.snapshot_options
+            )
         self._spark = spark
         self._master = master
         self._query: StreamingQuery | None = None
@@ -163,7 +247,7 @@ class Processor:
         reader = (
             spark.readStream.format("goka-kafka")
             .option("brokers", self.brokers)
-            .option("topics", ",".join(self.graph.copartitioned_topics()))
+            .option("topics", ",".join([*self.graph.input_topics(), *self.graph.joins]))
             .option("startingOffsets", self.starting_offsets)
             .option("payload", "ranges")  # tasks read their records themselves (no JVM hop)
         )
@@ -171,15 +255,7 @@ class Processor:
             reader = reader.option("maxOffsetsPerTrigger", str(self.max_offsets_per_trigger))
         for key, value in self.kafka_config.items():
             reader = reader.option(f"kafka.{key}", str(value))
-        config = TaskConfig(
-            self.graph,
-            self.brokers,
-            str(self.state_dir),
-            self.on_error,
-            self.kafka_config,
-            self.producer_config,
-        )
-        stream = reader.load().mapInArrow(PartitionTask(config), SUMMARY_SCHEMA)
+        stream = reader.load().mapInArrow(PartitionTask(self.task_config()), SUMMARY_DDL)
         writer = (
             stream.writeStream.foreachBatch(self._on_batch)
             .option("checkpointLocation", self.checkpoint_dir)
@@ -197,31 +273,25 @@ class Processor:
             query.stop()
         return query
 
+    def task_config(self) -> TaskConfig:
+        """What the tasks of this processor are given."""
+        return TaskConfig(
+            self.graph, self.brokers, str(self.state_dir), self.on_error, self.kafka_config,
+            self.producer_config, snapshot_url=self.snapshot_dir,
+            snapshot_interval=self.snapshot_interval, snapshots_kept=self.snapshots_kept,
+            snapshot_options=self.snapshot_options, builders=self.builders,
+        )  # fmt: skip
+
     def _on_batch(self, frame: DataFrame, batch_id: int) -> None:
-        summary = BatchSummary(batch_id)
-        rows = frame.collect()
-        summary.finished_at = time.time()
-        for row in rows:
-            for name in (
-                "processed",
-                "failed",
-                "table_updates",
-                "emits",
-                "loopbacks",
-                "dead_letters",
-                "replayed",
-            ):
-                setattr(summary, name, getattr(summary, name) + row[name])
-            summary.rebuilt_partitions += int(row["rebuilt"])
-            summary.seconds = max(summary.seconds, row["seconds"])
-            summary.errors += json.loads(row["errors"] or "[]")
+        partitions = [PartitionSummary(**row.asDict()) for row in frame.collect()]
+        summary = BatchSummary.of(batch_id, partitions)
         self.batches.append(summary)
         self.metrics.batch(summary, self.on_error)
         with self._lock:
             progress = self._query.lastProgress if self._query is not None else None
         if progress:
             self.metrics.lag(progress)
-        log.info("group %s batch %d: %s", self.graph.group, batch_id, summary)
+        log.info("group %s %s", self.graph.group, summary.describe())
 
     # -- running ---------------------------------------------------------------------------------
     def run(self, timeout: float | None = None) -> None:
@@ -301,7 +371,6 @@ def build_session(group: str, master: str | None = None) -> SparkSession:
     Python workers run this interpreter, and the UI is off unless ``GOKA_SPARK_UI`` is set.
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault(PROCESSOR_PGID, str(os.getpgid(0)))  # for the crash test hook
     builder = (
         SparkSession.builder.appName(f"goka-{group}")
         .config("spark.speculation", "false")

@@ -37,6 +37,7 @@ from pyspark.sql.streaming.datasource import (
 
 from goka.errors import ConfigurationError, TopicError
 from goka.kafka.ranges import EndOffsets, RangeReader, Row
+from goka.worker import Worker, frozen
 
 __all__ = ["ARROW_SCHEMA", "SCHEMA", "GokaKafkaSource", "KafkaPartition", "kafka_options"]
 
@@ -182,7 +183,11 @@ class GokaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, KafkaPartition)
         if self.payload == "records":
-            reader = RangeReader.shared(self.brokers, self.kafka)
+            reader = Worker.current().client(
+                ("source-reader", self.brokers, frozen(self.kafka)),
+                lambda: RangeReader(self.brokers, self.kafka),
+                lambda reader: reader.close(),
+            )
             for rows in reader.read(partition.partition, partition.ranges, self.timeout, CHUNK):
                 yield _batch(partition.partition, rows)
         yield _ranges(partition.partition, partition.ranges)

@@ -1,6 +1,7 @@
 """The click-count group submitted to a Spark standalone cluster (a master and two workers on
 127.0.0.1, started from the pyspark install) with two executors, each keeping its partition
-stores on its own disk, so partitions moving between executors must be rebuilt from the table."""
+stores on its own disk, and snapshots in a checkpoint directory they share (as NFS would be):
+partitions moving between executors are restored from snapshots, not rebuilt from the table."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import re
 import subprocess
 import sys
 import urllib.request
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -68,12 +70,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             process.wait()
 
 
-def test_click_count_on_a_standalone_cluster(
-    cluster: str, brokers: str, new_topic: Callable[..., str], tmp_path: Path
-) -> None:
-    topic = new_topic(partitions=4)
-    group = f"{topic}-g"
-    sent = clicks(brokers, topic, 3_000)
+def submit(cluster: str, brokers: str, topic: str, workdir: Path, checkpoint: Path) -> Counter[str]:
+    """Run the group until caught up as a new application; return how its stores came to be."""
     command = [
         str(SPARK_BIN / "spark-submit"), "--master", cluster,
         "--total-executor-cores", "2", "--executor-cores", "1", "--executor-memory", "1g",
@@ -83,20 +81,37 @@ def test_click_count_on_a_standalone_cluster(
         "--conf", "spark.ui.enabled=false",
         goka.cli.__file__, "processor", "run", "tests.spark.crash_graph:graph",
         "--brokers", brokers, "--state-dir", "goka-state",  # relative: each executor's own disk
-        "--checkpoint-dir", str(tmp_path / "checkpoint"), "--until-caught-up",
+        "--checkpoint-dir", str(checkpoint), "--until-caught-up",
         "--max-offsets-per-trigger", "600",
     ]  # fmt: skip
-    env = {**ENV, "PYTHONPATH": str(ROOT), "GOKA_TEST_GROUP": group, "GOKA_TEST_TOPIC": topic,
-           "GOKA_LOG_LEVEL": "WARNING"}  # fmt: skip
+    env = {**ENV, "PYTHONPATH": str(ROOT), "GOKA_TEST_GROUP": f"{topic}-g",
+           "GOKA_TEST_TOPIC": topic, "GOKA_LOG_LEVEL": "WARNING"}  # fmt: skip
     result = subprocess.run(
-        command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600
+        command, env=env, cwd=workdir, capture_output=True, text=True, timeout=600
     )
     assert result.returncode == 0, result.stderr[-4000:]
-    summary = re.search(r"caught up: (\d+) messages in (\d+) batches, (\d+) partition stores rebuilt",
-                        result.stdout)  # fmt: skip
+    summary = re.search(r"caught up: (\d+) messages in (\d+) batches; stores: (.*)", result.stdout)
     assert summary is not None, result.stdout
-    assert int(summary.group(1)) == 3_000
     print(f"\ncluster run: {summary.group(0)}")
+    return Counter({origin: int(n) for n, origin in re.findall(r"(\d+) (\w+)", summary.group(3))})
+
+
+def test_click_count_on_a_standalone_cluster_restores_moved_partitions(
+    cluster: str, brokers: str, new_topic: Callable[..., str], tmp_path: Path
+) -> None:
+    topic = new_topic(partitions=4)
+    group = f"{topic}-g"
+    checkpoint = tmp_path / "checkpoint"
+    sent = clicks(brokers, topic, 3_000)
+    submit(cluster, brokers, topic, tmp_path, checkpoint)
+    published = checkpoint / "state" / group
+    wait_for(lambda: all(any((published / f"{p}" / "manifests").glob("*.json")) for p in range(4)),
+             60, "a snapshot of every partition")  # fmt: skip
+    sent += clicks(brokers, topic, 1_200, seed=2)
+    # a new application: new executors whose disks hold no store; every partition moves
+    stores = submit(cluster, brokers, topic, tmp_path, checkpoint)
+    assert stores["rebuilt"] == 0 and stores["created"] == 0, stores
+    assert stores["restored"] >= 4, stores
     with View(brokers, f"{group}-table", Int64Codec()) as view:
         view.wait_recovered(60)
         assert dict(view.items()) == dict(sent)

@@ -32,7 +32,7 @@ from goka.kafka.consumer import read_to_end
 from goka.spark import ProcessorFailed
 from goka.view import View
 
-from ..helpers import produce
+from ..helpers import produce, wait_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
@@ -75,18 +75,29 @@ def test_click_count_restart_from_checkpoint(
     assert table_of(brokers, graph.table, Int64Codec()) == dict(sent)
 
 
-def test_state_is_rebuilt_from_the_table_after_losing_the_state_directory(
-    brokers: str, new_topic: Callable[..., str], make_processor: Any, tmp_path: Path
-) -> None:
+@pytest.mark.parametrize("snapshots", [True, False], ids=["restored", "rebuilt"])
+def test_a_lost_state_directory_is_restored_from_snapshots_or_rebuilt_from_the_table(
+    snapshots: bool, brokers: str, new_topic: Callable[..., str], make_processor: Any,
+    tmp_path: Path,
+) -> None:  # fmt: skip
     topic = new_topic(partitions=2)
     graph = define_group(f"{topic}-g", input(topic, StringCodec(), count), persist(Int64Codec()))
+    interval = 30.0 if snapshots else 0.0
     sent = clicks(brokers, topic, 1_000)
-    make_processor(graph).run_until_caught_up(timeout=300)
+    make_processor(graph, snapshot_interval=interval).run_until_caught_up(timeout=300)
+    published = tmp_path / "checkpoint" / "state" / graph.group
+    if snapshots:  # the first commit of each partition is snapshotted, uploaded in background
+        wait_for(lambda: all(any((published / f"{p}" / "manifests").glob("*.json"))
+                             for p in (0, 1)), 60, "a snapshot of each partition")  # fmt: skip
     shutil.rmtree(tmp_path / "state" / graph.group)  # a new machine, a lost disk
     sent += clicks(brokers, topic, 300, seed=3)
-    batches = make_processor(graph).run_until_caught_up(timeout=300)
-    assert sum(b.rebuilt_partitions for b in batches) == 2
+    batches = make_processor(graph, snapshot_interval=interval).run_until_caught_up(timeout=300)
+    stores = sum((b.stores for b in batches), Counter[str]())
+    assert stores["restored" if snapshots else "rebuilt"] == 2, stores
+    assert stores["rebuilt" if snapshots else "restored"] == 0
+    assert sum(b.table_records for b in batches) == (0 if snapshots else 1_000)
     assert table_of(brokers, graph.table, Int64Codec()) == dict(sent)
+    assert published.exists() == snapshots
 
 
 def test_delete_writes_tombstones(

@@ -1,0 +1,282 @@
+"""Recovery of a partition store: bring it to the position a micro-batch starts from.
+
+A partition store (a group's state, or a joined table's copy) reflects its *topic* (the group
+table, or the joined table) up to an offset it records, and, for group state, the input offsets
+it has applied. A store is **current** when it has applied at least the batch's start offsets;
+it is then used as it is (``reused`` if it stayed open since an earlier task, ``opened``).
+
+Otherwise the store needs a *base* (a state at input offsets not beyond the batch's start, with
+its topic offset) and then the topic's tail from that offset:
+
+* ``caught_up``: the local store itself is such a base (the partition was elsewhere for a
+  while); only the records written since are read;
+* ``restored``: a snapshot from the checkpoint location is newer than the local store: it is
+  fetched (every file verified) and made the store; a damaged one is skipped with a warning
+  naming the file, for an older one;
+* ``rebuilt``: no base at all: the whole topic is read (``created`` when it was empty).
+
+Replaying the group table leaves out records written by attempts of batches that did not finish
+(their headers name a source offset at or beyond the batch's start): those batches run again.
+Values are written in chunks and the offsets last, so a recovery interrupted anywhere is redone.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import shutil
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from goka.errors import SnapshotError, StorageError
+from goka.kafka.ranges import RecordReader, Row
+from goka.storage import WriteBatch
+from goka.storage.snapshots import Manifest, SnapshotStore, install, remove_abandoned
+from goka.worker import Lease
+
+__all__ = ["ORIGINS", "Recovery", "StoreRecovery"]
+
+log = logging.getLogger(__name__)
+
+#: How a store was made current, cheapest first (see the module docstring).
+ORIGINS = ("reused", "opened", "caught_up", "restored", "rebuilt", "created")
+
+#: Values written per write batch while replaying a topic.
+CHUNK = 50_000
+
+#: Headers naming where a group table record came from (set by partition processors).
+SRC_TOPIC, SRC_PARTITION, SRC_OFFSET = "goka-src-topic", "goka-src-partition", "goka-src-offset"
+
+
+@dataclass
+class Recovery:
+    """What bringing a store to a batch's start did (``origin``: see the module docstring)."""
+
+    origin: str = ""
+    records: int = 0
+    restored_bytes: int = 0
+    restore_seconds: float = 0.0
+    snapshot: str = ""
+
+
+class StoreRecovery:
+    """Recovers one store of one partition (see the module docstring).
+
+    Args:
+        lease: the store, lent by the worker (replaced in place when restored).
+        name: the store's name in snapshots (``partition``, ``join-<table>``).
+        group, partition: whose store it is.
+        topic: the topic the store copies (None: a store of offsets only, nothing to replay).
+        reader: reads the topic.
+        manifests: returns the partition's snapshots, newest first (read at most once).
+        snapshots: where they are fetched from (None: snapshots are off).
+        scratch: a directory on the store's file system for fetching snapshots.
+        read_timeout: seconds to read the tail.
+    """
+
+    def __init__(
+        self,
+        lease: Lease,
+        name: str,
+        *,
+        group: str,
+        partition: int,
+        topic: str | None,
+        reader: RecordReader,
+        manifests: Callable[[], list[Manifest]],
+        snapshots: SnapshotStore | None,
+        scratch: Path,
+        read_timeout: float,
+    ) -> None:
+        self.lease, self.name, self.group, self.partition = lease, name, group, partition
+        self.topic, self.reader, self.manifests, self.snapshots = (
+            topic,
+            reader,
+            manifests,
+            snapshots,
+        )
+        self.scratch, self.read_timeout = scratch, read_timeout
+
+    def positions(self, topics: Mapping[str, int]) -> dict[str, int]:
+        """The store's offsets of ``topics`` (-1: none)."""
+        stored = self.lease.storage.offsets()
+        return {t: stored.get((t, self.partition), -1) for t in topics}
+
+    def recover(
+        self, target: Mapping[str, int], *, end: int | None = None, unfinished: bool = False
+    ) -> Recovery:
+        """Make the store current for ``target`` offsets.
+
+        Args:
+            target: ``{topic: offset}`` the batch starts from.
+            end: replay the topic up to here (default: its high watermark).
+            unfinished: leave out replayed records whose source offset (a header) is at or
+                beyond ``target`` of their source topic (group tables).
+
+        Returns:
+            What was done; the store then records ``target`` and the topic's replayed end.
+        """
+        if all(o >= target[t] for t, o in self.positions(target).items()):
+            return Recovery("reused" if not self.lease.fresh else "opened")
+        started = time.monotonic()
+        recovery, base = self._base(target)
+        if self.topic is None:
+            self._write(WriteBatch(), target, None)
+            return Recovery("created")
+        if base is None:
+            self.lease.storage.clear()
+            base = self.reader.watermarks(self.topic, self.partition)[0]
+        last = end if end is not None else self.reader.watermarks(self.topic, self.partition)[1]
+        recovery.records = self._replay(base, last, target if unfinished else None)
+        self._write(WriteBatch(), target, last)
+        if not recovery.origin:
+            recovery.origin = "rebuilt" if recovery.records else "created"
+        log.info(
+            "group %s partition %d: store %s %s%s, %d records of %s replayed in %.2fs",
+            self.group, self.partition, self.name, recovery.origin,
+            f" from snapshot {recovery.snapshot}" if recovery.snapshot else "",
+            recovery.records, self.topic, time.monotonic() - started,
+        )  # fmt: skip
+        return recovery
+
+    # -- choosing and installing a base --------------------------------------------------------
+    def _base(self, target: Mapping[str, int]) -> tuple[Recovery, int | None]:
+        """Find the best base: the local store or a snapshot; return where to replay from."""
+        local = self._local_base(target)
+        for manifest in self._candidates(target):
+            snapshot = manifest.stores[self.name]
+            if local is not None and _progress(local[0], target) >= _progress(
+                _offsets_of(snapshot.offsets, target, self.partition), target
+            ):
+                break
+            recovery, replaced = self._restore(manifest)
+            if recovery is not None:
+                return recovery, snapshot.offsets.get((self.topic or "", self.partition))
+            if replaced:
+                local = None  # the failed restore had replaced the local store already
+        if local is not None:
+            return Recovery("caught_up"), local[1]
+        return Recovery(), None
+
+    def _local_base(self, target: Mapping[str, int]) -> tuple[dict[str, int], int] | None:
+        """The local store's offsets and topic offset, if it can be a base."""
+        if self.topic is None:
+            return None
+        positions = self.positions(target)
+        topic_offset = self.lease.storage.offsets().get((self.topic, self.partition))
+        if topic_offset is None or any(o > target[t] for t, o in positions.items()):
+            return None
+        return positions, topic_offset
+
+    def _candidates(self, target: Mapping[str, int]) -> list[Manifest]:
+        """Snapshots of this store not beyond ``target``, most progressed first."""
+        if self.snapshots is None or self.topic is None:
+            return []
+        usable = []
+        for manifest in self.manifests():
+            store = manifest.stores.get(self.name)
+            if store is None or (self.topic, self.partition) not in store.offsets:
+                continue
+            offsets = _offsets_of(store.offsets, target, self.partition)
+            if all(o <= target[t] for t, o in offsets.items()):
+                usable.append(manifest)
+        return sorted(
+            usable,
+            key=lambda m: (
+                _progress(_offsets_of(m.stores[self.name].offsets, target, self.partition), target),
+                m.id,
+            ),
+            reverse=True,
+        )
+
+    def _restore(self, manifest: Manifest) -> tuple[Recovery | None, bool]:
+        """Fetch a snapshot of this store and make it the store.
+
+        Returns:
+            What was done (None: the snapshot is not usable), and whether the local store was
+            replaced (by an empty one, when the snapshot failed after replacing it).
+        """
+        assert self.snapshots is not None
+        started = time.monotonic()
+        remove_abandoned(self.scratch)
+        directory = self.scratch / f"{self.partition}-{os.getpid()}-{secrets.token_hex(4)}"
+        replaced = False
+        try:
+            fetched = self.snapshots.fetch(manifest, self.name, directory / self.name)
+            install(manifest, self.name, directory / self.name)
+            replaced = True
+            self.lease.replace(directory / self.name)
+            found = self.lease.storage.offsets()
+            expected = manifest.stores[self.name].offsets
+            if any(found.get(tp) != o for tp, o in expected.items()):
+                raise SnapshotError(
+                    f"snapshot {manifest.id}: restored store has offsets {found}, "
+                    f"the manifest says {expected}"
+                )
+        except (SnapshotError, StorageError, OSError) as exc:
+            log.warning(
+                "group %s partition %d: snapshot %s of store %s not used: %s",
+                self.group, self.partition, manifest.id, self.name, exc,
+            )  # fmt: skip
+            if replaced:
+                self.lease.reset()
+            return None, replaced
+        finally:
+            shutil.rmtree(directory, ignore_errors=True)
+        return Recovery("restored", 0, fetched, time.monotonic() - started, manifest.id), True
+
+    # -- replaying the topic -------------------------------------------------------------------
+    def _replay(self, start: int, end: int, starts: Mapping[str, int] | None) -> int:
+        """Apply the topic's records ``[start, end)``; return how many were read."""
+        assert self.topic is not None
+        batch, read = WriteBatch(), 0
+        rows_of = self.reader.read(
+            self.partition, {self.topic: (start, end)}, self.read_timeout, CHUNK
+        )
+        for rows in rows_of:
+            read += len(rows)
+            _apply(batch, rows, starts)
+            if len(batch.values) >= CHUNK:
+                self.lease.storage.write(batch)
+                batch = WriteBatch()
+        self.lease.storage.write(batch)
+        return read
+
+    def _write(self, batch: WriteBatch, target: Mapping[str, int], topic_end: int | None) -> None:
+        for topic, offset in target.items():
+            batch.set_offset(topic, self.partition, offset)
+        if self.topic is not None and topic_end is not None:
+            batch.set_offset(self.topic, self.partition, topic_end)
+        self.lease.storage.write(batch)
+
+
+def _apply(batch: WriteBatch, rows: list[Row], starts: Mapping[str, int] | None) -> None:
+    values = batch.values
+    for _, _, key, value, _, headers in rows:
+        if key is not None and (starts is None or not from_unfinished_batch(headers, starts)):
+            values[key.decode()] = value
+
+
+def from_unfinished_batch(
+    headers: list[tuple[str, bytes]] | None, starts: Mapping[str, int]
+) -> bool:
+    """Was this group table record written for a source offset at or beyond ``starts``?"""
+    found = dict(headers or ())
+    topic = found.get(SRC_TOPIC)
+    if topic is None:
+        return False  # not written by a goka-py processor: applied as it is
+    start = starts.get(topic.decode())
+    return start is not None and int(found.get(SRC_OFFSET, b"-1")) >= start
+
+
+def _offsets_of(
+    offsets: Mapping[tuple[str, int], int], target: Mapping[str, int], partition: int
+) -> dict[str, int]:
+    return {t: offsets.get((t, partition), -1) for t in target}
+
+
+def _progress(offsets: Mapping[str, int], target: Mapping[str, int]) -> int:
+    return sum(max(offsets.get(t, -1), 0) for t in target)

@@ -1,0 +1,189 @@
+"""Partition stores on real LevelDB: checkpoints, incremental snapshots in a local directory (as
+an NFS mount shared by executors would be), restores, and stores handed between processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from goka.errors import StorageLockedError
+from goka.partition_processor import Builders, PartitionProcessor, TaskConfig, leveldb_store
+from goka.storage import LevelDBStorage, WriteBatch
+from goka.storage.snapshots import SnapshotStore, StoreState
+from goka.worker import Worker
+
+from ..unit.fake_kafka import FakeKafka
+from ..unit.test_partition_processor import CLICKS, IN, table_of
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def fill(storage: LevelDBStorage, keys: int, *, start: int = 0, size: int = 100) -> None:
+    for low in range(start, start + keys, 10_000):
+        batch = WriteBatch()
+        for i in range(low, min(start + keys, low + 10_000)):
+            batch.set(f"key-{i:08d}", os.urandom(size))
+        storage.write(batch)
+
+
+def test_a_checkpoint_is_a_consistent_copy_that_opens_elsewhere(tmp_path: Path) -> None:
+    with LevelDBStorage(tmp_path / "db", "t") as storage:
+        fill(storage, 50_000)
+        batch = WriteBatch({"last": b"1"})
+        batch.set_offset("in", 0, 42)
+        storage.write(batch)
+        files = storage.checkpoint(tmp_path / "copy")
+        storage.write(WriteBatch({"after": b"2"}))  # usable after, and not in the copy
+        kinds = {f.name: f.immutable for f in files}
+        assert {n for n, i in kinds.items() if i} == {
+            p.name for p in (tmp_path / "copy").glob("*.ldb")
+        }
+        assert any(kinds.values()) and "CURRENT" in kinds and not kinds["CURRENT"]
+        assert not kinds[next(n for n in kinds if n.endswith(".log"))]
+        assert (
+            "LOCK" not in kinds
+            and "LOG" not in kinds
+            and len(kinds) == len(os.listdir(tmp_path / "copy"))
+        )
+        linked = [n for n, i in kinds.items() if i and (tmp_path / "db" / n).exists()]
+        assert linked and all(
+            os.path.samefile(tmp_path / "db" / n, tmp_path / "copy" / n) for n in linked
+        )
+    with LevelDBStorage(tmp_path / "copy", "t") as copy:
+        assert copy.count() == 50_001 and copy.get("after") is None
+        assert copy.offsets() == {("in", 0): 42}
+
+
+def test_a_store_open_in_this_process_is_refused_as_locked(tmp_path: Path) -> None:
+    with (
+        LevelDBStorage(tmp_path / "db", "t"),
+        pytest.raises(StorageLockedError, match="is open in another storage"),
+    ):
+        LevelDBStorage(tmp_path / "db", "t")
+
+
+class LevelDBMachine:
+    def __init__(self, kafka: FakeKafka, root: Path, snapshots: str, **config: object) -> None:
+        builders = Builders(storage=leveldb_store, producer=kafka.producer, reader=kafka.reader)
+        self.worker = Worker()
+        self.config = TaskConfig(CLICKS, "fake:9092", str(root), snapshot_url=snapshots,
+                                 snapshot_interval=1e-9, builders=builders, **config)  # type: ignore[arg-type]  # fmt: skip
+
+    def run(self, start: int, end: int) -> tuple[object, list[dict[str, object]]]:
+        summary = PartitionProcessor(self.config, 0, self.worker).process({IN: (start, end)})
+        assert self.worker.wait_for_uploads(30)
+        reports = [r.__dict__ for r in self.worker.reports()]
+        return summary, reports
+
+
+def test_snapshots_upload_only_table_files_the_kept_snapshots_lack(tmp_path: Path) -> None:
+    kafka = FakeKafka(partitions=1)
+    for i in range(60_000):
+        kafka.append(IN, f"user-{i:06d}", b"/p", partition=0)
+    machine = LevelDBMachine(kafka, tmp_path / "a", str(tmp_path / "snapshots"))
+    machine.run(0, 60_000)
+    _, (first,) = machine.run(60_000, 60_000)  # a second snapshot of nearly the same store
+    for i in range(100):
+        kafka.append(IN, f"user-{i:06d}", b"/p", partition=0)
+    _, (second,) = machine.run(60_000, 60_100)
+    store = SnapshotStore(str(tmp_path / "snapshots"))
+    newest = store.manifests(CLICKS.group, 0)[0]
+    total = sum(f.size for f in newest.objects())
+    assert second["reused"] > 0 and second["bytes"] < total / 4, (second, total)
+    assert first["error"] is None and second["error"] is None
+    # another machine restores it, then is current
+    other = LevelDBMachine(kafka, tmp_path / "b", str(tmp_path / "snapshots"))
+    summary, _ = other.run(60_100, 60_100)
+    assert summary.store == "restored" and summary.table_records == 0  # type: ignore[attr-defined]
+    other.worker.close()
+    machine.worker.close()
+    with LevelDBStorage(tmp_path / "b" / CLICKS.group / "partition-0", CLICKS.table) as restored:
+        values = {k: int(v) for k, v in restored.items()}
+    assert values == table_of(kafka) and values["user-000001"] == 2
+
+
+def test_a_store_held_by_another_process_is_released_when_asked(tmp_path: Path) -> None:
+    path = tmp_path / "partition-0"
+    with subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(path)], cwd=ROOT, stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE, text=True,
+    ) as holder:  # fmt: skip
+        assert holder.stdout is not None and holder.stdin is not None
+        assert holder.stdout.readline().strip() == "holding"
+        started = time.monotonic()
+        worker = Worker()
+        with worker.lease(leveldb_store, path, "t", timeout=10) as lease:
+            waited = time.monotonic() - started
+            assert lease.fresh and lease.storage.get("from") == b"holder"
+        holder.stdin.write("report\n")
+        holder.stdin.flush()
+        assert json.loads(holder.stdout.readline()) == []  # its store was closed on request
+        assert waited < 2.0, waited
+        assert not path.with_name("partition-0.release").exists()
+        worker.close()
+
+
+HOLDER = """
+import json, sys
+from pathlib import Path
+from goka.partition_processor import leveldb_store
+from goka.storage import WriteBatch
+from goka.worker import Worker
+
+worker = Worker()
+with worker.lease(leveldb_store, Path(sys.argv[1]), "t") as lease:
+    lease.storage.write(WriteBatch({"from": b"holder"}))
+print("holding", flush=True)
+sys.stdin.readline()
+print(json.dumps([str(p) for p in worker.open_stores()]), flush=True)
+"""
+
+
+def test_a_busy_store_is_not_taken_and_the_wait_is_bounded(tmp_path: Path) -> None:
+    worker, other = Worker(), Worker()  # one process, but two workers: as two processes
+    with (
+        worker.lease(leveldb_store, tmp_path / "p", "t"),
+        pytest.raises(StorageLockedError, match="open in another storage"),
+        other.lease(leveldb_store, tmp_path / "p", "t", timeout=0.3),
+    ):
+        pass
+    with other.lease(leveldb_store, tmp_path / "p", "t", timeout=5) as lease:
+        assert lease.fresh  # released once the first lease ended and the request was seen
+    worker.close()
+    other.close()
+
+
+def test_idle_stores_are_closed_and_a_lost_directory_is_not_reused(tmp_path: Path) -> None:
+    worker = Worker(idle_timeout=0.2)
+    with worker.lease(leveldb_store, tmp_path / "p", "t") as lease:
+        lease.storage.write(WriteBatch({"k": b"v"}))
+    deadline = time.monotonic() + 5
+    while worker.open_stores() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert worker.open_stores() == []
+    with worker.lease(leveldb_store, tmp_path / "p", "t") as lease:
+        assert lease.fresh and lease.storage.get("k") == b"v"
+    for entry in (tmp_path / "p").iterdir():  # the disk is lost while the store is open
+        entry.unlink()
+    (tmp_path / "p").rmdir()
+    with worker.lease(leveldb_store, tmp_path / "p", "t") as lease:
+        assert lease.fresh and lease.storage.get("k") is None
+    worker.close()
+
+
+def test_a_store_copied_elsewhere_starts_a_new_lineage(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    StoreState("abc", {"000005.ldb": ("files/x", 10)}).write(tmp_path / "a")
+    assert StoreState.read(tmp_path / "a").lineage == "abc"
+    os.rename(tmp_path / "a", tmp_path / "b")  # same inode: still the same history
+    assert StoreState.read(tmp_path / "b").lineage == "abc"
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "GOKA-SNAPSHOT").write_bytes((tmp_path / "b" / "GOKA-SNAPSHOT").read_bytes())
+    copied = StoreState.read(tmp_path / "c")
+    assert copied.lineage != "abc" and copied.inherited == {}

@@ -1,0 +1,143 @@
+"""Fault injection for crash tests, through the processor's builders (nothing in goka reads a
+test hook): a producer, a store and a snapshot store that SIGKILL the whole processor (every
+process of its session: driver, JVM, Python daemon and workers) at a named point.
+
+``tests/spark/crash_run.py`` is the processor under test that uses them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from goka.kafka.producer import Producer, kafka_producer
+from goka.partition_processor import Builders, leveldb_store
+from goka.storage import Storage, WriteBatch
+from goka.storage.snapshots import SnapshotStore
+
+#: Where a processor can be killed: mid-produce, after the flush, after the state commit,
+#: after a snapshot file's upload, after a snapshot file's download (restore).
+POINTS = ("produce", "flush", "commit", "upload", "restore")
+_reached: Counter[str] = Counter()
+
+
+def kill_session(sid: int) -> None:
+    """SIGKILL every process of session ``sid`` (this one last, if it is in it)."""
+    me = os.getpid()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == me:
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == sid:  # after the name: state, ppid, pgrp, session
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(entry.name), signal.SIGKILL)
+    if os.getsid(0) == sid:
+        os.kill(me, signal.SIGKILL)
+
+
+@dataclass(frozen=True)
+class Kill:
+    """Kill the processor the ``nth`` time a process reaches ``point``, once per ``marker``."""
+
+    point: str
+    nth: int
+    marker: str
+
+    def reached(self, point: str) -> None:
+        if point != self.point:
+            return
+        _reached[point] += 1
+        if _reached[point] < self.nth:
+            return
+        try:
+            os.close(os.open(self.marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            return  # killed once already
+        Path(self.marker).write_text(point)
+        kill_session(os.getsid(0))
+
+
+class _Producer:
+    def __init__(self, inner: Producer, kill: Kill) -> None:
+        self.inner, self.kill = inner, kill
+        self.poll, self.purge, self.partition_count = inner.poll, inner.purge, inner.partition_count
+
+    def produce(self, *args: Any, **kwargs: Any) -> None:
+        self.kill.reached("produce")
+        self.inner.produce(*args, **kwargs)
+
+    def flush(self, timeout: float) -> int:
+        remaining = self.inner.flush(timeout)
+        self.kill.reached("flush")
+        return remaining
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+
+@dataclass(frozen=True)
+class KillingProducer:
+    kill: Kill
+
+    def __call__(self, config: dict[str, Any]) -> Producer:
+        return _Producer(kafka_producer(config), self.kill)
+
+
+class _Store:
+    def __init__(self, inner: Storage, kill: Kill) -> None:
+        self.inner, self.kill = inner, kill
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def write(self, batch: WriteBatch) -> None:
+        self.inner.write(batch)
+        if batch.values and batch.offsets:  # a commit (recoveries write values, then offsets)
+            self.kill.reached("commit")
+
+
+@dataclass(frozen=True)
+class KillingStore:
+    kill: Kill
+
+    def __call__(self, path: Path, table: str) -> Storage:
+        return _Store(leveldb_store(path, table), self.kill)  # type: ignore[return-value]
+
+
+class _Snapshots(SnapshotStore):
+    kill: Kill
+
+    def _upload(self, local: Path, remote: str) -> int:
+        crc = super()._upload(local, remote)
+        self.kill.reached("upload")
+        return crc
+
+    def _download(self, remote: str, local: Path) -> None:
+        super()._download(remote, local)
+        self.kill.reached("restore")
+
+
+@dataclass(frozen=True)
+class KillingSnapshots:
+    kill: Kill
+
+    def __call__(self, url: str, **options: Any) -> SnapshotStore:
+        store = _Snapshots(url, **options)
+        store.kill = self.kill
+        return store
+
+
+def builders(kill: Kill | None) -> Builders:
+    """Builders that kill at ``kill``'s point (the defaults if None)."""
+    if kill is None:
+        return Builders()
+    return Builders(storage=KillingStore(kill), producer=KillingProducer(kill),
+                    snapshots=KillingSnapshots(kill))  # fmt: skip

@@ -1,0 +1,146 @@
+"""An in-memory Kafka for partition processor unit tests: topics as lists, a producer that
+records and appends, a reader over the lists. Builders are bound methods (tests do not pickle)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from goka.errors import BrokerError
+from goka.kafka.ranges import Row
+from goka.partitioner import partition_for
+
+
+@dataclass
+class Delivered:
+    """A delivery report (the confluent-kafka Message methods goka reads)."""
+
+    _topic: str
+    _partition: int
+    _offset: int
+
+    def topic(self) -> str:
+        return self._topic
+
+    def partition(self) -> int:
+        return self._partition
+
+    def offset(self) -> int:
+        return self._offset
+
+
+@dataclass
+class Refused:
+    text: str
+
+    def str(self) -> str:
+        return self.text
+
+
+@dataclass
+class FakeKafka:
+    """Topics of partitions of rows ``(topic, offset, key, value, timestamp, headers)``.
+
+    ``events`` records, in order, what producers and stores did (``produce <topic>``,
+    ``flush``), for tests of the commit ordering.
+    """
+
+    partitions: int = 2
+    topics: dict[str, list[list[Row]]] = field(default_factory=dict)
+    events: list[str] = field(default_factory=list)
+    fail_deliveries_to: set[str] = field(default_factory=set)
+    unacknowledged: bool = False  # flush() leaves messages queued (a broker that does not answer)
+
+    def topic(self, name: str) -> list[list[Row]]:
+        return self.topics.setdefault(name, [[] for _ in range(self.partitions)])
+
+    def append(self, topic: str, key: str, value: bytes | None, *, partition: int | None = None,
+               headers: list[tuple[str, bytes]] | None = None, timestamp: int = 0) -> int:  # fmt: skip
+        rows = self.topic(topic)[partition_for(key.encode(), self.partitions)
+                                  if partition is None else partition]  # fmt: skip
+        rows.append((topic, len(rows), key.encode(), value, timestamp or len(rows), headers))
+        return len(rows) - 1
+
+    def rows(self, topic: str, partition: int) -> list[Row]:
+        return self.topic(topic)[partition]
+
+    def end(self, topic: str, partition: int) -> int:
+        return len(self.rows(topic, partition))
+
+    def ranges(self, topics: Mapping[str, int], partition: int) -> dict[str, tuple[int, int]]:
+        """``{topic: (start, end now)}`` for a batch from ``start`` to the end."""
+        return {t: (start, self.end(t, partition)) for t, start in topics.items()}
+
+    # -- builders ------------------------------------------------------------------------------
+    def producer(self, config: dict[str, Any]) -> RecordingProducer:
+        return RecordingProducer(self)
+
+    def reader(self, brokers: str, settings: Mapping[str, Any]) -> ListReader:
+        return ListReader(self)
+
+
+@dataclass
+class RecordingProducer:
+    """Appends produced messages to the fake topics when flushed or polled, in order."""
+
+    kafka: FakeKafka
+    queued: list[tuple[str, int, str | bytes | None, bytes | None, Any, int, Any]] = field(
+        default_factory=list
+    )
+    closed: bool = False
+
+    def produce(self, topic: str, value: bytes | None, key: str | bytes | None, *,
+                on_delivery: Any, headers: Any = None, timestamp: int = 0,
+                partition: int = -1) -> None:  # fmt: skip
+        self.kafka.events.append(f"produce {topic}")
+        self.queued.append((topic, partition, key, value, headers, timestamp, on_delivery))
+
+    def poll(self, timeout: float) -> int:
+        if self.kafka.unacknowledged:
+            return 0
+        done, self.queued = self.queued, []
+        for topic, partition, key, value, headers, timestamp, on_delivery in done:
+            text = key.decode() if isinstance(key, bytes) else str(key)
+            if topic in self.kafka.fail_deliveries_to:
+                on_delivery(Refused("Broker: refused"), Delivered(topic, max(partition, 0), -1))
+                continue
+            where = partition if partition >= 0 else None
+            offset = self.kafka.append(topic, text, value, partition=where, headers=headers,
+                                       timestamp=timestamp)  # fmt: skip
+            number = (
+                where if where is not None else partition_for(text.encode(), self.kafka.partitions)
+            )
+            on_delivery(None, Delivered(topic, number, offset))
+        return len(done)
+
+    def flush(self, timeout: float) -> int:
+        self.kafka.events.append("flush")
+        self.poll(timeout)
+        return len(self.queued)
+
+    def __len__(self) -> int:
+        return len(self.queued)
+
+
+@dataclass
+class ListReader:
+    """Reads the fake topics (a :class:`goka.kafka.ranges.RecordReader`)."""
+
+    kafka: FakeKafka
+    closed: bool = False
+
+    def read(self, partition: int, ranges: Mapping[str, tuple[int, int]], timeout: float,
+             chunk: int) -> Iterator[list[Row]]:  # fmt: skip
+        for topic, (start, end) in ranges.items():
+            rows = self.kafka.rows(topic, partition)
+            if end > len(rows):
+                raise BrokerError(f"{topic} partition {partition} ends at {len(rows)}, not {end}")
+            for low in range(start, end, chunk):
+                yield rows[low : min(end, low + chunk)]
+
+    def watermarks(self, topic: str, partition: int) -> tuple[int, int]:
+        return 0, self.kafka.end(topic, partition)
+
+    def close(self) -> None:
+        self.closed = True
