@@ -138,7 +138,8 @@ class Worker:
     def lease(
         self, builder: StorageBuilder, path: Path, table: str, *, timeout: float = 120.0
     ) -> Iterator[Lease]:
-        """Lend the store at ``path`` to the caller until the block ends; it stays open after.
+        """Lend the store at ``path`` to the caller until the block ends; it stays open after,
+        unless the block raised (then it is closed: the next lease opens it from disk).
 
         Raises:
             StorageLockedError: another task or process kept it for ``timeout`` seconds.
@@ -147,9 +148,11 @@ class Worker:
         lease = self._acquire(builder, path, table, timeout)
         try:
             yield lease
-        finally:
-            lease.idle_since = time.monotonic()
-            lease.lock.release()
+        except BaseException:
+            self._drop(lease)  # the task failed: the next one reopens the store from disk
+            raise
+        lease.idle_since = time.monotonic()
+        lease.lock.release()
 
     def _acquire(self, builder: StorageBuilder, path: Path, table: str, timeout: float) -> Lease:
         deadline = time.monotonic() + timeout
@@ -180,8 +183,12 @@ class Worker:
         with self._lock:
             if self._stores.get(lease.path) is lease:
                 del self._stores[lease.path]
-        lease.storage.close()
-        lease.lock.release()
+        try:
+            lease.storage.close()
+        except Exception:  # a broken store: closing is all that was left to do with it
+            log.exception("closing store %s failed", lease.path)
+        finally:
+            lease.lock.release()
 
     def _start_housekeeper(self) -> None:
         with self._lock:
@@ -202,6 +209,8 @@ class Worker:
                         return
             now = time.monotonic()
             for lease in leases:
+                if lease.lock.locked():
+                    continue  # a task uses it: asked or not, it stays until the task ends
                 wanted = os.path.exists(_release_marker(lease.path))
                 if (wanted or now - lease.idle_since > self.idle_timeout) and lease.lock.acquire(
                     blocking=False
