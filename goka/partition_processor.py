@@ -17,130 +17,35 @@
    copy) for the worker to upload in the background.
 
 State is exactly-once; outputs are at-least-once (a crash between 4 and 5 repeats them). Every
-collaborator comes from :class:`Builders`, so tests run this without Spark or a broker, and
-crash tests inject faults through them.
+collaborator comes from :class:`goka.options.Builders`, so tests run this without Spark or a
+broker, and crash tests inject faults through them.
 """
 
 from __future__ import annotations
 
-import functools
 import heapq
 import json
 import logging
 import time
 from collections.abc import Callable, Mapping
 from contextlib import ExitStack
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-from goka.codec import BytesCodec
 from goka.context import EMIT, LOOP, TABLE
-from goka.engine import BatchResult, Engine, ErrorPolicy, Message
+from goka.engine import BatchResult, Engine, Message
 from goka.errors import DeliveryError
-from goka.graph import GroupGraph
-from goka.kafka.config import producer_config
-from goka.kafka.producer import ProduceError, Producer, ProducerBuilder, kafka_producer
-from goka.kafka.ranges import RangeReader, RecordReader
+from goka.kafka.producer import ProduceError, Producer
+from goka.options import Clients, TaskConfig
 from goka.partition_table import SRC_OFFSET, SRC_PARTITION, SRC_TOPIC, Recovery, StoreRecovery
-from goka.storage import LevelDBStorage, MemoryStorage, Storage, StorageBuilder, WriteBatch
-from goka.storage.snapshots import Manifest, SnapshotStore, StoreState, remove_abandoned, stage
-from goka.view import View
-from goka.worker import Lease, Worker, frozen
+from goka.storage import Storage, WriteBatch
+from goka.storage.snapshots import Manifest, StoreState, remove_abandoned, stage
+from goka.worker import Lease, Worker
 
-__all__ = [
-    "Builders",
-    "LookupTable",
-    "PartitionProcessor",
-    "PartitionSummary",
-    "TaskConfig",
-    "leveldb_store",
-    "lookup_view",
-]
+__all__ = ["PartitionProcessor", "PartitionSummary"]
 
 log = logging.getLogger(__name__)
-
-
-class LookupTable(Protocol):
-    """A followed copy of a looked-up table (what ``ctx.lookup`` reads)."""
-
-    def get_raw(self, key: str) -> bytes | None:
-        """The raw value of ``key``, or None."""
-        ...
-
-    def wait_recovered(self, timeout: float | None = None) -> None:
-        """Block until the copy has caught up with the table."""
-        ...
-
-    def close(self) -> None:
-        """Stop following the table."""
-        ...
-
-
-def leveldb_store(path: Path, table: str) -> Storage:
-    """The default storage builder of partition stores: LevelDB with a bounded footprint (a
-    worker may hold many stores open)."""
-    return LevelDBStorage(path, table, cache_mb=32, max_open_files=256)
-
-
-def lookup_view(brokers: str, table: str, kafka_config: Mapping[str, Any]) -> LookupTable:
-    """The default lookup builder: a view of ``table`` in memory, started."""
-    storage = MemoryStorage(table)
-    return View(brokers, table, BytesCodec(), storage=storage, **kafka_config).start()
-
-
-@dataclass(frozen=True)
-class Builders:
-    """Where a partition processor's collaborators come from. Picklable: they travel with the
-    task to the executors, so use module-level functions and classes.
-
-    Attributes:
-        storage: opens a partition store ``(path, table)``.
-        producer: builds the producer from librdkafka settings.
-        reader: builds the record reader ``(brokers, kafka settings)``.
-        snapshots: builds the snapshot store ``(url, keep=, storage_options=)``.
-        lookup: builds a followed copy of a looked-up table ``(brokers, table, settings)``.
-    """
-
-    storage: StorageBuilder = leveldb_store
-    producer: ProducerBuilder = kafka_producer
-    reader: Callable[[str, Mapping[str, Any]], RecordReader] = RangeReader
-    snapshots: Callable[..., SnapshotStore] = SnapshotStore
-    lookup: Callable[[str, str, Mapping[str, Any]], LookupTable] = lookup_view
-
-
-@dataclass(frozen=True)
-class TaskConfig:
-    """What every partition processor of a group needs; pickled with the task.
-
-    Attributes:
-        state_dir: partition stores live in ``<state_dir>/<group>/`` (each machine's own).
-        snapshot_url: where snapshots go (``<checkpoint>/state``); None: no snapshots.
-        snapshot_interval: seconds between snapshots of a partition (0: none).
-        snapshots_kept: snapshots kept per partition.
-        snapshot_options: fsspec storage options (credentials, endpoints).
-        store_timeout: seconds to wait for a store another task or process holds.
-    """
-
-    graph: GroupGraph
-    brokers: str
-    state_dir: str
-    on_error: ErrorPolicy = "fail"
-    kafka_config: dict[str, Any] = field(default_factory=dict)
-    producer_config: dict[str, Any] = field(default_factory=dict)
-    flush_timeout: float = 120.0
-    read_timeout: float = 120.0
-    snapshot_url: str | None = None
-    snapshot_interval: float = 30.0
-    snapshots_kept: int = 3
-    snapshot_options: dict[str, Any] = field(default_factory=dict)
-    store_timeout: float = 120.0
-    builders: Builders = field(default_factory=Builders)
-
-    @property
-    def dlq_topic(self) -> str:
-        """Where dead letters go: ``<group>-dlq``."""
-        return f"{self.graph.group}-dlq"
 
 
 @dataclass
@@ -191,6 +96,7 @@ class PartitionProcessor:
             config, config.graph, partition, worker,
         )  # fmt: skip
         self.root = Path(config.state_dir) / self.graph.group
+        self.clients = Clients(config, worker)
         self._manifests: list[Manifest] | None = None
 
     def process(self, ranges: Mapping[str, tuple[int, int]]) -> PartitionSummary:
@@ -248,13 +154,14 @@ class PartitionProcessor:
     def _recovery(self, lease: Lease, name: str, topic: str | None) -> StoreRecovery:
         return StoreRecovery(
             lease, name, group=self.graph.group, partition=self.partition, topic=topic,
-            reader=self._reader(), manifests=self._list_manifests, snapshots=self._snapshots(),
-            scratch=self.root / ".restore", read_timeout=self.config.read_timeout,
+            reader=self.clients.reader(), manifests=self._list_manifests,
+            snapshots=self.clients.snapshots(), scratch=self.root / ".restore",
+            read_timeout=self.config.read_timeout,
         )  # fmt: skip
 
     def _list_manifests(self) -> list[Manifest]:
         if self._manifests is None:
-            store = self._snapshots()
+            store = self.clients.snapshots()
             self._manifests = (
                 [] if store is None else store.manifests(self.graph.group, self.partition)
             )
@@ -292,7 +199,7 @@ class PartitionProcessor:
         store.write(batch)
 
     def _maybe_snapshot(self, stores: Mapping[str, Lease], summary: PartitionSummary) -> None:
-        snapshots = self._snapshots()
+        snapshots = self.clients.snapshots()
         if snapshots is None or not (self.graph.persist or self.graph.joins):
             return
         main = stores["partition"]
@@ -308,71 +215,12 @@ class PartitionProcessor:
         self.worker.upload(snapshots, staged)
         summary.snapshot_seconds = time.monotonic() - started
 
-    # -- clients -------------------------------------------------------------------------------
-    def _reader(self) -> RecordReader:
-        builder, brokers, settings = (
-            self.config.builders.reader,
-            self.config.brokers,
-            self.config.kafka_config,
-        )
-        return self.worker.client(
-            ("reader", builder, brokers, frozen(settings)),
-            lambda: builder(brokers, settings),
-            lambda reader: reader.close(),
-        )
-
-    def _producer(self) -> Producer:
-        overrides = {"linger.ms": 10, **self.config.kafka_config, **self.config.producer_config}
-        builder = self.config.builders.producer
-        settings = producer_config(self.config.brokers, overrides)
-        return self.worker.client(
-            ("producer", builder, self.config.brokers, frozen(overrides)),
-            lambda: builder(settings),
-            lambda producer: producer.flush(self.config.flush_timeout),
-        )
-
-    def _snapshots(self) -> SnapshotStore | None:
-        config = self.config
-        if config.snapshot_url is None or config.snapshot_interval <= 0:
-            return None
-        builder = config.builders.snapshots
-        return self.worker.client(
-            (
-                "snapshots",
-                builder,
-                config.snapshot_url,
-                config.snapshots_kept,
-                frozen(config.snapshot_options),
-            ),
-            lambda: builder(
-                config.snapshot_url,
-                keep=config.snapshots_kept,
-                storage_options=config.snapshot_options,
-            ),
-            lambda store: None,
-        )
-
-    def _lookups(self) -> dict[str, Callable[[str], bytes | None]]:
-        readers: dict[str, Callable[[str], bytes | None]] = {}
-        builder, brokers, settings = (
-            self.config.builders.lookup,
-            self.config.brokers,
-            self.config.kafka_config,
-        )
-        for table in self.graph.lookups:
-            view = self.worker.client(
-                ("lookup", builder, brokers, table, frozen(settings)),
-                functools.partial(builder, brokers, table, settings),
-                lambda view: view.close(),
-            )
-            view.wait_recovered(self.config.read_timeout)
-            readers[table] = view.get_raw
-        return readers
-
     # -- processing ----------------------------------------------------------------------------
     def _read(self, ranges: Mapping[str, tuple[int, int]]) -> dict[str, list[Message]]:
         messages: dict[str, list[Message]] = {}
-        for rows in self._reader().read(self.partition, ranges, self.config.read_timeout, 50_000):
+        for rows in self.clients.reader().read(
+            self.partition, ranges, self.config.read_timeout, 50_000
+        ):
             for row in rows:
                 messages.setdefault(row[0], []).append(row)
         return messages
@@ -391,7 +239,7 @@ class PartitionProcessor:
         tables = {t: stores[f"join-{t}"].storage.get for t in self.graph.joins}
         engine = Engine(
             self.graph, self.partition, store=stores["partition"].storage.get,
-            tables={**tables, **self._lookups()}, on_error=self.config.on_error,
+            tables={**tables, **self.clients.lookups()}, on_error=self.config.on_error,
         )  # fmt: skip
         result = engine.process(ordered)
         summary.processed, summary.failed = result.processed, len(result.failed)
@@ -407,7 +255,7 @@ class PartitionProcessor:
         Raises:
             DeliveryError: a message was refused, failed, or not acknowledged in time.
         """
-        producer = self._producer()
+        producer = self.clients.producer()
         failures: list[str] = []
         table_end: list[int] = []
 

@@ -22,7 +22,8 @@ from goka.engine import POLICIES, ErrorPolicy
 from goka.errors import ConfigurationError, GokaError
 from goka.graph import GroupGraph
 from goka.kafka.config import Brokers, bootstrap_servers
-from goka.partition_processor import Builders, PartitionSummary, TaskConfig
+from goka.options import Builders, TaskConfig
+from goka.partition_processor import PartitionSummary
 from goka.spark.metrics import ProcessorMetrics
 from goka.spark.source import GokaKafkaSource
 from goka.spark.task import SUMMARY_DDL, PartitionTask
@@ -138,8 +139,7 @@ class Processor:
         snapshots_kept: snapshots kept per partition.
         snapshot_options: fsspec storage options for ``snapshot_dir`` (credentials...).
         builders: where partition processors get their storage, producer, reader, snapshot
-            store and lookup tables (tests swap them; see :class:`goka.partition_processor.
-            Builders`).
+            store and lookup tables (tests swap them; see :class:`goka.options.Builders`).
 
     Raises:
         ConfigurationError: invalid settings (at construction, not mid-stream).

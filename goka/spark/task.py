@@ -12,7 +12,8 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 
-from goka.partition_processor import PartitionProcessor, PartitionSummary, TaskConfig
+from goka.options import TaskConfig
+from goka.partition_processor import PartitionProcessor, PartitionSummary
 from goka.worker import Worker
 
 __all__ = ["SUMMARY_DDL", "SUMMARY_SCHEMA", "PartitionTask"]

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from goka.errors import StorageLockedError
-from goka.partition_processor import Builders, PartitionProcessor, TaskConfig, leveldb_store
+from goka.options import Builders, TaskConfig, leveldb_store
+from goka.partition_processor import PartitionProcessor
 from goka.storage import LevelDBStorage, WriteBatch
 from goka.storage.snapshots import SnapshotStore, StoreState
 from goka.worker import Worker
@@ -132,7 +133,7 @@ def test_a_store_held_by_another_process_is_released_when_asked(tmp_path: Path) 
 HOLDER = """
 import json, sys
 from pathlib import Path
-from goka.partition_processor import leveldb_store
+from goka.options import leveldb_store
 from goka.storage import WriteBatch
 from goka.worker import Worker
 
@@ -157,6 +158,22 @@ def test_a_busy_store_is_not_taken_and_the_wait_is_bounded(tmp_path: Path) -> No
         assert lease.fresh  # released once the first lease ended and the request was seen
     worker.close()
     other.close()
+
+
+def test_a_store_whose_task_failed_is_closed_and_reopened_from_disk(tmp_path: Path) -> None:
+    worker = Worker()
+    with worker.lease(leveldb_store, tmp_path / "p", "t") as lease:
+        lease.storage.write(WriteBatch({"k": b"v"}))
+    with (
+        pytest.raises(RuntimeError, match="task failed"),
+        worker.lease(leveldb_store, tmp_path / "p", "t") as lease,
+    ):
+        assert not lease.fresh
+        raise RuntimeError("task failed")
+    assert worker.open_stores() == []
+    with worker.lease(leveldb_store, tmp_path / "p", "t") as lease:
+        assert lease.fresh and lease.storage.get("k") == b"v"
+    worker.close()
 
 
 def test_idle_stores_are_closed_and_a_lost_directory_is_not_reused(tmp_path: Path) -> None:

@@ -27,7 +27,8 @@ from goka import (
     persist,
 )
 from goka.graph import GroupGraph
-from goka.partition_processor import Builders, PartitionProcessor, PartitionSummary, TaskConfig
+from goka.options import Builders, TaskConfig
+from goka.partition_processor import PartitionProcessor, PartitionSummary
 from goka.partition_table import SRC_OFFSET, SRC_PARTITION, SRC_TOPIC
 from goka.storage import MemoryStorage, WriteBatch
 from goka.storage.snapshots import SnapshotStore

@@ -1,0 +1,179 @@
+"""What partition processors are built from: their configuration, the builders of their
+collaborators (storage, producer, record reader, snapshot store, lookup tables; Go Goka keeps
+these in ``options.go``) and the clients a worker process keeps for them.
+
+Builders travel with the task to the executors, so they are picklable module-level functions or
+classes; tests swap them for in-memory fakes or for ones that inject faults.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from goka.codec import BytesCodec
+from goka.engine import ErrorPolicy
+from goka.graph import GroupGraph
+from goka.kafka.config import producer_config
+from goka.kafka.producer import Producer, ProducerBuilder, kafka_producer
+from goka.kafka.ranges import RangeReader, RecordReader
+from goka.storage import LevelDBStorage, MemoryStorage, Storage, StorageBuilder
+from goka.storage.snapshots import SnapshotStore
+from goka.view import View
+from goka.worker import Worker, frozen
+
+__all__ = ["Builders", "Clients", "LookupTable", "TaskConfig", "leveldb_store", "lookup_view"]
+
+
+class LookupTable(Protocol):
+    """A followed copy of a looked-up table (what ``ctx.lookup`` reads)."""
+
+    def get_raw(self, key: str) -> bytes | None:
+        """The raw value of ``key``, or None."""
+        ...
+
+    def wait_recovered(self, timeout: float | None = None) -> None:
+        """Block until the copy has caught up with the table."""
+        ...
+
+    def close(self) -> None:
+        """Stop following the table."""
+        ...
+
+
+def leveldb_store(path: Path, table: str) -> Storage:
+    """The default storage builder of partition stores: LevelDB with a bounded footprint (a
+    worker may hold many stores open)."""
+    return LevelDBStorage(path, table, cache_mb=32, max_open_files=256)
+
+
+def lookup_view(brokers: str, table: str, kafka_config: Mapping[str, Any]) -> LookupTable:
+    """The default lookup builder: a view of ``table`` in memory, started."""
+    storage = MemoryStorage(table)
+    return View(brokers, table, BytesCodec(), storage=storage, **kafka_config).start()
+
+
+@dataclass(frozen=True)
+class Builders:
+    """Where a partition processor's collaborators come from. Picklable: they travel with the
+    task to the executors, so use module-level functions and classes.
+
+    Attributes:
+        storage: opens a partition store ``(path, table)``.
+        producer: builds the producer from librdkafka settings.
+        reader: builds the record reader ``(brokers, kafka settings)``.
+        snapshots: builds the snapshot store ``(url, keep=, storage_options=)``.
+        lookup: builds a followed copy of a looked-up table ``(brokers, table, settings)``.
+    """
+
+    storage: StorageBuilder = leveldb_store
+    producer: ProducerBuilder = kafka_producer
+    reader: Callable[[str, Mapping[str, Any]], RecordReader] = RangeReader
+    snapshots: Callable[..., SnapshotStore] = SnapshotStore
+    lookup: Callable[[str, str, Mapping[str, Any]], LookupTable] = lookup_view
+
+
+@dataclass(frozen=True)
+class TaskConfig:
+    """What every partition processor of a group needs; pickled with the task.
+
+    Attributes:
+        state_dir: partition stores live in ``<state_dir>/<group>/`` (each machine's own).
+        snapshot_url: where snapshots go (``<checkpoint>/state``); None: no snapshots.
+        snapshot_interval: seconds between snapshots of a partition (0: none).
+        snapshots_kept: snapshots kept per partition.
+        snapshot_options: fsspec storage options (credentials, endpoints).
+        store_timeout: seconds to wait for a store another task or process holds.
+    """
+
+    graph: GroupGraph
+    brokers: str
+    state_dir: str
+    on_error: ErrorPolicy = "fail"
+    kafka_config: dict[str, Any] = field(default_factory=dict)
+    producer_config: dict[str, Any] = field(default_factory=dict)
+    flush_timeout: float = 120.0
+    read_timeout: float = 120.0
+    snapshot_url: str | None = None
+    snapshot_interval: float = 30.0
+    snapshots_kept: int = 3
+    snapshot_options: dict[str, Any] = field(default_factory=dict)
+    store_timeout: float = 120.0
+    builders: Builders = field(default_factory=Builders)
+
+    @property
+    def dlq_topic(self) -> str:
+        """Where dead letters go: ``<group>-dlq``."""
+        return f"{self.graph.group}-dlq"
+
+
+class Clients:
+    """The clients of one group's partition processors, kept by the worker process (built on
+    first use, reused by later tasks, closed when the worker closes)."""
+
+    def __init__(self, config: TaskConfig, worker: Worker) -> None:
+        self.config, self.worker = config, worker
+
+    # -- clients -------------------------------------------------------------------------------
+    def reader(self) -> RecordReader:
+        builder, brokers, settings = (
+            self.config.builders.reader,
+            self.config.brokers,
+            self.config.kafka_config,
+        )
+        return self.worker.client(
+            ("reader", builder, brokers, frozen(settings)),
+            lambda: builder(brokers, settings),
+            lambda reader: reader.close(),
+        )
+
+    def producer(self) -> Producer:
+        overrides = {"linger.ms": 10, **self.config.kafka_config, **self.config.producer_config}
+        builder = self.config.builders.producer
+        settings = producer_config(self.config.brokers, overrides)
+        return self.worker.client(
+            ("producer", builder, self.config.brokers, frozen(overrides)),
+            lambda: builder(settings),
+            lambda producer: producer.flush(self.config.flush_timeout),
+        )
+
+    def snapshots(self) -> SnapshotStore | None:
+        config = self.config
+        if config.snapshot_url is None or config.snapshot_interval <= 0:
+            return None
+        builder = config.builders.snapshots
+        return self.worker.client(
+            (
+                "snapshots",
+                builder,
+                config.snapshot_url,
+                config.snapshots_kept,
+                frozen(config.snapshot_options),
+            ),
+            lambda: builder(
+                config.snapshot_url,
+                keep=config.snapshots_kept,
+                storage_options=config.snapshot_options,
+            ),
+            lambda store: None,
+        )
+
+    def lookups(self) -> dict[str, Callable[[str], bytes | None]]:
+        readers: dict[str, Callable[[str], bytes | None]] = {}
+        builder, brokers, settings = (
+            self.config.builders.lookup,
+            self.config.brokers,
+            self.config.kafka_config,
+        )
+        for table in self.config.graph.lookups:
+            view = self.worker.client(
+                ("lookup", builder, brokers, table, frozen(settings)),
+                functools.partial(builder, brokers, table, settings),
+                lambda view: view.close(),
+            )
+            view.wait_recovered(self.config.read_timeout)
+            readers[table] = view.get_raw
+        return readers
