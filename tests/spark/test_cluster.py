@@ -5,86 +5,44 @@ partitions moving between executors are restored from snapshots, not rebuilt fro
 
 from __future__ import annotations
 
-import json
-import os
 import re
 import subprocess
-import sys
-import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import pyspark
 import pytest
 
 import goka.cli
 from goka import Int64Codec
+from goka.spark.standalone import StandaloneCluster
 from goka.view import View
 
-from ..helpers import free_port, wait_for
+from ..helpers import wait_for
 from .test_processor import clicks
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
-SPARK_HOME = Path(pyspark.__file__).parent  # the pip install carries the Spark distribution
-SPARK_BIN = SPARK_HOME / "bin"
-ENV = {**os.environ, "SPARK_HOME": str(SPARK_HOME), "SPARK_LOCAL_IP": "127.0.0.1",
-       "PYSPARK_PYTHON": sys.executable,
-       "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}  # fmt: skip
-
-
-def _alive_workers(ui_port: int) -> int:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{ui_port}/json/", timeout=2) as answer:
-            return int(json.load(answer).get("aliveworkers", 0))
-    except (OSError, ValueError):  # not up yet, or the UI answered before it was ready
-        return 0
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    base = tmp_path_factory.mktemp("cluster")
-    port, ui = free_port(), free_port()
-    env = ENV
-    spark_class = str(SPARK_BIN / "spark-class")
-    master = f"spark://127.0.0.1:{port}"
-    commands = {
-        "master": ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-                   "--port", str(port), "--webui-port", str(ui)],
-        **{f"worker-{n}": ["org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
-                           "--cores", "1", "--memory", "1g", "--webui-port", str(free_port()),
-                           "--work-dir", str(base / f"worker-{n}"), master] for n in (1, 2)},
-    }  # fmt: skip
-    processes = []
-    for name, args in commands.items():
-        with (base / f"{name}.log").open("w") as log:
-            processes.append(subprocess.Popen([spark_class, *args], env=env, stdout=log,
-                                              stderr=subprocess.STDOUT, start_new_session=True))  # fmt: skip
-    try:
-        wait_for(lambda: _alive_workers(ui) == 2, timeout=120, what="two registered workers")
-        yield master
-    finally:
-        for process in processes:
-            os.killpg(process.pid, 9)
-            process.wait()
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneCluster]:
+    directory = tmp_path_factory.mktemp("cluster")
+    with StandaloneCluster(2, directory=directory, python_path=ROOT) as started:
+        yield started
 
 
-def submit(cluster: str, brokers: str, topic: str, workdir: Path, checkpoint: Path) -> Counter[str]:
+def submit(
+    cluster: StandaloneCluster, brokers: str, topic: str, workdir: Path, checkpoint: Path
+) -> Counter[str]:
     """Run the group until caught up as a new application; return how its stores came to be."""
-    command = [
-        str(SPARK_BIN / "spark-submit"), "--master", cluster,
-        "--total-executor-cores", "2", "--executor-cores", "1", "--executor-memory", "1g",
-        "--conf", f"spark.pyspark.python={sys.executable}",
-        "--conf", f"spark.pyspark.driver.python={sys.executable}",
-        "--conf", f"spark.executorEnv.PYTHONPATH={ROOT}",
-        "--conf", "spark.ui.enabled=false",
+    command = cluster.spark_submit(
         goka.cli.__file__, "processor", "run", "tests.spark.crash_graph:graph",
         "--brokers", brokers, "--state-dir", "goka-state",  # relative: each executor's own disk
         "--checkpoint-dir", str(checkpoint), "--until-caught-up",
         "--max-offsets-per-trigger", "600",
-    ]  # fmt: skip
-    env = {**ENV, "PYTHONPATH": str(ROOT), "GOKA_TEST_GROUP": f"{topic}-g",
+    )  # fmt: skip
+    env = {**cluster.env, "PYTHONPATH": str(ROOT), "GOKA_TEST_GROUP": f"{topic}-g",
            "GOKA_TEST_TOPIC": topic, "GOKA_LOG_LEVEL": "WARNING"}  # fmt: skip
     result = subprocess.run(
         command, env=env, cwd=workdir, capture_output=True, text=True, timeout=600
@@ -97,7 +55,7 @@ def submit(cluster: str, brokers: str, topic: str, workdir: Path, checkpoint: Pa
 
 
 def test_click_count_on_a_standalone_cluster_restores_moved_partitions(
-    cluster: str, brokers: str, new_topic: Callable[..., str], tmp_path: Path
+    cluster: StandaloneCluster, brokers: str, new_topic: Callable[..., str], tmp_path: Path
 ) -> None:
     topic = new_topic(partitions=4)
     group = f"{topic}-g"

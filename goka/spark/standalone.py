@@ -1,0 +1,179 @@
+"""A Spark standalone cluster on 127.0.0.1, started from the pyspark install (development,
+tests and benchmarks; not for production).
+
+The pyspark wheel carries the Spark distribution, so a master and workers can run locally to try
+what a real cluster changes: executors in their own processes with their own disks, tasks of a
+partition landing on any of them.
+
+    with StandaloneCluster(workers=2) as cluster:
+        spark = cluster.session("my-app")        # or: spark-submit --master cluster.master
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import pyspark
+from pyspark.sql import SparkSession
+
+from goka.errors import ConfigurationError
+
+__all__ = ["StandaloneCluster"]
+
+SPARK_HOME = Path(pyspark.__file__).parent
+
+
+class StandaloneCluster:
+    """A master and ``workers`` workers of ``cores`` cores each, on 127.0.0.1.
+
+    Args:
+        workers: how many workers (each runs one executor per application).
+        cores: cores per worker.
+        memory: memory per worker (Spark syntax, ``1g``).
+        directory: logs and the workers' work directories (each executor's own disk).
+        python_path: added to the executors' ``PYTHONPATH`` (where your graphs live).
+        start_timeout: seconds to wait for the workers to register.
+    """
+
+    def __init__(
+        self,
+        workers: int = 2,
+        *,
+        cores: int = 1,
+        memory: str = "1g",
+        directory: str | Path | None = None,
+        python_path: str | Path | None = None,
+        start_timeout: float = 120.0,
+    ) -> None:
+        self.workers, self.cores, self.memory = workers, cores, memory
+        self.directory = Path(directory or tempfile.mkdtemp(prefix="goka-spark-cluster-"))
+        self.python_path = str(python_path or Path.cwd())
+        self.start_timeout = start_timeout
+        self.master = ""
+        self._ui = 0
+        self._processes: list[subprocess.Popen[bytes]] = []
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The environment the cluster and ``spark-submit`` run with."""
+        path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+        return {**os.environ, "SPARK_HOME": str(SPARK_HOME), "SPARK_LOCAL_IP": "127.0.0.1",
+                "PYSPARK_PYTHON": sys.executable, "PATH": path}  # fmt: skip
+
+    def spark_submit(self, *args: str) -> list[str]:
+        """A ``spark-submit`` command line for this cluster (one core per executor)."""
+        return [
+            str(SPARK_HOME / "bin" / "spark-submit"), "--master", self.master,
+            "--total-executor-cores", str(self.workers * self.cores),
+            "--executor-cores", str(self.cores), "--executor-memory", self.memory,
+            *(item for key, value in self.conf().items() for item in ("--conf", f"{key}={value}")),
+            *args,
+        ]  # fmt: skip
+
+    def conf(self) -> dict[str, str]:
+        """Spark settings an application on this cluster needs."""
+        return {
+            "spark.pyspark.python": sys.executable,
+            "spark.pyspark.driver.python": sys.executable,
+            "spark.executorEnv.PYTHONPATH": self.python_path,
+            "spark.ui.enabled": "false",
+        }
+
+    def session_conf(self) -> dict[str, str]:
+        """Settings of a session on the cluster (``spark.master`` included): one executor of
+        ``cores`` cores per worker."""
+        return {**self.conf(), "spark.master": self.master, "spark.executor.cores": str(self.cores),
+                "spark.cores.max": str(self.workers * self.cores),
+                "spark.executor.memory": self.memory, "spark.speculation": "false",
+                "spark.python.worker.reuse": "true"}  # fmt: skip
+
+    def session(self, app: str, **conf: Any) -> SparkSession:
+        """A session of this process on the cluster (see :meth:`session_conf`)."""
+        builder = SparkSession.builder.appName(app)
+        for key, value in {**self.session_conf(), **conf}.items():
+            builder = builder.config(key, str(value))
+        return builder.getOrCreate()
+
+    def start(self) -> StandaloneCluster:
+        """Start the master and the workers; wait until every worker has registered.
+
+        Raises:
+            ConfigurationError: the workers did not register in time (see the logs in
+                ``directory``).
+        """
+        port, self._ui = _free_port(), _free_port()
+        self.master = f"spark://127.0.0.1:{port}"
+        spark_class, deploy = str(SPARK_HOME / "bin" / "spark-class"), "org.apache.spark.deploy"
+        self._spawn("master", [
+            spark_class, f"{deploy}.master.Master", "--host", "127.0.0.1", "--port", str(port),
+            "--webui-port", str(self._ui),
+        ])  # fmt: skip
+        for n in range(1, self.workers + 1):
+            work = self.directory / f"worker-{n}"
+            self._spawn(f"worker-{n}", [
+                spark_class, f"{deploy}.worker.Worker", "--host", "127.0.0.1",
+                "--cores", str(self.cores), "--memory", self.memory,
+                "--webui-port", str(_free_port()), "--work-dir", str(work), self.master,
+            ])  # fmt: skip
+        deadline = time.monotonic() + self.start_timeout
+        while self.alive_workers() < self.workers:
+            if time.monotonic() > deadline:
+                self.stop()
+                raise ConfigurationError(
+                    f"Spark workers did not register within {self.start_timeout:g}s; "
+                    f"logs in {self.directory}"
+                )
+            time.sleep(0.2)
+        return self
+
+    def _spawn(self, name: str, command: list[str]) -> None:
+        with (self.directory / f"{name}.log").open("w") as log:
+            self._processes.append(subprocess.Popen(
+                command, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            ))  # fmt: skip
+
+    def alive_workers(self) -> int:
+        """Workers registered with the master (0 while it starts)."""
+        try:
+            url = f"http://127.0.0.1:{self._ui}/json/"
+            with urllib.request.urlopen(url, timeout=2) as answer:
+                return int(json.load(answer).get("aliveworkers", 0))
+        except (OSError, ValueError):  # not up yet, or the UI answered before it was ready
+            return 0
+
+    def stop(self) -> None:
+        """Kill the master and workers (and their executors). Idempotent."""
+        for process in self._processes:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, 9)
+            process.wait()
+        self._processes = []
+
+    def __enter__(self) -> StandaloneCluster:
+        return self.start()
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
