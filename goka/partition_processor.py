@@ -29,7 +29,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from contextlib import ExitStack
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -43,13 +43,40 @@ from goka.storage import Storage, WriteBatch
 from goka.storage.snapshots import Manifest, StoreState, remove_abandoned, stage
 from goka.worker import Lease, Worker
 
-__all__ = ["PartitionProcessor", "PartitionSummary"]
+__all__ = ["Counts", "PartitionProcessor", "PartitionSummary"]
 
 log = logging.getLogger(__name__)
 
 
+@dataclass(kw_only=True)
+class Counts:
+    """What processing did, per partition or summed over a micro-batch's partitions.
+
+    Attributes:
+        replayed: input records already in the store (skipped).
+        table_records: records read from table topics to make stores current.
+        restored_bytes, restore_seconds: snapshot files fetched to restore stores.
+    """
+
+    processed: int = 0
+    failed: int = 0
+    table_updates: int = 0
+    emits: int = 0
+    loopbacks: int = 0
+    dead_letters: int = 0
+    replayed: int = 0
+    table_records: int = 0
+    restored_bytes: int = 0
+    restore_seconds: float = 0.0
+
+    def add(self, other: Counts) -> None:
+        """Add ``other``'s counts to these."""
+        for item in fields(Counts):
+            setattr(self, item.name, getattr(self, item.name) + getattr(other, item.name))
+
+
 @dataclass
-class PartitionSummary:
+class PartitionSummary(Counts):
     """What one partition processor did in one micro-batch (one row of the batch's result).
 
     ``store`` says how the group store was made current: reused, opened, caught_up, restored,
@@ -58,17 +85,7 @@ class PartitionSummary:
     """
 
     partition: int
-    processed: int = 0
-    failed: int = 0
-    table_updates: int = 0
-    emits: int = 0
-    loopbacks: int = 0
-    dead_letters: int = 0
-    replayed: int = 0
     store: str = ""
-    table_records: int = 0
-    restored_bytes: int = 0
-    restore_seconds: float = 0.0
     snapshot_seconds: float = 0.0
     seconds: float = 0.0
     ends: str = ""

@@ -8,9 +8,15 @@ partition store costs far more than most micro-batches, so a process keeps them 
 Partition stores stay open between tasks and are *leased* to one task at a time. A store is
 closed when idle for ``idle_timeout`` seconds, when the worker closes, or when another process
 on the machine asks for it: LevelDB lets one process open a directory, and Spark runs the next
-task of a partition in whichever worker process is free. A process that finds a store locked
-creates ``<store>.release``; the holder's housekeeping thread sees it within ``poll_interval``,
-closes the store if no task of its own uses it, and removes the request.
+task of a partition in whichever worker process is free, so a partition moves between the
+processes of an executor at almost every batch. A process that finds a store locked asks the
+holder to release it: a datagram to the holder's inbox (a Unix socket in Linux's abstract
+namespace, named in ``<store>.holder``) wakes its housekeeping thread at once, and a file
+``<store>.release`` reaches holders the datagram cannot (another network namespace, another OS)
+within ``poll_interval``. The holder closes the store if no task of its own uses it, else when
+that task ends. The same thread flushes a store once its lease ends (:meth:`Storage.flush`):
+LevelDB replays its log when opened, which costs about 0.1 s after a large batch, so a store
+that moves opens in milliseconds and one that stays is not slowed.
 
 Snapshots staged by tasks are uploaded by one background thread, newest first per partition
 (a staged snapshot superseded before its upload started is dropped); reports of finished
@@ -28,7 +34,10 @@ import contextlib
 import logging
 import os
 import queue
+import secrets
 import shutil
+import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Hashable, Iterator, Mapping
@@ -44,6 +53,9 @@ __all__ = ["Lease", "Worker", "frozen"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+#: How many more release requests than reuses a worker remembers (see Worker._after_task).
+_HANDOVER_MEMORY = 4
 
 _current: Worker | None = None
 _current_lock = threading.Lock()
@@ -67,6 +79,8 @@ class Lease:
     idle_since: float = field(default_factory=time.monotonic)
     identity: tuple[int, int] | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
+    settled: bool = True
+    asked: bool = False
 
     def replace(self, directory: Path) -> None:
         """Make ``directory`` (on the same file system) this store, and open it.
@@ -93,10 +107,14 @@ class Worker:
 
     Args:
         idle_timeout: seconds after which an unused store is closed.
-        poll_interval: how often idle stores are checked for release requests.
+        poll_interval: how often idle stores are checked for ``.release`` files (requests by
+            datagram are seen at once).
+        inbox: take release requests by datagram (on Linux; False: ``.release`` files only).
     """
 
-    def __init__(self, *, idle_timeout: float = 120.0, poll_interval: float = 0.01) -> None:
+    def __init__(
+        self, *, idle_timeout: float = 120.0, poll_interval: float = 0.05, inbox: bool = True
+    ) -> None:
         self.idle_timeout = idle_timeout
         self.poll_interval = poll_interval
         self._lock = threading.Lock()
@@ -109,6 +127,9 @@ class Worker:
         self._reports: list[UploadReport] = []
         self._closed = threading.Event()
         self._pid = os.getpid()
+        self._inbox = _inbox() if inbox else None
+        self._woken = threading.Event()
+        self._handovers = 0  # requests for our stores minus reuses, within 0.._HANDOVER_MEMORY
 
     @classmethod
     def current(cls) -> Worker:
@@ -151,8 +172,12 @@ class Worker:
         except BaseException:
             self._drop(lease)  # the task failed: the next one reopens the store from disk
             raise
-        lease.idle_since = time.monotonic()
+        if lease.asked:  # another process waits for it
+            self._drop(lease)
+            return
+        lease.idle_since, lease.settled = time.monotonic(), False
         lease.lock.release()
+        self._wake()
 
     def _acquire(self, builder: StorageBuilder, path: Path, table: str, timeout: float) -> Lease:
         deadline = time.monotonic() + timeout
@@ -165,12 +190,15 @@ class Worker:
                 kept = self._stores.get(path) is lease
             if kept and lease.identity in (None, _identity(path)):  # None: no directory
                 lease.fresh = False
+                self._handovers = max(self._handovers - 1, 0)
                 return lease
             if kept:  # its directory was deleted or replaced under it: a lost disk
                 self._drop(lease)
             else:  # the housekeeper closed it meanwhile
                 lease.lock.release()
         storage = _open_when_released(builder, path, table, deadline)
+        if self._inbox is not None:
+            _write_holder(path, self._inbox.getsockname())
         lease = Lease(path, table, storage, builder, identity=_identity(path))
         lease.lock.acquire()
         with self._lock:
@@ -199,27 +227,89 @@ class Worker:
                 self._housekeeper.start()
 
     def _housekeep(self) -> None:
-        while not self._closed.wait(self.poll_interval):
+        next_round = 0.0
+        while not self._closed.is_set():
             with self._lock:
                 leases = list(self._stores.values())
-            if not leases:
-                with self._lock:
-                    if not self._stores:
-                        self._housekeeper = None
-                        return
-            now = time.monotonic()
-            for lease in leases:
-                if lease.lock.locked():
-                    continue  # a task uses it: asked or not, it stays until the task ends
-                wanted = os.path.exists(_release_marker(lease.path))
-                if (wanted or now - lease.idle_since > self.idle_timeout) and lease.lock.acquire(
-                    blocking=False
-                ):
-                    self._drop(lease)
-                    if wanted:
-                        with contextlib.suppress(FileNotFoundError):
-                            os.unlink(_release_marker(lease.path))
-                    log.debug("closed store %s (%s)", lease.path, "asked" if wanted else "idle")
+            unsettled = [lease for lease in leases if not lease.settled]
+            wait = 0.0 if unsettled else max(0.0, next_round - time.monotonic())
+            self._release(self._wait_for_requests(wait))
+            if unsettled:  # one at a time: requests are served in between
+                self._after_task(unsettled[0])
+            if time.monotonic() < next_round:
+                continue
+            next_round = time.monotonic() + self.poll_interval
+            with self._lock:
+                if not self._stores:
+                    self._housekeeper = None
+                    return
+            self._check_files(leases)
+
+    def _after_task(self, lease: Lease) -> None:
+        """Flush a store whose task ended; hand it over (close it) if this worker's stores
+        are wanted elsewhere more often than they are reused here."""
+        if not lease.lock.acquire(blocking=False):
+            return  # a task took it again (it is settled when that task ends)
+        _settle(lease)
+        if self._handovers > 0:
+            self._drop(lease)
+            log.debug("handed over store %s", lease.path)
+        else:
+            lease.lock.release()
+
+    def _check_files(self, leases: list[Lease]) -> None:
+        """Serve ``.release`` files; close stores idle for ``idle_timeout``."""
+        marked = {lease.path for lease in leases if _release_marker(lease.path).exists()}
+        self._release(marked)
+        for path in marked:  # served, or to be served when its task ends
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(_release_marker(path))
+        now = time.monotonic()
+        for lease in leases:
+            idle = now - lease.idle_since > self.idle_timeout
+            if idle and lease.lock.acquire(blocking=False):
+                _settle(lease)
+                self._drop(lease)
+                log.debug("closed idle store %s", lease.path)
+
+    def _release(self, paths: set[Path]) -> None:
+        """Close the stores at ``paths`` that no task uses; mark the others to be closed when
+        their task ends. Touches few files: on a busy worker each costs a wait for the GIL."""
+        for path in paths:
+            with self._lock:
+                lease = self._stores.get(path)
+            if lease is None:
+                continue
+            self._handovers = min(self._handovers + 1, _HANDOVER_MEMORY)
+            if lease.lock.acquire(blocking=False):
+                self._drop(lease)
+                log.debug("closed store %s: asked by another process", path)
+            else:
+                lease.asked = True
+
+    def _wake(self) -> None:
+        """Wake the housekeeper (a task ended)."""
+        if self._inbox is None:
+            self._woken.set()
+            return
+        with contextlib.suppress(OSError):
+            self._inbox.sendto(b"", self._inbox.getsockname())
+
+    def _wait_for_requests(self, timeout: float) -> set[Path]:
+        """Wait up to ``timeout`` for release requests by datagram or a wake-up; return the
+        paths asked for."""
+        if self._inbox is None:
+            self._woken.wait(timeout)
+            self._woken.clear()
+            return set()
+        asked: set[Path] = set()
+        with contextlib.suppress(OSError):  # a timeout, or the inbox closed by close()
+            self._inbox.settimeout(timeout)
+            while True:
+                if data := self._inbox.recv(4096):  # (empty: a wake-up)
+                    asked.add(Path(os.fsdecode(data)))
+                self._inbox.settimeout(0)  # take what else is queued, without waiting
+        return asked
 
     def open_stores(self) -> list[Path]:
         """The paths of the stores this process holds open."""
@@ -286,7 +376,10 @@ class Worker:
             return
         self.wait_for_uploads(timeout)
         self._closed.set()
+        self._woken.set()
         self._uploads.put(None)
+        if self._inbox is not None:
+            self._inbox.close()
         with self._lock:
             leases, self._stores = list(self._stores.values()), {}
             closers, self._clients = [c for _, c in self._clients.values()], {}
@@ -308,16 +401,62 @@ def _open_when_released(
         except StorageLockedError:
             now = time.monotonic()
             if now > deadline:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(_release_marker(path))  # no one is waiting any more
                 raise
             if now - asked > 0.05:  # (again: another waiter may have taken the request away)
-                _release_marker(path).touch()
+                _ask_holder(path)
                 asked = now
-            time.sleep(0.002)
+            time.sleep(0.001)
             continue
         if asked:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(_release_marker(path))
         return storage
+
+
+def _inbox() -> socket.socket | None:
+    """This process's inbox for release requests (Linux; None elsewhere: files only)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    inbox = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    inbox.bind(f"\0goka-worker-{os.getpid()}-{secrets.token_hex(8)}")
+    return inbox
+
+
+def _ask_holder(path: Path) -> None:
+    """Ask whoever holds the store at ``path`` to release it: a datagram to the inbox named in
+    ``<store>.holder`` (if it is reachable) and the file ``<store>.release``."""
+    _release_marker(path).touch()
+    try:
+        address = "\0" + _holder_file(path).read_text()
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as out:
+            out.setblocking(False)
+            out.sendto(os.fsencode(path), address)
+    except (OSError, ValueError):  # no holder file, a holder gone or in another namespace
+        pass
+
+
+def _write_holder(path: Path, address: str | bytes) -> None:
+    """Name this process's inbox in ``<store>.holder`` (not for stores without a directory)."""
+    name = address.decode() if isinstance(address, bytes) else address
+    temporary = path.with_name(f"{path.name}.holder-{os.getpid()}")
+    with contextlib.suppress(FileNotFoundError):
+        temporary.write_text(name.lstrip("\0"))
+        temporary.replace(_holder_file(path))
+
+
+def _holder_file(path: Path) -> Path:
+    return path.with_name(path.name + ".holder")
+
+
+def _settle(lease: Lease) -> None:
+    """Flush an idle store (its lock held), so that whoever opens it next opens it fast."""
+    try:
+        lease.storage.flush()
+    except Exception as exc:  # an accelerator: the store stays usable, or its next use fails
+        log.warning("flushing store %s failed: %s", lease.path, exc)
+    lease.settled = True
 
 
 def _release_marker(path: Path) -> Path:

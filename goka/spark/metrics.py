@@ -15,6 +15,8 @@ __all__ = ["ProcessorMetrics"]
 
 _LOCK = threading.Lock()
 _FAMILIES: dict[str, Any] = {}
+#: Buckets of restore and upload times (seconds).
+_STATE_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
 
 def _families() -> dict[str, Any]:
@@ -58,7 +60,7 @@ def _families() -> dict[str, Any]:
                     "goka_processor_restore_seconds",
                     "Time to fetch and open snapshots, per partition",
                     labels,
-                    buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+                    buckets=_STATE_BUCKETS,
                 ),
                 uploads=Counter(
                     "goka_processor_snapshot_uploads", "Snapshots published", [*labels, "result"]
@@ -70,7 +72,7 @@ def _families() -> dict[str, Any]:
                     "goka_processor_snapshot_upload_seconds",
                     "Time to publish a snapshot (new files, manifest, pruning)",
                     labels,
-                    buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+                    buckets=_STATE_BUCKETS,
                 ),
             )
     return _FAMILIES

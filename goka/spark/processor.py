@@ -23,7 +23,7 @@ from goka.errors import ConfigurationError, GokaError
 from goka.graph import GroupGraph
 from goka.kafka.config import Brokers, bootstrap_servers
 from goka.options import Builders, TaskConfig
-from goka.partition_processor import PartitionSummary
+from goka.partition_processor import Counts, PartitionSummary
 from goka.spark.metrics import ProcessorMetrics
 from goka.spark.source import GokaKafkaSource
 from goka.spark.task import SUMMARY_DDL, PartitionTask
@@ -39,33 +39,18 @@ class ProcessorFailed(GokaError):
     """The streaming query stopped with an error (the message says where and why)."""
 
 
-_SUMMED = ("processed", "failed", "table_updates", "emits", "loopbacks", "dead_letters",
-           "replayed", "table_records", "restored_bytes", "restore_seconds")  # fmt: skip
-
-
 @dataclass
-class BatchSummary:
+class BatchSummary(Counts):
     """What one micro-batch did, summed over its partitions.
 
     Attributes:
         stores: how many partition stores were reused, opened, caught_up, restored, rebuilt or
             created (see :mod:`goka.partition_table`).
-        table_records: records read from table topics to make stores current.
         uploads: snapshot uploads that finished during the batch (of any partition).
         partitions: each partition's own summary.
     """
 
     batch_id: int
-    processed: int = 0
-    failed: int = 0
-    table_updates: int = 0
-    emits: int = 0
-    loopbacks: int = 0
-    dead_letters: int = 0
-    replayed: int = 0
-    table_records: int = 0
-    restored_bytes: int = 0
-    restore_seconds: float = 0.0
     stores: Counter[str] = field(default_factory=Counter)
     uploads: list[dict[str, Any]] = field(default_factory=list)
     seconds: float = 0.0
@@ -83,8 +68,7 @@ class BatchSummary:
         """Sum the partitions' summaries."""
         summary = cls(batch_id, finished_at=time.time(), partitions=partitions)
         for part in partitions:
-            for name in _SUMMED:
-                setattr(summary, name, getattr(summary, name) + getattr(part, name))
+            summary.add(part)
             summary.stores[part.store] += 1
             summary.seconds = max(summary.seconds, part.seconds)
             summary.errors += json.loads(part.errors or "[]")

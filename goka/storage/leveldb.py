@@ -25,6 +25,8 @@ from goka.storage.base import FORMAT, CheckpointFile, StorageInfo, WriteBatch, p
 __all__ = ["LevelDBStorage"]
 
 _DATA, _OFFSET, _META = b"d", b"o", b"m"
+#: flush() leaves logs smaller than this alone; its range holds no key (only the memtable moves).
+_FLUSH_BYTES, _FLUSH_RANGE = 64 << 10, b"\x00"
 _PARTITION = struct.Struct(">I")
 _TABLE_FILES = (".ldb", ".sst")  # immutable once written
 
@@ -184,8 +186,19 @@ class LevelDBStorage:
                 for key in self._db.iterator(prefix=prefix, include_value=False):
                     wb.delete(key)
 
+    def flush(self) -> None:
+        """Write the log's recent writes into a table file if the log holds at least 64 KiB
+        (LevelDB replays its log when opened: about 0.1 s per 4 MB). Runs without the GIL."""
+        try:
+            logged = sum(e.stat().st_size for e in os.scandir(self.path) if e.name.endswith(".log"))
+            if logged >= _FLUSH_BYTES:
+                self._db.compact_range(start=_FLUSH_RANGE, stop=_FLUSH_RANGE)  # flushes memtable
+        except (OSError, plyvel.Error) as exc:
+            raise StorageError(f"flushing LevelDB at {self.path} failed: {exc}") from exc
+
     def checkpoint(self, directory: Path) -> list[CheckpointFile]:
         directory.mkdir(parents=True)
+        self.flush()  # a short log: a small copy, and fast reopens of the store and the copy
         self._db.close()  # waits for compactions: the files are quiescent until reopened
         try:
             return [_copy(entry, directory) for entry in os.scandir(self.path) if _kept(entry.name)]

@@ -109,6 +109,9 @@ class MemoryStorage:
             self._values.clear()
             self._offsets.clear()
 
+    def flush(self) -> None:
+        """Nothing to do: memory has no log."""
+
     def checkpoint(self, directory: Path) -> list[CheckpointFile]:
         with self._lock:
             content = {

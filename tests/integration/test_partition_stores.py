@@ -19,6 +19,7 @@ from goka.storage import LevelDBStorage, WriteBatch
 from goka.storage.snapshots import SnapshotStore, StoreState
 from goka.worker import Worker
 
+from ..helpers import wait_for
 from ..unit.fake_kafka import FakeKafka
 from ..unit.test_partition_processor import CLICKS, IN, table_of
 
@@ -109,10 +110,18 @@ def test_snapshots_upload_only_table_files_the_kept_snapshots_lack(tmp_path: Pat
     assert values == table_of(kafka) and values["user-000001"] == 2
 
 
-def test_a_store_held_by_another_process_is_released_when_asked(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("poll_interval", "inbox"),
+    [(60.0, True), (0.05, False)],
+    ids=["by-datagram", "by-file"],  # a holder that sees only datagrams, one that sees only files
+)
+def test_a_store_held_by_another_process_is_released_when_asked(
+    poll_interval: float, inbox: bool, tmp_path: Path
+) -> None:
     path = tmp_path / "partition-0"
+    holder_args = [str(path), str(poll_interval), str(int(inbox))]
     with subprocess.Popen(
-        [sys.executable, "-c", HOLDER, str(path)], cwd=ROOT, stdin=subprocess.PIPE,
+        [sys.executable, "-c", HOLDER, *holder_args], cwd=ROOT, stdin=subprocess.PIPE,
         stdout=subprocess.PIPE, text=True,
     ) as holder:  # fmt: skip
         assert holder.stdout is not None and holder.stdin is not None
@@ -137,7 +146,7 @@ from goka.options import leveldb_store
 from goka.storage import WriteBatch
 from goka.worker import Worker
 
-worker = Worker()
+worker = Worker(poll_interval=float(sys.argv[2]), inbox=sys.argv[3] == "1")
 with worker.lease(leveldb_store, Path(sys.argv[1]), "t") as lease:
     lease.storage.write(WriteBatch({"from": b"holder"}))
 print("holding", flush=True)
@@ -164,13 +173,16 @@ def test_a_store_whose_task_failed_is_closed_and_reopened_from_disk(tmp_path: Pa
     worker = Worker()
     with worker.lease(leveldb_store, tmp_path / "p", "t") as lease:
         lease.storage.write(WriteBatch({"k": b"v"}))
-    with (
-        pytest.raises(RuntimeError, match="task failed"),
-        worker.lease(leveldb_store, tmp_path / "p", "t") as lease,
-    ):
-        assert not lease.fresh
-        raise RuntimeError("task failed")
-    assert worker.open_stores() == []
+    reused: list[bool] = []
+
+    def failing_task() -> None:
+        with worker.lease(leveldb_store, tmp_path / "p", "t") as lease:
+            reused.append(not lease.fresh)
+            raise RuntimeError("task failed")
+
+    with pytest.raises(RuntimeError, match="task failed"):
+        failing_task()
+    assert reused == [True] and worker.open_stores() == []
     with worker.lease(leveldb_store, tmp_path / "p", "t") as lease:
         assert lease.fresh and lease.storage.get("k") == b"v"
     worker.close()
@@ -204,3 +216,30 @@ def test_a_store_copied_elsewhere_starts_a_new_lineage(tmp_path: Path) -> None:
     (tmp_path / "c" / "GOKA-SNAPSHOT").write_bytes((tmp_path / "b" / "GOKA-SNAPSHOT").read_bytes())
     copied = StoreState.read(tmp_path / "c")
     assert copied.lineage != "abc" and copied.inherited == {}
+
+
+def _log_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.glob("*.log"))
+
+
+def test_a_store_is_flushed_once_its_lease_ends_so_the_next_open_replays_no_log(
+    tmp_path: Path,
+) -> None:
+    worker = Worker()
+    values = {f"user-{i:06d}": os.urandom(40) for i in range(40_000)}  # ~2.5 MB of log
+    with worker.lease(leveldb_store, tmp_path / "p", "t") as lease:
+        lease.storage.write(WriteBatch(values))
+        assert _log_bytes(tmp_path / "p") > 1 << 20
+    wait_for(lambda: lease.settled, 10, "the housekeeper to flush the idle store")
+    assert _log_bytes(tmp_path / "p") < 64 << 10
+    worker.close()
+    with LevelDBStorage(tmp_path / "p", "t") as reopened:
+        assert dict(reopened.items()) == values
+
+
+def test_flush_leaves_a_small_log_alone(tmp_path: Path) -> None:
+    with LevelDBStorage(tmp_path / "p", "t") as storage:
+        storage.write(WriteBatch({"k": b"v"}))
+        before = _log_bytes(tmp_path / "p")
+        storage.flush()
+        assert _log_bytes(tmp_path / "p") == before > 0 and storage.get("k") == b"v"

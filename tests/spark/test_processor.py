@@ -98,6 +98,14 @@ def test_a_lost_state_directory_is_restored_from_snapshots_or_rebuilt_from_the_t
     assert sum(b.table_records for b in batches) == (0 if snapshots else 1_000)
     assert table_of(brokers, graph.table, Int64Codec()) == dict(sent)
     assert published.exists() == snapshots
+    origin = "restored" if snapshots else "rebuilt"
+    for partition in ("0", "1"):  # the first run created both stores, the second recovered them
+        labels = {"group": graph.group, "partition": partition}
+        assert REGISTRY.get_sample_value("goka_processor_store_recoveries_total",
+                                         {**labels, "origin": origin}) == 1  # fmt: skip
+    restored = REGISTRY.get_sample_value("goka_processor_restored_bytes_total",
+                                         {"group": graph.group})  # fmt: skip
+    assert (restored is not None and restored > 0) == snapshots
 
 
 def test_delete_writes_tombstones(

@@ -11,31 +11,7 @@ from goka.errors import BrokerError
 from goka.kafka.ranges import Row
 from goka.partitioner import partition_for
 
-
-@dataclass
-class Delivered:
-    """A delivery report (the confluent-kafka Message methods goka reads)."""
-
-    _topic: str
-    _partition: int
-    _offset: int
-
-    def topic(self) -> str:
-        return self._topic
-
-    def partition(self) -> int:
-        return self._partition
-
-    def offset(self) -> int:
-        return self._offset
-
-
-@dataclass
-class Refused:
-    text: str
-
-    def str(self) -> str:
-        return self.text
+from .fake_producer import FakeError, FakeMessage
 
 
 @dataclass
@@ -103,7 +79,8 @@ class RecordingProducer:
         for topic, partition, key, value, headers, timestamp, on_delivery in done:
             text = key.decode() if isinstance(key, bytes) else str(key)
             if topic in self.kafka.fail_deliveries_to:
-                on_delivery(Refused("Broker: refused"), Delivered(topic, max(partition, 0), -1))
+                refused = FakeMessage(topic, max(partition, 0), -1, key, value, headers, timestamp)
+                on_delivery(FakeError("Broker: refused"), refused)
                 continue
             where = partition if partition >= 0 else None
             offset = self.kafka.append(topic, text, value, partition=where, headers=headers,
@@ -111,7 +88,7 @@ class RecordingProducer:
             number = (
                 where if where is not None else partition_for(text.encode(), self.kafka.partitions)
             )
-            on_delivery(None, Delivered(topic, number, offset))
+            on_delivery(None, FakeMessage(topic, number, offset, key, value, headers, timestamp))
         return len(done)
 
     def flush(self, timeout: float) -> int:
