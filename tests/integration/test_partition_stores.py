@@ -243,3 +243,23 @@ def test_flush_leaves_a_small_log_alone(tmp_path: Path) -> None:
         before = _log_bytes(tmp_path / "p")
         storage.flush()
         assert _log_bytes(tmp_path / "p") == before > 0 and storage.get("k") == b"v"
+
+
+def test_a_worker_whose_stores_are_wanted_elsewhere_hands_them_over_after_each_task(
+    tmp_path: Path,
+) -> None:
+    worker, other = Worker(), Worker()  # as two worker processes of one executor
+    with worker.lease(leveldb_store, tmp_path / "p0", "t"):
+        pass
+    with worker.lease(leveldb_store, tmp_path / "p0", "t") as lease:
+        assert not lease.fresh  # not wanted elsewhere yet: kept open and reused
+    with other.lease(leveldb_store, tmp_path / "p0", "t", timeout=5) as lease:
+        assert lease.fresh  # taken over on request
+    with worker.lease(leveldb_store, tmp_path / "p1", "t") as lease:
+        lease.storage.write(WriteBatch({"k": b"v"}))
+    wait_for(lambda: worker.open_stores() == [], 5, "p1 to be handed over without a request")
+    with other.lease(leveldb_store, tmp_path / "p1", "t", timeout=5) as lease:
+        assert lease.storage.get("k") == b"v"
+    assert other.open_stores() == [tmp_path / "p0", tmp_path / "p1"]  # never asked: kept open
+    worker.close()
+    other.close()
