@@ -13,6 +13,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--crash-seed", type=int, default=1, help="seed of the random series")
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A random crash series takes about two minutes a trial: give it the time."""
+    trials = config.getoption("--crash-trials")
+    for item in items:
+        if trials and item.name == "test_random_crash_series":
+            item.add_marker(pytest.mark.timeout(240 * trials))
+
+
 @pytest.fixture(params=["c", "python"])
 def emitter_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Run a test with emitters on the C fast path (goka._speedups) and on the pure-Python one."""
