@@ -236,7 +236,7 @@ class Worker:
         while not self._closed.is_set():
             with self._lock:
                 leases = list(self._stores.values())
-            unsettled = [lease for lease in leases if not lease.settled]
+            unsettled = [lease for lease in leases if not lease.settled and not lease.lock.locked()]
             wait = 0.0 if unsettled else max(0.0, next_round - time.monotonic())
             self._release(self._wait_for_requests(wait))
             if unsettled:  # one at a time: requests are served in between

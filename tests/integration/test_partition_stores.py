@@ -263,3 +263,17 @@ def test_a_worker_whose_stores_are_wanted_elsewhere_hands_them_over_after_each_t
     assert other.open_stores() == [tmp_path / "p0", tmp_path / "p1"]  # never asked: kept open
     worker.close()
     other.close()
+
+
+def test_the_housekeeper_waits_while_a_task_uses_a_store_it_has_not_flushed(
+    tmp_path: Path,
+) -> None:
+    worker = Worker()
+    with worker.lease(leveldb_store, tmp_path / "p", "t") as lease:
+        lease.settled = False  # reused before the housekeeper flushed it
+        started = time.process_time()
+        time.sleep(0.5)  # the task's work; the housekeeper must not spin meanwhile
+        busy = time.process_time() - started
+    assert busy < 0.25, f"the housekeeper used {busy:.2f}s of CPU in 0.5s"
+    wait_for(lambda: lease.settled, 5, "the store to be flushed once its task ended")
+    worker.close()
