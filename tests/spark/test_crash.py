@@ -146,17 +146,20 @@ def test_random_crash_series(
 
 def random_trial(rng: random.Random, name: str) -> Trial:
     """One or two killed runs: the first at a point every run reaches (or a random moment);
-    a second, on a new machine, may be killed while it restores."""
-    steps = [_random_step(rng, rng.choice(("produce", "flush", "commit", "upload", "timer",
-                                           "timer")), new_machine=rng.random() < 0.7)]  # fmt: skip
-    if rng.random() < 0.5:
-        point = rng.choice(("restore", "restore", "produce", "commit", "timer"))
-        steps.append(_random_step(rng, point, new_machine=True))
+    a second, on a new machine, may be killed while it restores, so then the first is killed
+    late enough for a snapshot to have been published."""
+    second = rng.choice(("restore", "restore", "produce", "commit", "timer", None, None, None))
+    first = rng.choice(("produce", "flush", "commit", "upload", "timer", "timer"))
+    steps = [_random_step(rng, first, new_machine=rng.random() < 0.7, late=second == "restore")]
+    if second is not None:
+        steps.append(_random_step(rng, second, new_machine=True, late=False))
     return Trial(name, steps)
 
 
-def _random_step(rng: random.Random, point: str, *, new_machine: bool) -> Step:
+def _random_step(rng: random.Random, point: str, *, new_machine: bool, late: bool) -> Step:
     assert point in (*POINTS, "timer")
     if point == "timer":
-        return Step(point, rng.uniform(10, 24), new_machine)
-    return Step(point, 1 if point in ("restore", "upload") else rng.randint(1, 3), new_machine)
+        return Step(point, rng.uniform(16 if late else 10, 24), new_machine)
+    if point in ("restore", "upload"):
+        return Step(point, 2 if late else 1, new_machine)
+    return Step(point, rng.randint(3, 6) if late else rng.randint(1, 3), new_machine)
