@@ -108,6 +108,11 @@ class StorageLockedError(StorageError):
     """The storage is open in another process (LevelDB allows one process per directory)."""
 
 
+class StorageCorruptError(StorageError):
+    """The storage's files are damaged (a crash while they were replaced, a failing disk); the
+    message names the directory. A processor's store is rebuilt from its snapshot or topic."""
+
+
 class SnapshotError(StorageError):
     """A snapshot of a partition's state cannot be used; the message names the file and why."""
 

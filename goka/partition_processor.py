@@ -56,6 +56,7 @@ class Counts:
         replayed: input records already in the store (skipped).
         table_records: records read from table topics to make stores current.
         restored_bytes, restore_seconds: snapshot files fetched to restore stores.
+        corrupt_stores: stores found corrupt on disk, deleted and rebuilt.
     """
 
     processed: int = 0
@@ -68,6 +69,7 @@ class Counts:
     table_records: int = 0
     restored_bytes: int = 0
     restore_seconds: float = 0.0
+    corrupt_stores: int = 0
 
     def add(self, other: Counts) -> None:
         """Add ``other``'s counts to these."""
@@ -92,8 +94,9 @@ class PartitionSummary(Counts):
     errors: str = ""
     uploads: str = ""
 
-    def count(self, recovery: Recovery) -> None:
+    def count(self, recovery: Recovery, lease: Lease) -> None:
         """Add what recovering a store did."""
+        self.corrupt_stores += lease.fresh and lease.discarded is not None
         self.table_records += recovery.records
         self.restored_bytes += recovery.restored_bytes
         self.restore_seconds += recovery.restore_seconds
@@ -154,7 +157,7 @@ class PartitionProcessor:
     def _lease(self, name: str, table: str) -> Any:
         return self.worker.lease(
             self.config.builders.storage, self.root / f"{name}-{self.partition}", table,
-            timeout=self.config.store_timeout,
+            timeout=self.config.store_timeout, discard_corrupt=True,
         )  # fmt: skip
 
     def _recover(
@@ -164,7 +167,7 @@ class PartitionProcessor:
         topic = self.graph.table if self.graph.persist else None
         recovery = self._recovery(lease, "partition", topic)
         done = recovery.recover(target, unfinished=True)
-        summary.count(done)
+        summary.count(done, lease)
         summary.store = done.origin
         return recovery.positions(target)
 
@@ -197,7 +200,7 @@ class PartitionProcessor:
             return
         start, end = batch_range
         recovery = self._recovery(lease, f"join-{table}", table)
-        summary.count(recovery.recover({table: start}, end=start))
+        summary.count(recovery.recover({table: start}, end=start), lease)
         stored = recovery.positions({table: start})[table]
         values = {key.decode(): value for _, offset, key, value, _, _ in messages.get(table, [])
                   if key is not None and offset >= stored}  # fmt: skip

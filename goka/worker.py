@@ -50,11 +50,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from goka.errors import StorageLockedError
+from goka.errors import StorageCorruptError, StorageLockedError
 from goka.storage import Storage, StorageBuilder
-from goka.storage.snapshots import SnapshotStore, Staged, UploadReport
+from goka.storage.snapshots import SnapshotStore, Staged, UploadReport, remove_abandoned
 
-__all__ = ["Lease", "Worker", "frozen"]
+__all__ = ["Lease", "Worker", "frozen", "remove_store"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -74,6 +74,8 @@ class Lease:
         path: the store's directory.
         storage: the open storage.
         fresh: opened for this lease (False: reused, open since an earlier task).
+        discarded: why the store found on disk was deleted when it was opened (it was corrupt;
+            the lease's store is then empty), else None.
     """
 
     path: Path
@@ -86,6 +88,7 @@ class Lease:
     lock: threading.Lock = field(default_factory=threading.Lock)
     settled: bool = True
     asked: bool = False
+    discarded: str | None = None
 
     def replace(self, directory: Path) -> None:
         """Make ``directory`` (on the same file system) this store, and open it.
@@ -94,7 +97,7 @@ class Lease:
             StorageError: the new store cannot be opened.
         """
         self.storage.close()
-        shutil.rmtree(self.path, ignore_errors=True)
+        remove_store(self.path)
         directory.rename(self.path)
         self.storage = self.builder(self.path, self.table)
         self.identity = _identity(self.path)
@@ -102,7 +105,7 @@ class Lease:
     def reset(self) -> None:
         """Replace the store by an empty one (its directory is deleted)."""
         self.storage.close()
-        shutil.rmtree(self.path, ignore_errors=True)
+        remove_store(self.path)
         self.storage = self.builder(self.path, self.table)
         self.identity = _identity(self.path)
 
@@ -162,16 +165,26 @@ class Worker:
     # -- partition stores ----------------------------------------------------------------------
     @contextlib.contextmanager
     def lease(
-        self, builder: StorageBuilder, path: Path, table: str, *, timeout: float = 120.0
+        self,
+        builder: StorageBuilder,
+        path: Path,
+        table: str,
+        *,
+        timeout: float = 120.0,
+        discard_corrupt: bool = False,
     ) -> Iterator[Lease]:
         """Lend the store at ``path`` to the caller until the block ends; it stays open after,
         unless the block raised (then it is closed: the next lease opens it from disk).
 
+        Args:
+            discard_corrupt: a store that is corrupt on disk is deleted and an empty one opened
+                (its caller rebuilds it; see :attr:`Lease.discarded`), instead of raising.
+
         Raises:
             StorageLockedError: another task or process kept it for ``timeout`` seconds.
-            StorageError: it cannot be opened.
+            StorageError: it cannot be opened (StorageCorruptError: it is corrupt).
         """
-        lease = self._acquire(builder, path, table, timeout)
+        lease = self._acquire(builder, path, table, timeout, discard_corrupt)
         try:
             yield lease
         except BaseException:
@@ -184,7 +197,9 @@ class Worker:
         lease.lock.release()
         self._wake()
 
-    def _acquire(self, builder: StorageBuilder, path: Path, table: str, timeout: float) -> Lease:
+    def _acquire(
+        self, builder: StorageBuilder, path: Path, table: str, timeout: float, discard: bool
+    ) -> Lease:
         deadline = time.monotonic() + timeout
         with self._lock:
             lease = self._stores.get(path)
@@ -201,10 +216,18 @@ class Worker:
                 self._drop(lease)
             else:  # the housekeeper closed it meanwhile
                 lease.lock.release()
-        storage = _open_when_released(builder, path, table, deadline)
+        discarded = None
+        try:
+            storage = _open_when_released(builder, path, table, deadline)
+        except StorageCorruptError as exc:
+            if not discard:
+                raise
+            log.warning("deleting corrupt store %s, to be rebuilt: %s", path, exc)
+            remove_store(path)
+            storage, discarded = _open_when_released(builder, path, table, deadline), str(exc)
         if self._inbox is not None:
             _write_holder(path, self._inbox.getsockname())
-        lease = Lease(path, table, storage, builder, identity=_identity(path))
+        lease = Lease(path, table, storage, builder, identity=_identity(path), discarded=discarded)
         lease.lock.acquire()
         with self._lock:
             self._stores[path] = lease
@@ -453,6 +476,21 @@ def _write_holder(path: Path, address: str | bytes) -> None:
 
 def _holder_file(path: Path) -> Path:
     return path.with_name(path.name + ".holder")
+
+
+def remove_store(path: Path) -> None:
+    """Delete a store's directory so that a crash midway leaves all of it or none: it is first
+    renamed into ``.trash`` beside it (a rename is atomic), then deleted there. What processes
+    that died left in ``.trash`` is deleted too."""
+    trash = path.parent / ".trash"
+    remove_abandoned(trash)
+    try:
+        trash.mkdir(exist_ok=True)
+        aside = trash / f"store-{os.getpid()}-{secrets.token_hex(4)}"
+        path.rename(aside)
+    except FileNotFoundError:
+        return  # no store (or no parent directory)
+    shutil.rmtree(aside, ignore_errors=True)
 
 
 def _settle(lease: Lease) -> None:

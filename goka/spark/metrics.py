@@ -53,6 +53,11 @@ def _families() -> dict[str, Any]:
                     "Records read from table topics to make stores current",
                     [*labels, "partition"],
                 ),
+                corrupt=Counter(
+                    "goka_processor_corrupt_stores",
+                    "Partition stores found corrupt on disk, deleted and rebuilt",
+                    labels,
+                ),
                 restored=Counter(
                     "goka_processor_restored_bytes", "Bytes of snapshots restored", labels
                 ),
@@ -93,6 +98,7 @@ class ProcessorMetrics:
         f["emits"].labels(g).inc(summary.emits + summary.loopbacks)
         f["errors"].labels(g, policy).inc(summary.failed)
         f["replayed"].labels(g).inc(summary.replayed)
+        f["corrupt"].labels(g).inc(summary.corrupt_stores)
         f["duration"].labels(g).observe(summary.seconds)
         for part in summary.partitions:
             f["stores"].labels(g, part.partition, part.store).inc()

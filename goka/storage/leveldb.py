@@ -19,8 +19,9 @@ from pathlib import Path
 
 import plyvel
 
-from goka.errors import StorageError, StorageLockedError
+from goka.errors import StorageCorruptError, StorageError, StorageLockedError
 from goka.storage.base import FORMAT, CheckpointFile, StorageInfo, WriteBatch, prefix_end
+from goka.storage.snapshots import STATE_FILE
 
 __all__ = ["LevelDBStorage"]
 
@@ -29,6 +30,8 @@ _DATA, _OFFSET, _META = b"d", b"o", b"m"
 _FLUSH_BYTES, _FLUSH_RANGE = 64 << 10, b"\x00"
 _PARTITION = struct.Struct(">I")
 _TABLE_FILES = (".ldb", ".sst")  # immutable once written
+#: Files of a store directory that a copy leaves behind (with LevelDB's own, see _kept).
+_LEVELDB_EXTRA = frozenset({"LOCK", "LOG", "LOG.old", STATE_FILE})
 
 
 def _offset_key(topic: str, partition: int) -> bytes:
@@ -78,7 +81,13 @@ class LevelDBStorage:
             raise
 
     def _refuse_foreign_directory(self) -> None:
-        if self.path.is_dir() and any(self.path.iterdir()) and not (self.path / "CURRENT").exists():
+        names = {p.name for p in self.path.iterdir()} if self.path.is_dir() else set()
+        if names and "CURRENT" not in names:
+            if any(_kept(n) for n in names) and all(_kept(n) or n in _LEVELDB_EXTRA for n in names):
+                raise StorageCorruptError(
+                    f"LevelDB at {self.path} is corrupt (its files are there but not CURRENT); "
+                    "delete the directory to rebuild it from the table topic"
+                )
             raise StorageError(
                 f"{self.path} is not empty and not a LevelDB directory (no CURRENT file); "
                 f"refusing to write storage for table {self.table!r} into it"
@@ -91,16 +100,16 @@ class LevelDBStorage:
         try:
             return plyvel.DB(str(self.path), create_if_missing=True, **self._options)
         except plyvel.CorruptionError as exc:
-            raise StorageError(
-                f"LevelDB at {self.path} is corrupt ({exc}); delete the directory to rebuild it "
+            raise StorageCorruptError(
+                f"LevelDB at {self.path} is corrupt ({_reason(exc)}); delete the directory to rebuild it "
                 "from the table topic"
             ) from exc
         except plyvel.IOError as exc:
-            if "IO error: lock " in str(exc):
+            if "IO error: lock " in _reason(exc):
                 raise StorageLockedError(
-                    f"LevelDB at {self.path} is open in another storage: {exc}"
+                    f"LevelDB at {self.path} is open in another storage: {_reason(exc)}"
                 ) from exc
-            raise StorageError(f"cannot open LevelDB at {self.path}: {exc}") from exc
+            raise StorageError(f"cannot open LevelDB at {self.path}: {_reason(exc)}") from exc
 
     def _check_metadata(self) -> None:
         found_table = self._db.get(_META + b"table")
@@ -224,6 +233,12 @@ class LevelDBStorage:
 
     def __repr__(self) -> str:
         return f"LevelDBStorage({str(self.path)!r}, table={self.table!r})"
+
+
+def _reason(exc: Exception) -> str:
+    """plyvel's message (its errors carry bytes)."""
+    first = exc.args[0] if exc.args else exc
+    return first.decode(errors="replace") if isinstance(first, bytes) else str(first)
 
 
 def _kept(name: str) -> bool:

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from goka.errors import StorageLockedError
+from goka.errors import StorageCorruptError, StorageError, StorageLockedError
 from goka.options import Builders, TaskConfig, leveldb_store
 from goka.partition_processor import PartitionProcessor
 from goka.storage import LevelDBStorage, WriteBatch
 from goka.storage.snapshots import SnapshotStore, StoreState
-from goka.worker import Worker
+from goka.worker import Worker, remove_store
 
 from ..helpers import wait_for
 from ..unit.fake_kafka import FakeKafka
@@ -277,3 +277,79 @@ def test_the_housekeeper_waits_while_a_task_uses_a_store_it_has_not_flushed(
     assert busy < 0.25, f"the housekeeper used {busy:.2f}s of CPU in 0.5s"
     wait_for(lambda: lease.settled, 5, "the store to be flushed once its task ended")
     worker.close()
+
+
+def _corrupt(path: Path, how: str) -> None:
+    """Damage a closed store as a crash halfway through deleting it would have."""
+    names = sorted(os.listdir(path))
+    doomed = [n for n in names if n.startswith("MANIFEST-")] if how == "manifest" else ["CURRENT"]
+    for name in doomed:
+        (path / name).unlink()
+
+
+@pytest.mark.parametrize("how", ["manifest", "current"])
+def test_a_corrupt_store_is_named_and_a_processor_deletes_and_rebuilds_it(
+    how: str, tmp_path: Path
+) -> None:
+    kafka = FakeKafka(partitions=1)
+    for i in range(200):
+        kafka.append(IN, f"user-{i % 7}", b"/p", partition=0)
+    machine = LevelDBMachine(kafka, tmp_path, str(tmp_path / "snapshots"))
+    machine.run(0, 150)  # and publishes a snapshot
+    machine.worker.close()
+    store = tmp_path / CLICKS.group / "partition-0"
+    _corrupt(store, how)
+    with pytest.raises(StorageCorruptError, match=rf"LevelDB at {store} is corrupt \("):
+        LevelDBStorage(store, CLICKS.table)
+    machine.worker = Worker()
+    with pytest.raises(StorageCorruptError):  # a plain lease does not delete it
+        machine.worker.lease(leveldb_store, store, CLICKS.table).__enter__()
+    summary, _ = machine.run(150, 200)  # as a restarted executor finds it
+    machine.worker.close()
+    assert summary.corrupt_stores == 1 and summary.store == "restored"  # type: ignore[attr-defined]
+    assert summary.processed == 50  # type: ignore[attr-defined]
+    with LevelDBStorage(store, CLICKS.table) as rebuilt:
+        assert {k: int(v) for k, v in rebuilt.items()} == table_of(kafka)
+    assert not list((tmp_path / CLICKS.group / ".trash").iterdir())
+
+
+def test_a_directory_with_foreign_files_is_refused_not_deleted(tmp_path: Path) -> None:
+    (tmp_path / "p").mkdir()
+    (tmp_path / "p" / "notes.txt").write_text("mine")
+    worker = Worker()
+    with pytest.raises(StorageError, match="not a LevelDB directory") as raised:
+        worker.lease(leveldb_store, tmp_path / "p", "t", discard_corrupt=True).__enter__()
+    worker.close()
+    assert not isinstance(raised.value, StorageCorruptError)
+    assert (tmp_path / "p" / "notes.txt").read_text() == "mine"
+
+
+def test_a_store_deleted_by_a_process_killed_midway_is_gone_whole(tmp_path: Path) -> None:
+    with LevelDBStorage(tmp_path / "p", "t") as storage:
+        fill(storage, 20_000)
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_WHILE_DELETING, str(tmp_path / "p")], cwd=ROOT, check=False
+    )
+    assert killed.returncode == -9
+    assert not (tmp_path / "p").exists()  # never half a store
+    (left,) = (tmp_path / ".trash").iterdir()
+    assert (left / "CURRENT").exists()  # the whole of it, set aside
+    with LevelDBStorage(tmp_path / "q", "t"):
+        pass
+    remove_store(tmp_path / "q")  # the next deletion also clears what the dead process left
+    assert not (tmp_path / "q").exists() and not list((tmp_path / ".trash").iterdir())
+
+
+KILLED_WHILE_DELETING = """
+import os, shutil, signal, sys
+from pathlib import Path
+from goka.worker import remove_store
+
+def rmtree(path, *args, **kwargs):
+    first = sorted(Path(path).iterdir())[0]
+    first.unlink()  # some of it is deleted, then the process dies
+    os.kill(os.getpid(), signal.SIGKILL)
+
+shutil.rmtree = rmtree
+remove_store(Path(sys.argv[1]))
+"""
