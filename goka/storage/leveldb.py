@@ -101,8 +101,8 @@ class LevelDBStorage:
             return plyvel.DB(str(self.path), create_if_missing=True, **self._options)
         except plyvel.CorruptionError as exc:
             raise StorageCorruptError(
-                f"LevelDB at {self.path} is corrupt ({_reason(exc)}); delete the directory to rebuild it "
-                "from the table topic"
+                f"LevelDB at {self.path} is corrupt ({_reason(exc)}); delete the directory to "
+                "rebuild it from the table topic"
             ) from exc
         except plyvel.IOError as exc:
             if "IO error: lock " in _reason(exc):
