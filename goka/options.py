@@ -8,7 +8,10 @@ classes; tests swap them for in-memory fakes or for ones that inject faults.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import os
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +19,7 @@ from typing import Any, Protocol
 
 from goka.codec import BytesCodec
 from goka.engine import ErrorPolicy
+from goka.errors import ConfigurationError
 from goka.graph import GroupGraph
 from goka.kafka.config import producer_config
 from goka.kafka.producer import Producer, ProducerBuilder, kafka_producer
@@ -25,7 +29,15 @@ from goka.storage.snapshots import SnapshotStore
 from goka.view import View
 from goka.worker import Worker, frozen
 
-__all__ = ["Builders", "Clients", "LookupTable", "TaskConfig", "leveldb_store", "lookup_view"]
+__all__ = [
+    "Builders",
+    "Clients",
+    "LookupTable",
+    "StopSignal",
+    "TaskConfig",
+    "leveldb_store",
+    "lookup_view",
+]
 
 
 class LookupTable(Protocol):
@@ -87,6 +99,10 @@ class TaskConfig:
         snapshots_kept: snapshots kept per partition.
         snapshot_options: fsspec storage options (credentials, endpoints).
         store_timeout: seconds to wait for a store another task or process holds.
+        epoch: seconds each task of a continuous processor runs (0: micro-batches).
+        commit_interval: seconds between the commits of a task in an epoch.
+        stop_url: a file (path or fsspec URL) whose existence asks the tasks of an epoch to
+            end early (see :class:`StopSignal`).
     """
 
     graph: GroupGraph
@@ -102,6 +118,9 @@ class TaskConfig:
     snapshots_kept: int = 3
     snapshot_options: dict[str, Any] = field(default_factory=dict)
     store_timeout: float = 120.0
+    epoch: float = 0.0
+    commit_interval: float = 0.1
+    stop_url: str | None = None
     builders: Builders = field(default_factory=Builders)
 
     @property
@@ -177,3 +196,56 @@ class Clients:
             view.wait_recovered(self.config.read_timeout)
             readers[table] = view.get_raw
         return readers
+
+
+class StopSignal:
+    """A run's request to stop: a file at a path or fsspec URL (shared by the executors, like
+    the checkpoint) that the driver creates and the tasks of an epoch look for, at most every
+    ``every`` seconds.
+
+    Raises:
+        ConfigurationError: the URL's protocol is unknown or its package is not installed.
+    """
+
+    def __init__(self, url: str, every: float = 0.2) -> None:
+        self.url, self.every = url, every
+        self._next = 0.0
+        self._set = False
+        if "://" in url and not url.startswith("file://"):
+            import fsspec.core  # only runs whose checkpoint is remote need it
+
+            try:
+                self._fs, self._path = fsspec.core.url_to_fs(url)
+            except (ImportError, ValueError) as exc:
+                raise ConfigurationError(f"cannot use {url!r} for the stop signal: {exc}") from exc
+        else:
+            self._fs, self._path = None, url.removeprefix("file://")
+
+    def __call__(self) -> bool:
+        """Whether the stop was asked for (checked at most every ``every`` seconds)."""
+        now = time.monotonic()
+        if not self._set and now >= self._next:
+            self._next = now + self.every
+            self._set = self._exists()
+        return self._set
+
+    def _exists(self) -> bool:
+        if self._fs is None:
+            return os.path.exists(self._path)
+        return bool(self._fs.exists(self._path))
+
+    def set(self) -> None:
+        """Ask the tasks to stop."""
+        if self._fs is None:
+            Path(self._path).parent.mkdir(parents=True, exist_ok=True)
+            Path(self._path).touch()
+        else:
+            self._fs.pipe(self._path, b"stop")
+
+    def clear(self) -> None:
+        """Withdraw the request (a new run starts)."""
+        with contextlib.suppress(FileNotFoundError):
+            if self._fs is None:
+                os.unlink(self._path)
+            elif self._fs.exists(self._path):
+                self._fs.rm(self._path)

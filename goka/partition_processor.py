@@ -13,10 +13,19 @@
    and check every delivery;
 5. only then commit the state changes, the batch's end offsets and the group table's end offset
    in one write;
-6. at most every ``snapshot_interval`` seconds, stage a snapshot of the stores (a hard-link
+6. tell Kafka the group's new offsets (asynchronously: lag tools, and where epochs start);
+7. at most every ``snapshot_interval`` seconds, stage a snapshot of the stores (a hard-link
    copy) for the worker to upload in the background.
 
-State is exactly-once; outputs are at-least-once (a crash between 4 and 5 repeats them). Every
+In continuous mode a task runs an *epoch* instead (:meth:`PartitionProcessor.process_epoch`):
+after step 1 it follows its inputs and joined tables from the stores' offsets for ``epoch``
+seconds, runs the engine on each group of records as they arrive (joined tables' records are
+applied in time order between them), produces at once, and every ``commit_interval`` does
+steps 4 to 6 for what it processed since (changes not committed yet are read through an
+overlay on the store); then step 7.
+
+State is exactly-once; outputs are at-least-once (a crash between 4 and 5 repeats them: in an
+epoch, at most one commit interval's). Every
 collaborator comes from :class:`goka.options.Builders`, so tests run this without Spark or a
 broker, and crash tests inject faults through them.
 """
@@ -38,7 +47,14 @@ from goka.engine import BatchResult, Engine, Message
 from goka.errors import DeliveryError
 from goka.kafka.producer import ProduceError, Producer
 from goka.options import Clients, TaskConfig
-from goka.partition_table import SRC_OFFSET, SRC_PARTITION, SRC_TOPIC, Recovery, StoreRecovery
+from goka.partition_table import (
+    CHUNK,
+    SRC_OFFSET,
+    SRC_PARTITION,
+    SRC_TOPIC,
+    Recovery,
+    StoreRecovery,
+)
 from goka.storage import Storage, WriteBatch
 from goka.storage.snapshots import Manifest, StoreState, remove_abandoned, stage
 from goka.worker import Lease, Worker
@@ -46,6 +62,9 @@ from goka.worker import Lease, Worker
 __all__ = ["Counts", "PartitionProcessor", "PartitionSummary"]
 
 log = logging.getLogger(__name__)
+
+#: How long an epoch waits for records before it checks the clock and the stop signal.
+_POLL_SECONDS = 0.05
 
 
 @dataclass(kw_only=True)
@@ -57,6 +76,7 @@ class Counts:
         table_records: records read from table topics to make stores current.
         restored_bytes, restore_seconds: snapshot files fetched to restore stores.
         corrupt_stores: stores found corrupt on disk, deleted and rebuilt.
+        commits: state commits (one per micro-batch; one per commit interval in an epoch).
     """
 
     processed: int = 0
@@ -70,6 +90,7 @@ class Counts:
     restored_bytes: int = 0
     restore_seconds: float = 0.0
     corrupt_stores: int = 0
+    commits: int = 0
 
     def add(self, other: Counts) -> None:
         """Add ``other``'s counts to these."""
@@ -148,10 +169,54 @@ class PartitionProcessor:
                 stores["partition"].storage, result, {t: ranges[t][1] for t in inputs}, table_end
             )
             summary.ends = json.dumps({t: ranges[t][1] for t in inputs})
+            summary.commits = 1
+            self._commit_to_group({t: ranges[t][1] for t in ranges})
             self._maybe_snapshot(stores, summary)
         summary.uploads = json.dumps([asdict(r) for r in self.worker.reports()])
         summary.seconds = time.monotonic() - started
         return summary
+
+    def process_epoch(
+        self,
+        starts: Mapping[str, int],
+        seconds: float,
+        stop: Callable[[], bool] = lambda: False,
+    ) -> PartitionSummary:
+        """Process this partition continuously for ``seconds`` (an epoch; see the module
+        docstring), from ``starts`` ``{topic: offset}`` of the inputs and joined tables, or from
+        where the stores are if they are ahead; end early once ``stop()`` is true.
+
+        Raises:
+            ProcessingError: a message failed under the ``fail`` policy.
+            DeliveryError: an output was refused or not acknowledged (what was committed
+                before stays; the rest is processed again by the next epoch).
+            StorageError, BrokerError: a store or the broker failed (likewise).
+        """
+        started = time.monotonic()
+        summary = PartitionSummary(self.partition)
+        inputs = [t for t in self.graph.input_topics() if t in starts]
+        with ExitStack() as stack:
+            stores = {"partition": stack.enter_context(self._lease("partition", self.graph.table))}
+            for table in self.graph.joins:
+                stores[f"join-{table}"] = stack.enter_context(self._lease(f"join-{table}", table))
+            positions = self._recover(stores["partition"], {t: starts[t] for t in inputs}, summary)
+            for table in self.graph.joins:
+                lease = stores[f"join-{table}"]
+                recovery = self._recovery(lease, f"join-{table}", table)
+                summary.count(recovery.recover({table: starts[table]}, end=starts[table]), lease)
+                positions.update(recovery.positions({table: starts[table]}))
+            _Epoch(self, stores, positions, summary).run(started + seconds, stop)
+            summary.ends = json.dumps({t: positions[t] for t in inputs})
+            self._maybe_snapshot(stores, summary)
+        summary.uploads = json.dumps([asdict(r) for r in self.worker.reports()])
+        summary.seconds = time.monotonic() - started
+        return summary
+
+    def _commit_to_group(self, positions: Mapping[str, int]) -> None:
+        """Tell Kafka how far the group got (asynchronously): for lag tools, and for epochs,
+        which start from there."""
+        note = json.dumps({"time": round(time.time(), 3)})
+        self.clients.reader().commit(self.graph.group, self.partition, positions, note)
 
     # -- stores --------------------------------------------------------------------------------
     def _lease(self, name: str, table: str) -> Any:
@@ -239,7 +304,7 @@ class PartitionProcessor:
     def _read(self, ranges: Mapping[str, tuple[int, int]]) -> dict[str, list[Message]]:
         messages: dict[str, list[Message]] = {}
         for rows in self.clients.reader().read(
-            self.partition, ranges, self.config.read_timeout, 50_000
+            self.partition, ranges, self.config.read_timeout, CHUNK
         ):
             for row in rows:
                 messages.setdefault(row[0], []).append(row)
@@ -261,9 +326,7 @@ class PartitionProcessor:
             self.graph, self.partition, store=stores["partition"].storage.get,
             tables={**tables, **self.clients.lookups()}, on_error=self.config.on_error,
         )  # fmt: skip
-        result = engine.process(ordered)
-        summary.processed, summary.failed = result.processed, len(result.failed)
-        return result
+        return engine.process(ordered)
 
     # -- output --------------------------------------------------------------------------------
     def _produce(self, result: BatchResult, summary: PartitionSummary) -> int | None:
@@ -275,37 +338,164 @@ class PartitionProcessor:
         Raises:
             DeliveryError: a message was refused, failed, or not acknowledged in time.
         """
-        producer = self.clients.producer()
-        failures: list[str] = []
-        table_end: list[int] = []
+        output = _Output(self.clients.producer(), self.partition, self.config)
+        output.send(result, summary)
+        return output.flush()
 
-        def on_delivery(error: Any, message: Any) -> None:
-            if error is not None:
-                failures.append(f"{message.topic()}: {error.str()}")
 
-        def on_last_table_update(error: Any, message: Any) -> None:
-            on_delivery(error, message)
-            if error is None:  # one partition, in order: the last one ends the batch's updates
-                table_end.append(message.offset() + 1)
+class _Epoch:
+    """The loop of one partition in an epoch: follow the inputs and joined tables, process
+    records as they arrive, produce at once, commit every ``commit_interval``."""
 
-        counts = _send_effects(producer, result, self.partition, on_delivery, on_last_table_update)
-        summary.table_updates, summary.emits, summary.loopbacks = counts
-        summary.errors = json.dumps([str(error) for error, _ in result.failed[:20]])
+    def __init__(
+        self,
+        processor: PartitionProcessor,
+        stores: Mapping[str, Lease],
+        positions: dict[str, int],
+        summary: PartitionSummary,
+    ) -> None:
+        self.processor, self.config, self.graph = processor, processor.config, processor.graph
+        self.partition, self.clients = processor.partition, processor.clients
+        self.stores, self.positions, self.summary = stores, positions, summary
+        self.store = stores["partition"].storage
+        self.inputs = [t for t in self.graph.input_topics() if t in positions]
+        self.joins = {t: stores[f"join-{t}"].storage for t in self.graph.joins}
+        self.pending: dict[str, bytes | None] = {}  # state changes not committed yet
+        get, pending = self.store.get, self.pending
+
+        def read(key: str) -> bytes | None:
+            return pending[key] if key in pending else get(key)
+
+        self.engine = Engine(
+            self.graph, self.partition, store=read,
+            tables={**{t: s.get for t, s in self.joins.items()}, **self.clients.lookups()},
+            on_error=self.config.on_error,
+        )  # fmt: skip
+        self.output = _Output(self.clients.producer(), self.partition, self.config)
+        self.committed = dict(positions)
+
+    def run(self, until: float, stop: Callable[[], bool]) -> None:
+        """Process until the monotonic time ``until`` or ``stop()``; commit at the end."""
+        interval = self.config.commit_interval
+        tail = self.clients.reader().tail(self.partition, self.positions)
+        next_commit = time.monotonic() + interval
+        try:
+            while True:
+                now = time.monotonic()
+                if now >= until or stop():
+                    break
+                wait = max(0.0, min(_POLL_SECONDS, until - now, next_commit - now))
+                rows = tail.poll(CHUNK, wait)
+                if rows:
+                    self._apply(rows)
+                if time.monotonic() >= next_commit:
+                    self._commit()
+                    next_commit = time.monotonic() + interval
+        finally:
+            tail.close()
+        self._commit()
+
+    def _apply(self, rows: list[Message]) -> None:
+        by_topic: dict[str, list[Message]] = {}
+        for row in rows:
+            by_topic.setdefault(row[0], []).append(row)
+        for topic, found in by_topic.items():
+            self.positions[topic] = found[-1][1] + 1
+        if len(by_topic) > 1:  # records of several topics: in time order, each topic in order
+            rows = list(heapq.merge(*by_topic.values(), key=lambda m: m[4]))
+        if not self.joins:
+            self._process(rows)
+            return
+        run: list[Message] = []
+        for row in rows:  # a join sees the table updates that precede an input record in time
+            if run and (row[0] in self.joins) != (run[0][0] in self.joins):
+                self._join(run) if run[0][0] in self.joins else self._process(run)
+                run = []
+            run.append(row)
+        self._join(run) if run[0][0] in self.joins else self._process(run)
+
+    def _process(self, messages: list[Message]) -> None:
+        result = self.engine.process(messages)
+        self.output.send(result, self.summary)
+        self.pending.update(result.changes())
+
+    def _join(self, records: list[Message]) -> None:
+        batch = WriteBatch(values={r[2].decode(): r[3] for r in records if r[2] is not None})
+        batch.set_offset(records[0][0], self.partition, records[-1][1] + 1)
+        self.joins[records[0][0]].write(batch)
+        self.summary.table_records += len(records)
+
+    def _commit(self) -> None:
+        """Wait for every output so far, then write the state changes with the offsets."""
+        if self.positions == self.committed and not self.pending:
+            return
+        table_end = self.output.flush()
+        batch = WriteBatch(values=dict(self.pending))
+        for topic in self.inputs:
+            batch.set_offset(topic, self.partition, self.positions[topic])
+        if table_end is not None:
+            batch.set_offset(self.graph.table, self.partition, table_end)
+        self.store.write(batch)
+        self.pending.clear()
+        self.committed = dict(self.positions)
+        self.summary.commits += 1
+        self.processor._commit_to_group(self.committed)
+
+
+class _Output:
+    """Produces a partition's effects and dead letters and checks that each was delivered."""
+
+    def __init__(self, producer: Producer, partition: int, config: TaskConfig) -> None:
+        self.producer, self.partition, self.config = producer, partition, config
+        self.failures: list[str] = []
+        self.table_end: int | None = None
+        self.errors: list[str] = []
+
+    def _on_delivery(self, error: Any, message: Any) -> None:
+        if error is not None:
+            self.failures.append(f"{message.topic()}: {error.str()}")
+
+    def _on_last_table_update(self, error: Any, message: Any) -> None:
+        self._on_delivery(error, message)
+        if error is None:  # one partition, in order: the last one ends the batch's updates
+            self.table_end = message.offset() + 1
+
+    def send(self, result: BatchResult, summary: PartitionSummary) -> None:
+        """Produce ``result``'s effects (and its dead letters) and count them in ``summary``."""
+        counts = _send_effects(
+            self.producer, result, self.partition, self._on_delivery, self._on_last_table_update
+        )
+        summary.table_updates += counts[0]
+        summary.emits += counts[1]
+        summary.loopbacks += counts[2]
+        summary.processed += result.processed
+        summary.failed += len(result.failed)
+        self.errors += [str(error) for error, _ in result.failed[: 20 - len(self.errors)]]
+        summary.errors = json.dumps(self.errors)
         for error, _ in result.failed:
             log.warning("%s: %s", self.config.on_error, error)
         if self.config.on_error == "dead_letter":
-            summary.dead_letters = _send_dead_letters(
-                producer, result, self.partition, self.config.dlq_topic, on_delivery
+            summary.dead_letters += _send_dead_letters(
+                self.producer, result, self.partition, self.config.dlq_topic, self._on_delivery
             )
-        remaining = producer.flush(self.config.flush_timeout)
-        if remaining or failures:
+
+    def flush(self) -> int | None:
+        """Wait for every delivery; return the group table's end after the last table update
+        (None: no update yet).
+
+        Raises:
+            DeliveryError: a message was refused, failed, or not acknowledged in time.
+        """
+        remaining = self.producer.flush(self.config.flush_timeout)
+        if remaining or self.failures:
             raise DeliveryError(
-                self.graph.table,
+                self.config.graph.table,
                 None,
                 f"partition {self.partition}: {remaining} messages unacknowledged after "
-                f"{self.config.flush_timeout:g}s, {len(failures)} failed: {failures[:3]}",
+                f"{self.config.flush_timeout:g}s, {len(self.failures)} failed: "
+                f"{self.failures[:3]}",
             )
-        return table_end[-1] if table_end else None
+        return self.table_end
 
 
 def _send_effects(

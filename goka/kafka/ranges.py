@@ -17,7 +17,7 @@ from goka.errors import BrokerError, TopicError
 from goka.kafka.admin import topic_partitions
 from goka.kafka.config import Brokers, consumer_config
 
-__all__ = ["EndOffsets", "RangeReader", "RecordReader", "Row"]
+__all__ = ["EndOffsets", "KafkaTail", "RangeReader", "RecordReader", "Row", "Tail"]
 
 TP = tuple[str, int]
 #: ``(topic, offset, key, value, timestamp_ms, headers)``.
@@ -128,8 +128,36 @@ class RecordReader(Protocol):
         """Return the first offset and the high watermark (next offset to be written)."""
         ...
 
+    def tail(self, partition: int, starts: Mapping[str, int]) -> Tail:
+        """Follow ``partition`` of each topic from its start offset, as records arrive."""
+        ...
+
+    def commit(self, group: str, partition: int, offsets: Mapping[str, int], note: str) -> None:
+        """Record, asynchronously, the next offset of ``partition`` of each topic that
+        ``group`` has processed (Kafka's committed offsets), with ``note`` as metadata."""
+        ...
+
+    def committed(
+        self, group: str, partition: int, topics: list[str]
+    ) -> dict[str, tuple[int, str]]:
+        """The committed ``{topic: (offset, note)}`` of ``group`` (topics without one left out)."""
+        ...
+
     def close(self) -> None:
         """Release the reader's connections. Idempotent."""
+        ...
+
+
+class Tail(Protocol):
+    """Records of one partition number as they arrive (see :meth:`RecordReader.tail`)."""
+
+    def poll(self, max_rows: int, timeout: float) -> list[Row]:
+        """Return the records that arrived, at most ``max_rows``; wait up to ``timeout`` seconds
+        for the first one (return as soon as there is one)."""
+        ...
+
+    def close(self) -> None:
+        """Stop following."""
         ...
 
 
@@ -144,6 +172,7 @@ class RangeReader:
             {**consumer_config(brokers, kafka_config), **_FAST_FETCH}
         )
         self._ends: EndOffsets | None = None
+        self._groups: dict[str, confluent_kafka.Consumer] = {}
         self._closed = False
 
     def watermarks(self, topic: str, partition: int) -> tuple[int, int]:
@@ -162,9 +191,49 @@ class RangeReader:
         if self._closed:
             return
         self._closed = True
-        self._consumer.close()
+        for consumer in [self._consumer, *self._groups.values()]:
+            consumer.close()
         if self._ends is not None:
             self._ends.close()
+
+    def tail(self, partition: int, starts: Mapping[str, int]) -> KafkaTail:
+        """Follow ``partition`` of each topic from ``starts`` (uses this reader's consumer:
+        close the tail before reading ranges again)."""
+        self._consumer.assign(
+            [confluent_kafka.TopicPartition(t, partition, o) for t, o in starts.items()]
+        )
+        return KafkaTail(self._consumer)
+
+    def _group(self, group: str) -> confluent_kafka.Consumer:
+        if group not in self._groups:
+            config = consumer_config(self._brokers, self._kafka_config)
+            config.update({"group.id": group, "enable.auto.commit": False})
+            self._groups[group] = confluent_kafka.Consumer(config)
+        return self._groups[group]
+
+    def commit(self, group: str, partition: int, offsets: Mapping[str, int], note: str) -> None:
+        """Commit asynchronously as ``group`` (without joining it: no rebalance, as the
+        processor's tasks own their partitions). A failure is logged by librdkafka; the next
+        commit carries the newer offsets anyway."""
+        self._group(group).commit(
+            offsets=[confluent_kafka.TopicPartition(t, partition, o, metadata=note)
+                     for t, o in offsets.items()],
+            asynchronous=True,
+        )  # fmt: skip
+
+    def committed(
+        self, group: str, partition: int, topics: list[str]
+    ) -> dict[str, tuple[int, str]]:
+        """Raises: BrokerError: the group coordinator did not answer."""
+        try:
+            found = self._group(group).committed(
+                [confluent_kafka.TopicPartition(t, partition) for t in topics], timeout=30
+            )
+        except confluent_kafka.KafkaException as exc:
+            raise BrokerError(
+                f"cannot read the committed offsets of group {group!r}: {exc}"
+            ) from exc
+        return {tp.topic: (tp.offset, tp.metadata or "") for tp in found if tp.offset >= 0}
 
     def read(
         self, partition: int, ranges: Mapping[str, tuple[int, int]], timeout: float, chunk: int
@@ -221,3 +290,39 @@ class RangeReader:
             if offset + 1 >= end:
                 del todo[topic]
         return rows
+
+
+class KafkaTail:
+    """A :class:`Tail` over an assigned consumer: ``consume`` would wait for ``max_rows``
+    records, so it takes what is there without waiting, and waits for one record only when
+    there was none."""
+
+    def __init__(self, consumer: confluent_kafka.Consumer) -> None:
+        self._consumer = consumer
+
+    def poll(self, max_rows: int, timeout: float) -> list[Row]:
+        """Raises: BrokerError: the broker reported an error for a followed partition."""
+        messages = self._consumer.consume(max_rows, 0)
+        if not messages:
+            first = self._consumer.poll(timeout)
+            if first is None:
+                return []
+            messages = (
+                [first, *self._consumer.consume(max_rows - 1, 0)] if max_rows > 1 else [first]
+            )
+        rows: list[Row] = []
+        append = rows.append
+        for msg in messages:
+            error = msg.error()
+            if error is not None:
+                if error.code() != _EOF:
+                    raise BrokerError(f"reading {msg.topic()!r}: {error.str()}")
+                continue
+            row = (msg.topic(), msg.offset(), msg.key(), msg.value(), msg.timestamp()[1],
+                   msg.headers())  # fmt: skip
+            append(row)  # type: ignore[arg-type]  # topic and offset are set on records
+        return rows
+
+    def close(self) -> None:
+        """Stop following (the consumer stays open for its reader)."""
+        self._consumer.unassign()

@@ -3,7 +3,7 @@ records and appends, a reader over the lists. Builders are bound methods (tests 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +27,8 @@ class FakeKafka:
     events: list[str] = field(default_factory=list)
     fail_deliveries_to: set[str] = field(default_factory=set)
     unacknowledged: bool = False  # flush() leaves messages queued (a broker that does not answer)
+    committed: dict[tuple[str, str, int], tuple[int, str]] = field(default_factory=dict)
+    on_poll: list[Callable[[], object]] = field(default_factory=list)
 
     def topic(self, name: str) -> list[list[Row]]:
         return self.topics.setdefault(name, [[] for _ in range(self.partitions)])
@@ -119,5 +121,41 @@ class ListReader:
     def watermarks(self, topic: str, partition: int) -> tuple[int, int]:
         return 0, self.kafka.end(topic, partition)
 
+    def tail(self, partition: int, starts: Mapping[str, int]) -> ListTail:
+        return ListTail(self.kafka, partition, dict(starts))
+
+    def commit(self, group: str, partition: int, offsets: Mapping[str, int], note: str) -> None:
+        for topic, offset in offsets.items():
+            self.kafka.committed[(group, topic, partition)] = (offset, note)
+
+    def committed(
+        self, group: str, partition: int, topics: list[str]
+    ) -> dict[str, tuple[int, str]]:
+        found = {t: self.kafka.committed.get((group, t, partition)) for t in topics}
+        return {t: c for t, c in found.items() if c is not None}
+
     def close(self) -> None:
         self.closed = True
+
+
+@dataclass
+class ListTail:
+    """Follows the fake topics; ``on_poll`` runs before each poll (tests append records or
+    ask the processor to stop there)."""
+
+    kafka: FakeKafka
+    partition: int
+    positions: dict[str, int]
+
+    def poll(self, max_rows: int, timeout: float) -> list[Row]:
+        for hook in list(self.kafka.on_poll):
+            hook()
+        rows: list[Row] = []
+        for topic, start in self.positions.items():
+            found = self.kafka.rows(topic, self.partition)[start : start + max_rows - len(rows)]
+            rows += found
+            self.positions[topic] = start + len(found)
+        return rows
+
+    def close(self) -> None:
+        self.kafka.events.append("tail closed")

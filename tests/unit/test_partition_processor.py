@@ -96,11 +96,6 @@ class Machine:
 
 
 @pytest.fixture
-def kafka() -> FakeKafka:
-    return FakeKafka(partitions=2)
-
-
-@pytest.fixture
 def url() -> Iterator[str]:
     location = f"memory://snapshots-{next(_urls)}"
     yield location
