@@ -74,7 +74,10 @@ def _processor_run(args: argparse.Namespace) -> int:
         master=args.master,
         state_dir=args.state_dir,
         checkpoint_dir=args.checkpoint_dir,
+        mode=args.mode,
         trigger=args.trigger,
+        epoch=args.epoch,
+        commit_interval=args.commit_interval,
         on_error=args.on_error,
         max_offsets_per_trigger=args.max_offsets_per_trigger,
         starting_offsets=args.starting_offsets,
@@ -134,7 +137,24 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--master", help="Spark master (local[2], spark://host:7077; default local)")
     run.add_argument("--state-dir", help="partition stores (default: ./goka-state/<group>)")
     run.add_argument("--checkpoint-dir", help="Spark checkpoint (default: <state-dir>/checkpoint)")
+    run.add_argument(
+        "--mode",
+        default="micro-batch",
+        choices=["micro-batch", "continuous", "available-now"],
+        help="micro-batch (default): a batch every --trigger; continuous: epochs in which "
+        "tasks process records as they arrive (milliseconds of latency); available-now: "
+        "what is there, then exit",
+    )
     run.add_argument("--trigger", default="1 second", help="micro-batch interval")
+    run.add_argument(
+        "--epoch", type=float, default=30.0, help="seconds per epoch in continuous mode"
+    )
+    run.add_argument(
+        "--commit-interval",
+        type=float,
+        default=0.1,
+        help="seconds between commits in continuous mode (default 0.1)",
+    )
     run.add_argument("--on-error", default="fail", choices=["fail", "skip", "dead_letter"])
     run.add_argument("--max-offsets-per-trigger", type=int)
     run.add_argument("--starting-offsets", default="earliest")

@@ -120,6 +120,14 @@ class ProcessorMetrics:
                     done = end.get(topic, {}).get(partition, offset)
                     self._f["lag"].labels(self.group, topic, partition).set(max(0, offset - done))
 
+    def partition_lag(self, partitions: list[dict[str, Any]]) -> None:
+        """Set the lag per input partition from :meth:`Processor.partition_status`."""
+        for part in partitions:
+            if part["lag"] is not None:
+                self._f["lag"].labels(self.group, part["topic"], part["partition"]).set(
+                    max(0, part["lag"])
+                )
+
 
 def _offsets(value: Any) -> dict[str, dict[str, int]]:
     if isinstance(value, str):

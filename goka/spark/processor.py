@@ -22,14 +22,18 @@ from goka.engine import POLICIES, ErrorPolicy
 from goka.errors import ConfigurationError, GokaError
 from goka.graph import GroupGraph
 from goka.kafka.config import Brokers, bootstrap_servers
-from goka.options import Builders, TaskConfig
+from goka.kafka.ranges import EndOffsets, RangeReader
+from goka.options import Builders, StopSignal, TaskConfig
 from goka.partition_processor import Counts, PartitionSummary
 from goka.spark.metrics import ProcessorMetrics
 from goka.spark.source import GokaKafkaSource
 from goka.spark.task import SUMMARY_DDL, PartitionTask
 from goka.topic_manager import TopicManager, TopicManagerConfig
 
-__all__ = ["BatchSummary", "Processor", "ProcessorFailed"]
+__all__ = ["MODES", "BatchSummary", "Processor", "ProcessorFailed"]
+
+#: How a processor runs (see :class:`Processor`).
+MODES = ("micro-batch", "continuous", "available-now")
 
 log = logging.getLogger(__name__)
 _GOKA_ERROR = re.compile(r"goka\.errors\.(\w+): (.*)")
@@ -108,7 +112,16 @@ class Processor:
         checkpoint_dir: Spark's checkpoint (shared storage on a cluster).
         state_dir: where tasks keep partition stores, ``<state_dir>/<group>/partition-N``; a
             relative path is taken in each executor's working directory (its local disk).
-        trigger: ``"1 second"`` (processing time) or ``"available-now"``.
+        mode: ``micro-batch`` (default): each micro-batch processes the records that arrived
+            since the previous one, every ``trigger``; ``continuous``: each micro-batch is an
+            *epoch* of ``epoch`` seconds in which every task processes its partition as
+            records arrive and commits every ``commit_interval`` (latency in milliseconds
+            instead of about a second); ``available-now``: what is there, then stop.
+        trigger: the micro-batch interval, ``"1 second"`` (``"available-now"``: as the mode).
+        epoch: seconds of each epoch in continuous mode (between them, Spark plans the next
+            one: a pause of a few hundred milliseconds).
+        commit_interval: seconds between a task's commits in continuous mode (a crash repeats
+            at most this much of the outputs).
         on_error: ``fail`` (default), ``skip`` or ``dead_letter`` (to ``<group>-dlq``).
         max_offsets_per_trigger: most input records per micro-batch.
         starting_offsets: ``earliest`` (default), ``latest`` or JSON, for a new checkpoint.
@@ -138,7 +151,10 @@ class Processor:
         master: str | None = None,
         checkpoint_dir: str | Path | None = None,
         state_dir: str | Path | None = None,
+        mode: str = "micro-batch",
         trigger: str = "1 second",
+        epoch: float = 30.0,
+        commit_interval: float = 0.1,
         on_error: ErrorPolicy = "fail",
         max_offsets_per_trigger: int | None = None,
         starting_offsets: str = "earliest",
@@ -155,6 +171,15 @@ class Processor:
             raise ConfigurationError(f"on_error must be one of {POLICIES}, got {on_error!r}")
         if max_offsets_per_trigger is not None and max_offsets_per_trigger < 1:
             raise ConfigurationError("max_offsets_per_trigger must be at least 1")
+        if trigger == "available-now":
+            mode = "available-now"
+        if mode not in MODES:
+            raise ConfigurationError(f"mode must be one of {MODES}, got {mode!r}")
+        if not 0 < commit_interval < epoch:
+            raise ConfigurationError(
+                f"need 0 < commit_interval < epoch, got commit_interval={commit_interval}, "
+                f"epoch={epoch}"
+            )
         if snapshot_interval < 0:
             raise ConfigurationError(f"snapshot_interval must be >= 0, got {snapshot_interval}")
         found = brokers or os.environ.get("GOKA_BROKERS")
@@ -168,7 +193,8 @@ class Processor:
         self.checkpoint_dir = str(
             checkpoint_dir or (self.state_dir / graph.group / "checkpoint").resolve()
         )
-        self.trigger = trigger
+        self.mode, self.trigger = mode, trigger
+        self.epoch, self.commit_interval = epoch, commit_interval
         self.on_error = on_error
         self.max_offsets_per_trigger = max_offsets_per_trigger
         self.starting_offsets = starting_offsets
@@ -188,6 +214,11 @@ class Processor:
         self._master = master
         self._query: StreamingQuery | None = None
         self._stopping = threading.Event()
+        self._epoch_ended = threading.Event()
+        self._continuous = False  # the running query is continuous
+        self._stop_signal = StopSignal(f"{self.checkpoint_dir.rstrip('/')}/goka-stop")
+        self._partitions = 0
+        self._seen: dict[tuple[str, int], tuple[int, float]] = {}  # offset, when first seen
         self._lock = threading.Lock()
         self.batches: list[BatchSummary] = []
         self.metrics = ProcessorMetrics(graph.group)
@@ -216,7 +247,8 @@ class Processor:
             raise ConfigurationError(
                 f"group {graph.group!r}: output/lookup topics do not exist: {missing}"
             )
-        return manager.ensure_copartitioned(graph.copartitioned_topics())
+        self._partitions = manager.ensure_copartitioned(graph.copartitioned_topics())
+        return self._partitions
 
     def spark(self) -> SparkSession:
         """The session (built on first use)."""
@@ -226,6 +258,8 @@ class Processor:
 
     def _start(self, available_now: bool) -> StreamingQuery:
         self.prepare_topics()
+        continuous = self.mode == "continuous" and not available_now
+        self._stop_signal.clear()
         spark = self.spark()
         spark.dataSource.register(GokaKafkaSource)
         reader = (
@@ -239,31 +273,38 @@ class Processor:
             reader = reader.option("maxOffsetsPerTrigger", str(self.max_offsets_per_trigger))
         for key, value in self.kafka_config.items():
             reader = reader.option(f"kafka.{key}", str(value))
-        stream = reader.load().mapInArrow(PartitionTask(self.task_config()), SUMMARY_DDL)
+        if continuous:
+            reader = reader.option("epochs", self.graph.group)
+        task = PartitionTask(self.task_config(continuous=continuous))
+        stream = reader.load().mapInArrow(task, SUMMARY_DDL)
         writer = (
             stream.writeStream.foreachBatch(self._on_batch)
             .option("checkpointLocation", self.checkpoint_dir)
             .queryName(f"goka-{self.graph.group}")
         )
-        writer = (
-            writer.trigger(availableNow=True)
-            if available_now
-            else writer.trigger(processingTime=self.trigger)
-        )
+        if available_now:
+            writer = writer.trigger(availableNow=True)
+        else:  # epochs follow each other at once
+            writer = writer.trigger(processingTime="0 seconds" if continuous else self.trigger)
         query = writer.start()
         with self._lock:
-            self._query = query
+            self._query, self._continuous = query, continuous
         if self._stopping.is_set():
             query.stop()
         return query
 
-    def task_config(self) -> TaskConfig:
-        """What the tasks of this processor are given."""
+    def task_config(self, *, continuous: bool = False) -> TaskConfig:
+        """What the tasks of this processor are given (for epochs if ``continuous``)."""
+        producer_config = self.producer_config
+        if continuous:  # outputs leave at once, not in 10 ms batches
+            producer_config = {"linger.ms": 1, **producer_config}
         return TaskConfig(
             self.graph, self.brokers, str(self.state_dir), self.on_error, self.kafka_config,
-            self.producer_config, snapshot_url=self.snapshot_dir,
+            producer_config, snapshot_url=self.snapshot_dir,
             snapshot_interval=self.snapshot_interval, snapshots_kept=self.snapshots_kept,
             snapshot_options=self.snapshot_options, builders=self.builders,
+            epoch=self.epoch if continuous else 0.0, commit_interval=self.commit_interval,
+            stop_url=self._stop_signal.url if continuous else None,
         )  # fmt: skip
 
     def _on_batch(self, frame: DataFrame, batch_id: int) -> None:
@@ -273,20 +314,24 @@ class Processor:
         self.metrics.batch(summary, self.on_error)
         with self._lock:
             progress = self._query.lastProgress if self._query is not None else None
-        if progress:
+        if self._continuous:  # Spark's offsets lag an epoch behind: take the group's commits
+            self.metrics.partition_lag(self.partition_status())
+        elif progress:
             self.metrics.lag(progress)
+        self._epoch_ended.set()
         log.info("group %s %s", self.graph.group, summary.describe())
 
     # -- running ---------------------------------------------------------------------------------
     def run(self, timeout: float | None = None) -> None:
-        """Process until :meth:`stop` (or ``timeout`` seconds). Blocks.
+        """Process until :meth:`stop` (or ``timeout`` seconds), in the processor's mode.
+        Blocks.
 
         Raises:
             ProcessingError: a message failed under the ``fail`` policy (names group, topic,
                 partition, offset, key and cause).
             ProcessorFailed: the query stopped with another error.
         """
-        self._wait(self._start(available_now=self.trigger == "available-now"), timeout)
+        self._wait(self._start(available_now=self.mode == "available-now"), timeout)
 
     def run_until_caught_up(self, timeout: float | None = None) -> list[BatchSummary]:
         """Process everything present when called, then stop (Trigger.AvailableNow).
@@ -316,14 +361,26 @@ class Processor:
             with self._lock:
                 self._query = None
 
-    def stop(self) -> None:
-        """Stop the query after the current micro-batch. Idempotent; safe from signal handlers
-        (it only sets a flag and asks Spark to stop on another thread)."""
+    def stop(self, grace: float = 10.0) -> None:
+        """Stop the query after the current micro-batch; in continuous mode, its tasks end
+        the epoch within about ``StopSignal.every`` plus a commit, and the query is stopped
+        once it ended (or after ``grace`` seconds: a task still running is then cancelled,
+        which loses nothing committed). Idempotent; safe from signal handlers (the work is
+        done on another thread)."""
         self._stopping.set()
         with self._lock:
-            query = self._query
-        if query is not None:
-            threading.Thread(target=query.stop, name="goka-processor-stop", daemon=True).start()
+            query, continuous = self._query, self._continuous
+        if query is None:
+            return
+
+        def stop() -> None:
+            if continuous:
+                self._epoch_ended.clear()
+                self._stop_signal.set()
+                self._epoch_ended.wait(grace)
+            query.stop()
+
+        threading.Thread(target=stop, name="goka-processor-stop", daemon=True).start()
 
     def status(self) -> dict[str, Any]:
         """The query's status and last progress, and goka's batch counts."""
@@ -336,7 +393,44 @@ class Processor:
             "progress": query.lastProgress if query is not None else None,
             "batches": len(self.batches),
             "processed": sum(b.processed for b in self.batches),
+            "partitions": self.partition_status() if self._partitions else [],
         }
+
+    def partition_status(self) -> list[dict[str, Any]]:
+        """Per partition and input topic: the group's committed offset, the lag behind the
+        partition's end and when the offset was committed (unix seconds; None: never). The
+        time is the commit's own (its metadata) where the broker keeps commit metadata, else
+        when this processor first saw the offset (the embedded broker drops metadata)."""
+        topics = self.graph.input_topics()
+        reader, ends = (
+            RangeReader(self.brokers, self.kafka_config),
+            EndOffsets(self.brokers, self.kafka_config),
+        )
+        try:
+            high = ends.high([(t, p) for t in topics for p in range(self._partitions)])
+            found = []
+            for p in range(self._partitions):
+                committed = reader.committed(self.graph.group, p, topics)
+                for topic in topics:
+                    offset, note = committed.get(topic, (None, ""))
+                    lag = high[(topic, p)] - offset if offset is not None else None
+                    seen = self._seen.get((topic, p))
+                    if offset is not None and (seen is None or seen[0] != offset):
+                        self._seen[(topic, p)] = seen = (offset, time.time())
+                    at = _commit_time(note) or (seen[1] if offset is not None and seen else None)
+                    found.append({"topic": topic, "partition": p, "offset": offset,
+                                  "lag": lag, "committed_at": at})  # fmt: skip
+            return found
+        finally:
+            reader.close()
+            ends.close()
+
+
+def _commit_time(note: str) -> float | None:
+    try:
+        return float(json.loads(note)["time"])
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 def _translate(exc: StreamingQueryException) -> GokaError:

@@ -16,6 +16,13 @@ Options:
         DataFrame that reads the records itself in the same task (the processor does: it saves
         moving every record from a Python worker through the JVM to another Python worker).
     kafka.<setting>: librdkafka settings, e.g. ``kafka.security.protocol``.
+    epochs: a consumer group: plan *epochs* instead of ranges (continuous processing, see
+        :meth:`goka.partition_processor.PartitionProcessor.process_epoch`). Each micro-batch
+        then has an input partition for every partition number, whose range is empty and
+        starts where the group's committed offsets are (or where the previous epoch was
+        planned to start, if that is further): its task reads on from there for the epoch.
+        The offsets carry an epoch counter under ``"~epoch"``, so that a new epoch is planned
+        even when no offset moved; Spark's checkpoint lags the tasks' commits by an epoch.
 
 Trigger.AvailableNow is supported: the query stops at the ends seen when it started.
 """
@@ -59,6 +66,8 @@ ARROW_SCHEMA = pa.schema(
     ]
 )
 CHUNK = 50_000
+#: The key of the epoch counter in the offsets of an epochs source.
+EPOCH = "~epoch"
 
 Offsets = dict[str, dict[str, int]]
 
@@ -108,8 +117,10 @@ class GokaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.payload = options.get("payload", "records")
         if self.payload not in ("records", "ranges"):
             raise ConfigurationError(f"payload must be records or ranges, got {self.payload!r}")
+        self.epochs = options.get("epochs") or None
         self._target: Offsets | None = None
         self._end_offsets: EndOffsets | None = None
+        self._committed: RangeReader | None = None
         counts = self._ends.partition_counts(self.topics)
         if len(set(counts.values())) > 1:
             listing = ", ".join(f"{t!r}: {n}" for t, n in counts.items())
@@ -125,7 +136,7 @@ class GokaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state["_end_offsets"] = None
+        state["_end_offsets"] = state["_committed"] = None
         return state
 
     def _all(self) -> list[tuple[str, int]]:
@@ -163,6 +174,8 @@ class GokaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target = self._as_offsets(self._ends.high(self._all()))
 
     def latestOffset(self, start: Offsets, limit: ReadLimit) -> Offsets:
+        if self.epochs is not None:
+            return self._next_epoch(start)
         ends = self._target or self._as_offsets(self._ends.high(self._all()))
         end = {t: {p: max(start[t][p], ends[t][p]) for p in ends[t]} for t in self.topics}
         if isinstance(limit, ReadMaxRows):
@@ -172,7 +185,25 @@ class GokaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def reportLatestOffset(self) -> Offsets:
         return self._as_offsets(self._ends.high(self._all()))
 
+    def _next_epoch(self, start: Offsets) -> Offsets:
+        """Where the next epoch starts: the group's commits, or ``start`` where it is ahead."""
+        assert self.epochs is not None
+        if self._committed is None:
+            self._committed = RangeReader(self.brokers, self.kafka)
+        end: dict[str, Any] = {t: dict(start[t]) for t in self.topics}
+        for p in range(self.partitions_count):
+            found = self._committed.committed(self.epochs, p, self.topics)
+            for topic, (offset, _) in found.items():
+                end[topic][str(p)] = max(end[topic][str(p)], offset)
+        end[EPOCH] = {"n": int(start.get(EPOCH, {}).get("n", 0)) + 1}
+        return end
+
     def partitions(self, start: Offsets, end: Offsets) -> list[KafkaPartition]:
+        if self.epochs is not None:  # every partition, from the epoch's start onwards
+            return [
+                KafkaPartition(p, {t: (end[t][str(p)], end[t][str(p)]) for t in self.topics})
+                for p in range(self.partitions_count)
+            ]
         planned = []
         for p in range(self.partitions_count):
             ranges = {t: (start[t][str(p)], end[t][str(p)]) for t in self.topics}
@@ -198,6 +229,8 @@ class GokaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def stop(self) -> None:
         if self._end_offsets is not None:
             self._end_offsets.close()
+        if self._committed is not None:
+            self._committed.close()
 
 
 def _limit(start: Offsets, end: Offsets, budget: int) -> Offsets:

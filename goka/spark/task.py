@@ -2,7 +2,8 @@
 
 The source sends each task the offset ranges of one partition number (range rows, see
 :mod:`goka.spark.source`); the task hands them to a :class:`~goka.partition_processor.
-PartitionProcessor` in this worker process and returns its summary as one row.
+PartitionProcessor` in this worker process and returns its summary as one row. In continuous
+mode (``TaskConfig.epoch``) the ranges only say where the epoch starts.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 
-from goka.options import TaskConfig
+from goka.options import StopSignal, TaskConfig
 from goka.partition_processor import PartitionProcessor, PartitionSummary
 from goka.worker import Worker
 
@@ -40,7 +41,13 @@ class PartitionTask:
         partition, ranges = _ranges(batches)
         if partition is None:
             return
-        summary = PartitionProcessor(self.config, partition, Worker.current()).process(ranges)
+        processor = PartitionProcessor(self.config, partition, Worker.current())
+        if self.config.epoch > 0:
+            stop = StopSignal(self.config.stop_url) if self.config.stop_url else lambda: False
+            starts = {topic: start for topic, (start, _) in ranges.items()}
+            summary = processor.process_epoch(starts, self.config.epoch, stop)
+        else:
+            summary = processor.process(ranges)
         yield pa.RecordBatch.from_pylist([dataclasses.asdict(summary)], schema=SUMMARY_SCHEMA)
 
 

@@ -1,0 +1,116 @@
+"""Continuous processing on a real SparkSession and the embedded broker: epochs in which tasks
+process records as they arrive."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from goka import (
+    Context,
+    Int64Codec,
+    JsonCodec,
+    StringCodec,
+    define_group,
+    input,
+    join,
+    lookup,
+    loop,
+    persist,
+)
+from goka.view import View
+
+from ..helpers import produce, wait_for
+from .test_processor import clicks, count, table_of
+
+pytestmark = [pytest.mark.spark, pytest.mark.kafka]
+
+
+class Running:
+    """A processor's ``run()`` on a thread."""
+
+    def __init__(self, processor: Any) -> None:
+        self.processor, self.error = processor, None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.processor.run()
+        except BaseException as exc:  # reported by stop()
+            self.error = exc
+
+    def stop(self, within: float) -> float:
+        """Stop it; return how long it took."""
+        started = time.monotonic()
+        self.processor.stop()
+        self.thread.join(within)
+        assert not self.thread.is_alive(), f"still running {within}s after stop()"
+        assert self.error is None, self.error
+        return time.monotonic() - started
+
+
+def test_records_are_processed_as_they_arrive_and_stop_ends_the_epoch(
+    brokers: str, new_topic: Callable[..., str], make_processor: Any
+) -> None:
+    topic = new_topic(partitions=2)
+    graph = define_group(f"{topic}-g", input(topic, StringCodec(), count), persist(Int64Codec()))
+    sent = clicks(brokers, topic, 500)
+    processor = make_processor(graph, mode="continuous", epoch=600)  # one epoch for the test
+    processor.prepare_topics()
+    running = Running(processor)
+    with View(brokers, graph.table, Int64Codec()) as view:
+        view.start().wait_recovered(30)
+        wait_for(lambda: dict(view.items()) == dict(sent), 120, "the first records")
+        sent += clicks(brokers, topic, 300, seed=2)  # while the epoch runs
+        wait_for(lambda: dict(view.items()) == dict(sent), 30, "records sent during the epoch")
+    status = processor.status()["partitions"]
+    wait_for(lambda: all(p["lag"] == 0 for p in processor.partition_status()), 10, "commits")
+    assert len(status) == 2 and all(p["committed_at"] for p in processor.partition_status())
+    assert processor.batches == []  # all of it within the first epoch
+    assert running.stop(within=30) < 15  # not the 600 s epoch
+    (epoch,) = processor.batches
+    assert epoch.processed == 800 and epoch.commits >= 2
+    again = make_processor(graph).run_until_caught_up(timeout=300)  # micro-batches after it
+    assert sum(b.processed for b in again) == 0
+    assert table_of(brokers, graph.table, Int64Codec()) == dict(sent)
+
+
+def test_joins_lookups_and_loops_stay_current_across_epochs(
+    brokers: str, new_topic: Callable[..., str], make_processor: Any
+) -> None:
+    topic, profiles = new_topic(partitions=2), new_topic(partitions=2, table=True)
+    devices = new_topic(partitions=3, table=True)
+
+    def visit(ctx: Context[Any], device: str) -> None:
+        country = (ctx.join(profiles) or {}).get("country")
+        ctx.set_value({"country": country, "device": ctx.lookup(devices, device)})
+        ctx.loopback(f"visits-{country}", device)
+
+    graph = define_group(
+        f"{topic}-g", input(topic, StringCodec(), visit), join(profiles, JsonCodec()),
+        lookup(devices, StringCodec()), loop(StringCodec(), count), persist(JsonCodec()),
+    )  # fmt: skip
+    produce(brokers, devices, StringCodec(), [("d1", "phone")])
+    produce(brokers, profiles, JsonCodec(), [("u1", {"country": "de"})])
+    processor = make_processor(graph, mode="continuous", epoch=3, snapshot_interval=0)
+    processor.prepare_topics()
+    running = Running(processor)
+    with View(brokers, graph.table, JsonCodec()) as view:
+        view.start().wait_recovered(30)
+        produce(brokers, topic, StringCodec(), [("u1", "d1")])
+        wait_for(lambda: view.get("u1") == {"country": "de", "device": "phone"}, 120, "a visit")
+        wait_for(lambda: view.get("visits-de") == 1, 10, "the looped visit")
+        produce(brokers, profiles, JsonCodec(), [("u1", {"country": "fr"})])  # while running
+        produce(brokers, devices, StringCodec(), [("d2", "laptop")])
+        wait_for(lambda: len(processor.batches) >= 2, 60, "two more epochs")
+        produce(brokers, topic, StringCodec(), [("u1", "d2"), ("u1", "d2")])
+        wait_for(lambda: view.get("visits-fr") == 2, 30, "visits after the profile changed")
+        assert view.get("u1") == {"country": "fr", "device": "laptop"}
+        assert view.get("visits-de") == 1
+    running.stop(within=30)
+    assert sum(b.processed for b in processor.batches) == 6  # 3 visits, 3 looped
