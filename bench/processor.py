@@ -9,9 +9,12 @@
 * quixstreams doing the same stateful count (RocksDB state, changelog), in its own virtualenv
   ``.venv-quix``; if it cannot run against the embedded broker, the exact error is printed.
 
-Then end-to-end latency at 2,000 events/s: events are emitted at that rate while the processor
-runs continuously; each table record carries its input event's timestamp, so a consumer tailing
-the table measures emit -> visible.
+The same count in continuous mode (epochs; throughput from the group's committed offsets).
+
+Then end-to-end latency at 2,000 events/s, in continuous and in micro-batch mode: events are
+emitted at that rate while the processor runs; each table record carries its input event's
+timestamp, so a consumer tailing the table measures emit -> visible. Before that, one event
+measures the start (processor started -> its table record visible).
 
     python -m bench.processor [--messages 1000000] [--runs 3] [--batch 250000]
 """
@@ -19,9 +22,9 @@ the table measures emit -> visible.
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import shutil
-import statistics
 import subprocess
 import tempfile
 import threading
@@ -35,9 +38,13 @@ from goka import Context, Int64Codec, StringCodec, TopicManager, define_group, i
 from goka.dev import EmbeddedBroker
 from goka.kafka.config import consumer_config, producer_config
 from goka.spark import Processor, build_session
+from goka.topic_manager import TopicManagerConfig
 
 PARTITIONS = 4
 KEYS = 100_000
+#: Topics are created with an explicit retention: quixstreams reads it to create its changelog
+#: topics, and the embedded broker describes only settings given at creation.
+TOPICS = TopicManagerConfig(stream_config={"retention.ms": "604800000"})
 QUIX_PYTHON = Path(__file__).resolve().parent.parent / ".venv-quix" / "bin" / "python"
 
 
@@ -46,7 +53,7 @@ def count(ctx: Context[int], page: object) -> None:
 
 
 def fill(brokers: str, topic: str, messages: int) -> None:
-    TopicManager(brokers).ensure_stream_exists(topic, PARTITIONS)
+    TopicManager(brokers, TOPICS).ensure_stream_exists(topic, PARTITIONS)
     producer = confluent_kafka.Producer(producer_config(brokers, {"linger.ms": 20}))
     rng = random.Random(7)
     for _ in range(messages):
@@ -109,10 +116,41 @@ def goka_run(spark: object, brokers: str, topic: str, batch: int) -> tuple[float
         shutil.rmtree(state, ignore_errors=True)
 
 
+def goka_continuous(spark: object, brokers: str, topic: str, messages: int) -> tuple[float, float]:
+    """Throughput in continuous mode: the whole run, and the steady state (from the first
+    commit on), from the group's committed offsets polled every 0.2 s."""
+    graph = define_group(f"{topic}-c{time.monotonic_ns()}", input(topic, StringCodec(), count),
+                         persist(Int64Codec()))  # fmt: skip
+    state = Path(tempfile.mkdtemp(prefix="goka-bench-"))
+    processor = Processor(graph, brokers, spark=spark, state_dir=state,  # type: ignore[arg-type]
+                          checkpoint_dir=state / "checkpoint", mode="continuous")  # fmt: skip
+    try:
+        started = time.time()
+        runner = threading.Thread(target=processor.run, daemon=True)
+        runner.start()
+        first: tuple[float, int] | None = None
+        done = 0
+        while done < messages and runner.is_alive():
+            time.sleep(0.2)
+            if not processor._partitions:  # topics not prepared yet
+                continue
+            done = sum(p["offset"] or 0 for p in processor.partition_status())
+            if first is None and done:
+                first = (time.time(), done)
+        ended = time.time()
+        processor.stop()
+        runner.join(60)
+        assert done == messages, f"processed {done} of {messages}"
+        assert first is not None
+        return messages / (ended - started), (messages - first[1]) / (ended - first[0])
+    finally:
+        shutil.rmtree(state, ignore_errors=True)
+
+
 def quix_run(brokers: str, topic: str, messages: int) -> str:
     if not QUIX_PYTHON.exists():
         return "not run: .venv-quix is missing (make bench creates it)"
-    TopicManager(brokers).ensure_stream_exists(f"{topic}-quix", PARTITIONS)
+    TopicManager(brokers, TOPICS).ensure_stream_exists(f"{topic}-quix", PARTITIONS)
     with tempfile.TemporaryDirectory() as state:
         try:
             result = subprocess.run(
@@ -131,33 +169,52 @@ def quix_run(brokers: str, topic: str, messages: int) -> str:
     return f"{messages / elapsed:,.0f} msg/s"
 
 
-def latency(spark: object, brokers: str, rate: int, seconds: int) -> list[float]:
+def latency(spark: object, brokers: str, rate: int, seconds: int, mode: str) -> Latency:
+    """Emit ``rate`` events/s for ``seconds`` to a running processor; every table record carries
+    its event's timestamp, so a consumer tailing the table measures emit -> visible. Before
+    that, one event measures the start: processor started -> its table record visible."""
     topic = f"bench-latency-{time.monotonic_ns()}"
-    TopicManager(brokers).ensure_stream_exists(topic, PARTITIONS)
+    TopicManager(brokers, TOPICS).ensure_stream_exists(topic, PARTITIONS)
     graph = define_group(f"{topic}-g", input(topic, StringCodec(), count), persist(Int64Codec()))
-    state = Path(tempfile.mkdtemp(prefix="goka-latency-"))
-    processor = Processor(graph, brokers, spark=spark, state_dir=state, trigger="0 seconds",  # type: ignore[arg-type]
-                          checkpoint_dir=state / "checkpoint")  # fmt: skip
-    runner = threading.Thread(target=processor.run, daemon=True)
-    runner.start()
     TopicManager(brokers).ensure_table_exists(graph.table, PARTITIONS)
+    state = Path(tempfile.mkdtemp(prefix="goka-latency-"))
+    producer = confluent_kafka.Producer(producer_config(brokers, {"linger.ms": 1}))
+    producer.produce(topic, b"/p", "first", timestamp=int(time.time() * 1000))
+    producer.flush(30)
     samples: list[float] = []
+    series: list[tuple[float, float]] = []
+    first_seen = threading.Event()
     stop = threading.Event()
 
     def tail() -> None:
+        # 10 ms: the embedded broker answers much smaller fetch waits with stalls of seconds
         consumer = confluent_kafka.Consumer({**consumer_config(brokers), "fetch.wait.max.ms": 10})
-        table = graph.table
-        consumer.assign([confluent_kafka.TopicPartition(table, p, 0) for p in range(PARTITIONS)])
+        consumer.assign([confluent_kafka.TopicPartition(graph.table, p, 0)
+                         for p in range(PARTITIONS)])  # fmt: skip
         while not stop.is_set():
-            for msg in consumer.consume(1000, 0.1):
+            # consume(n, t) waits for n records or t seconds: take what is there, else wait
+            # for one (as the processor's tail does), or the wait would be measured too
+            messages = consumer.consume(1000, 0) or [m for m in [consumer.poll(0.05)] if m]
+            for msg in messages:
                 if msg.error() is None:
-                    samples.append(time.time() - msg.timestamp()[1] / 1000)
+                    if msg.key() == b"first":
+                        first_seen.set()
+                    else:
+                        sent = msg.timestamp()[1] / 1000
+                        samples.append(time.time() - sent)
+                        series.append((sent, samples[-1]))
         consumer.close()
 
     tailer = threading.Thread(target=tail, daemon=True)
     tailer.start()
-    time.sleep(15)  # let the query start and its first (empty) batches pass before measuring
-    producer = confluent_kafka.Producer(producer_config(brokers, {"linger.ms": 1}))
+    trigger = {"trigger": "0 seconds"} if mode == "micro-batch" else {}
+    processor = Processor(graph, brokers, spark=spark, state_dir=state, mode=mode,  # type: ignore[arg-type]
+                          checkpoint_dir=state / "checkpoint", **trigger)  # fmt: skip
+    started = time.time()
+    runner = threading.Thread(target=processor.run, daemon=True)
+    runner.start()
+    assert first_seen.wait(120), "the first event was not processed within 120 s"
+    start_seconds = time.time() - started
     begin = time.time()
     for i in range(rate * seconds):
         due = begin + i / rate
@@ -175,7 +232,63 @@ def latency(spark: object, brokers: str, rate: int, seconds: int) -> list[float]
     runner.join(60)
     tailer.join(10)
     shutil.rmtree(state, ignore_errors=True)
-    return samples
+    if os.environ.get("GOKA_BENCH_SERIES"):  # the worst latency of each second, to find stalls
+        worst: dict[int, float] = {}
+        for sent, took in series:
+            worst[int(sent - begin)] = max(worst.get(int(sent - begin), 0.0), took)
+        print(" ".join(f"{s}:{1000 * w:.0f}" for s, w in sorted(worst.items())), flush=True)
+    return Latency(start_seconds, samples, rate * seconds)
+
+
+def broker_hop(brokers: str, rate: int, seconds: int) -> Latency:
+    """The baseline: one hop through the broker (emit -> visible to a consumer), measured the
+    same way; a processor's record makes two (input topic, then table topic)."""
+    topic = f"bench-hop-{time.monotonic_ns()}"
+    TopicManager(brokers, TOPICS).ensure_stream_exists(topic, PARTITIONS)
+    samples: list[float] = []
+    stop = threading.Event()
+
+    def tail() -> None:
+        consumer = confluent_kafka.Consumer({**consumer_config(brokers), "fetch.wait.max.ms": 10})
+        consumer.assign([confluent_kafka.TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+        while not stop.is_set():
+            messages = consumer.consume(1000, 0) or [m for m in [consumer.poll(0.05)] if m]
+            samples.extend(time.time() - m.timestamp()[1] / 1000 for m in messages
+                           if m.error() is None)  # fmt: skip
+        consumer.close()
+
+    tailer = threading.Thread(target=tail, daemon=True)
+    tailer.start()
+    producer = confluent_kafka.Producer(producer_config(brokers, {"linger.ms": 1}))
+    begin = time.time()
+    for i in range(rate * seconds):
+        delay = begin + i / rate - time.time()
+        if delay > 0:
+            time.sleep(delay)
+        producer.produce(topic, b"/p", f"user-{i % 1000}", timestamp=int(time.time() * 1000))
+        producer.poll(0)
+    producer.flush(30)
+    deadline = time.time() + 30
+    while len(samples) < rate * seconds and time.time() < deadline:
+        time.sleep(0.1)
+    stop.set()
+    tailer.join(10)
+    return Latency(0.0, samples, rate * seconds)
+
+
+class Latency:
+    def __init__(self, start_seconds: float, samples: list[float], sent: int) -> None:
+        self.start_seconds, self.samples, self.sent = start_seconds, samples, sent
+
+    def describe(self) -> str:
+        s = self.samples
+        if not s:
+            return f"no table record seen of {self.sent} events"
+        ms = [1000 * x for x in s]
+        return (f"p50 {percentile(ms, 50):,.0f} ms  p99 {percentile(ms, 99):,.0f} ms  "
+                f"p99.9 {percentile(ms, 99.9):,.0f} ms  max {max(ms):,.0f} ms  "
+                f"({len(s)} of {self.sent} events); first event after "
+                f"{self.start_seconds:.1f} s")  # fmt: skip
 
 
 def main() -> None:
@@ -200,6 +313,13 @@ def main() -> None:
             steady.append(s)
             print(f"run {run}: plain loop {plain[-1]:,.0f} msg/s   goka-py whole {w:,.0f} msg/s   "
                   f"steady {s:,.0f} msg/s", flush=True)  # fmt: skip
+        cont_whole, cont_steady = [], []
+        for run in range(1, args.runs + 1):
+            w, st = goka_continuous(spark, brokers, topic, args.messages)
+            cont_whole.append(w)
+            cont_steady.append(st)
+            print(f"run {run}: goka-py continuous whole {w:,.0f} msg/s   steady {st:,.0f} msg/s",
+                  flush=True)  # fmt: skip
         quix = quix_run(brokers, topic, args.messages)
         print(f"\n{args.messages:,} events over {KEYS:,} keys, {PARTITIONS} partitions, "
               f"micro-batches of {args.batch:,}, {args.runs} runs (median)")  # fmt: skip
@@ -208,12 +328,19 @@ def main() -> None:
         print(f"goka-py steady state : {summary(steady)}")
         ratios = [s / p for s, p in zip(steady, plain, strict=True)]
         print(f"steady / plain loop  : {summary(ratios)}   (target >= 0.50)")
+        print(f"continuous whole run : {summary(cont_whole)}")
+        print(f"continuous steady    : {summary(cont_steady)}")
+        cont = [c / m for c, m in zip(cont_steady, steady, strict=True)]
+        print(f"continuous / micro-batch steady: {summary(cont)}   (target >= 1)")
         print(f"quixstreams          : {quix}")
-        samples = latency(spark, brokers, 2_000, args.latency_seconds)
-        if samples:
-            print(f"latency at 2,000 ev/s: p50 {percentile(samples, 50):.2f} s  "
-                  f"p99 {percentile(samples, 99):.2f} s  ({len(samples)} events, "
-                  f"median {statistics.median(samples):.2f} s)")  # fmt: skip
+        print(
+            f"\nlatency at 2,000 ev/s for {args.latency_seconds} s (emit -> table record visible):"
+        )
+        hop = broker_hop(brokers, 2_000, args.latency_seconds)
+        print(f"  {'broker hop':<12}: {hop.describe().split(';')[0]}  (the floor: one of two hops)")
+        for mode in ("continuous", "micro-batch"):
+            found = latency(spark, brokers, 2_000, args.latency_seconds, mode)
+            print(f"  {mode:<12}: {found.describe()}", flush=True)
     spark.stop()
 
 

@@ -59,7 +59,7 @@ from goka.storage import Storage, WriteBatch
 from goka.storage.snapshots import Manifest, StoreState, remove_abandoned, stage
 from goka.worker import Lease, Worker
 
-__all__ = ["Counts", "PartitionProcessor", "PartitionSummary"]
+__all__ = ["Counts", "PartitionProcessor", "PartitionSummary", "run_epoch"]
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +103,8 @@ class PartitionSummary(Counts):
     """What one partition processor did in one micro-batch (one row of the batch's result).
 
     ``store`` says how the group store was made current: reused, opened, caught_up, restored,
-    rebuilt or created (see :mod:`goka.partition_table`). ``uploads`` lists the snapshot uploads
+    rebuilt or created (see :mod:`goka.partition_table`). ``started_at`` is when the task began
+    (unix seconds), ``ready_seconds`` how long it took to lease and recover its stores. ``uploads`` lists the snapshot uploads
     this worker finished since its previous summary, of any partition (JSON).
     """
 
@@ -111,6 +112,8 @@ class PartitionSummary(Counts):
     store: str = ""
     snapshot_seconds: float = 0.0
     seconds: float = 0.0
+    started_at: float = 0.0
+    ready_seconds: float = 0.0
     ends: str = ""
     errors: str = ""
     uploads: str = ""
@@ -149,13 +152,14 @@ class PartitionProcessor:
             StorageError, BrokerError: a store or the broker failed (nothing is committed).
         """
         started = time.monotonic()
-        summary = PartitionSummary(self.partition)
+        summary = PartitionSummary(self.partition, started_at=time.time())
         inputs = [t for t in self.graph.input_topics() if t in ranges]
         with ExitStack() as stack:
             stores = {"partition": stack.enter_context(self._lease("partition", self.graph.table))}
             for table in self.graph.joins:
                 stores[f"join-{table}"] = stack.enter_context(self._lease(f"join-{table}", table))
             stored = self._recover(stores["partition"], {t: ranges[t][0] for t in inputs}, summary)
+            summary.ready_seconds = time.monotonic() - started
             messages = self._read(
                 {t: r for t, r in ranges.items() if t in (*inputs, *self.graph.joins)}
             )
@@ -182,35 +186,24 @@ class PartitionProcessor:
         seconds: float,
         stop: Callable[[], bool] = lambda: False,
     ) -> PartitionSummary:
-        """Process this partition continuously for ``seconds`` (an epoch; see the module
-        docstring), from ``starts`` ``{topic: offset}`` of the inputs and joined tables, or from
-        where the stores are if they are ahead; end early once ``stop()`` is true.
-
-        Raises:
-            ProcessingError: a message failed under the ``fail`` policy.
-            DeliveryError: an output was refused or not acknowledged (what was committed
-                before stays; the rest is processed again by the next epoch).
-            StorageError, BrokerError: a store or the broker failed (likewise).
-        """
-        started = time.monotonic()
-        summary = PartitionSummary(self.partition)
-        inputs = [t for t in self.graph.input_topics() if t in starts]
-        with ExitStack() as stack:
-            stores = {"partition": stack.enter_context(self._lease("partition", self.graph.table))}
-            for table in self.graph.joins:
-                stores[f"join-{table}"] = stack.enter_context(self._lease(f"join-{table}", table))
-            positions = self._recover(stores["partition"], {t: starts[t] for t in inputs}, summary)
-            for table in self.graph.joins:
-                lease = stores[f"join-{table}"]
-                recovery = self._recovery(lease, f"join-{table}", table)
-                summary.count(recovery.recover({table: starts[table]}, end=starts[table]), lease)
-                positions.update(recovery.positions({table: starts[table]}))
-            _Epoch(self, stores, positions, summary).run(started + seconds, stop)
-            summary.ends = json.dumps({t: positions[t] for t in inputs})
-            self._maybe_snapshot(stores, summary)
-        summary.uploads = json.dumps([asdict(r) for r in self.worker.reports()])
-        summary.seconds = time.monotonic() - started
+        """Process this partition continuously for ``seconds``: :func:`run_epoch` of one."""
+        (summary,) = run_epoch(self.config, self.worker, {self.partition: starts}, seconds, stop)
         return summary
+
+    def _begin_epoch(self, stack: ExitStack, starts: Mapping[str, int]) -> _Epoch:
+        """Lease and recover this partition's stores for an epoch (released by ``stack``)."""
+        summary = PartitionSummary(self.partition, started_at=time.time())
+        inputs = [t for t in self.graph.input_topics() if t in starts]
+        stores = {"partition": stack.enter_context(self._lease("partition", self.graph.table))}
+        for table in self.graph.joins:
+            stores[f"join-{table}"] = stack.enter_context(self._lease(f"join-{table}", table))
+        positions = self._recover(stores["partition"], {t: starts[t] for t in inputs}, summary)
+        for table in self.graph.joins:
+            lease = stores[f"join-{table}"]
+            recovery = self._recovery(lease, f"join-{table}", table)
+            summary.count(recovery.recover({table: starts[table]}, end=starts[table]), lease)
+            positions.update(recovery.positions({table: starts[table]}))
+        return _Epoch(self, stores, positions, summary)
 
     def _commit_to_group(self, positions: Mapping[str, int]) -> None:
         """Tell Kafka how far the group got (asynchronously): for lag tools, and for epochs,
@@ -298,7 +291,7 @@ class PartitionProcessor:
             {name: (lease.storage, lease.path) for name, lease in stores.items()}, staging,
         )  # fmt: skip
         self.worker.upload(snapshots, staged)
-        summary.snapshot_seconds = time.monotonic() - started
+        summary.snapshot_seconds += time.monotonic() - started
 
     # -- processing ----------------------------------------------------------------------------
     def _read(self, ranges: Mapping[str, tuple[int, int]]) -> dict[str, list[Message]]:
@@ -343,9 +336,61 @@ class PartitionProcessor:
         return output.flush()
 
 
+def run_epoch(
+    config: TaskConfig,
+    worker: Worker,
+    starts: Mapping[int, Mapping[str, int]],
+    seconds: float,
+    stop: Callable[[], bool] = lambda: False,
+) -> list[PartitionSummary]:
+    """Process partitions continuously for ``seconds`` (an epoch; see the module docstring),
+    each from ``starts[partition]`` ``{topic: offset}`` of its inputs and joined tables, or from
+    where its stores are if they are ahead; end early once ``stop()`` is true.
+
+    One task may run several partitions (a Spark job with fewer task slots than partitions):
+    one consumer follows them all, one producer serves them, and every ``commit_interval``
+    one flush precedes the commit of each.
+
+    Raises:
+        ProcessingError: a message failed under the ``fail`` policy.
+        DeliveryError: an output was refused or not acknowledged (what was committed before
+            stays; the rest is processed again by the next epoch).
+        StorageError, BrokerError: a store or the broker failed (likewise).
+    """
+    started = time.monotonic()
+    until, interval = started + seconds, config.commit_interval
+    with ExitStack() as stack:
+        epochs = {
+            p: PartitionProcessor(config, p, worker)._begin_epoch(stack, offsets)
+            for p, offsets in sorted(starts.items())
+        }
+        reader = Clients(config, worker).reader()
+        tail = reader.tail({p: epoch.positions for p, epoch in epochs.items()})
+        for epoch in epochs.values():
+            epoch.summary.ready_seconds = time.monotonic() - started
+        next_commit = time.monotonic() + interval
+        try:
+            while True:
+                now = time.monotonic()
+                if now >= until or stop():
+                    break
+                wait = max(0.0, min(_POLL_SECONDS, until - now, next_commit - now))
+                for partition, rows in tail.poll(CHUNK, wait).items():
+                    epochs[partition].apply(rows)
+                if time.monotonic() >= next_commit:
+                    for epoch in epochs.values():
+                        epoch.commit()
+                    next_commit = time.monotonic() + interval
+        finally:
+            tail.close()
+        for epoch in epochs.values():
+            epoch.commit()
+        return [epoch.finish(started) for epoch in epochs.values()]
+
+
 class _Epoch:
-    """The loop of one partition in an epoch: follow the inputs and joined tables, process
-    records as they arrive, produce at once, commit every ``commit_interval``."""
+    """One partition in an epoch (see :func:`run_epoch`): its stores, its position, what it
+    has not committed yet."""
 
     def __init__(
         self,
@@ -374,28 +419,16 @@ class _Epoch:
         self.output = _Output(self.clients.producer(), self.partition, self.config)
         self.committed = dict(positions)
 
-    def run(self, until: float, stop: Callable[[], bool]) -> None:
-        """Process until the monotonic time ``until`` or ``stop()``; commit at the end."""
-        interval = self.config.commit_interval
-        tail = self.clients.reader().tail(self.partition, self.positions)
-        next_commit = time.monotonic() + interval
-        try:
-            while True:
-                now = time.monotonic()
-                if now >= until or stop():
-                    break
-                wait = max(0.0, min(_POLL_SECONDS, until - now, next_commit - now))
-                rows = tail.poll(CHUNK, wait)
-                if rows:
-                    self._apply(rows)
-                if time.monotonic() >= next_commit:
-                    self._commit()
-                    next_commit = time.monotonic() + interval
-        finally:
-            tail.close()
-        self._commit()
+    def finish(self, started: float) -> PartitionSummary:
+        """Snapshot the stores if due; return the epoch's summary."""
+        summary = self.summary
+        summary.ends = json.dumps({t: self.positions[t] for t in self.inputs})
+        self.processor._maybe_snapshot(self.stores, summary)
+        summary.uploads = json.dumps([asdict(r) for r in self.processor.worker.reports()])
+        summary.seconds = time.monotonic() - started
+        return summary
 
-    def _apply(self, rows: list[Message]) -> None:
+    def apply(self, rows: list[Message]) -> None:
         by_topic: dict[str, list[Message]] = {}
         for row in rows:
             by_topic.setdefault(row[0], []).append(row)
@@ -425,7 +458,7 @@ class _Epoch:
         self.joins[records[0][0]].write(batch)
         self.summary.table_records += len(records)
 
-    def _commit(self) -> None:
+    def commit(self) -> None:
         """Wait for every output so far, then write the state changes with the offsets."""
         if self.positions == self.committed and not self.pending:
             return
@@ -440,6 +473,7 @@ class _Epoch:
         self.committed = dict(self.positions)
         self.summary.commits += 1
         self.processor._commit_to_group(self.committed)
+        self.processor._maybe_snapshot(self.stores, self.summary)  # if due: a long epoch too
 
 
 class _Output:

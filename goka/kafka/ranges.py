@@ -128,8 +128,8 @@ class RecordReader(Protocol):
         """Return the first offset and the high watermark (next offset to be written)."""
         ...
 
-    def tail(self, partition: int, starts: Mapping[str, int]) -> Tail:
-        """Follow ``partition`` of each topic from its start offset, as records arrive."""
+    def tail(self, starts: Mapping[int, Mapping[str, int]]) -> Tail:
+        """Follow ``{partition: {topic: start offset}}`` as records arrive."""
         ...
 
     def commit(self, group: str, partition: int, offsets: Mapping[str, int], note: str) -> None:
@@ -151,9 +151,9 @@ class RecordReader(Protocol):
 class Tail(Protocol):
     """Records of one partition number as they arrive (see :meth:`RecordReader.tail`)."""
 
-    def poll(self, max_rows: int, timeout: float) -> list[Row]:
-        """Return the records that arrived, at most ``max_rows``; wait up to ``timeout`` seconds
-        for the first one (return as soon as there is one)."""
+    def poll(self, max_rows: int, timeout: float) -> dict[int, list[Row]]:
+        """Return the records that arrived by partition, at most ``max_rows``; wait up to
+        ``timeout`` seconds for the first one (return as soon as there is one)."""
         ...
 
     def close(self) -> None:
@@ -196,12 +196,13 @@ class RangeReader:
         if self._ends is not None:
             self._ends.close()
 
-    def tail(self, partition: int, starts: Mapping[str, int]) -> KafkaTail:
-        """Follow ``partition`` of each topic from ``starts`` (uses this reader's consumer:
-        close the tail before reading ranges again)."""
+    def tail(self, starts: Mapping[int, Mapping[str, int]]) -> KafkaTail:
+        """Follow ``{partition: {topic: start}}`` (uses this reader's consumer: close the tail
+        before reading ranges again)."""
         self._consumer.assign(
-            [confluent_kafka.TopicPartition(t, partition, o) for t, o in starts.items()]
-        )
+            [confluent_kafka.TopicPartition(t, p, o)
+             for p, offsets in starts.items() for t, o in offsets.items()]
+        )  # fmt: skip
         return KafkaTail(self._consumer)
 
     def _group(self, group: str) -> confluent_kafka.Consumer:
@@ -300,18 +301,17 @@ class KafkaTail:
     def __init__(self, consumer: confluent_kafka.Consumer) -> None:
         self._consumer = consumer
 
-    def poll(self, max_rows: int, timeout: float) -> list[Row]:
+    def poll(self, max_rows: int, timeout: float) -> dict[int, list[Row]]:
         """Raises: BrokerError: the broker reported an error for a followed partition."""
         messages = self._consumer.consume(max_rows, 0)
         if not messages:
             first = self._consumer.poll(timeout)
             if first is None:
-                return []
+                return {}
             messages = (
                 [first, *self._consumer.consume(max_rows - 1, 0)] if max_rows > 1 else [first]
             )
-        rows: list[Row] = []
-        append = rows.append
+        rows: dict[int, list[Row]] = {}
         for msg in messages:
             error = msg.error()
             if error is not None:
@@ -320,7 +320,11 @@ class KafkaTail:
                 continue
             row = (msg.topic(), msg.offset(), msg.key(), msg.value(), msg.timestamp()[1],
                    msg.headers())  # fmt: skip
-            append(row)  # type: ignore[arg-type]  # topic and offset are set on records
+            partition: int = msg.partition()  # type: ignore[assignment]  # set on records
+            found = rows.get(partition)
+            if found is None:
+                rows[partition] = found = []
+            found.append(row)  # type: ignore[arg-type]  # topic and offset are set on records
         return rows
 
     def close(self) -> None:

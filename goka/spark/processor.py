@@ -122,6 +122,9 @@ class Processor:
             one: a pause of a few hundred milliseconds).
         commit_interval: seconds between a task's commits in continuous mode (a crash repeats
             at most this much of the outputs).
+        epoch_tasks: tasks per epoch in continuous mode, each running some partitions (the
+            tasks of an epoch must all run at once: default, the job's task slots, Spark's
+            default parallelism, or one per partition if there are fewer partitions).
         on_error: ``fail`` (default), ``skip`` or ``dead_letter`` (to ``<group>-dlq``).
         max_offsets_per_trigger: most input records per micro-batch.
         starting_offsets: ``earliest`` (default), ``latest`` or JSON, for a new checkpoint.
@@ -155,6 +158,7 @@ class Processor:
         trigger: str = "1 second",
         epoch: float = 30.0,
         commit_interval: float = 0.1,
+        epoch_tasks: int | None = None,
         on_error: ErrorPolicy = "fail",
         max_offsets_per_trigger: int | None = None,
         starting_offsets: str = "earliest",
@@ -180,6 +184,8 @@ class Processor:
                 f"need 0 < commit_interval < epoch, got commit_interval={commit_interval}, "
                 f"epoch={epoch}"
             )
+        if epoch_tasks is not None and epoch_tasks < 1:
+            raise ConfigurationError(f"epoch_tasks must be at least 1, got {epoch_tasks}")
         if snapshot_interval < 0:
             raise ConfigurationError(f"snapshot_interval must be >= 0, got {snapshot_interval}")
         found = brokers or os.environ.get("GOKA_BROKERS")
@@ -195,6 +201,7 @@ class Processor:
         )
         self.mode, self.trigger = mode, trigger
         self.epoch, self.commit_interval = epoch, commit_interval
+        self.epoch_tasks = epoch_tasks
         self.on_error = on_error
         self.max_offsets_per_trigger = max_offsets_per_trigger
         self.starting_offsets = starting_offsets
@@ -274,7 +281,12 @@ class Processor:
         for key, value in self.kafka_config.items():
             reader = reader.option(f"kafka.{key}", str(value))
         if continuous:
-            reader = reader.option("epochs", self.graph.group)
+            slots = self.epoch_tasks or spark.sparkContext.defaultParallelism
+            reader = (
+                reader.option("epochs", self.graph.group)
+                .option("epochTasks", str(slots))
+                .option("epochSeconds", str(self.epoch))
+            )
         task = PartitionTask(self.task_config(continuous=continuous))
         stream = reader.load().mapInArrow(task, SUMMARY_DDL)
         writer = (
@@ -315,11 +327,18 @@ class Processor:
         with self._lock:
             progress = self._query.lastProgress if self._query is not None else None
         if self._continuous:  # Spark's offsets lag an epoch behind: take the group's commits
-            self.metrics.partition_lag(self.partition_status())
+            threading.Thread(target=self._update_lag, name="goka-lag", daemon=True).start()
         elif progress:
             self.metrics.lag(progress)
         self._epoch_ended.set()
         log.info("group %s %s", self.graph.group, summary.describe())
+
+    def _update_lag(self) -> None:
+        """Set the lag metrics from the group's commits (off the path between epochs)."""
+        try:
+            self.metrics.partition_lag(self.partition_status())
+        except GokaError as exc:
+            log.warning("group %s: lag not updated: %s", self.graph.group, exc)
 
     # -- running ---------------------------------------------------------------------------------
     def run(self, timeout: float | None = None) -> None:

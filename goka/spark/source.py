@@ -23,6 +23,10 @@ Options:
         planned to start, if that is further): its task reads on from there for the epoch.
         The offsets carry an epoch counter under ``"~epoch"``, so that a new epoch is planned
         even when no offset moved; Spark's checkpoint lags the tasks' commits by an epoch.
+    epochSeconds: how long an epoch lasts (default 30): its tasks all end at the deadline
+        planned with it, however late each started.
+    epochTasks: how many tasks an epoch has (default: one per partition); each runs some
+        partition numbers. Every task of an epoch runs at once, so at most the job's task slots.
 
 Trigger.AvailableNow is supported: the query stops at the ends seen when it started.
 """
@@ -30,6 +34,7 @@ Trigger.AvailableNow is supported: the query stops at the ends seen when it star
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -46,7 +51,14 @@ from goka.errors import ConfigurationError, TopicError
 from goka.kafka.ranges import EndOffsets, RangeReader, Row
 from goka.worker import Worker, frozen
 
-__all__ = ["ARROW_SCHEMA", "SCHEMA", "GokaKafkaSource", "KafkaPartition", "kafka_options"]
+__all__ = [
+    "ARROW_SCHEMA",
+    "SCHEMA",
+    "EpochPartition",
+    "GokaKafkaSource",
+    "KafkaPartition",
+    "kafka_options",
+]
 
 SCHEMA = (
     "partition int, topic string, offset long, key binary, value binary, timestamp long, "
@@ -86,6 +98,14 @@ class KafkaPartition(InputPartition):
         self.ranges = ranges
 
 
+class EpochPartition(InputPartition):
+    """Some partition numbers of an epoch: ``{partition: {topic: start}}``."""
+
+    def __init__(self, index: int, starts: dict[int, dict[str, int]], deadline_ms: int) -> None:
+        super().__init__(index)
+        self.starts, self.deadline_ms = starts, deadline_ms
+
+
 class GokaKafkaSource(DataSource):
     """``format("goka-kafka")``: see the module docstring."""
 
@@ -118,6 +138,8 @@ class GokaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self.payload not in ("records", "ranges"):
             raise ConfigurationError(f"payload must be records or ranges, got {self.payload!r}")
         self.epochs = options.get("epochs") or None
+        self.epoch_tasks = int(options.get("epochTasks", options.get("epochtasks", "0"))) or None
+        self.epoch_seconds = float(options.get("epochSeconds", options.get("epochseconds", "30")))
         self._target: Offsets | None = None
         self._end_offsets: EndOffsets | None = None
         self._committed: RangeReader | None = None
@@ -198,13 +220,16 @@ class GokaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         end[EPOCH] = {"n": int(start.get(EPOCH, {}).get("n", 0)) + 1}
         return end
 
-    def partitions(self, start: Offsets, end: Offsets) -> list[KafkaPartition]:
+    def partitions(self, start: Offsets, end: Offsets) -> list[InputPartition]:
         if self.epochs is not None:  # every partition, from the epoch's start onwards
+            tasks = min(self.partitions_count, self.epoch_tasks or self.partitions_count)
+            deadline_ms = int((time.time() + self.epoch_seconds) * 1000)  # one end for all
             return [
-                KafkaPartition(p, {t: (end[t][str(p)], end[t][str(p)]) for t in self.topics})
-                for p in range(self.partitions_count)
-            ]
-        planned = []
+                EpochPartition(i, {p: {t: end[t][str(p)] for t in self.topics}
+                                   for p in range(i, self.partitions_count, tasks)}, deadline_ms)
+                for i in range(tasks)
+            ]  # fmt: skip
+        planned: list[InputPartition] = []
         for p in range(self.partitions_count):
             ranges = {t: (start[t][str(p)], end[t][str(p)]) for t in self.topics}
             if any(e > s for s, e in ranges.values()):
@@ -212,6 +237,11 @@ class GokaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return planned
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if isinstance(partition, EpochPartition):
+            for number, starts in partition.starts.items():
+                ranges = {t: (o, o) for t, o in starts.items()}
+                yield _ranges(number, ranges, partition.deadline_ms)
+            return
         assert isinstance(partition, KafkaPartition)
         if self.payload == "records":
             reader = Worker.current().client(
@@ -266,7 +296,10 @@ def _batch(partition: int, rows: list[Row]) -> pa.RecordBatch:
     )
 
 
-def _ranges(partition: int, ranges: Mapping[str, tuple[int, int]]) -> pa.RecordBatch:
+def _ranges(
+    partition: int, ranges: Mapping[str, tuple[int, int]], deadline_ms: int | None = None
+) -> pa.RecordBatch:
+    """Range rows; an epoch's carry its deadline (unix ms) as their timestamp."""
     n = len(ranges)
     return pa.RecordBatch.from_arrays(
         [
@@ -275,7 +308,7 @@ def _ranges(partition: int, ranges: Mapping[str, tuple[int, int]]) -> pa.RecordB
             pa.array([s for s, _ in ranges.values()], pa.int64()),
             pa.nulls(n, pa.binary()),
             pa.nulls(n, pa.binary()),
-            pa.nulls(n, pa.int64()),
+            pa.array([deadline_ms] * n, pa.int64()),
             pa.nulls(n, pa.list_(_HEADER)),
             pa.array([e for _, e in ranges.values()], pa.int64()),
         ],

@@ -9,12 +9,13 @@ mode (``TaskConfig.epoch``) the ranges only say where the epoch starts.
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Iterator
 
 import pyarrow as pa
 
 from goka.options import StopSignal, TaskConfig
-from goka.partition_processor import PartitionProcessor, PartitionSummary
+from goka.partition_processor import PartitionProcessor, PartitionSummary, run_epoch
 from goka.worker import Worker
 
 __all__ = ["SUMMARY_DDL", "SUMMARY_SCHEMA", "PartitionTask"]
@@ -38,34 +39,46 @@ class PartitionTask:
         self.config = config
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        partition, ranges = _ranges(batches)
-        if partition is None:
+        ranges, deadline_ms = _ranges(batches)
+        if not ranges:
             return
-        processor = PartitionProcessor(self.config, partition, Worker.current())
+        worker = Worker.current()
         if self.config.epoch > 0:
             stop = StopSignal(self.config.stop_url) if self.config.stop_url else lambda: False
-            starts = {topic: start for topic, (start, _) in ranges.items()}
-            summary = processor.process_epoch(starts, self.config.epoch, stop)
+            starts = {p: {t: start for t, (start, _) in r.items()} for p, r in ranges.items()}
+            seconds = self.config.epoch  # to the epoch's deadline (clamped: clocks may differ)
+            if deadline_ms is not None:
+                seconds = min(seconds, max(0.0, deadline_ms / 1000 - time.time()))
+            summaries = run_epoch(self.config, worker, starts, seconds, stop)
         else:
-            summary = processor.process(ranges)
-        yield pa.RecordBatch.from_pylist([dataclasses.asdict(summary)], schema=SUMMARY_SCHEMA)
+            summaries = [PartitionProcessor(self.config, p, worker).process(r)
+                         for p, r in ranges.items()]  # fmt: skip
+        yield pa.RecordBatch.from_pylist(
+            [dataclasses.asdict(s) for s in summaries], schema=SUMMARY_SCHEMA
+        )
 
 
-def _ranges(batches: Iterator[pa.RecordBatch]) -> tuple[int | None, dict[str, tuple[int, int]]]:
-    """The partition number and ``{topic: (start, end)}`` from the source's range rows."""
-    partition: int | None = None
-    ranges: dict[str, tuple[int, int]] = {}
+def _ranges(
+    batches: Iterator[pa.RecordBatch],
+) -> tuple[dict[int, dict[str, tuple[int, int]]], int | None]:
+    """``{partition: {topic: (start, end)}}`` from the source's range rows, and an epoch's
+    deadline (unix ms; None: a micro-batch)."""
+    ranges: dict[int, dict[str, tuple[int, int]]] = {}
+    deadline: int | None = None
     for batch in batches:
-        columns = batch.select(["partition", "topic", "offset", "range_end"]).to_pydict()
+        columns = batch.select(
+            ["partition", "topic", "offset", "timestamp", "range_end"]
+        ).to_pydict()
         rows = zip(
             columns["partition"],
             columns["topic"],
             columns["offset"],
+            columns["timestamp"],
             columns["range_end"],
             strict=True,
         )
-        for number, topic, offset, range_end in rows:
-            partition = number
+        for number, topic, offset, timestamp, range_end in rows:
             if range_end is not None:
-                ranges[topic] = (offset, range_end)
-    return partition, ranges
+                ranges.setdefault(number, {})[topic] = (offset, range_end)
+                deadline = timestamp if timestamp is not None else deadline
+    return ranges, deadline

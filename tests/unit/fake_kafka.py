@@ -121,8 +121,8 @@ class ListReader:
     def watermarks(self, topic: str, partition: int) -> tuple[int, int]:
         return 0, self.kafka.end(topic, partition)
 
-    def tail(self, partition: int, starts: Mapping[str, int]) -> ListTail:
-        return ListTail(self.kafka, partition, dict(starts))
+    def tail(self, starts: Mapping[int, Mapping[str, int]]) -> ListTail:
+        return ListTail(self.kafka, {p: dict(offsets) for p, offsets in starts.items()})
 
     def commit(self, group: str, partition: int, offsets: Mapping[str, int], note: str) -> None:
         for topic, offset in offsets.items():
@@ -144,17 +144,20 @@ class ListTail:
     ask the processor to stop there)."""
 
     kafka: FakeKafka
-    partition: int
-    positions: dict[str, int]
+    positions: dict[int, dict[str, int]]
 
-    def poll(self, max_rows: int, timeout: float) -> list[Row]:
+    def poll(self, max_rows: int, timeout: float) -> dict[int, list[Row]]:
         for hook in list(self.kafka.on_poll):
             hook()
-        rows: list[Row] = []
-        for topic, start in self.positions.items():
-            found = self.kafka.rows(topic, self.partition)[start : start + max_rows - len(rows)]
-            rows += found
-            self.positions[topic] = start + len(found)
+        rows: dict[int, list[Row]] = {}
+        left = max_rows
+        for partition, offsets in self.positions.items():
+            for topic, start in offsets.items():
+                found = self.kafka.rows(topic, partition)[start : start + left]
+                if found:
+                    rows.setdefault(partition, []).extend(found)
+                    offsets[topic] = start + len(found)
+                    left -= len(found)
         return rows
 
     def close(self) -> None:

@@ -14,7 +14,7 @@ import pytest
 from goka import Context, Int64Codec, StringCodec, define_group, input, loop, persist
 from goka.errors import DeliveryError
 from goka.options import Builders, TaskConfig
-from goka.partition_processor import PartitionProcessor, PartitionSummary
+from goka.partition_processor import PartitionProcessor, PartitionSummary, run_epoch
 from goka.partitioner import partition_for
 
 from .fake_kafka import FakeKafka
@@ -161,3 +161,23 @@ def test_loopbacks_come_back_within_the_same_epoch(kafka: FakeKafka, tmp_path: P
             if partition_for(f"{u}-looped".encode(), kafka.partitions) == 0}  # fmt: skip
     assert here and machine.state(0) == here  # the loop's keys of this partition
     assert (summary.processed, summary.loopbacks) == (12 + sum(here.values()), 12)
+
+
+def test_one_task_runs_an_epoch_of_several_partitions(kafka: FakeKafka, tmp_path: Path) -> None:
+    sent: Counter[str] = Counter()
+
+    def both() -> None:
+        for i in range(40):  # keys of both partitions
+            kafka.append(IN, f"user-{i % 9}", b"/p")
+            sent[f"user-{i % 9}"] += 1
+
+    script = Script(kafka, both, both)
+    machine = Machine(kafka, tmp_path, commit_interval=0)
+    summaries = run_epoch(machine.config, machine.worker, {0: {IN: 0}, 1: {IN: 0}}, HOUR,
+                          script.done)  # fmt: skip
+    assert [s.partition for s in summaries] == [0, 1]
+    assert sum(s.processed for s in summaries) == 80 and all(s.processed for s in summaries)
+    assert {**machine.state(0), **machine.state(1)} == dict(sent)
+    assert {**table_of(kafka, 0), **table_of(kafka, 1)} == dict(sent)
+    for p in (0, 1):
+        assert kafka.committed[("counts", IN, p)][0] == kafka.end(IN, p)
