@@ -104,8 +104,9 @@ class PartitionSummary(Counts):
 
     ``store`` says how the group store was made current: reused, opened, caught_up, restored,
     rebuilt or created (see :mod:`goka.partition_table`). ``started_at`` is when the task began
-    (unix seconds), ``ready_seconds`` how long it took to lease and recover its stores. ``uploads`` lists the snapshot uploads
-    this worker finished since its previous summary, of any partition (JSON).
+    (unix seconds), ``ready_seconds`` how long it took to lease and recover its stores.
+    ``uploads`` lists the snapshot uploads this worker finished since its previous summary, of
+    any partition (JSON).
     """
 
     partition: int
@@ -198,11 +199,12 @@ class PartitionProcessor:
         for table in self.graph.joins:
             stores[f"join-{table}"] = stack.enter_context(self._lease(f"join-{table}", table))
         positions = self._recover(stores["partition"], {t: starts[t] for t in inputs}, summary)
-        for table in self.graph.joins:
+        for table in self.graph.joins:  # current before any input, as Goka recovers them
             lease = stores[f"join-{table}"]
             recovery = self._recovery(lease, f"join-{table}", table)
-            summary.count(recovery.recover({table: starts[table]}, end=starts[table]), lease)
-            positions.update(recovery.positions({table: starts[table]}))
+            high = max(starts[table], self.clients.reader().watermarks(table, self.partition)[1])
+            summary.count(recovery.recover({table: high}, end=high), lease)
+            positions.update(recovery.positions({table: high}))
         return _Epoch(self, stores, positions, summary)
 
     def _commit_to_group(self, positions: Mapping[str, int]) -> None:

@@ -142,6 +142,22 @@ def test_a_join_sees_the_table_updates_that_precede_each_input_in_time(
     assert kafka.committed[("enrich", "profiles", 0)][0] == 3
 
 
+def test_joined_tables_are_current_before_the_first_input_of_an_epoch(
+    kafka: FakeKafka, tmp_path: Path
+) -> None:
+    kafka.append("profiles", "u0", b'{"country": "de"}', partition=0, timestamp=500)
+    kafka.append("profiles", "u1", b'{"country": "fr"}', partition=0, timestamp=500)
+    script = Script(kafka, lambda: kafka.append(IN, "u0", b"/a", partition=0, timestamp=100))
+    machine = Machine(kafka, tmp_path, ENRICH, commit_interval=0)
+    machine.builders = Builders(**{**machine.builders.__dict__, "lookup": devices})
+    machine.config = TaskConfig(**{**machine.config.__dict__, "builders": machine.builders})
+    summary = epoch(machine, {IN: 0, "profiles": 0}, script.done)  # an input stamped earlier
+    seen = [v for _, _, _, v, _, _ in kafka.rows(ENRICH.table, 0)]
+    assert seen == [b'{"page":"/a","country":"de","device":"phone"}']
+    assert summary.table_records == 2  # read before following the input
+    assert kafka.committed[("enrich", "profiles", 0)][0] == 2
+
+
 def _forward(ctx: Context[Any], page: str) -> None:
     ctx.loopback(f"{ctx.key}-looped", page)
 
