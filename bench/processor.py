@@ -169,6 +169,62 @@ def quix_run(brokers: str, topic: str, messages: int) -> str:
     return f"{messages / elapsed:,.0f} msg/s"
 
 
+class Tail:
+    """Follows a topic on a thread and notes each record's latency (now - its timestamp)."""
+
+    def __init__(self, brokers: str, topic: str) -> None:
+        self.brokers, self.topic = brokers, topic
+        self.samples: list[float] = []
+        self.series: list[tuple[float, float]] = []  # (sent, latency)
+        self.first_seen = threading.Event()  # the record of key "first" arrived
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        # 10 ms: the embedded broker answers much smaller fetch waits with stalls of seconds
+        config = {**consumer_config(self.brokers), "fetch.wait.max.ms": 10}
+        consumer = confluent_kafka.Consumer(config)
+        consumer.assign([confluent_kafka.TopicPartition(self.topic, p, 0)
+                         for p in range(PARTITIONS)])  # fmt: skip
+        while not self._stop.is_set():
+            # consume(n, t) waits for n records or t seconds: take what is there, else wait
+            # for one (as the processor's tail does), or the wait would be measured too
+            messages = consumer.consume(1000, 0) or [m for m in [consumer.poll(0.05)] if m]
+            for msg in messages:
+                if msg.error() is not None:
+                    continue
+                if msg.key() == b"first":
+                    self.first_seen.set()
+                    continue
+                sent = msg.timestamp()[1] / 1000
+                self.samples.append(time.time() - sent)
+                self.series.append((sent, self.samples[-1]))
+        consumer.close()
+
+    def wait_for(self, count: int, timeout: float) -> None:
+        deadline = time.time() + timeout
+        while len(self.samples) < count and time.time() < deadline:
+            time.sleep(0.1)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+
+def emit(producer: confluent_kafka.Producer, topic: str, rate: int, seconds: int) -> float:
+    """Emit ``rate`` events/s for ``seconds``, each stamped when sent; return when it began."""
+    begin = time.time()
+    for i in range(rate * seconds):
+        delay = begin + i / rate - time.time()
+        if delay > 0:
+            time.sleep(delay)
+        producer.produce(topic, b"/p", f"user-{i % 1000}", timestamp=int(time.time() * 1000))
+        producer.poll(0)
+    producer.flush(30)
+    return begin
+
+
 def latency(spark: object, brokers: str, rate: int, seconds: int, mode: str) -> Latency:
     """Emit ``rate`` events/s for ``seconds`` to a running processor; every table record carries
     its event's timestamp, so a consumer tailing the table measures emit -> visible. Before
@@ -181,63 +237,26 @@ def latency(spark: object, brokers: str, rate: int, seconds: int, mode: str) -> 
     producer = confluent_kafka.Producer(producer_config(brokers, {"linger.ms": 1}))
     producer.produce(topic, b"/p", "first", timestamp=int(time.time() * 1000))
     producer.flush(30)
-    samples: list[float] = []
-    series: list[tuple[float, float]] = []
-    first_seen = threading.Event()
-    stop = threading.Event()
-
-    def tail() -> None:
-        # 10 ms: the embedded broker answers much smaller fetch waits with stalls of seconds
-        consumer = confluent_kafka.Consumer({**consumer_config(brokers), "fetch.wait.max.ms": 10})
-        consumer.assign([confluent_kafka.TopicPartition(graph.table, p, 0)
-                         for p in range(PARTITIONS)])  # fmt: skip
-        while not stop.is_set():
-            # consume(n, t) waits for n records or t seconds: take what is there, else wait
-            # for one (as the processor's tail does), or the wait would be measured too
-            messages = consumer.consume(1000, 0) or [m for m in [consumer.poll(0.05)] if m]
-            for msg in messages:
-                if msg.error() is None:
-                    if msg.key() == b"first":
-                        first_seen.set()
-                    else:
-                        sent = msg.timestamp()[1] / 1000
-                        samples.append(time.time() - sent)
-                        series.append((sent, samples[-1]))
-        consumer.close()
-
-    tailer = threading.Thread(target=tail, daemon=True)
-    tailer.start()
-    trigger = {"trigger": "0 seconds"} if mode == "micro-batch" else {}
+    tail = Tail(brokers, graph.table)
     processor = Processor(graph, brokers, spark=spark, state_dir=state, mode=mode,  # type: ignore[arg-type]
-                          checkpoint_dir=state / "checkpoint", **trigger)  # fmt: skip
+                          checkpoint_dir=state / "checkpoint", trigger="0 seconds")  # fmt: skip
     started = time.time()
     runner = threading.Thread(target=processor.run, daemon=True)
     runner.start()
-    assert first_seen.wait(120), "the first event was not processed within 120 s"
+    assert tail.first_seen.wait(120), "the first event was not processed within 120 s"
     start_seconds = time.time() - started
-    begin = time.time()
-    for i in range(rate * seconds):
-        due = begin + i / rate
-        delay = due - time.time()
-        if delay > 0:
-            time.sleep(delay)
-        producer.produce(topic, b"/p", f"user-{i % 1000}", timestamp=int(time.time() * 1000))
-        producer.poll(0)
-    producer.flush(30)
-    deadline = time.time() + 60
-    while len(samples) < rate * seconds and time.time() < deadline:
-        time.sleep(0.2)
-    stop.set()
+    begin = emit(producer, topic, rate, seconds)
+    tail.wait_for(rate * seconds, 60)
+    tail.close()
     processor.stop()
     runner.join(60)
-    tailer.join(10)
     shutil.rmtree(state, ignore_errors=True)
     if os.environ.get("GOKA_BENCH_SERIES"):  # the worst latency of each second, to find stalls
         worst: dict[int, float] = {}
-        for sent, took in series:
+        for sent, took in tail.series:
             worst[int(sent - begin)] = max(worst.get(int(sent - begin), 0.0), took)
         print(" ".join(f"{s}:{1000 * w:.0f}" for s, w in sorted(worst.items())), flush=True)
-    return Latency(start_seconds, samples, rate * seconds)
+    return Latency(start_seconds, tail.samples, rate * seconds)
 
 
 def broker_hop(brokers: str, rate: int, seconds: int) -> Latency:
@@ -245,35 +264,11 @@ def broker_hop(brokers: str, rate: int, seconds: int) -> Latency:
     same way; a processor's record makes two (input topic, then table topic)."""
     topic = f"bench-hop-{time.monotonic_ns()}"
     TopicManager(brokers, TOPICS).ensure_stream_exists(topic, PARTITIONS)
-    samples: list[float] = []
-    stop = threading.Event()
-
-    def tail() -> None:
-        consumer = confluent_kafka.Consumer({**consumer_config(brokers), "fetch.wait.max.ms": 10})
-        consumer.assign([confluent_kafka.TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
-        while not stop.is_set():
-            messages = consumer.consume(1000, 0) or [m for m in [consumer.poll(0.05)] if m]
-            samples.extend(time.time() - m.timestamp()[1] / 1000 for m in messages
-                           if m.error() is None)  # fmt: skip
-        consumer.close()
-
-    tailer = threading.Thread(target=tail, daemon=True)
-    tailer.start()
-    producer = confluent_kafka.Producer(producer_config(brokers, {"linger.ms": 1}))
-    begin = time.time()
-    for i in range(rate * seconds):
-        delay = begin + i / rate - time.time()
-        if delay > 0:
-            time.sleep(delay)
-        producer.produce(topic, b"/p", f"user-{i % 1000}", timestamp=int(time.time() * 1000))
-        producer.poll(0)
-    producer.flush(30)
-    deadline = time.time() + 30
-    while len(samples) < rate * seconds and time.time() < deadline:
-        time.sleep(0.1)
-    stop.set()
-    tailer.join(10)
-    return Latency(0.0, samples, rate * seconds)
+    tail = Tail(brokers, topic)
+    emit(confluent_kafka.Producer(producer_config(brokers, {"linger.ms": 1})), topic, rate, seconds)
+    tail.wait_for(rate * seconds, 30)
+    tail.close()
+    return Latency(0.0, tail.samples, rate * seconds)
 
 
 class Latency:
@@ -326,11 +321,11 @@ def main() -> None:
         print(f"plain loop (ceiling) : {summary(plain)}")
         print(f"goka-py whole run    : {summary(whole)}")
         print(f"goka-py steady state : {summary(steady)}")
-        ratios = [s / p for s, p in zip(steady, plain, strict=True)]
+        ratios = [s / p if p else float("nan") for s, p in zip(steady, plain, strict=True)]
         print(f"steady / plain loop  : {summary(ratios)}   (target >= 0.50)")
         print(f"continuous whole run : {summary(cont_whole)}")
         print(f"continuous steady    : {summary(cont_steady)}")
-        cont = [c / m for c, m in zip(cont_steady, steady, strict=True)]
+        cont = [c / m if m else float("nan") for c, m in zip(cont_steady, steady, strict=True)]
         print(f"continuous / micro-batch steady: {summary(cont)}   (target >= 1)")
         print(f"quixstreams          : {quix}")
         print(
