@@ -195,6 +195,10 @@ class PartitionProcessor:
         """Lease and recover this partition's stores for an epoch (released by ``stack``)."""
         summary = PartitionSummary(self.partition, started_at=time.time())
         inputs = [t for t in self.graph.input_topics() if t in starts]
+        # Spark runs an epoch planned before a crash again with its old starts: begin where
+        # the group committed if that is further (it commits after the state, never before)
+        committed = self.clients.reader().committed(self.graph.group, self.partition, inputs)
+        starts = {**starts, **{t: max(starts[t], committed[t][0]) for t in committed}}
         stores = {"partition": stack.enter_context(self._lease("partition", self.graph.table))}
         for table in self.graph.joins:
             stores[f"join-{table}"] = stack.enter_context(self._lease(f"join-{table}", table))

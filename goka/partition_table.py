@@ -130,8 +130,10 @@ class StoreRecovery:
             self.lease.storage.clear()
             base = self.reader.watermarks(self.topic, self.partition)[0]
         last = end if end is not None else self.reader.watermarks(self.topic, self.partition)[1]
-        recovery.records = self._replay(base, last, target if unfinished else None)
-        self._write(WriteBatch(), target, last)
+        recovery.records, skipped = self._replay(base, last, target if unfinished else None)
+        # a store never claims a record it left out: a later recovery to a further target
+        # replays the topic from the first one left out (what it applied again is idempotent)
+        self._write(WriteBatch(), target, last if skipped is None else skipped)
         if not recovery.origin:
             recovery.origin = "rebuilt" if recovery.records else "created"
         log.info(
@@ -229,21 +231,26 @@ class StoreRecovery:
         return Recovery("restored", 0, fetched, time.monotonic() - started, manifest.id), True
 
     # -- replaying the topic -------------------------------------------------------------------
-    def _replay(self, start: int, end: int, starts: Mapping[str, int] | None) -> int:
-        """Apply the topic's records ``[start, end)``; return how many were read."""
+    def _replay(
+        self, start: int, end: int, starts: Mapping[str, int] | None
+    ) -> tuple[int, int | None]:
+        """Apply the topic's records ``[start, end)``, leaving out those written for source
+        offsets at or beyond ``starts``; return how many were read and the offset of the first
+        left out (None: none)."""
         assert self.topic is not None
-        batch, read = WriteBatch(), 0
+        batch, read, skipped = WriteBatch(), 0, None
         rows_of = self.reader.read(
             self.partition, {self.topic: (start, end)}, self.read_timeout, CHUNK
         )
         for rows in rows_of:
             read += len(rows)
-            _apply(batch, rows, starts)
+            first = _apply(batch, rows, starts)
+            skipped = first if skipped is None else skipped
             if len(batch.values) >= CHUNK:
                 self.lease.storage.write(batch)
                 batch = WriteBatch()
         self.lease.storage.write(batch)
-        return read
+        return read, skipped
 
     def _write(self, batch: WriteBatch, target: Mapping[str, int], topic_end: int | None) -> None:
         for topic, offset in target.items():
@@ -253,11 +260,15 @@ class StoreRecovery:
         self.lease.storage.write(batch)
 
 
-def _apply(batch: WriteBatch, rows: list[Row], starts: Mapping[str, int] | None) -> None:
-    values = batch.values
-    for _, _, key, value, _, headers in rows:
-        if key is not None and (starts is None or not from_unfinished_batch(headers, starts)):
+def _apply(batch: WriteBatch, rows: list[Row], starts: Mapping[str, int] | None) -> int | None:
+    """Add ``rows`` to ``batch``; return the offset of the first left out (None: none)."""
+    values, skipped = batch.values, None
+    for _, offset, key, value, _, headers in rows:
+        if starts is not None and from_unfinished_batch(headers, starts):
+            skipped = offset if skipped is None else skipped
+        elif key is not None:
             values[key.decode()] = value
+    return skipped
 
 
 def from_unfinished_batch(

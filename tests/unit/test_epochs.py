@@ -142,6 +142,35 @@ def test_a_join_sees_the_table_updates_that_precede_each_input_in_time(
     assert kafka.committed[("enrich", "profiles", 0)][0] == 3
 
 
+def test_an_epoch_planned_before_a_crash_and_run_again_starts_where_the_group_committed(
+    kafka: FakeKafka, tmp_path: Path
+) -> None:
+    sent: Counter[str] = Counter()
+    script = Script(kafka, lambda: sent.update(click(kafka, 40)))
+    epoch(Machine(kafka, tmp_path / "a", commit_interval=0), {IN: 0}, script.done)
+    assert kafka.committed[("counts", IN, 0)][0] == 40
+    script = Script(kafka, lambda: sent.update(click(kafka, 5, start=40)))
+    b = Machine(kafka, tmp_path / "b", commit_interval=0)  # another machine, the old plan
+    summary = epoch(b, {IN: 0}, script.done)
+    assert summary.processed == 5 and len(kafka.rows(CLICKS.table, 0)) == 45  # none again
+    assert b.state(0) == dict(sent) == table_of(kafka)
+
+
+def test_a_store_recovered_to_an_older_offset_catches_up_with_what_it_left_out(
+    kafka: FakeKafka, tmp_path: Path
+) -> None:
+    sent: Counter[str] = Counter()
+    script = Script(kafka, lambda: sent.update(click(kafka, 40)))
+    epoch(Machine(kafka, tmp_path / "a", commit_interval=0), {IN: 0}, script.done)
+    kafka.committed.clear()  # the group's commits were lost: b is told to begin at 0
+    b = Machine(kafka, tmp_path / "b", commit_interval=0)
+    epoch(b, {IN: 0}, lambda: True, seconds=0)  # leaves out the 40 updates, made for 0..39
+    script = Script(kafka, lambda: sent.update(click(kafka, 5, start=40)))
+    summary = epoch(b, {IN: 40}, script.done)  # its own store is the base: replays them
+    assert (summary.store, summary.processed) == ("caught_up", 5)
+    assert b.state(0) == dict(sent) == table_of(kafka)
+
+
 def test_joined_tables_are_current_before_the_first_input_of_an_epoch(
     kafka: FakeKafka, tmp_path: Path
 ) -> None:
