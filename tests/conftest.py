@@ -11,6 +11,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--crash-trials", type=int, default=0,
                      help="run tests/spark/test_crash.py's random series of N trials")  # fmt: skip
     parser.addoption("--crash-seed", type=int, default=1, help="seed of the random series")
+    parser.addoption("--crash-mode", default="micro-batch", choices=("micro-batch", "continuous"),
+                     help="the processing mode of the random crash series")  # fmt: skip
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -1,14 +1,17 @@
-"""The processor under test of the crash tests: click count until caught up, killed where
-``--kill`` says (through the builders of ``tests/spark/crash.py``, imported from there so that
-Spark pickles them by reference and a worker's counts last across tasks).
+"""The processor under test of the crash tests: click count until caught up (micro-batches) or
+until SIGTERM (``--mode continuous``), killed where ``--kill`` says (through the builders of
+``tests/spark/crash.py``, imported from there so that Spark pickles them by reference and a
+worker's counts last across tasks).
 
     python -m tests.spark.crash_run BROKERS TOPIC GROUP STATE CHECKPOINT [--kill POINT --nth N]
+        [--mode continuous]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import signal
 from collections import Counter
 
 from examples.click_count.group import count
@@ -25,15 +28,21 @@ def main() -> None:
     parser.add_argument("--nth", type=int, default=1)
     parser.add_argument("--marker", default="")
     parser.add_argument("--snapshot-interval", type=float, default=0.5)
+    parser.add_argument("--mode", choices=("micro-batch", "continuous"), default="micro-batch")
     args = parser.parse_args()
     graph = define_group(args.group, input(args.topic, StringCodec(), count), persist(Int64Codec()))
     kill = Kill(args.kill, args.nth, args.marker) if args.kill else None
     processor = Processor(
         graph, args.brokers, state_dir=args.state, checkpoint_dir=args.checkpoint,
         max_offsets_per_trigger=400, snapshot_interval=args.snapshot_interval,
-        builders=builders(kill),
+        builders=builders(kill), mode=args.mode, epoch=5,
     )  # fmt: skip
-    batches = processor.run_until_caught_up(timeout=300)
+    if args.mode == "continuous":
+        signal.signal(signal.SIGTERM, lambda *_: processor.stop())
+        processor.run()
+        batches = processor.batches
+    else:
+        batches = processor.run_until_caught_up(timeout=300)
     stores = sum((b.stores for b in batches), Counter[str]())
     print(json.dumps({"processed": sum(b.processed for b in batches), "stores": stores}))
 
