@@ -11,13 +11,13 @@ import json
 import struct
 import threading
 from collections.abc import Mapping
-from typing import Any
-
-from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
-from confluent_kafka.schema_registry.error import SchemaRegistryError
+from typing import TYPE_CHECKING, Any
 
 from goka.codec import avro_decode, avro_encode, parse_avro_schema
 from goka.errors import CodecError, ConfigurationError
+
+if TYPE_CHECKING:  # the registry client (httpx, authlib) is imported when a codec is made:
+    from confluent_kafka.schema_registry import SchemaRegistryClient  # 0.3 s per process
 
 __all__ = ["SchemaRegistryAvroCodec", "frame", "unframe"]
 
@@ -70,6 +70,8 @@ class SchemaRegistryAvroCodec:
         auto_register: bool = True,
     ) -> None:
         if isinstance(registry, Mapping):
+            from confluent_kafka.schema_registry import SchemaRegistryClient
+
             registry = SchemaRegistryClient.new_client(dict(registry))
         self._registry = registry
         self.subject = subject
@@ -83,6 +85,9 @@ class SchemaRegistryAvroCodec:
             self._writers[self.schema_id] = self.schema
 
     def _schema_id(self, schema: Mapping[str, Any] | str, auto_register: bool) -> int:
+        from confluent_kafka.schema_registry import Schema
+        from confluent_kafka.schema_registry.error import SchemaRegistryError
+
         text = schema if isinstance(schema, str) else json.dumps(dict(schema))
         spec = Schema(text, "AVRO")
         try:
@@ -112,6 +117,8 @@ class SchemaRegistryAvroCodec:
         writer = self._writers.get(schema_id)
         if writer is not None:
             return writer
+        from confluent_kafka.schema_registry.error import SchemaRegistryError
+
         try:
             found = self._registry.get_schema(schema_id)
         except SchemaRegistryError as exc:
