@@ -34,6 +34,7 @@ Trigger.AvailableNow is supported: the query stops at the ends seen when it star
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -47,7 +48,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from goka.errors import ConfigurationError, TopicError
+from goka.errors import BrokerError, ConfigurationError, TopicError
 from goka.kafka.ranges import EndOffsets, RangeReader, Row
 from goka.worker import Worker, frozen
 
@@ -78,6 +79,8 @@ ARROW_SCHEMA = pa.schema(
     ]
 )
 CHUNK = 50_000
+log = logging.getLogger(__name__)
+
 #: The key of the epoch counter in the offsets of an epochs source.
 EPOCH = "~epoch"
 
@@ -204,8 +207,14 @@ class GokaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             end = _limit(start, end, limit.max_rows)
         return end
 
-    def reportLatestOffset(self) -> Offsets:
-        return self._as_offsets(self._ends.high(self._all()))
+    def reportLatestOffset(self) -> Offsets | None:
+        """For progress reports only: a broker that does not answer in time does not stop the
+        query (None: not known this time)."""
+        try:
+            return self._as_offsets(self._ends.high(self._all()))
+        except BrokerError as exc:
+            log.warning("latest offsets not reported: %s", exc)
+            return None
 
     def _next_epoch(self, start: Offsets) -> Offsets:
         """Where the next epoch starts: the group's commits, or ``start`` where it is ahead."""
@@ -213,10 +222,13 @@ class GokaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._committed is None:
             self._committed = RangeReader(self.brokers, self.kafka)
         end: dict[str, Any] = {t: dict(start[t]) for t in self.topics}
-        for p in range(self.partitions_count):
-            found = self._committed.committed(self.epochs, p, self.topics)
-            for topic, (offset, _) in found.items():
-                end[topic][str(p)] = max(end[topic][str(p)], offset)
+        try:
+            for p in range(self.partitions_count):
+                found = self._committed.committed(self.epochs, p, self.topics)
+                for topic, (offset, _) in found.items():
+                    end[topic][str(p)] = max(end[topic][str(p)], offset)
+        except BrokerError as exc:  # the tasks begin where the group committed anyway
+            log.warning("epoch planned from the previous one's offsets: %s", exc)
         end[EPOCH] = {"n": int(start.get(EPOCH, {}).get("n", 0)) + 1}
         return end
 

@@ -95,7 +95,7 @@ class Flow:
 
 
 def run(brokers: str, topic: str, state: Path, checkpoint: Path, step: Step | None, marker: Path,
-        mode: str = "micro-batch", until: Callable[[], None] | None = None,
+        mode: str = "micro-batch", until: Callable[[subprocess.Popen[str]], None] | None = None,
         ) -> tuple[int, dict[str, Any] | None]:  # fmt: skip
     """Run the processor once: killed as ``step`` says, or (continuous, no step) stopped with
     SIGTERM once ``until()`` returned."""
@@ -108,7 +108,7 @@ def run(brokers: str, topic: str, state: Path, checkpoint: Path, step: Step | No
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE) as process:  # fmt: skip
         if until is not None:
             try:
-                until()
+                until(process)
             except AssertionError as exc:
                 kill_session(process.pid)
                 err = process.communicate()[1]
@@ -150,12 +150,14 @@ def play(trial: Trial, brokers: str, new_topic: Callable[..., str], tmp_path: Pa
     table = f"{topic}-g-table"
     with View(brokers, table, Int64Codec()) as view:
 
-        def exact() -> None:  # the clicks flow on while the last run recovers, then stop
+        def exact(process: subprocess.Popen[str]) -> None:  # clicks flow on a while, then stop
             assert flow is not None
             time.sleep(5)  # how long they flow on, not a synchronisation
             sent.update(flow.stop())
             view.wait_recovered(60)
-            wait_for(lambda: dict(view.items()) == dict(sent), 300, f"an exact table {trial.log}")
+            wait_for(lambda: process.poll() is not None or dict(view.items()) == dict(sent),
+                     300, f"an exact table {trial.log}")  # fmt: skip
+            assert process.poll() is None, f"the processor exited ({process.returncode})"
 
         code, result = run(brokers, topic, tmp_path / f"state-{machine}", tmp_path / "ckpt",
                            None, tmp_path / "unused", trial.mode,
