@@ -16,7 +16,11 @@ emitted at that rate while the processor runs; each table record carries its inp
 timestamp, so a consumer tailing the table measures emit -> visible. Before that, one event
 measures the start (processor started -> its table record visible).
 
+Last, the cold start in each mode: ``goka processor run`` launched in a new process (a new JVM,
+new Python workers) -> the table record of an event emitted before it visible.
+
     python -m bench.processor [--messages 1000000] [--runs 3] [--batch 250000]
+        [--only throughput|latency|start]
 """
 
 from __future__ import annotations
@@ -25,7 +29,9 @@ import argparse
 import os
 import random
 import shutil
+import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -42,6 +48,7 @@ from goka.topic_manager import TopicManagerConfig
 
 PARTITIONS = 4
 KEYS = 100_000
+ROOT = Path(__file__).resolve().parent.parent
 #: Topics are created with an explicit retention: quixstreams reads it to create its changelog
 #: topics, and the embedded broker describes only settings given at creation.
 TOPICS = TopicManagerConfig(stream_config={"retention.ms": "604800000"})
@@ -259,6 +266,39 @@ def latency(spark: object, brokers: str, rate: int, seconds: int, mode: str) -> 
     return Latency(start_seconds, tail.samples, rate * seconds)
 
 
+def cold_start(brokers: str, mode: str) -> float:
+    """Seconds from launching ``goka processor run`` (a new process: JVM, session, Python
+    workers) to the table record of an event emitted before it visible."""
+    topic = f"bench-start-{time.monotonic_ns()}"
+    TopicManager(brokers, TOPICS).ensure_stream_exists(topic, PARTITIONS)
+    TopicManager(brokers).ensure_table_exists(f"{topic}-g-table", PARTITIONS)
+    producer = confluent_kafka.Producer(producer_config(brokers))
+    producer.produce(topic, b"/p", "first")
+    producer.flush(30)
+    tail = Tail(brokers, f"{topic}-g-table")
+    state = Path(tempfile.mkdtemp(prefix="goka-start-"))
+    env = {**os.environ, "GOKA_BENCH_TOPIC": topic, "GOKA_LOG_LEVEL": "WARNING",
+           "PYTHONPATH": str(ROOT)}  # fmt: skip
+    command = [sys.executable, "-m", "goka.cli", "processor", "run", "bench.start_graph:graph",
+               "--brokers", brokers, "--state-dir", str(state), "--mode", mode,
+               "--trigger", "0 seconds"]  # fmt: skip
+    started = time.monotonic()
+    quiet = subprocess.DEVNULL
+    with subprocess.Popen(command, env=env, cwd=ROOT, stdout=quiet, stderr=quiet,
+                          start_new_session=True) as process:  # fmt: skip
+        seen = tail.first_seen.wait(180)
+        took = time.monotonic() - started
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+    tail.close()
+    shutil.rmtree(state, ignore_errors=True)
+    assert seen, f"{mode}: the first event was not processed within 180 s"
+    return took
+
+
 def broker_hop(brokers: str, rate: int, seconds: int) -> Latency:
     """The baseline: one hop through the broker (emit -> visible to a consumer), measured the
     same way; a processor's record makes two (input topic, then table topic)."""
@@ -292,51 +332,67 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--batch", type=int, default=250_000, help="maxOffsetsPerTrigger")
     parser.add_argument("--latency-seconds", type=int, default=20)
+    parser.add_argument("--only", choices=["throughput", "latency", "start"],
+                        help="run one part of the bench")  # fmt: skip
     args = parser.parse_args()
-    spark = build_session("bench", "local[2]")
-    spark.sparkContext.setLogLevel("ERROR")
     with EmbeddedBroker() as broker:
-        brokers = broker.bootstrap
-        topic = "bench-clicks"
-        fill(brokers, topic, args.messages)
-        plain, whole, steady = [], [], []
-        for run in range(1, args.runs + 1):
-            plain.append(args.messages / plain_loop(brokers, topic, args.messages))
-            w, s, total = goka_run(spark, brokers, topic, args.batch)
-            assert total == args.messages
-            whole.append(w)
-            steady.append(s)
-            print(f"run {run}: plain loop {plain[-1]:,.0f} msg/s   goka-py whole {w:,.0f} msg/s   "
-                  f"steady {s:,.0f} msg/s", flush=True)  # fmt: skip
-        cont_whole, cont_steady = [], []
-        for run in range(1, args.runs + 1):
-            w, st = goka_continuous(spark, brokers, topic, args.messages)
-            cont_whole.append(w)
-            cont_steady.append(st)
-            print(f"run {run}: goka-py continuous whole {w:,.0f} msg/s   steady {st:,.0f} msg/s",
-                  flush=True)  # fmt: skip
-        quix = quix_run(brokers, topic, args.messages)
-        print(f"\n{args.messages:,} events over {KEYS:,} keys, {PARTITIONS} partitions, "
-              f"micro-batches of {args.batch:,}, {args.runs} runs (median)")  # fmt: skip
-        print(f"plain loop (ceiling) : {summary(plain)}")
-        print(f"goka-py whole run    : {summary(whole)}")
-        print(f"goka-py steady state : {summary(steady)}")
-        ratios = [s / p if p else float("nan") for s, p in zip(steady, plain, strict=True)]
-        print(f"steady / plain loop  : {summary(ratios)}   (target >= 0.50)")
-        print(f"continuous whole run : {summary(cont_whole)}")
-        print(f"continuous steady    : {summary(cont_steady)}")
-        cont = [c / m if m else float("nan") for c, m in zip(cont_steady, steady, strict=True)]
-        print(f"continuous / micro-batch steady: {summary(cont)}   (target >= 1)")
-        print(f"quixstreams          : {quix}")
-        print(
-            f"\nlatency at 2,000 ev/s for {args.latency_seconds} s (emit -> table record visible):"
-        )
-        hop = broker_hop(brokers, 2_000, args.latency_seconds)
-        print(f"  {'broker hop':<12}: {hop.describe().split(';')[0]}  (the floor: one of two hops)")
-        for mode in ("continuous", "micro-batch"):
-            found = latency(spark, brokers, 2_000, args.latency_seconds, mode)
-            print(f"  {mode:<12}: {found.describe()}", flush=True)
-    spark.stop()
+        if args.only in (None, "throughput", "latency"):
+            spark = build_session("bench", "local[2]")
+            spark.sparkContext.setLogLevel("ERROR")
+            if args.only in (None, "throughput"):
+                throughput(spark, broker.bootstrap, args)
+            if args.only in (None, "latency"):
+                latencies(spark, broker.bootstrap, args.latency_seconds)
+            spark.stop()
+        if args.only in (None, "start"):
+            print("\ncold start (goka processor run launched -> first event's table record "
+                  "visible):")  # fmt: skip
+            for mode in ("continuous", "micro-batch"):
+                starts = [cold_start(broker.bootstrap, mode) for _ in range(args.runs)]
+                print(f"  {mode:<12}: {summary(starts)} s   (target <= 8 s)", flush=True)
+
+
+def throughput(spark: object, brokers: str, args: argparse.Namespace) -> None:
+    topic = "bench-clicks"
+    fill(brokers, topic, args.messages)
+    plain, whole, steady = [], [], []
+    for run in range(1, args.runs + 1):
+        plain.append(args.messages / plain_loop(brokers, topic, args.messages))
+        w, s, total = goka_run(spark, brokers, topic, args.batch)
+        assert total == args.messages
+        whole.append(w)
+        steady.append(s)
+        print(f"run {run}: plain loop {plain[-1]:,.0f} msg/s   goka-py whole {w:,.0f} msg/s   "
+              f"steady {s:,.0f} msg/s", flush=True)  # fmt: skip
+    cont_whole, cont_steady = [], []
+    for run in range(1, args.runs + 1):
+        w, st = goka_continuous(spark, brokers, topic, args.messages)
+        cont_whole.append(w)
+        cont_steady.append(st)
+        print(f"run {run}: goka-py continuous whole {w:,.0f} msg/s   steady {st:,.0f} msg/s",
+              flush=True)  # fmt: skip
+    quix = quix_run(brokers, topic, args.messages)
+    print(f"\n{args.messages:,} events over {KEYS:,} keys, {PARTITIONS} partitions, "
+          f"micro-batches of {args.batch:,}, {args.runs} runs (median)")  # fmt: skip
+    print(f"plain loop (ceiling) : {summary(plain)}")
+    print(f"goka-py whole run    : {summary(whole)}")
+    print(f"goka-py steady state : {summary(steady)}")
+    ratios = [s / p if p else float("nan") for s, p in zip(steady, plain, strict=True)]
+    print(f"steady / plain loop  : {summary(ratios)}   (target >= 0.50)")
+    print(f"continuous whole run : {summary(cont_whole)}")
+    print(f"continuous steady    : {summary(cont_steady)}")
+    cont = [c / m if m else float("nan") for c, m in zip(cont_steady, steady, strict=True)]
+    print(f"continuous / micro-batch steady: {summary(cont)}   (target >= 1)")
+    print(f"quixstreams          : {quix}")
+
+
+def latencies(spark: object, brokers: str, seconds: int) -> None:
+    print(f"\nlatency at 2,000 ev/s for {seconds} s (emit -> table record visible):")
+    hop = broker_hop(brokers, 2_000, seconds)
+    print(f"  {'broker hop':<12}: {hop.describe().split(';')[0]}  (the floor: one of two hops)")
+    for mode in ("continuous", "micro-batch"):
+        found = latency(spark, brokers, 2_000, seconds, mode)
+        print(f"  {mode:<12}: {found.describe()}", flush=True)
 
 
 if __name__ == "__main__":

@@ -139,11 +139,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--checkpoint-dir", help="Spark checkpoint (default: <state-dir>/checkpoint)")
     run.add_argument(
         "--mode",
-        default="micro-batch",
+        default="continuous",
         choices=["micro-batch", "continuous", "available-now"],
-        help="micro-batch (default): a batch every --trigger; continuous: epochs in which "
-        "tasks process records as they arrive (milliseconds of latency); available-now: "
-        "what is there, then exit",
+        help="continuous (default): epochs in which tasks process records as they arrive "
+        "(tens of milliseconds from emit to table); micro-batch: a batch every --trigger "
+        "(about a second); available-now: what is there, then exit",
     )
     run.add_argument("--trigger", default="1 second", help="micro-batch interval")
     run.add_argument(

@@ -6,6 +6,7 @@ Settings (flag, or environment variable):
     --master / GOKA_SPARK_MASTER    local[2] (default) or spark://host:7077
     --state-dir / GOKA_STATE_DIR    partition stores (default: goka-state, per executor)
     --checkpoint-dir / GOKA_CHECKPOINT_DIR   Spark checkpoint (shared storage on a cluster)
+    --mode / GOKA_MODE              continuous (default) or micro-batch
     --trigger / GOKA_TRIGGER        micro-batch interval (default: 1 second)
     --on-error / GOKA_ON_ERROR      fail | skip | dead_letter
     --snapshot-interval / GOKA_SNAPSHOT_INTERVAL   seconds between state snapshots (default 30)
@@ -40,6 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--master", default=env("SPARK_MASTER"))
     parser.add_argument("--state-dir", default=env("STATE_DIR"))
     parser.add_argument("--checkpoint-dir", default=env("CHECKPOINT_DIR"))
+    parser.add_argument("--mode", default=env("MODE", "continuous"),
+                        choices=["continuous", "micro-batch"])  # fmt: skip
     parser.add_argument("--trigger", default=env("TRIGGER", "1 second"))
     parser.add_argument("--on-error", default=env("ON_ERROR", "fail"))
     parser.add_argument(
@@ -55,7 +58,8 @@ def main(argv: list[str] | None = None) -> int:
 
     processor = Processor(
         load_graph(args.graph), args.brokers, master=args.master, state_dir=args.state_dir,
-        checkpoint_dir=args.checkpoint_dir, trigger=args.trigger, on_error=args.on_error,
+        checkpoint_dir=args.checkpoint_dir, mode=args.mode, trigger=args.trigger,
+        on_error=args.on_error,
         snapshot_interval=args.snapshot_interval, snapshot_dir=args.snapshot_dir,
     )  # fmt: skip
     for signum in (signal.SIGTERM, signal.SIGINT):

@@ -129,7 +129,7 @@ def start_processor(brokers: str, workdir: Path) -> Service:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "GOKA_LOG_LEVEL": "WARNING"}
     return Service("processor", ["processor", "run", "examples.click_count.group:graph",
                                  "--brokers", brokers, "--state-dir", str(workdir / "state"),
-                                 "--trigger", "500 milliseconds"], workdir, env)  # fmt: skip
+                                 "--mode", "continuous"], workdir, env)  # fmt: skip
 
 
 def start_view(brokers: str, workdir: Path) -> tuple[Service, str]:
