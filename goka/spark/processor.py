@@ -466,12 +466,8 @@ def build_session(group: str, master: str | None = None) -> SparkSession:
 
     Speculative execution stays off (two attempts of a task would contend for one store), the
     Python workers run this interpreter, and the UI is off unless ``GOKA_SPARK_UI`` is set.
-    Python workers are started without PySpark's daemon (``GOKA_SPARK_PYTHON_DAEMON=true``
-    brings it back): each kind of Python process Spark starts (data source lookup, creation,
-    read planning, tasks) would otherwise keep an idle daemon and worker, 0.7 GB of the
-    processor's 1.6 GB in ``make demo``. The driver JVM runs with the quick JIT tier only
-    (``GOKA_SPARK_JAVA_OPTIONS`` replaces it): it moves only summaries, and starts seconds
-    sooner.
+    The driver JVM runs with the quick JIT tier only (``GOKA_SPARK_JAVA_OPTIONS`` replaces
+    it): it moves only summaries, and starts seconds sooner.
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = (
@@ -481,7 +477,6 @@ def build_session(group: str, master: str | None = None) -> SparkSession:
         .config("spark.ui.enabled", "true" if os.environ.get("GOKA_SPARK_UI") else "false")
         .config("spark.sql.streaming.stopGracefullyOnShutdown", "true")
         .config("spark.python.worker.reuse", "true")
-        .config("spark.python.use.daemon", os.environ.get("GOKA_SPARK_PYTHON_DAEMON", "false"))
         .config(
             "spark.driver.extraJavaOptions",
             os.environ.get("GOKA_SPARK_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1"),
