@@ -84,7 +84,8 @@ def test_processor_service(brokers: str, new_topic: Callable[..., str], tmp_path
     process = _service("services.processor", {
         "GOKA_GRAPH": "tests.spark.crash_graph:graph", "GOKA_BROKERS": brokers,
         "GOKA_TEST_GROUP": group, "GOKA_TEST_TOPIC": topic, "GOKA_HTTP_PORT": str(http_port),
-        "GOKA_STATE_DIR": str(tmp_path / "state"), "GOKA_TRIGGER": "500 milliseconds",
+        "GOKA_STATE_DIR": str(tmp_path / "state"), "GOKA_MODE": "micro-batch",
+        "GOKA_TRIGGER": "500 milliseconds",
     }, tmp_path / "processor.log")  # fmt: skip
     try:
         wait_for(lambda: _status(f"http://127.0.0.1:{http_port}/healthz") == 200, timeout=120,
