@@ -57,6 +57,7 @@ from goka.errors import (
 from goka.graph import (
     Group,
     GroupGraph,
+    NilHandling,
     Stream,
     Table,
     define_group,
@@ -68,6 +69,7 @@ from goka.graph import (
     output,
     persist,
 )
+from goka.keys import key_bytes, key_str
 from goka.topic_manager import TopicManager, TopicManagerConfig
 
 __all__ = [
@@ -90,6 +92,7 @@ __all__ = [
     "GroupGraph",
     "Int64Codec",
     "JsonCodec",
+    "NilHandling",
     "ProcessingError",
     "ProtobufCodec",
     "SnapshotError",
@@ -106,6 +109,8 @@ __all__ = [
     "input",
     "inputs",
     "join",
+    "key_bytes",
+    "key_str",
     "lookup",
     "loop",
     "output",

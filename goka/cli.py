@@ -157,7 +157,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--on-error", default="fail", choices=["fail", "skip", "dead_letter"])
     run.add_argument("--max-offsets-per-trigger", type=int)
-    run.add_argument("--starting-offsets", default="earliest")
+    run.add_argument(
+        "--starting-offsets",
+        default="earliest",
+        help="where a new checkpoint starts: earliest, latest, group (the consumer group's "
+        'committed offsets, e.g. Go Goka\'s) or JSON {"topic": {"0": 42}} (default: earliest)',
+    )
     run.add_argument("--metrics-port", type=int, help="serve Prometheus /metrics on this port")
     run.add_argument(
         "--snapshot-interval",

@@ -88,29 +88,56 @@ class BytesCodec:
 
 
 class StringCodec:
-    """UTF-8 text (Goka ``codec.String``)."""
+    """Text (Goka ``codec.String``), UTF-8 on the wire.
+
+    Go's string codec takes any bytes, so by default this one does too, without loss: bytes that
+    are not valid UTF-8 decode to surrogate escapes (``b"\\xff"`` -> ``"\\udcff"``, as
+    :mod:`goka.keys` does for keys) and encode back to the same bytes. A graph ported from Go
+    then processes every record Go processed, and writes back what it read.
+
+    Args:
+        strict: refuse bytes that are not valid UTF-8 (and strings with lone surrogates) with a
+            :class:`~goka.errors.CodecError` instead; the record then fails (see ``on_error``).
+    """
 
     name = "string"
-    fast_decode = staticmethod(bytes.decode)
+
+    def __init__(self, *, strict: bool = False) -> None:
+        self.strict = strict
+        self._errors = "strict" if strict else "surrogateescape"
+        if strict:
+            self.fast_decode = bytes.decode
+
+    def __getstate__(self) -> bool:
+        return self.strict
+
+    def __setstate__(self, strict: bool) -> None:
+        self.__init__(strict=strict)  # type: ignore[misc]  # rebuilds the decoder when unpickled
 
     def encode(self, value: str) -> bytes:
         if not isinstance(value, str):
             raise CodecError(self.name, f"expected str, got {type(value).__name__}")
         try:
-            return value.encode()
+            return value.encode("utf-8", self._errors)
         except UnicodeEncodeError as exc:  # lone surrogates
             raise CodecError(self.name, f"cannot encode as UTF-8: {exc}") from exc
 
     def decode(self, data: bytes) -> str:
         try:
-            return data.decode()
+            return data.decode("utf-8", self._errors)
         except AttributeError:  # a memoryview or bytearray-like buffer
             return self.decode(bytes(data))
         except UnicodeDecodeError as exc:
             raise CodecError(self.name, f"invalid UTF-8 at byte {exc.start}: {exc.reason}") from exc
 
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, StringCodec) and other.strict == self.strict
+
+    def __hash__(self) -> int:
+        return hash((StringCodec, self.strict))
+
     def __repr__(self) -> str:
-        return "StringCodec()"
+        return "StringCodec(strict=True)" if self.strict else "StringCodec()"
 
 
 class Int64Codec:

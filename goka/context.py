@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar
 
 from goka.errors import GokaError
+from goka.keys import key_str
 
 if TYPE_CHECKING:
     from goka.engine import Engine
@@ -57,7 +58,8 @@ class Context(Generic[V]):
     Attributes:
         group: the processor group.
         topic, partition, offset: where the message came from.
-        key: the message key (Goka keys are strings).
+        key: the message key, as ``str``: bytes that are not UTF-8 text appear as surrogate
+            escapes (see :mod:`goka.keys`); :attr:`raw_key` gives the bytes.
     """
 
     __slots__ = (
@@ -91,6 +93,12 @@ class Context(Generic[V]):
     def topic(self) -> str:
         """The topic of the message."""
         return str(self._message[0])
+
+    @property
+    def raw_key(self) -> bytes | None:
+        """The message key as it is on the wire (None: the message has no key)."""
+        raw = self._message[2]
+        return None if raw is None else bytes(raw)
 
     @property
     def offset(self) -> int:
@@ -183,11 +191,13 @@ class Context(Generic[V]):
     def emit(
         self,
         topic: str,
-        key: str,
+        key: str | bytes,
         value: Any,
         headers: dict[str, bytes] | Headers | None = None,
     ) -> None:
         """Send a message to a declared output topic (``None`` sends a tombstone).
+
+        ``key`` is text or any bytes (see :mod:`goka.keys`).
 
         Raises:
             ContextError: ``topic`` is not an output edge of the group.
@@ -206,7 +216,7 @@ class Context(Generic[V]):
         )
 
     def loopback(
-        self, key: str, value: Any, headers: dict[str, bytes] | Headers | None = None
+        self, key: str | bytes, value: Any, headers: dict[str, bytes] | Headers | None = None
     ) -> None:
         """Send a message to the group's loop topic, to be processed under ``key``.
 
@@ -230,13 +240,13 @@ class Context(Generic[V]):
         """
         return self._engine.read_table("join", table, self.key)
 
-    def lookup(self, table: str, key: str) -> Any:
+    def lookup(self, table: str, key: str | bytes) -> Any:
         """Return ``key``'s value in a lookup table, or None.
 
         Raises:
             ContextError: ``table`` is not a lookup edge of the group.
         """
-        return self._engine.read_table("lookup", table, key)
+        return self._engine.read_table("lookup", table, _check_key(key))
 
     def fail(self, error: BaseException | str) -> NoReturn:
         """Stop processing with ``error``, whatever the group's error policy says.
@@ -255,9 +265,11 @@ class Context(Generic[V]):
 
 
 def _check_key(key: object) -> str:
-    if type(key) is not str:
-        raise ContextError(f"message keys are strings, got {type(key).__name__}")
-    return key
+    if type(key) is str:
+        return key
+    if isinstance(key, bytes):
+        return key_str(key)
+    raise ContextError(f"message keys are str or bytes, got {type(key).__name__}")
 
 
 def _headers(headers: dict[str, bytes] | Headers | None) -> Headers | None:

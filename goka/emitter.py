@@ -29,6 +29,7 @@ from goka.kafka.producer import (
     kafka_producer,
     probe_message,
 )
+from goka.keys import key_bytes
 from goka.metrics import EmitterStats, PyEmitterStats, emitter_stats, register
 
 __all__ = ["Emitter"]
@@ -222,7 +223,7 @@ class Emitter(Generic[V]):
     # -- emitting --------------------------------------------------------------------------------
     def emit(
         self,
-        key: str,
+        key: str | bytes,
         value: V | None,
         *,
         headers: Headers | None = None,
@@ -231,11 +232,13 @@ class Emitter(Generic[V]):
         """Queue one message and return a future of its :class:`~goka.delivery.Delivery`.
 
         ``value=None`` sends a tombstone (a null value), as Goka does. Returns at once unless the
-        local queue is full, then waits up to ``max_block`` seconds for space.
+        local queue is full, then waits up to ``max_block`` seconds for space. ``key`` is text
+        (sent as UTF-8) or any bytes; a ``str`` with surrogate escapes is sent as the bytes it
+        stands for (see :mod:`goka.keys`).
 
         Raises:
             EmitterClosedError: the emitter was closed.
-            CodecError: the key is not a str or the codec cannot encode the value.
+            CodecError: the key is not str or bytes, or the codec cannot encode the value.
             BrokerError: the queue stayed full for ``max_block`` seconds.
             DeliveryError: the producer refused the message at once (e.g. too large).
         """
@@ -251,6 +254,8 @@ class Emitter(Generic[V]):
                               headers=headers, timestamp=_millis(timestamp))  # fmt: skip
         except BufferError:
             self._produce_when_space(future, key, data, headers, timestamp)
+        except UnicodeEncodeError:  # a str key standing for bytes that are not UTF-8
+            self._produce_when_space(future, key_bytes(key), data, headers, timestamp)
         except (TypeError, ProduceError) as exc:
             raise self._refusal(key, exc) from exc
         if not _USER_CALLBACKS_RUNNING[0]:
@@ -259,15 +264,18 @@ class Emitter(Generic[V]):
         return future
 
     def _produce_failed(
-        self, future: _EmitterFuture, key: str, data: bytes | None, error: BaseException
+        self, future: _EmitterFuture, key: str | bytes, data: bytes | None, error: BaseException
     ) -> _EmitterFuture:
         """The C fast path's produce() raised: wait for space or raise what emit() raises."""
+        if isinstance(error, UnicodeEncodeError):  # a key standing for bytes that are not UTF-8
+            self._produce_when_space(future, key_bytes(key), data, None, None)
+            return future
         if not isinstance(error, BufferError):
             raise self._refusal(key, error) from error
         self._produce_when_space(future, key, data, None, None)
         return future
 
-    def _refusal(self, key: str, error: BaseException) -> BaseException:
+    def _refusal(self, key: str | bytes, error: BaseException) -> BaseException:
         """What emit() raises when produce() refuses a message at once."""
         if isinstance(error, TypeError):  # the key: confluent-kafka takes str and bytes only
             return _key_error(key)
@@ -277,7 +285,7 @@ class Emitter(Generic[V]):
 
     def emit_sync(
         self,
-        key: str,
+        key: str | bytes,
         value: V | None,
         *,
         headers: Headers | None = None,
@@ -299,7 +307,7 @@ class Emitter(Generic[V]):
 
     async def emit_async(
         self,
-        key: str,
+        key: str | bytes,
         value: V | None,
         *,
         headers: Headers | None = None,
@@ -324,7 +332,7 @@ class Emitter(Generic[V]):
     def _try_produce(
         self,
         future: _EmitterFuture,
-        key: str,
+        key: str | bytes,
         data: bytes | None,
         headers: Headers | None,
         timestamp: Timestamp | None,
@@ -335,6 +343,8 @@ class Emitter(Generic[V]):
                           headers=headers, timestamp=_millis(timestamp))  # fmt: skip
         except BufferError:
             return False
+        except UnicodeEncodeError:  # a str key standing for bytes that are not UTF-8
+            return self._try_produce(future, key_bytes(key), data, headers, timestamp)
         except (TypeError, ProduceError) as exc:
             raise self._refusal(key, exc) from exc
         return True
@@ -342,7 +352,7 @@ class Emitter(Generic[V]):
     def _produce_when_space(
         self,
         future: _EmitterFuture,
-        key: str,
+        key: str | bytes,
         data: bytes | None,
         headers: Headers | None,
         timestamp: Timestamp | None,
@@ -455,7 +465,7 @@ class Emitter(Generic[V]):
 
 
 def _key_error(key: object) -> CodecError:
-    return CodecError("key", f"expected str, got {type(key).__name__}")
+    return CodecError("key", f"expected str or bytes, got {type(key).__name__}")
 
 
 def _millis(timestamp: Timestamp | None) -> int:

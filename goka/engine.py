@@ -16,6 +16,7 @@ from typing import Any, Literal
 from goka.context import MISSING, NOT_SAVED, TABLE, Abort, Context, ContextError, Headers
 from goka.errors import ConfigurationError, ProcessingError
 from goka.graph import Callback, Edge, GroupGraph
+from goka.keys import key_str
 
 __all__ = ["BatchResult", "Effect", "Engine", "ErrorPolicy", "Message", "TableReader"]
 
@@ -96,6 +97,7 @@ class Engine:
         self.partition = partition
         self.on_error = on_error
         self.pause_gc = pause_gc
+        self.nil_handling = graph.nil_handling
         self.store_get = store
         self.table = graph.table
         self.loop_topic = graph.loop_topic
@@ -143,29 +145,39 @@ class Engine:
 
     def _process(self, messages: Sequence[Message], result: BatchResult) -> None:
         """The hot loop: each line here costs on every message, so it stays minimal."""
-        ctx, routes = self.context, self._routes
+        ctx, routes, nil = self.context, self._routes, self.nil_handling
         for message in messages:
+            raw_value = message[3]
+            if raw_value is None and nil == "ignore":
+                continue
             ctx._message = message
             try:
                 raw_key = message[2]
-                ctx.key = raw_key.decode() if raw_key is not None else ""
+                ctx.key = raw_key.decode("utf-8", "surrogateescape") if raw_key is not None else ""
                 decode, callback = routes[message[0]]
-                raw_value = message[3]
-                callback(ctx, None if raw_value is None else decode(raw_value))
+                if raw_value is not None:
+                    callback(ctx, decode(raw_value))
+                else:
+                    callback(ctx, None if nil == "process" else decode(b""))
             except Exception as exc:
                 self._failed(exc, message, 0, result)
 
     def _process_undoable(self, messages: Sequence[Message], result: BatchResult) -> None:
         """Like :meth:`_process`, remembering how to undo each message (skip, dead_letter)."""
-        ctx, routes, effects = self.context, self._routes, self.effects
+        ctx, routes, effects, nil = self.context, self._routes, self.effects, self.nil_handling
         for message in messages:
+            raw_value = message[3]
+            if raw_value is None and nil == "ignore":
+                continue
             ctx._message, ctx._saved, mark = message, NOT_SAVED, len(effects)
             try:
                 raw_key = message[2]
-                ctx.key = raw_key.decode() if raw_key is not None else ""
+                ctx.key = raw_key.decode("utf-8", "surrogateescape") if raw_key is not None else ""
                 decode, callback = routes[message[0]]
-                raw_value = message[3]
-                callback(ctx, None if raw_value is None else decode(raw_value))
+                if raw_value is not None:
+                    callback(ctx, decode(raw_value))
+                else:
+                    callback(ctx, None if nil == "process" else decode(b""))
             except Exception as exc:
                 self._failed(exc, message, mark, result)
 
@@ -174,7 +186,7 @@ class Engine:
         error = ProcessingError(
             self._describe(exc, message),
             group=self.graph.group, topic=message[0], partition=self.partition,
-            offset=message[1], key=ctx.key if message[2] is not None else None,
+            offset=message[1], key=None if message[2] is None else key_str(message[2]),
         )  # fmt: skip
         if isinstance(exc, Abort) or self.on_error == "fail":
             raise error from (exc.__cause__ if isinstance(exc, Abort) else exc)
@@ -186,15 +198,12 @@ class Engine:
 
     def _describe(self, exc: Exception, message: Message) -> str:
         """Say where ``message`` failed, replaying its (deterministic) decoding to find out."""
-        topic, _, raw_key, raw_value = message[:4]
+        topic, raw_value = message[0], message[3]
         if topic not in self._routes:
             return f"no input edge for topic {topic!r}"
         try:
-            raw_key is None or raw_key.decode()
-        except UnicodeDecodeError as key_error:
-            return f"key is not valid UTF-8: {key_error}"
-        try:
-            raw_value is None or self._codecs[topic].decode(raw_value)
+            if raw_value is not None or self.nil_handling == "decode":
+                self._codecs[topic].decode(raw_value or b"")
         except Exception as value_error:
             return f"cannot decode the value: {value_error}"
         if isinstance(exc, Abort):

@@ -35,6 +35,7 @@ __all__ = [
     "StorageError",
     "StorageLockedError",
     "TopicError",
+    "describe_key",
 ]
 
 
@@ -89,7 +90,8 @@ class DeliveryError(BrokerError):
     def __init__(
         self, topic: str, key: str | bytes | None, reason: str, *, retriable: bool = False
     ):
-        super().__init__(f"delivery to topic {topic!r} failed for key {key!r}: {reason}")
+        shown = describe_key(key)
+        super().__init__(f"delivery to topic {topic!r} failed for key {shown}: {reason}")
         self.topic = topic
         self.key = key
         self.reason = reason
@@ -133,9 +135,9 @@ class ProcessingError(GokaError):
         topic: str,
         partition: int,
         offset: int,
-        key: str | None,
+        key: str | bytes | None,
     ) -> None:
-        where = f"topic {topic!r} partition {partition} offset {offset} key {key!r}"
+        where = f"topic {topic!r} partition {partition} offset {offset} key {describe_key(key)}"
         prefix = f"group {group!r}: " if group else ""
         super().__init__(f"{prefix}{where}: {reason}")
         self.reason = reason
@@ -144,3 +146,20 @@ class ProcessingError(GokaError):
         self.partition = partition
         self.offset = offset
         self.key = key
+
+
+def describe_key(key: str | bytes | None) -> str:
+    """Show a key in a message: quoted text where it is UTF-8 text, else its bytes escaped
+    (``b'\\xff'``). A ``str`` key stands for its bytes (see :mod:`goka.keys`)."""
+    raw: object = key
+    if isinstance(key, str):
+        try:
+            raw = key.encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError:
+            return repr(key)
+    if not isinstance(raw, (bytes, bytearray)):
+        return repr(key)
+    try:
+        return repr(bytes(raw).decode())
+    except UnicodeDecodeError:
+        return repr(bytes(raw))

@@ -17,7 +17,7 @@ import inspect
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from goka.codec import Codec
 from goka.errors import ConfigurationError, GraphError
@@ -30,6 +30,7 @@ __all__ = [
     "Edge",
     "Group",
     "GroupGraph",
+    "NilHandling",
     "Stream",
     "Table",
     "define_group",
@@ -45,6 +46,10 @@ __all__ = [
 
 #: ``callback(ctx, msg)``: processes one message; its return value is ignored.
 Callback = Callable[["Context[Any]", Any], object]
+
+#: What a group does with messages that have no value; see :func:`define_group`.
+NilHandling = Literal["ignore", "process", "decode"]
+NIL_HANDLING = ("ignore", "process", "decode")
 
 _TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}\Z")
 
@@ -142,6 +147,7 @@ class GroupGraph:
     lookups: Mapping[str, Edge]
     loop: Edge | None
     persist: Edge | None
+    nil_handling: NilHandling = "ignore"
 
     @property
     def table(self) -> Table:
@@ -184,8 +190,19 @@ class GroupGraph:
         return f"GroupGraph({self.group!r}, {len(self.inputs)} inputs, table={bool(self.persist)})"
 
 
-def define_group(group: str, *edges: Edge | Iterable[Edge]) -> GroupGraph:
+def define_group(
+    group: str, *edges: Edge | Iterable[Edge], nil_handling: NilHandling = "ignore"
+) -> GroupGraph:
     """Declare and validate a processor group.
+
+    ``nil_handling`` says what happens to input and loop messages without a value (a null
+    value, Go's ``nil``), as Go Goka's ``WithNilHandling`` does, with Goka's default:
+
+    - ``"ignore"`` (Goka's ``NilIgnore``): drop them; the callback is not called (their offsets
+      still count as processed).
+    - ``"process"`` (``NilProcess``): call the callback with ``msg=None``.
+    - ``"decode"`` (``NilDecode``): pass them through the edge's codec as empty bytes (as Go
+      decodes a nil slice), and call the callback with what it returns.
 
     Rules (each violation raises :class:`GraphError` naming the offending edge):
 
@@ -200,11 +217,16 @@ def define_group(group: str, *edges: Edge | Iterable[Edge]) -> GroupGraph:
     7. Every edge has a codec with ``encode`` and ``decode``.
     8. Callbacks are plain callables accepting ``(ctx, msg)``, not coroutine functions.
     9. Topic names use only ``A-Z a-z 0-9 . _ -`` and are at most 249 characters.
+    10. ``nil_handling`` is one of ``ignore``, ``process``, ``decode``.
 
     Raises:
         GraphError: if a rule is violated.
     """
     name = _check_group(group)
+    if nil_handling not in NIL_HANDLING:
+        raise GraphError(
+            f"group {group!r}: nil_handling must be one of {NIL_HANDLING}, got {nil_handling!r}"
+        )
     flat = _flatten(edges)
     for edge in flat:
         _check_edge(name, edge)
@@ -219,7 +241,7 @@ def define_group(group: str, *edges: Edge | Iterable[Edge]) -> GroupGraph:
             single[edge.kind] = edge
     return GroupGraph(
         name, by_kind["input"], by_kind["output"], by_kind["join"], by_kind["lookup"],
-        single.get("loop"), single.get("persist"),
+        single.get("loop"), single.get("persist"), nil_handling,
     )  # fmt: skip
 
 

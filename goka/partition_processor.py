@@ -46,6 +46,7 @@ from goka.context import EMIT, LOOP, TABLE
 from goka.engine import BatchResult, Engine, Message
 from goka.errors import DeliveryError
 from goka.kafka.producer import ProduceError, Producer
+from goka.keys import key_bytes, key_str
 from goka.options import Clients, TaskConfig
 from goka.partition_table import (
     CHUNK,
@@ -142,6 +143,7 @@ class PartitionProcessor:
         )  # fmt: skip
         self.root = Path(config.state_dir) / self.graph.group
         self.clients = Clients(config, worker)
+        self._inputs = frozenset(self.graph.input_topics())
         self._manifests: list[Manifest] | None = None
 
     def process(self, ranges: Mapping[str, tuple[int, int]]) -> PartitionSummary:
@@ -212,10 +214,12 @@ class PartitionProcessor:
         return _Epoch(self, stores, positions, summary)
 
     def _commit_to_group(self, positions: Mapping[str, int]) -> None:
-        """Tell Kafka how far the group got (asynchronously): for lag tools, and for epochs,
-        which start from there."""
+        """Tell Kafka how far the group got in its inputs and loop (asynchronously, as Go Goka
+        does; not in joined tables, which no group consumes): for lag tools, for epochs, which
+        start from there, and for a Go processor taking the group over."""
         note = json.dumps({"time": round(time.time(), 3)})
-        self.clients.reader().commit(self.graph.group, self.partition, positions, note)
+        inputs = {t: o for t, o in positions.items() if t in self._inputs}
+        self.clients.reader().commit(self.graph.group, self.partition, inputs, note)
 
     # -- stores --------------------------------------------------------------------------------
     def _lease(self, name: str, table: str) -> Any:
@@ -266,7 +270,7 @@ class PartitionProcessor:
         recovery = self._recovery(lease, f"join-{table}", table)
         summary.count(recovery.recover({table: start}, end=start), lease)
         stored = recovery.positions({table: start})[table]
-        values = {key.decode(): value for _, offset, key, value, _, _ in messages.get(table, [])
+        values = {key_str(key): value for _, offset, key, value, _, _ in messages.get(table, [])
                   if key is not None and offset >= stored}  # fmt: skip
         batch = WriteBatch(values=values)
         batch.set_offset(table, self.partition, end)
@@ -459,7 +463,7 @@ class _Epoch:
         self.pending.update(result.changes())
 
     def _join(self, records: list[Message]) -> None:
-        batch = WriteBatch(values={r[2].decode(): r[3] for r in records if r[2] is not None})
+        batch = WriteBatch(values={key_str(r[2]): r[3] for r in records if r[2] is not None})
         batch.set_offset(records[0][0], self.partition, records[-1][1] + 1)
         self.joins[records[0][0]].write(batch)
         self.summary.table_records += len(records)
@@ -594,5 +598,7 @@ def _send(
             return
         except BufferError:
             producer.poll(0.05)
+        except UnicodeEncodeError:  # a key with bytes that are not UTF-8 (surrogate escapes)
+            key = key_bytes(key) if isinstance(key, str) else key
         except ProduceError as exc:  # refused at once, e.g. larger than message.max.bytes
             raise DeliveryError(topic, key, f"refused by the producer: {exc}") from exc

@@ -267,7 +267,7 @@ def _apply(batch: WriteBatch, rows: list[Row], starts: Mapping[str, int] | None)
         if starts is not None and from_unfinished_batch(headers, starts):
             skipped = offset if skipped is None else skipped
         elif key is not None:
-            values[key.decode()] = value
+            values[key.decode("utf-8", "surrogateescape")] = value  # goka.keys.key_str
     return skipped
 
 

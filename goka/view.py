@@ -17,6 +17,7 @@ from goka.codec import Codec
 from goka.errors import GokaError, StorageError
 from goka.kafka.config import Brokers
 from goka.kafka.table_consumer import Polled, TableConsumer
+from goka.keys import key_str
 from goka.metrics import view_metrics
 from goka.storage import LevelDBStorage, MemoryStorage, Storage, WriteBatch
 
@@ -253,9 +254,10 @@ class View(Generic[V]):
         values, last = batch.values, {}
         try:
             for partition, offset, key, value in polled.records:
-                values[key.decode()] = value  # type: ignore[union-attr]  # None: slow path
+                # goka.keys.key_str, inlined: any bytes, no loss
+                values[key.decode("utf-8", "surrogateescape")] = value  # type: ignore[union-attr]  # None: slow path
                 last[partition] = offset
-        except (AttributeError, UnicodeDecodeError):
+        except AttributeError:
             values.clear()
             last = self._apply_checked(polled, values)
         for partition, offset in last.items():
@@ -269,14 +271,14 @@ class View(Generic[V]):
         last = {}
         for partition, offset, key, value in polled.records:
             last[partition] = offset
-            try:
-                values[key.decode()] = value  # type: ignore[union-attr]
-            except (AttributeError, UnicodeDecodeError):
+            if key is None:
                 self._skipped += 1
                 log.warning(
-                    "view %s: skipping partition %d offset %d: keys must be UTF-8 text, got %r",
-                    self.table, partition, offset, key,
+                    "view %s: skipping partition %d offset %d: a table record without a key",
+                    self.table, partition, offset,
                 )  # fmt: skip
+            else:
+                values[key_str(key)] = value
         return last
 
     def _lags(self) -> dict[int, int | None]:
@@ -331,8 +333,8 @@ class View(Generic[V]):
         if self._error is not None:
             raise ViewNotReadyError(f"view {self.table!r} failed: {self._error}")
 
-    def get(self, key: str) -> V | None:
-        """Return the value of ``key``, or None.
+    def get(self, key: str | bytes) -> V | None:
+        """Return the value of ``key`` (text, or any bytes: see :mod:`goka.keys`), or None.
 
         Raises:
             ViewNotReadyError: not recovered yet (unless stale reads are allowed), or closed.
@@ -341,28 +343,31 @@ class View(Generic[V]):
         raw = self.get_raw(key)
         return None if raw is None else self.codec.decode(raw)
 
-    def get_raw(self, key: str) -> bytes | None:
+    def get_raw(self, key: str | bytes) -> bytes | None:
         """Return the stored bytes of ``key``, or None."""
         self._check_readable()
         try:
-            return self._storage.get(key)
+            return self._storage.get(key_str(key))
         except (RuntimeError, StorageError) as exc:
             raise ViewNotReadyError(f"view {self.table!r}: {exc}") from exc
 
-    def has(self, key: str) -> bool:
+    def has(self, key: str | bytes) -> bool:
         """Return True if ``key`` has a value."""
         return self.get_raw(key) is not None
 
     def items(
         self,
         *,
-        prefix: str | None = None,
-        start: str | None = None,
-        stop: str | None = None,
+        prefix: str | bytes | None = None,
+        start: str | bytes | None = None,
+        stop: str | bytes | None = None,
         reverse: bool = False,
         limit: int | None = None,
     ) -> Iterator[tuple[str, V]]:
-        """Yield ``(key, value)`` in key order over a prefix and/or range (``stop`` exclusive)."""
+        """Yield ``(key, value)`` in key order over a prefix and/or range (``stop`` exclusive).
+
+        Keys are ordered by their bytes; a key that is not UTF-8 text comes as ``str`` with
+        surrogate escapes (:func:`goka.keys.key_bytes` gives its bytes back)."""
         for key, raw in self.items_raw(prefix=prefix, start=start, stop=stop, reverse=reverse,
                                        limit=limit):  # fmt: skip
             yield key, self.codec.decode(raw)
@@ -370,9 +375,9 @@ class View(Generic[V]):
     def items_raw(
         self,
         *,
-        prefix: str | None = None,
-        start: str | None = None,
-        stop: str | None = None,
+        prefix: str | bytes | None = None,
+        start: str | bytes | None = None,
+        stop: str | bytes | None = None,
         reverse: bool = False,
         limit: int | None = None,
     ) -> Iterator[tuple[str, bytes]]:
@@ -382,6 +387,7 @@ class View(Generic[V]):
             ViewNotReadyError: at once (not at the first item), as :meth:`get` does.
         """
         self._check_readable()
+        prefix, start, stop = (None if k is None else key_str(k) for k in (prefix, start, stop))
         items = self._storage.items(prefix=prefix, start=start, stop=stop, reverse=reverse)
         return items if limit is None else itertools.islice(items, limit)
 

@@ -12,6 +12,7 @@ import grpc
 from goka.codec import Codec, codec_by_name
 from goka.errors import ConfigurationError, GokaError
 from goka.grpc.v1 import view_pb2, view_pb2_grpc
+from goka.keys import key_bytes, key_str
 from goka.view import ViewNotReadyError
 
 __all__ = ["TableNotServedError", "ViewClient", "ViewInfo"]
@@ -80,37 +81,42 @@ class ViewClient:
         except grpc.RpcError as exc:
             raise _translate(exc, table) from exc
 
-    def get(self, table: str, key: str) -> Any:
-        """Return the decoded value of ``key`` in ``table``, or None."""
-        answer = self._call(self._stub.Get, view_pb2.GetRequest(table=table, key=key), table)
+    def get(self, table: str, key: str | bytes) -> Any:
+        """Return the decoded value of ``key`` (text or any bytes: :mod:`goka.keys`) in
+        ``table``, or None."""
+        request = view_pb2.GetRequest(table=table, key=key_bytes(key))
+        answer = self._call(self._stub.Get, request, table)
         return self._decoder(table, answer.codec).decode(answer.value) if answer.found else None
 
-    def get_many(self, table: str, keys: Sequence[str]) -> dict[str, Any]:
-        """Return ``{key: value}`` for the ``keys`` that have a value."""
-        request = view_pb2.GetManyRequest(table=table, keys=list(keys))
+    def get_many(self, table: str, keys: Sequence[str | bytes]) -> dict[str, Any]:
+        """Return ``{key: value}`` for the ``keys`` that have a value (keys as ``str``, in
+        :mod:`goka.keys`'s form)."""
+        request = view_pb2.GetManyRequest(table=table, keys=[key_bytes(k) for k in keys])
         answer = self._call(self._stub.GetMany, request, table)
         decode = self._decoder(table, answer.codec).decode
-        return {e.key: decode(e.value) for e in answer.entries if e.found}
+        return {key_str(e.key): decode(e.value) for e in answer.entries if e.found}
 
     def scan(
         self,
         table: str,
         *,
-        prefix: str = "",
-        start: str = "",
-        stop: str | None = None,
+        prefix: str | bytes = "",
+        start: str | bytes = "",
+        stop: str | bytes | None = None,
         limit: int = 0,
         reverse: bool = False,
     ) -> Iterator[tuple[str, Any]]:
-        """Yield ``(key, value)`` in key order; stop iterating to cancel the stream."""
-        request = view_pb2.ScanRequest(table=table, prefix=prefix, start=start, stop=stop,
-                                       limit=limit, reverse=reverse)  # fmt: skip
+        """Yield ``(key, value)`` in key (byte) order; stop iterating to cancel the stream."""
+        request = view_pb2.ScanRequest(
+            table=table, prefix=key_bytes(prefix), start=key_bytes(start),
+            stop=None if stop is None else key_bytes(stop), limit=limit, reverse=reverse,
+        )  # fmt: skip
         stream = self._stub.Scan(request, timeout=None)
         try:
             for answer in stream:
                 decode = self._decoder(table, answer.codec).decode
                 for entry in answer.entries:
-                    yield entry.key, decode(entry.value)
+                    yield key_str(entry.key), decode(entry.value)
         except grpc.RpcError as exc:
             raise _translate(exc, table) from exc
         finally:

@@ -24,6 +24,7 @@ from grpc_reflection.v1alpha import reflection
 from goka.errors import ConfigurationError
 from goka.grpc.metrics import MetricsInterceptor
 from goka.grpc.v1 import view_pb2, view_pb2_grpc
+from goka.keys import key_bytes
 from goka.view import View, ViewNotReadyError, ViewState
 
 __all__ = ["TlsConfig", "ViewServer"]
@@ -101,7 +102,7 @@ class _Servicer(view_pb2_grpc.ViewServiceServicer):  # type: ignore[misc]  # gen
         for key, value in items:
             if not context.is_active():  # the client cancelled: stop reading LevelDB
                 return
-            batch.append(view_pb2.Entry(key=key, found=True, value=value))
+            batch.append(view_pb2.Entry(key=key_bytes(key), found=True, value=value))
             if len(batch) >= _SCAN_BATCH:
                 yield view_pb2.ScanResponse(entries=batch, codec=view.codec.name)
                 batch = []

@@ -127,7 +127,12 @@ class Processor:
             default parallelism, or one per partition if there are fewer partitions).
         on_error: ``fail`` (default), ``skip`` or ``dead_letter`` (to ``<group>-dlq``).
         max_offsets_per_trigger: most input records per micro-batch.
-        starting_offsets: ``earliest`` (default), ``latest`` or JSON, for a new checkpoint.
+        starting_offsets: where a new checkpoint starts: ``earliest`` (default), ``latest``,
+            JSON ``{"topic": {"0": 42}}``, or ``group``: the offsets committed to the consumer
+            group ``<group>`` (by Go Goka, or by an earlier run with another checkpoint;
+            ``earliest`` where none). Tasks commit the group's offsets after each commit of
+            their own, so lag tools and Go Goka see them. Continuous epochs always start at
+            least where the group committed.
         kafka_config: librdkafka settings for every client.
         producer_config: librdkafka settings for the tasks' producer only (acks, compression).
         topics: creation settings for the group table, loop and DLQ topics.
@@ -188,6 +193,7 @@ class Processor:
             raise ConfigurationError(f"epoch_tasks must be at least 1, got {epoch_tasks}")
         if snapshot_interval < 0:
             raise ConfigurationError(f"snapshot_interval must be >= 0, got {snapshot_interval}")
+        _check_starting_offsets(starting_offsets)
         found = brokers or os.environ.get("GOKA_BROKERS")
         if not found:
             raise ConfigurationError("no Kafka brokers: pass brokers= or set GOKA_BROKERS")
@@ -274,6 +280,7 @@ class Processor:
             .option("brokers", self.brokers)
             .option("topics", ",".join([*self.graph.input_topics(), *self.graph.joins]))
             .option("startingOffsets", self.starting_offsets)
+            .option("group", self.graph.group)
             .option("payload", "ranges")  # tasks read their records themselves (no JVM hop)
         )
         if self.max_offsets_per_trigger:
@@ -443,6 +450,23 @@ class Processor:
         finally:
             reader.close()
             ends.close()
+
+
+def _check_starting_offsets(starting: str) -> None:
+    if starting in ("earliest", "latest", "group"):
+        return
+    try:
+        given = json.loads(starting)
+        valid = isinstance(given, dict) and all(
+            isinstance(p, dict) and all(int(o) >= 0 for o in p.values()) for p in given.values()
+        )
+    except (ValueError, TypeError):
+        valid = False
+    if not valid:
+        raise ConfigurationError(
+            "starting_offsets must be earliest, latest, group or JSON like "
+            f'{{"topic": {{"0": 42}}}}, got {starting!r}'
+        )
 
 
 def _commit_time(note: str) -> float | None:

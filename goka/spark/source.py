@@ -10,7 +10,11 @@ exact ranges even where they hold no records.
 Options:
     brokers: bootstrap servers (required).
     topics: comma-separated, co-partitioned topics (required).
-    startingOffsets: ``earliest`` (default), ``latest`` or JSON ``{"topic": {"0": 42}}``.
+    startingOffsets: ``earliest`` (default), ``latest``, JSON ``{"topic": {"0": 42}}``, or
+        ``group``: the offsets committed to the consumer group named by the ``group`` option
+        (by an earlier run, or by Go Goka: how a group moves to goka-py), ``earliest`` where
+        the group committed none.
+    group: the consumer group of ``startingOffsets=group``.
     maxOffsetsPerTrigger: most records per micro-batch, shared over the partitions.
     payload: ``records`` (default) or ``ranges``: only the range rows, for a consumer of the
         DataFrame that reads the records itself in the same task (the processor does: it saves
@@ -134,6 +138,9 @@ class GokaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             raise ConfigurationError(f"goka-kafka source needs the option {exc}") from None
         self.kafka = kafka_options(options)
         self.starting = options.get("startingOffsets", options.get("startingoffsets", "earliest"))
+        self.group = options.get("group", "")
+        if self.starting == "group" and not self.group:
+            raise ConfigurationError("startingOffsets=group needs the option group")
         limit = options.get("maxOffsetsPerTrigger", options.get("maxoffsetspertrigger"))
         self.max_rows = int(limit) if limit else None
         self.timeout = float(options.get("timeout", "60"))
@@ -175,6 +182,8 @@ class GokaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def initialOffset(self) -> Offsets:
         if self.starting == "earliest":
             return self._as_offsets(self._ends.low(self._all()))
+        if self.starting == "group":
+            return self._group_offsets()
         if self.starting == "latest":
             return self._as_offsets(self._ends.high(self._all()))
         try:
@@ -191,6 +200,19 @@ class GokaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             }
             for t in self.topics
         }
+
+    def _group_offsets(self) -> Offsets:
+        """Where the group committed, else the earliest offset."""
+        found = dict(self._ends.low(self._all()))
+        reader = RangeReader(self.brokers, self.kafka)
+        try:
+            for p in range(self.partitions_count):
+                committed = reader.committed(self.group, p, self.topics)
+                found.update(((t, p), offset) for t, (offset, _) in committed.items())
+        finally:
+            reader.close()
+        log.info("%s: starting from the group's committed offsets %s", self.group, found)
+        return self._as_offsets(found)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         return ReadMaxRows(self.max_rows) if self.max_rows else ReadAllAvailable()

@@ -79,7 +79,11 @@ class CheckpointFile(NamedTuple):
 
 
 class Storage(Protocol):
-    """One table's local state. See the module docstring for the concurrency contract."""
+    """One table's local state. See the module docstring for the concurrency contract.
+
+    Keys are ``str`` in :mod:`goka.keys`'s form: stored as the key's bytes (surrogate escapes
+    back to the bytes they stand for), ordered and prefix-matched by those bytes.
+    """
 
     @property
     def info(self) -> StorageInfo:

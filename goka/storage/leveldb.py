@@ -34,6 +34,11 @@ _TABLE_FILES = (".ldb", ".sst")  # immutable once written
 _LEVELDB_EXTRA = frozenset({"LOCK", "LOG", "LOG.old", STATE_FILE})
 
 
+def _key(key: str) -> bytes:
+    """A key's bytes (goka.keys.key_bytes; plyvel stays the only import here)."""
+    return key.encode("utf-8", "surrogateescape")
+
+
 def _offset_key(topic: str, partition: int) -> bytes:
     return _OFFSET + topic.encode() + b"\x00" + _PARTITION.pack(partition)
 
@@ -139,11 +144,11 @@ class LevelDBStorage:
         return StorageInfo(self.table, FORMAT, str(self.path))
 
     def get(self, key: str) -> bytes | None:
-        value: bytes | None = self._db.get(_DATA + key.encode())
+        value: bytes | None = self._db.get(_DATA + key.encode("utf-8", "surrogateescape"))
         return value
 
     def has(self, key: str) -> bool:
-        return self._db.get(_DATA + key.encode()) is not None
+        return self._db.get(_DATA + key.encode("utf-8", "surrogateescape")) is not None
 
     def items(
         self,
@@ -153,17 +158,17 @@ class LevelDBStorage:
         prefix: str | None = None,
         reverse: bool = False,
     ) -> Iterator[tuple[str, bytes]]:
-        low = _DATA + (start or "").encode()
-        high = _DATA + stop.encode() if stop is not None else prefix_end(_DATA)
+        low = _DATA + _key(start or "")
+        high = _DATA + _key(stop) if stop is not None else prefix_end(_DATA)
         if prefix:
-            scoped = _DATA + prefix.encode()
+            scoped = _DATA + _key(prefix)
             low = max(low, scoped)
             end = prefix_end(scoped)
             high = end if high is None else min(high, end) if end is not None else high
         iterator = self._db.iterator(start=low, stop=high, reverse=reverse)
         with iterator:
             for key, value in iterator:
-                yield key[1:].decode(), value
+                yield key[1:].decode("utf-8", "surrogateescape"), value
 
     def offsets(self) -> dict[tuple[str, int], int]:
         found = {}
@@ -178,9 +183,9 @@ class LevelDBStorage:
                 put, delete = wb.put, wb.delete
                 for key, value in batch.values.items():
                     if value is None:
-                        delete(_DATA + key.encode())
+                        delete(_DATA + key.encode("utf-8", "surrogateescape"))
                     else:
-                        put(_DATA + key.encode(), value)
+                        put(_DATA + key.encode("utf-8", "surrogateescape"), value)
                 for (topic, partition), offset in batch.offsets.items():
                     put(_offset_key(topic, partition), b"%d" % offset)
         except plyvel.Error as exc:

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from goka.errors import StorageError
+from goka.keys import key_bytes
 from goka.storage.base import FORMAT, CheckpointFile, StorageInfo, WriteBatch
 
 _PREFIX = "memory-"
@@ -80,11 +81,13 @@ class MemoryStorage:
     ) -> Iterator[tuple[str, bytes]]:
         with self._lock:  # a consistent snapshot, as a LevelDB iterator has
             snapshot = dict(self._values)
-        keys = sorted(snapshot, key=str.encode)  # UTF-8 byte order, like LevelDB
-        encoded = [k.encode() for k in keys]
-        low = bisect_left(encoded, max((start or "").encode(), (prefix or "").encode()))
-        high = len(keys) if stop is None else bisect_left(encoded, stop.encode())
-        selected = [k for k in keys[low:high] if not prefix or k.startswith(prefix)]
+        keys = sorted(snapshot, key=key_bytes)  # byte order, like LevelDB
+        encoded = [key_bytes(k) for k in keys]
+        low = bisect_left(encoded, max(key_bytes(start or ""), key_bytes(prefix or "")))
+        high = len(keys) if stop is None else bisect_left(encoded, key_bytes(stop))
+        scope = key_bytes(prefix or "")
+        pairs = zip(keys[low:high], encoded[low:high], strict=True)
+        selected = [k for k, b in pairs if b.startswith(scope)]
         for key in reversed(selected) if reverse else selected:
             yield key, snapshot[key]
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
+from goka.keys import key_bytes, key_str
+
 if TYPE_CHECKING:
     from goka.tester.tester import Record, Tester
 
@@ -29,7 +31,7 @@ class _Delivered:
         return self._record.offset
 
     def key(self) -> bytes:
-        return self._record.key.encode()
+        return key_bytes(self._record.key)
 
     def latency(self) -> float:
         return 0.0
@@ -54,7 +56,7 @@ class TesterProducer:
     ) -> None:
         if not isinstance(key, str | bytes):
             raise TypeError(f"keys are str or bytes, got {type(key).__name__}")
-        text = key.decode() if isinstance(key, bytes) else key
+        text = key_str(key)
         pairs = tuple(headers.items() if isinstance(headers, dict) else headers or ())
         when = timestamp or int(time.time() * 1000)
         record = self._tester.write(topic, text, value, pairs, when, partition)

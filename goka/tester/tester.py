@@ -25,6 +25,7 @@ from goka.context import EMIT, LOOP, TABLE
 from goka.engine import Effect, Engine, Message
 from goka.errors import ConfigurationError, GokaError
 from goka.graph import GroupGraph
+from goka.keys import key_bytes, key_str
 from goka.partitioner import partition_for
 
 __all__ = ["QueueTracker", "Record", "Tester"]
@@ -93,14 +94,15 @@ class Tester:
     def consume(
         self,
         topic: str,
-        key: str,
+        key: str | bytes,
         value: Any,
         *,
         headers: Mapping[str, bytes] | None = None,
         timestamp: int | None = None,
     ) -> Record:
         """Write a message to ``topic`` (encoded with the topic's codec) and process everything
-        it causes. Returns the stored record.
+        it causes. Returns the stored record. ``key`` is text or any bytes (:mod:`goka.keys`);
+        ``value=None`` writes a message without a value (see ``define_group(nil_handling=)``).
 
         Raises:
             ConfigurationError: no registered group declares ``topic``.
@@ -113,7 +115,7 @@ class Tester:
     def consume_raw(
         self,
         topic: str,
-        key: str,
+        key: str | bytes,
         data: bytes | None,
         *,
         headers: Mapping[str, bytes] | None = None,
@@ -121,7 +123,7 @@ class Tester:
     ) -> Record:
         """Like :meth:`consume` with an already encoded value (e.g. to test bad input)."""
         when = int(time.time() * 1000) if timestamp is None else timestamp
-        record = self._append(topic, key, data, tuple((headers or {}).items()), when)
+        record = self._append(topic, key_str(key), data, tuple((headers or {}).items()), when)
         self._run()
         return record
 
@@ -130,7 +132,7 @@ class Tester:
         timestamp: int, partition: int | None = None,
     ) -> Record:  # fmt: skip
         if partition is None or partition < 0:
-            partition = partition_for(key.encode(), self.partitions)
+            partition = partition_for(key_bytes(key), self.partitions)
         offset = self._offsets.get((topic, partition), 0)
         self._offsets[(topic, partition)] = offset + 1
         record = Record(topic, partition, offset, key, data, headers, timestamp)
@@ -156,7 +158,7 @@ class Tester:
 
     def _process(self, graph: GroupGraph, record: Record) -> None:
         message: Message = (
-            record.topic, record.offset, record.key.encode(), record.value, record.timestamp,
+            record.topic, record.offset, key_bytes(record.key), record.value, record.timestamp,
             list(record.headers) or None,
         )  # fmt: skip
         result = self._engine(graph, record.partition).process([message])
@@ -187,17 +189,17 @@ class Tester:
             self._append(topic, key, data, tuple(headers or ()), source[4])
 
     # -- tables ------------------------------------------------------------------------------------
-    def table_value(self, table: str, key: str) -> Any:
+    def table_value(self, table: str, key: str | bytes) -> Any:
         """Return the decoded value of ``key`` in ``table`` (a group table or a joined table)."""
-        data = self._table(table).get(key)
+        data = self._table(table).get(key_str(key))
         return None if data is None else self.codec(table).decode(data)
 
-    def set_table_value(self, table: str, key: str, value: Any) -> None:
+    def set_table_value(self, table: str, key: str | bytes, value: Any) -> None:
         """Seed ``table`` (e.g. a joined or looked-up table) with ``value`` for ``key``.
 
         ``None`` deletes the key. Nothing is processed: tables are read, not consumed.
         """
-        target = self._table(table)
+        target, key = self._table(table), key_str(key)
         if value is None:
             target.pop(key, None)
         else:

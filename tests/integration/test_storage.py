@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from goka import StorageError, StorageLockedError
+from goka import StorageError, StorageLockedError, key_bytes, key_str
 from goka.storage import LevelDBStorage, MemoryStorage, Storage, WriteBatch
 
 
@@ -86,6 +86,25 @@ def test_items_in_key_order_with_ranges_prefixes_and_reverse(
     assert [k for k, _ in storage.items(prefix="user-", reverse=True)][:2] == ["user-3", "user-2"]
     assert dict(storage.items(prefix="zo")) == {"zoë": "ZOË".encode()}
     assert list(storage.items(prefix="nothing")) == []
+
+
+def test_keys_of_any_bytes_are_stored_ordered_and_scanned_by_their_bytes(
+    make_storage: Callable[..., Storage],
+) -> None:
+    raw = [b"\xff", b"\xc3\xa9t\xc3\xa9", b"\xc3", b"\xc3\xff", b"a\x00b", b"a"]  # as Go writes
+    keys = [key_str(k) for k in raw]
+    storage = make_storage()
+    storage.write(batch({k: key_bytes(k) for k in keys}))
+    assert [key_bytes(k) for k, _ in storage.items()] == sorted(raw)
+    assert all(storage.get(k) == key_bytes(k) for k in keys)
+    assert storage.get("été") == b"\xc3\xa9t\xc3\xa9"  # text keys are the same str as before
+    # prefixes are byte prefixes: b"\xc3" covers "été" (its first byte) and b"\xc3\xff"
+    assert sorted(key_bytes(k) for k, _ in storage.items(prefix=key_str(b"\xc3"))) == [
+        b"\xc3", b"\xc3\xa9t\xc3\xa9", b"\xc3\xff"
+    ]  # fmt: skip
+    assert [key_bytes(k) for k, _ in storage.items(start=key_str(b"\xc3\xa9"))] == [
+        b"\xc3\xa9t\xc3\xa9", b"\xc3\xff", b"\xff"
+    ]  # fmt: skip
 
 
 def test_iteration_sees_a_snapshot(make_storage: Callable[..., Storage]) -> None:

@@ -115,7 +115,7 @@ def test_error_statuses(served: tuple[ViewServer, Any, Any], table: str) -> None
     with grpc.insecure_channel(served[0].address) as channel:
         stub = view_pb2_grpc.ViewServiceStub(channel)
         assert (
-            _status(lambda: stub.Get(view_pb2.GetRequest(table="nope", key="k")))
+            _status(lambda: stub.Get(view_pb2.GetRequest(table="nope", key=b"k")))
             == grpc.StatusCode.NOT_FOUND
         )
         assert (
@@ -127,16 +127,16 @@ def test_error_statuses(served: tuple[ViewServer, Any, Any], table: str) -> None
             == grpc.StatusCode.NOT_FOUND
         )
         assert (
-            _status(lambda: stub.Get(view_pb2.GetRequest(key="k")))
+            _status(lambda: stub.Get(view_pb2.GetRequest(key=b"k")))
             == grpc.StatusCode.INVALID_ARGUMENT
         )
-        big = view_pb2.GetRequest(table=table, key="k" * 5000)  # over max_request_bytes=4096
+        big = view_pb2.GetRequest(table=table, key=b"k" * 5000)  # over max_request_bytes=4096
         assert _status(lambda: stub.Get(big)) == grpc.StatusCode.INVALID_ARGUMENT
         many = view_pb2.GetManyRequest(
-            table=table, keys=[str(i) for i in range(101)]
+            table=table, keys=[b"%d" % i for i in range(101)]
         )  # over max_keys
         assert _status(lambda: stub.GetMany(many)) == grpc.StatusCode.INVALID_ARGUMENT
-        idle = view_pb2.GetRequest(table="grpc-idle-table", key="k")
+        idle = view_pb2.GetRequest(table="grpc-idle-table", key=b"k")
         assert _status(lambda: stub.Get(idle)) == grpc.StatusCode.UNAVAILABLE
         idle_scan = view_pb2.ScanRequest(table="grpc-idle-table")
         assert _status(lambda: list(stub.Scan(idle_scan))) == grpc.StatusCode.UNAVAILABLE

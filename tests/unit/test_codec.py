@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import math
+import pickle
 from typing import Any
 
 import pytest
@@ -20,6 +21,8 @@ from goka import (
     StringCodec,
     codec_by_name,
 )
+from goka.errors import describe_key
+from goka.keys import key_bytes, key_str
 
 CLICK_SCHEMA = {
     "type": "record",
@@ -102,7 +105,7 @@ def test_int64_accepts_what_go_parseint_accepts() -> None:
 @pytest.mark.parametrize(
     ("codec", "garbage", "reason"),
     [
-        (StringCodec(), b"\xff\xfe", "invalid UTF-8"),
+        (StringCodec(strict=True), b"\xff\xfe", "invalid UTF-8"),
         (Int64Codec(), b"", "expected decimal digits"),
         (Int64Codec(), b"12a", "expected decimal digits"),
         (Int64Codec(), b" 12", "expected decimal digits"),
@@ -130,7 +133,8 @@ def test_decoding_garbage_raises_codec_error(
     [
         (BytesCodec(), "text", "expected bytes, got str"),
         (StringCodec(), b"raw", "expected str, got bytes"),
-        (StringCodec(), "\udc80", "cannot encode as UTF-8"),
+        (StringCodec(strict=True), "\udc80", "cannot encode as UTF-8"),
+        (StringCodec(), "\ud800", "cannot encode as UTF-8"),  # stands for no byte
         (Int64Codec(), "5", "expected int, got str"),
         (Int64Codec(), True, "expected int, got bool"),
         (Int64Codec(), 2**63, "outside the signed 64-bit range"),
@@ -205,3 +209,35 @@ def test_codecs_survive_pickling(codec: Any) -> None:
         "protobuf": timestamp_pb2.Timestamp(seconds=5),
     }[codec.name]  # fmt: skip
     assert copy.decode(codec.encode(value)) == value
+
+
+@pytest.mark.parametrize(
+    "raw", [bytes(range(256)), b"\xed\xa0\x80", b"\xc3", "café ☕".encode(), b""]
+)
+def test_keys_and_the_default_string_codec_keep_any_bytes(raw: bytes) -> None:
+    assert key_bytes(key_str(raw)) == raw
+    codec = StringCodec()
+    assert codec.encode(codec.decode(raw)) == raw
+    if raw.isascii() or raw == "café ☕".encode():  # text is the same str as with strict UTF-8
+        assert key_str(raw) == codec.decode(raw) == raw.decode()
+
+
+def test_key_errors_and_descriptions() -> None:
+    with pytest.raises(CodecError, match=r"key codec: key '\\ud800' has no byte form"):
+        key_bytes("\ud800")
+    with pytest.raises(CodecError, match="expected str or bytes, got int"):
+        key_bytes(5)  # type: ignore[arg-type]  # the error under test
+    assert describe_key("\udcffk") == describe_key(b"\xffk") == r"b'\xffk'"
+    assert describe_key("été") == "'été'"
+    assert describe_key(None) == "None"
+
+
+@pytest.mark.parametrize("codec", [StringCodec(), StringCodec(strict=True)])
+def test_string_codecs_pickle_with_their_mode(codec: StringCodec) -> None:
+    copy = pickle.loads(pickle.dumps(codec))
+    assert copy == codec and copy.strict == codec.strict
+    if codec.strict:
+        with pytest.raises(CodecError, match="invalid UTF-8"):
+            copy.decode(b"\xff")
+    else:
+        assert copy.decode(b"\xff") == "\udcff"

@@ -156,9 +156,9 @@ def test_value_the_codec_cannot_encode_raises_before_queueing(make_emitter: Any)
     assert producer.queued == [] and producer.sent == []
 
 
-def test_key_must_be_a_string(make_emitter: Any) -> None:
+def test_key_must_be_str_or_bytes(make_emitter: Any) -> None:
     emitter, _ = make_emitter()
-    with pytest.raises(CodecError, match="key codec: expected str, got int"):
+    with pytest.raises(CodecError, match="key codec: expected str or bytes, got int"):
         emitter.emit(42, "v")
 
 

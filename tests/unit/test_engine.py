@@ -12,6 +12,7 @@ from goka import (
     CodecError,
     ConfigurationError,
     ContextError,
+    GraphError,
     Int64Codec,
     JsonCodec,
     ProcessingError,
@@ -19,6 +20,7 @@ from goka import (
     define_group,
     input,
     join,
+    key_bytes,
     lookup,
     loop,
     output,
@@ -84,11 +86,34 @@ def test_context_describes_the_message() -> None:
     }  # fmt: skip
 
 
-def test_null_values_reach_the_callback_as_none_and_missing_keys_as_empty() -> None:
+@pytest.mark.parametrize(
+    ("nil_handling", "codec", "expected"),
+    [
+        ("ignore", StringCodec(), [("", "v")]),  # Goka's default: NilIgnore
+        ("process", StringCodec(), [("k", None), ("", "v")]),
+        ("decode", StringCodec(), [("k", ""), ("", "v")]),  # Go decodes a nil slice
+        ("decode", JsonCodec(), "cannot decode the value: json codec"),  # as Go's would fail
+    ],
+)
+def test_nil_values_are_handled_as_goka_does_and_missing_keys_are_empty(
+    nil_handling: Any, codec: Any, expected: Any
+) -> None:
     seen: list[Any] = []
-    graph = define_group("g", input("in", StringCodec(), lambda ctx, m: seen.append((ctx.key, m))))
-    Engine(graph, 0, store={}.get).process([msg(0, "k", None), msg(1, None, b"v")])
-    assert seen == [("k", None), ("", "v")]
+    graph = define_group("g", input("in", codec, lambda ctx, m: seen.append((ctx.key, m))),
+                         nil_handling=nil_handling)  # fmt: skip
+    messages = [msg(0, "k", None), msg(1, None, b'"v"' if codec.name == "json" else b"v")]
+    if isinstance(expected, str):
+        with pytest.raises(ProcessingError, match=f"offset 0 key 'k': {expected}"):
+            Engine(graph, 0, store={}.get).process(messages)
+        return
+    result = Engine(graph, 0, store={}.get).process(messages)
+    assert seen == expected
+    assert result.processed == 2  # an ignored message still counts: its offset is committed
+
+
+def test_nil_handling_is_checked_at_declaration() -> None:
+    with pytest.raises(GraphError, match="nil_handling must be one of"):
+        define_group("g", input("in", StringCodec(), lambda ctx, m: None), nil_handling="drop")  # type: ignore[arg-type]  # the error under test
 
 
 def test_delete_writes_a_tombstone_and_forgets_the_value() -> None:
@@ -216,10 +241,43 @@ def test_undecodable_values_fail_with_the_codec_error() -> None:
     assert isinstance(error.__cause__, CodecError)
 
 
-def test_invalid_utf8_keys_and_unknown_topics_fail() -> None:
+def test_keys_of_any_bytes_are_processed_and_written_back_unchanged() -> None:
+    raw = [b"\xff\xfe", b"caf\xc3\xa9", b"\xc3", b"\xed\xa0\x80", b"\x00k"]  # Go keys: any bytes
+    seen: list[tuple[str, bytes | None]] = []
+
+    def handle(ctx: Context[int], m: str) -> None:
+        seen.append((ctx.key, ctx.raw_key))
+        ctx.set_value(len(ctx.key))
+        ctx.emit("out", ctx.key, m)
+
+    graph = define_group("g", input("in", StringCodec(), handle), output("out", StringCodec()),
+                         persist(Int64Codec()))  # fmt: skip
+    result = Engine(graph, 0, store={}.get).process(
+        [("in", i, k, b"v", 0, None) for i, k in enumerate(raw)]
+    )
+    assert [r for _, r in seen] == raw
+    assert seen[1][0] == "café"  # UTF-8 text is the same str as before
+    assert [key_bytes(e[2]) for e in result.effects if e[0] == EMIT] == raw
+    assert sorted(key_bytes(k) for k in result.changes()) == sorted(raw)
+
+
+def test_unknown_topics_fail() -> None:
     graph = define_group("g", input("in", StringCodec(), lambda ctx, m: None))
-    _fails(graph, ("in", 3, b"\xff", b"v", 0, None), "key is not valid UTF-8")
     _fails(graph, msg(3, "k", b"v", topic="elsewhere"), "no input edge for topic 'elsewhere'")
+
+
+def test_errors_name_the_failing_records_own_key() -> None:
+    graph = define_group("g", input("in", StringCodec(strict=True), lambda ctx, m: None))
+    engine = Engine(graph, 0, store={}.get)
+    engine.process([msg(0, "before", b"ok")])
+    with pytest.raises(ProcessingError) as info:
+        engine.process([("in", 1, b"\xffk", b"\xfe", 0, None)])
+    assert "offset 1 key b'\\xffk': cannot decode the value: string codec: invalid UTF-8" in str(
+        info.value
+    )
+    assert key_bytes(info.value.key or "") == b"\xffk"
+    with pytest.raises(ProcessingError, match="offset 2 key 'after': cannot decode"):
+        engine.process([("in", 2, b"after", b"\xfe", 0, None)])
 
 
 def _flaky(ctx: Context[int], m: str) -> None:

@@ -141,12 +141,34 @@ def test_values_go_through_the_real_codecs() -> None:
 
 
 def test_bad_raw_input_fails_like_in_production() -> None:
-    tester = Tester(CLICKS)
+    strict = define_group("clicks", input("user-clicks", StringCodec(strict=True), count),
+                          persist(Int64Codec()))  # fmt: skip
+    tester = Tester(strict)
     with pytest.raises(
         ProcessingError, match=r"cannot decode the value: string codec: invalid UTF-8"
     ):
         tester.consume_raw("user-clicks", "k", b"\xff")
     assert tester.table_value("clicks-table", "k") is None
+
+
+def test_the_tester_follows_nil_handling_and_takes_any_key_bytes() -> None:
+    seen: list[Any] = []
+
+    def note(ctx: Context[int], msg: str | None) -> None:
+        seen.append((ctx.raw_key, msg))
+        ctx.set_value((ctx.value() or 0) + 1)
+
+    for nil_handling, calls in [("ignore", 1), ("process", 2)]:
+        seen.clear()
+        graph = define_group("g", input("in", StringCodec(), note), persist(Int64Codec()),
+                             nil_handling=nil_handling)  # type: ignore[arg-type]  # fmt: skip
+        tester = Tester(graph)
+        tester.consume("in", b"\xff\x00", None)
+        tester.consume("in", b"\xff\x00", "v\udcfe")  # lossless: any value bytes too
+        assert len(seen) == calls
+        assert seen[-1] == (b"\xff\x00", "v\udcfe")
+        assert tester.table_value("g-table", b"\xff\x00") == calls
+        assert tester.table_value("g-table", "\udcff\x00") == calls  # the same key as str
 
 
 def test_unknown_topics_and_tables_are_reported() -> None:

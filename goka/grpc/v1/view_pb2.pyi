@@ -11,8 +11,8 @@ class GetRequest(_message.Message):
     TABLE_FIELD_NUMBER: _ClassVar[int]
     KEY_FIELD_NUMBER: _ClassVar[int]
     table: str
-    key: str
-    def __init__(self, table: _Optional[str] = ..., key: _Optional[str] = ...) -> None: ...
+    key: bytes
+    def __init__(self, table: _Optional[str] = ..., key: _Optional[bytes] = ...) -> None: ...
 
 class GetResponse(_message.Message):
     __slots__ = ("found", "value", "codec")
@@ -29,18 +29,18 @@ class GetManyRequest(_message.Message):
     TABLE_FIELD_NUMBER: _ClassVar[int]
     KEYS_FIELD_NUMBER: _ClassVar[int]
     table: str
-    keys: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, table: _Optional[str] = ..., keys: _Optional[_Iterable[str]] = ...) -> None: ...
+    keys: _containers.RepeatedScalarFieldContainer[bytes]
+    def __init__(self, table: _Optional[str] = ..., keys: _Optional[_Iterable[bytes]] = ...) -> None: ...
 
 class Entry(_message.Message):
     __slots__ = ("key", "found", "value")
     KEY_FIELD_NUMBER: _ClassVar[int]
     FOUND_FIELD_NUMBER: _ClassVar[int]
     VALUE_FIELD_NUMBER: _ClassVar[int]
-    key: str
+    key: bytes
     found: bool
     value: bytes
-    def __init__(self, key: _Optional[str] = ..., found: _Optional[bool] = ..., value: _Optional[bytes] = ...) -> None: ...
+    def __init__(self, key: _Optional[bytes] = ..., found: _Optional[bool] = ..., value: _Optional[bytes] = ...) -> None: ...
 
 class GetManyResponse(_message.Message):
     __slots__ = ("entries", "codec")
@@ -59,12 +59,12 @@ class ScanRequest(_message.Message):
     LIMIT_FIELD_NUMBER: _ClassVar[int]
     REVERSE_FIELD_NUMBER: _ClassVar[int]
     table: str
-    prefix: str
-    start: str
-    stop: str
+    prefix: bytes
+    start: bytes
+    stop: bytes
     limit: int
     reverse: bool
-    def __init__(self, table: _Optional[str] = ..., prefix: _Optional[str] = ..., start: _Optional[str] = ..., stop: _Optional[str] = ..., limit: _Optional[int] = ..., reverse: _Optional[bool] = ...) -> None: ...
+    def __init__(self, table: _Optional[str] = ..., prefix: _Optional[bytes] = ..., start: _Optional[bytes] = ..., stop: _Optional[bytes] = ..., limit: _Optional[int] = ..., reverse: _Optional[bool] = ...) -> None: ...
 
 class ScanResponse(_message.Message):
     __slots__ = ("entries", "codec")
