@@ -177,7 +177,7 @@ class PartitionProcessor:
             )
             summary.ends = json.dumps({t: ranges[t][1] for t in inputs})
             summary.commits = 1
-            self._commit_to_group({t: ranges[t][1] for t in ranges})
+            self._commit_to_group({t: ranges[t][1] for t in ranges}, wait=True)
             self._maybe_snapshot(stores, summary)
         summary.uploads = json.dumps([asdict(r) for r in self.worker.reports()])
         summary.seconds = time.monotonic() - started
@@ -213,13 +213,14 @@ class PartitionProcessor:
             positions.update(recovery.positions({table: high}))
         return _Epoch(self, stores, positions, summary)
 
-    def _commit_to_group(self, positions: Mapping[str, int]) -> None:
+    def _commit_to_group(self, positions: Mapping[str, int], *, wait: bool = False) -> None:
         """Tell Kafka how far the group got in its inputs and loop (asynchronously, as Go Goka
         does; not in joined tables, which no group consumes): for lag tools, for epochs, which
-        start from there, and for a Go processor taking the group over."""
+        start from there, and for a Go processor taking the group over. At the end of a
+        batch or epoch, ``wait`` for the broker: a stopped processor has left its offsets."""
         note = json.dumps({"time": round(time.time(), 3)})
         inputs = {t: o for t, o in positions.items() if t in self._inputs}
-        self.clients.reader().commit(self.graph.group, self.partition, inputs, note)
+        self.clients.reader().commit(self.graph.group, self.partition, inputs, note, wait=wait)
 
     # -- stores --------------------------------------------------------------------------------
     def _lease(self, name: str, table: str) -> Any:
@@ -433,6 +434,7 @@ class _Epoch:
         """Snapshot the stores if due; return the epoch's summary."""
         summary = self.summary
         summary.ends = json.dumps({t: self.positions[t] for t in self.inputs})
+        self.processor._commit_to_group(self.committed, wait=True)
         self.processor._maybe_snapshot(self.stores, summary)
         summary.uploads = json.dumps([asdict(r) for r in self.processor.worker.reports()])
         summary.seconds = time.monotonic() - started

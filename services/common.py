@@ -1,5 +1,5 @@
 """What every service shares: settings from flags or environment, JSON logs, and one HTTP port
-serving ``/metrics`` (Prometheus) and ``/healthz``."""
+serving ``/metrics`` (Prometheus), ``/healthz`` and what the service adds (table reads)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,12 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from goka.web import Response
 
 __all__ = ["env", "json_logging", "serve_http"]
 
@@ -41,12 +43,22 @@ def json_logging(level: str | None = None) -> None:
     logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
-def serve_http(port: int, healthy: Callable[[], bool]) -> ThreadingHTTPServer:
-    """Serve ``/metrics`` and ``/healthz`` (200 when ``healthy()``, else 503) on a thread."""
+def serve_http(
+    port: int,
+    healthy: Callable[[], bool],
+    *,
+    routes: Sequence[Callable[[str], Response | None]] = (),
+    host: str = "0.0.0.0",  # all interfaces: probed remotely
+) -> ThreadingHTTPServer:
+    """Serve ``/metrics``, ``/healthz`` (200 when ``healthy()``, else 503) and whatever one
+    of ``routes`` answers (each gets the request target; None: not its path) on a thread."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
-            if self.path.startswith("/metrics"):
+            routed = next((r for r in (route(self.path) for route in routes) if r), None)
+            if routed is not None:
+                status, kind, body = routed
+            elif self.path.startswith("/metrics"):
                 body, status, kind = generate_latest(), 200, CONTENT_TYPE_LATEST
             elif self.path.startswith("/healthz"):
                 ok = healthy()
@@ -63,6 +75,6 @@ def serve_http(port: int, healthy: Callable[[], bool]) -> ThreadingHTTPServer:
         def log_message(self, format: str, *args: object) -> None:
             pass  # probes every few seconds would flood the log
 
-    server = ThreadingHTTPServer(("0.0.0.0", port), Handler)  # all interfaces: probed remotely
+    server = ThreadingHTTPServer((host, port), Handler)
     threading.Thread(target=server.serve_forever, name="goka-http", daemon=True).start()
     return server

@@ -75,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     finally:
         http.shutdown()
+        http.server_close()
     log.info("processor stopped")
     return 0
 

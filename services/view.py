@@ -5,10 +5,12 @@ Settings (flag, or environment variable):
     --brokers / GOKA_BROKERS        bootstrap servers (required)
     --path / GOKA_VIEW_PATH         LevelDB directory (default: in memory)
     --grpc-port / GOKA_GRPC_PORT    gRPC port (default 50051; health and reflection included)
-    --http-port / GOKA_HTTP_PORT    /metrics and /healthz (default 9101)
+    --http-port / GOKA_HTTP_PORT    /metrics, /healthz and table reads (default 9101)
 
-``/healthz`` is 200 once every view recovered. On SIGTERM the server stops taking requests,
-finishes the running ones, and the views close their LevelDB storage cleanly.
+``/healthz`` is 200 once every view recovered. ``GET /tables/{table}/keys/{key}`` and
+``GET /tables/{table}?prefix=&start=&limit=`` read the tables as JSON (see goka.web.tables).
+On SIGTERM the server stops taking requests, finishes the running ones, and the views close
+their LevelDB storage cleanly.
 
     python -m services.view --tables clicks-table:int64 --brokers kafka:9092 --path /data
 """
@@ -25,6 +27,7 @@ from typing import Any
 from goka.codec import codec_by_name
 from goka.grpc.serve import ServeConfig, serve
 from goka.view import View, ViewState
+from goka.web import TableReads
 from services.common import env, json_logging, serve_http
 
 log = logging.getLogger("goka.services.view")
@@ -55,12 +58,14 @@ def main(argv: list[str] | None = None) -> int:
     def healthy() -> bool:
         return ready.is_set() and all(v.recovered and v.state is ViewState.RUNNING for v in views)
 
-    http = serve_http(args.http_port, healthy)
+    reads = TableReads(lambda: {v.table: v for v in views})
+    http = serve_http(args.http_port, healthy, routes=[reads.handle])
     log.info("view service for %s; http port %d", args.tables, args.http_port)
     try:
         return serve(config, ready=ready, views_out=views)
     finally:
         http.shutdown()
+        http.server_close()
 
 
 if __name__ == "__main__":

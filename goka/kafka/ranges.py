@@ -7,6 +7,7 @@ watermark in a fetch response is right there as on Kafka.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any, Protocol
@@ -18,6 +19,8 @@ from goka.kafka.admin import topic_partitions
 from goka.kafka.config import Brokers, consumer_config
 
 __all__ = ["EndOffsets", "KafkaTail", "RangeReader", "RecordReader", "Row", "Tail"]
+
+log = logging.getLogger(__name__)
 
 TP = tuple[str, int]
 #: ``(topic, offset, key, value, timestamp_ms, headers)``.
@@ -132,9 +135,19 @@ class RecordReader(Protocol):
         """Follow ``{partition: {topic: start offset}}`` as records arrive."""
         ...
 
-    def commit(self, group: str, partition: int, offsets: Mapping[str, int], note: str) -> None:
-        """Record, asynchronously, the next offset of ``partition`` of each topic that
-        ``group`` has processed (Kafka's committed offsets), with ``note`` as metadata."""
+    def commit(
+        self,
+        group: str,
+        partition: int,
+        offsets: Mapping[str, int],
+        note: str,
+        *,
+        wait: bool = False,
+    ) -> None:
+        """Record the next offset of ``partition`` of each topic that ``group`` has processed
+        (Kafka's committed offsets), with ``note`` as metadata: asynchronously, or if ``wait``
+        until the broker answered (a failure is logged: these offsets inform, the stores
+        hold the truth)."""
         ...
 
     def committed(
@@ -212,15 +225,30 @@ class RangeReader:
             self._groups[group] = confluent_kafka.Consumer(config)
         return self._groups[group]
 
-    def commit(self, group: str, partition: int, offsets: Mapping[str, int], note: str) -> None:
-        """Commit asynchronously as ``group`` (without joining it: no rebalance, as the
-        processor's tasks own their partitions). A failure is logged by librdkafka; the next
-        commit carries the newer offsets anyway."""
-        self._group(group).commit(
-            offsets=[confluent_kafka.TopicPartition(t, partition, o, metadata=note)
-                     for t, o in offsets.items()],
-            asynchronous=True,
-        )  # fmt: skip
+    def commit(
+        self,
+        group: str,
+        partition: int,
+        offsets: Mapping[str, int],
+        note: str,
+        *,
+        wait: bool = False,
+    ) -> None:
+        """Commit as ``group`` (without joining it: no rebalance, as the processor's tasks own
+        their partitions). A failure is logged (by librdkafka if asynchronous); the next commit
+        carries the newer offsets anyway."""
+        if not offsets:
+            return
+        found = [confluent_kafka.TopicPartition(t, partition, o, metadata=note)
+                 for t, o in offsets.items()]  # fmt: skip
+        try:
+            if wait:
+                self._group(group).commit(offsets=found, asynchronous=False)
+            else:
+                self._group(group).commit(offsets=found, asynchronous=True)
+        except confluent_kafka.KafkaException as exc:
+            log.warning("group %s partition %d: offsets %s not committed: %s",
+                        group, partition, dict(offsets), exc)  # fmt: skip
 
     def committed(
         self, group: str, partition: int, topics: list[str]

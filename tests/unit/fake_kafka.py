@@ -124,7 +124,15 @@ class ListReader:
     def tail(self, starts: Mapping[int, Mapping[str, int]]) -> ListTail:
         return ListTail(self.kafka, {p: dict(offsets) for p, offsets in starts.items()})
 
-    def commit(self, group: str, partition: int, offsets: Mapping[str, int], note: str) -> None:
+    def commit(
+        self,
+        group: str,
+        partition: int,
+        offsets: Mapping[str, int],
+        note: str,
+        *,
+        wait: bool = False,
+    ) -> None:
         for topic, offset in offsets.items():
             self.kafka.committed[(group, topic, partition)] = (offset, note)
 
