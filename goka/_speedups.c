@@ -671,7 +671,28 @@ static PyTypeObject SenderType = {
  * module
  * ------------------------------------------------------------------------------------------- */
 
+/* text_lossless(data) -> str: UTF-8 with surrogate escapes for the bytes that are not (keys and
+ * StringCodec values, see goka/keys.py); bytes.decode("utf-8", "surrogateescape") without the
+ * cost of parsing its arguments on every record */
+static PyObject *
+speedups_text_lossless(PyObject *module, PyObject *data)
+{
+    if (PyBytes_CheckExact(data)) {
+        return PyUnicode_DecodeUTF8(PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data),
+                                    "surrogateescape");
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0) {
+        return NULL;
+    }
+    PyObject *text = PyUnicode_DecodeUTF8(view.buf, view.len, "surrogateescape");
+    PyBuffer_Release(&view);
+    return text;
+}
+
 static PyMethodDef speedups_functions[] = {
+    {"text_lossless", speedups_text_lossless, METH_O,
+     "text_lossless(data) -> str: data.decode('utf-8', 'surrogateescape')."},
     {"calibrate", speedups_calibrate, METH_VARARGS,
      "calibrate(probe, partition, offset, latency_us) -> bool: read messages of the probe's "
      "type directly if its fields read back as given."},
@@ -681,7 +702,8 @@ static PyMethodDef speedups_functions[] = {
 static struct PyModuleDef speedups_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "goka._speedups",
-    .m_doc = "C fast paths of goka.emitter (optional; the pure-Python code is the reference).",
+    .m_doc = "C fast paths of goka.emitter and goka.keys (optional; the pure-Python code is "
+              "the reference).",
     .m_size = -1,
     .m_methods = speedups_functions,
 };

@@ -20,6 +20,7 @@ import fastavro
 from google.protobuf.message import DecodeError, Message
 
 from goka.errors import CodecError, ConfigurationError
+from goka.keys import decode_text
 
 __all__ = [
     "AvroCodec",
@@ -105,8 +106,7 @@ class StringCodec:
     def __init__(self, *, strict: bool = False) -> None:
         self.strict = strict
         self._errors = "strict" if strict else "surrogateescape"
-        if strict:
-            self.fast_decode = bytes.decode
+        self.fast_decode = bytes.decode if strict else decode_text
 
     def __getstate__(self) -> bool:
         return self.strict

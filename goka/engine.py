@@ -16,7 +16,7 @@ from typing import Any, Literal
 from goka.context import MISSING, NOT_SAVED, TABLE, Abort, Context, ContextError, Headers
 from goka.errors import ConfigurationError, ProcessingError
 from goka.graph import Callback, Edge, GroupGraph
-from goka.keys import key_str
+from goka.keys import decode_text, key_str
 
 __all__ = ["BatchResult", "Effect", "Engine", "ErrorPolicy", "Message", "TableReader"]
 
@@ -145,7 +145,7 @@ class Engine:
 
     def _process(self, messages: Sequence[Message], result: BatchResult) -> None:
         """The hot loop: each line here costs on every message, so it stays minimal."""
-        ctx, routes, nil = self.context, self._routes, self.nil_handling
+        ctx, routes, nil, text = self.context, self._routes, self.nil_handling, decode_text
         for message in messages:
             raw_value = message[3]
             if raw_value is None and nil == "ignore":
@@ -153,7 +153,7 @@ class Engine:
             ctx._message = message
             try:
                 raw_key = message[2]
-                ctx.key = raw_key.decode("utf-8", "surrogateescape") if raw_key is not None else ""
+                ctx.key = text(raw_key) if raw_key is not None else ""
                 decode, callback = routes[message[0]]
                 if raw_value is not None:
                     callback(ctx, decode(raw_value))
@@ -164,7 +164,8 @@ class Engine:
 
     def _process_undoable(self, messages: Sequence[Message], result: BatchResult) -> None:
         """Like :meth:`_process`, remembering how to undo each message (skip, dead_letter)."""
-        ctx, routes, effects, nil = self.context, self._routes, self.effects, self.nil_handling
+        ctx, routes, effects = self.context, self._routes, self.effects
+        nil, text = self.nil_handling, decode_text
         for message in messages:
             raw_value = message[3]
             if raw_value is None and nil == "ignore":
@@ -172,7 +173,7 @@ class Engine:
             ctx._message, ctx._saved, mark = message, NOT_SAVED, len(effects)
             try:
                 raw_key = message[2]
-                ctx.key = raw_key.decode("utf-8", "surrogateescape") if raw_key is not None else ""
+                ctx.key = text(raw_key) if raw_key is not None else ""
                 decode, callback = routes[message[0]]
                 if raw_value is not None:
                     callback(ctx, decode(raw_value))

@@ -11,12 +11,26 @@ are accepted too.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+from goka._accel import speedups
 from goka.errors import CodecError, describe_key
 
-__all__ = ["ERRORS", "describe_key", "key_bytes", "key_str"]
+__all__ = ["ERRORS", "decode_text", "describe_key", "key_bytes", "key_str"]
 
 #: The error handler that maps any bytes to ``str`` and back (``bytes.decode``/``str.encode``).
 ERRORS = "surrogateescape"
+
+
+def _decode_text(data: bytes | bytearray | memoryview) -> str:
+    return str(data, "utf-8", ERRORS)
+
+
+#: ``data.decode("utf-8", "surrogateescape")`` for any buffer: in C where goka._speedups is
+#: built (a third of the cost: no argument parsing per call), for hot loops.
+decode_text: Callable[[bytes | bytearray | memoryview], str] = (
+    speedups.text_lossless if speedups is not None else _decode_text
+)
 
 
 def key_str(key: str | bytes | bytearray | memoryview) -> str:
@@ -24,7 +38,7 @@ def key_str(key: str | bytes | bytearray | memoryview) -> str:
     returned as it is."""
     if isinstance(key, str):
         return key
-    return bytes(key).decode("utf-8", ERRORS)
+    return decode_text(key)
 
 
 def key_bytes(key: str | bytes) -> bytes:

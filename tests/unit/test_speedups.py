@@ -59,6 +59,17 @@ def test_c_counters_bucket_like_the_python_stats(values: list[float]) -> None:
 
 
 @needs_speedups
+@given(st.binary(max_size=64))
+def test_c_lossless_text_decodes_as_python_does(data: bytes) -> None:
+    assert speedups is not None
+    expected = data.decode("utf-8", "surrogateescape")
+    for buffer in (data, bytearray(data), memoryview(data)):
+        assert speedups.text_lossless(buffer) == expected
+    with pytest.raises(TypeError):
+        speedups.text_lossless("text")  # type: ignore[arg-type]  # the error under test
+
+
+@needs_speedups
 def test_counters_refuse_bounds_that_do_not_ascend() -> None:
     assert speedups is not None
     with pytest.raises(ValueError, match="strictly ascending"):
