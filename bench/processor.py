@@ -179,8 +179,8 @@ def quix_run(brokers: str, topic: str, messages: int) -> str:
 class Tail:
     """Follows a topic on a thread and notes each record's latency (now - its timestamp)."""
 
-    def __init__(self, brokers: str, topic: str) -> None:
-        self.brokers, self.topic = brokers, topic
+    def __init__(self, brokers: str, topic: str, fetch_wait: int = 10) -> None:
+        self.brokers, self.topic, self.fetch_wait = brokers, topic, fetch_wait
         self.samples: list[float] = []
         self.series: list[tuple[float, float]] = []  # (sent, latency)
         self.first_seen = threading.Event()  # the record of key "first" arrived
@@ -189,8 +189,9 @@ class Tail:
         self._thread.start()
 
     def _run(self) -> None:
-        # 10 ms: the embedded broker answers much smaller fetch waits with stalls of seconds
-        config = {**consumer_config(self.brokers), "fetch.wait.max.ms": 10}
+        # 10 ms by default: the embedded broker waits the whole fetch wait even when records
+        # are there (and answered much smaller waits with stalls of seconds)
+        config = {**consumer_config(self.brokers), "fetch.wait.max.ms": self.fetch_wait}
         consumer = confluent_kafka.Consumer(config)
         consumer.assign([confluent_kafka.TopicPartition(self.topic, p, 0)
                          for p in range(PARTITIONS)])  # fmt: skip
@@ -232,7 +233,9 @@ def emit(producer: confluent_kafka.Producer, topic: str, rate: int, seconds: int
     return begin
 
 
-def latency(spark: object, brokers: str, rate: int, seconds: int, mode: str) -> Latency:
+def latency(
+    spark: object, brokers: str, rate: int, seconds: int, mode: str, fetch_wait: int = 10
+) -> Latency:
     """Emit ``rate`` events/s for ``seconds`` to a running processor; every table record carries
     its event's timestamp, so a consumer tailing the table measures emit -> visible. Before
     that, one event measures the start: processor started -> its table record visible."""
@@ -244,9 +247,10 @@ def latency(spark: object, brokers: str, rate: int, seconds: int, mode: str) -> 
     producer = confluent_kafka.Producer(producer_config(brokers, {"linger.ms": 1}))
     producer.produce(topic, b"/p", "first", timestamp=int(time.time() * 1000))
     producer.flush(30)
-    tail = Tail(brokers, graph.table)
+    tail = Tail(brokers, graph.table, fetch_wait)
     processor = Processor(graph, brokers, spark=spark, state_dir=state, mode=mode,  # type: ignore[arg-type]
-                          checkpoint_dir=state / "checkpoint", trigger="0 seconds")  # fmt: skip
+                          checkpoint_dir=state / "checkpoint", trigger="0 seconds",
+                          kafka_config={"fetch.wait.max.ms": fetch_wait})  # fmt: skip
     started = time.time()
     runner = threading.Thread(target=processor.run, daemon=True)
     runner.start()
@@ -299,12 +303,12 @@ def cold_start(brokers: str, mode: str) -> float:
     return took
 
 
-def broker_hop(brokers: str, rate: int, seconds: int) -> Latency:
+def broker_hop(brokers: str, rate: int, seconds: int, fetch_wait: int = 10) -> Latency:
     """The baseline: one hop through the broker (emit -> visible to a consumer), measured the
     same way; a processor's record makes two (input topic, then table topic)."""
     topic = f"bench-hop-{time.monotonic_ns()}"
     TopicManager(brokers, TOPICS).ensure_stream_exists(topic, PARTITIONS)
-    tail = Tail(brokers, topic)
+    tail = Tail(brokers, topic, fetch_wait)
     emit(confluent_kafka.Producer(producer_config(brokers, {"linger.ms": 1})), topic, rate, seconds)
     tail.wait_for(rate * seconds, 30)
     tail.close()
@@ -332,6 +336,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--batch", type=int, default=250_000, help="maxOffsetsPerTrigger")
     parser.add_argument("--latency-seconds", type=int, default=20)
+    parser.add_argument("--fetch-wait", type=int, default=10,
+                        help="fetch.wait.max.ms of the processor and of the tail that measures "
+                        "latency (default 10)")  # fmt: skip
     parser.add_argument("--only", choices=["throughput", "latency", "start"],
                         help="run one part of the bench")  # fmt: skip
     args = parser.parse_args()
@@ -342,7 +349,7 @@ def main() -> None:
             if args.only in (None, "throughput"):
                 throughput(spark, broker.bootstrap, args)
             if args.only in (None, "latency"):
-                latencies(spark, broker.bootstrap, args.latency_seconds)
+                latencies(spark, broker.bootstrap, args.latency_seconds, args.fetch_wait)
             spark.stop()
         if args.only in (None, "start"):
             print("\ncold start (goka processor run launched -> first event's table record "
@@ -386,12 +393,13 @@ def throughput(spark: object, brokers: str, args: argparse.Namespace) -> None:
     print(f"quixstreams          : {quix}")
 
 
-def latencies(spark: object, brokers: str, seconds: int) -> None:
-    print(f"\nlatency at 2,000 ev/s for {seconds} s (emit -> table record visible):")
-    hop = broker_hop(brokers, 2_000, seconds)
+def latencies(spark: object, brokers: str, seconds: int, fetch_wait: int) -> None:
+    print(f"\nlatency at 2,000 ev/s for {seconds} s (emit -> table record visible), "
+          f"fetch.wait.max.ms={fetch_wait}:")  # fmt: skip
+    hop = broker_hop(brokers, 2_000, seconds, fetch_wait)
     print(f"  {'broker hop':<12}: {hop.describe().split(';')[0]}  (the floor: one of two hops)")
     for mode in ("continuous", "micro-batch"):
-        found = latency(spark, brokers, 2_000, seconds, mode)
+        found = latency(spark, brokers, 2_000, seconds, mode, fetch_wait)
         print(f"  {mode:<12}: {found.describe()}", flush=True)
 
 
