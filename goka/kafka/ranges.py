@@ -27,7 +27,15 @@ TP = tuple[str, int]
 Row = tuple[str, int, bytes | None, bytes | None, int, list[tuple[str, bytes]] | None]
 _EOF = confluent_kafka.KafkaError._PARTITION_EOF
 
-_FAST_FETCH = {"fetch.wait.max.ms": 10, "enable.partition.eof": True}
+#: A fetch waits this long for records (kafka_config may say otherwise: on Kafka, which answers
+#: as soon as records are there, a longer wait costs nothing; the embedded broker always waits it).
+_FETCH_WAIT = {"fetch.wait.max.ms": 10}
+
+
+def _fast_fetch(brokers: Brokers, kafka_config: Mapping[str, Any] | None) -> dict[str, Any]:
+    config = consumer_config(brokers, {**_FETCH_WAIT, **(kafka_config or {})})
+    config["enable.partition.eof"] = True  # how reads know they reached the end
+    return config
 
 
 class EndOffsets:
@@ -43,9 +51,7 @@ class EndOffsets:
         self, brokers: Brokers, kafka_config: Mapping[str, Any] | None = None, timeout: float = 30
     ) -> None:
         self.timeout = timeout
-        self._consumer = confluent_kafka.Consumer(
-            {**consumer_config(brokers, kafka_config), **_FAST_FETCH}
-        )
+        self._consumer = confluent_kafka.Consumer(_fast_fetch(brokers, kafka_config))
 
     def partition_counts(self, topics: list[str]) -> dict[str, int]:
         """Return the partition count of each topic.
@@ -181,9 +187,7 @@ class RangeReader:
 
     def __init__(self, brokers: Brokers, kafka_config: Mapping[str, Any] | None = None) -> None:
         self._brokers, self._kafka_config = brokers, kafka_config
-        self._consumer = confluent_kafka.Consumer(
-            {**consumer_config(brokers, kafka_config), **_FAST_FETCH}
-        )
+        self._consumer = confluent_kafka.Consumer(_fast_fetch(brokers, kafka_config))
         self._ends: EndOffsets | None = None
         self._groups: dict[str, confluent_kafka.Consumer] = {}
         self._closed = False

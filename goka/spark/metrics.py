@@ -42,6 +42,17 @@ def _families() -> dict[str, Any]:
                     "Records not processed yet",
                     [*labels, "topic", "partition"],
                 ),
+                offset=Gauge(
+                    "goka_processor_committed_offset",
+                    "Next input offset to process, as committed to the consumer group "
+                    "(in continuous mode updated while an epoch runs)",
+                    [*labels, "topic", "partition"],
+                ),
+                committed_at=Gauge(
+                    "goka_processor_last_commit_timestamp_seconds",
+                    "When the partition last committed (unix time)",
+                    [*labels, "topic", "partition"],
+                ),
                 stores=Counter(
                     "goka_processor_store_recoveries",
                     "How each partition store was made current for a batch "
@@ -121,12 +132,14 @@ class ProcessorMetrics:
                     self._f["lag"].labels(self.group, topic, partition).set(max(0, offset - done))
 
     def partition_lag(self, partitions: list[dict[str, Any]]) -> None:
-        """Set the lag per input partition from :meth:`Processor.partition_status`."""
+        """Set the lag, committed offset and commit time per input partition from
+        :meth:`Processor.partition_status`."""
         for part in partitions:
-            if part["lag"] is not None:
-                self._f["lag"].labels(self.group, part["topic"], part["partition"]).set(
-                    max(0, part["lag"])
-                )
+            labels = (self.group, part["topic"], part["partition"])
+            for name, value in (("lag", part["lag"]), ("offset", part["offset"]),
+                                ("committed_at", part["committed_at"])):  # fmt: skip
+                if value is not None:
+                    self._f[name].labels(*labels).set(max(0, value))
 
 
 def _offsets(value: Any) -> dict[str, dict[str, int]]:

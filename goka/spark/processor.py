@@ -145,6 +145,9 @@ class Processor:
         snapshot_options: fsspec storage options for ``snapshot_dir`` (credentials...).
         builders: where partition processors get their storage, producer, reader, snapshot
             store and lookup tables (tests swap them; see :class:`goka.options.Builders`).
+        progress_interval: in continuous mode, seconds between updates of the lag, committed
+            offset and commit time metrics and status from the group's commits while an epoch
+            runs (batch counts and durations are reported when each epoch ends).
 
     Raises:
         ConfigurationError: invalid settings (at construction, not mid-stream).
@@ -175,6 +178,7 @@ class Processor:
         snapshots_kept: int = 3,
         snapshot_options: dict[str, Any] | None = None,
         builders: Builders | None = None,
+        progress_interval: float = 5.0,
     ) -> None:
         if on_error not in POLICIES:
             raise ConfigurationError(f"on_error must be one of {POLICIES}, got {on_error!r}")
@@ -193,6 +197,8 @@ class Processor:
             raise ConfigurationError(f"epoch_tasks must be at least 1, got {epoch_tasks}")
         if snapshot_interval < 0:
             raise ConfigurationError(f"snapshot_interval must be >= 0, got {snapshot_interval}")
+        if progress_interval <= 0:
+            raise ConfigurationError(f"progress_interval must be > 0, got {progress_interval}")
         _check_starting_offsets(starting_offsets)
         found = brokers or os.environ.get("GOKA_BROKERS")
         if not found:
@@ -219,6 +225,7 @@ class Processor:
         self.snapshots_kept = snapshots_kept
         self.snapshot_options = dict(snapshot_options or {})
         self.builders = builders or Builders()
+        self.progress_interval = progress_interval
         if snapshot_interval:  # the location must be usable now, not in the first snapshot
             self.builders.snapshots(
                 self.snapshot_dir, keep=snapshots_kept, storage_options=self.snapshot_options
@@ -308,6 +315,9 @@ class Processor:
         query = writer.start()
         with self._lock:
             self._query, self._continuous = query, continuous
+        if continuous:  # Spark reports an epoch at its end: follow the tasks' commits meanwhile
+            threading.Thread(target=self._follow, args=(query,), name="goka-progress",
+                             daemon=True).start()  # fmt: skip
         if self._stopping.is_set():
             query.stop()
         return query
@@ -339,6 +349,11 @@ class Processor:
             self.metrics.lag(progress)
         self._epoch_ended.set()
         log.info("group %s %s", self.graph.group, summary.describe())
+
+    def _follow(self, query: StreamingQuery) -> None:
+        """Update the lag and offset metrics every ``progress_interval`` while ``query`` runs."""
+        while not self._stopping.wait(self.progress_interval) and query.isActive:
+            self._update_lag()
 
     def _update_lag(self) -> None:
         """Set the lag metrics from the group's commits (off the path between epochs)."""

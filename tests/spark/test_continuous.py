@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from prometheus_client import REGISTRY
 
 from goka import (
     Context,
@@ -60,7 +61,8 @@ def test_records_are_processed_as_they_arrive_and_stop_ends_the_epoch(
     topic = new_topic(partitions=2)
     graph = define_group(f"{topic}-g", input(topic, StringCodec(), count), persist(Int64Codec()))
     sent = clicks(brokers, topic, 500)
-    processor = make_processor(graph, mode="continuous", epoch=600)  # one epoch for the test
+    processor = make_processor(graph, mode="continuous", epoch=600,  # one epoch for the test
+                               progress_interval=0.5)  # fmt: skip
     processor.prepare_topics()
     running = Running(processor)
     with View(brokers, graph.table, Int64Codec()) as view:
@@ -70,6 +72,10 @@ def test_records_are_processed_as_they_arrive_and_stop_ends_the_epoch(
         wait_for(lambda: dict(view.items()) == dict(sent), 30, "records sent during the epoch")
     status = processor.status()["partitions"]
     wait_for(lambda: all(p["lag"] == 0 for p in processor.partition_status()), 10, "commits")
+    labels = [{"group": graph.group, "topic": topic, "partition": str(p)} for p in (0, 1)]
+    wait_for(lambda: sum(REGISTRY.get_sample_value("goka_processor_committed_offset", label) or 0
+                         for label in labels) == 800, 10, "metrics within the epoch")  # fmt: skip
+    assert all(REGISTRY.get_sample_value("goka_processor_lag", label) == 0 for label in labels)
     assert len(status) == 2 and all(p["committed_at"] for p in processor.partition_status())
     assert processor.batches == []  # all of it within the first epoch
     assert running.stop(within=30) < 15  # not the 600 s epoch
