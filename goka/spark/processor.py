@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -10,6 +11,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -506,7 +508,8 @@ def build_session(group: str, master: str | None = None) -> SparkSession:
     Speculative execution stays off (two attempts of a task would contend for one store), the
     Python workers run this interpreter, and the UI is off unless ``GOKA_SPARK_UI`` is set.
     The driver JVM runs with the quick JIT tier only (``GOKA_SPARK_JAVA_OPTIONS`` replaces
-    it): it moves only summaries, and starts seconds sooner.
+    it): it moves only summaries, and starts seconds sooner. In local mode the driver and its
+    block manager listen on 127.0.0.1 only (Spark's default is the host's address).
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = (
@@ -521,8 +524,30 @@ def build_session(group: str, master: str | None = None) -> SparkSession:
             os.environ.get("GOKA_SPARK_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1"),
         )
     )
+    if not master and not os.environ.get("PYSPARK_GATEWAY_PORT"):  # spark-submit's --master rules
+        master = os.environ.get("GOKA_SPARK_MASTER", "local[2]")
     if master:
         builder = builder.master(master)
-    elif not os.environ.get("PYSPARK_GATEWAY_PORT"):  # under spark-submit, its --master rules
-        builder = builder.master(os.environ.get("GOKA_SPARK_MASTER", "local[2]"))
-    return builder.getOrCreate()
+    if not (master and master.startswith("local")):
+        return builder.getOrCreate()
+    # nothing but this machine needs to reach a local session: driver and block manager bind
+    # to loopback, and so does the UI, which reads SPARK_LOCAL_IP from the JVM's environment
+    builder = builder.config("spark.driver.bindAddress", "127.0.0.1")
+    builder = builder.config("spark.driver.host", "127.0.0.1")
+    with _environment(SPARK_LOCAL_IP=os.environ.get("SPARK_LOCAL_IP", "127.0.0.1")):
+        return builder.getOrCreate()
+
+
+@contextlib.contextmanager
+def _environment(**values: str) -> Iterator[None]:
+    """Set environment variables for the block (a JVM started in it inherits them)."""
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
