@@ -9,6 +9,7 @@ Every error the library raises on purpose derives from :class:`GokaError`::
     ├── BrokerError               talking to Kafka failed
     │   ├── BrokerNotFoundError   the embedded broker binary is missing
     │   ├── TopicError            a topic is missing, misconfigured or not co-partitioned
+    │   │   └── TopicRewoundError a topic ends before, or starts after, what was read of it
     │   └── DeliveryError         a produced message was not acknowledged
     ├── EmitterClosedError        emit() after close()
     ├── StorageError              local state (LevelDB, memory) failed or is foreign
@@ -35,6 +36,7 @@ __all__ = [
     "StorageError",
     "StorageLockedError",
     "TopicError",
+    "TopicRewoundError",
     "describe_key",
 ]
 
@@ -75,6 +77,50 @@ class BrokerNotFoundError(BrokerError):
 
 class TopicError(BrokerError):
     """A topic is missing, misconfigured, or not co-partitioned with its peers."""
+
+
+class TopicRewoundError(TopicError):
+    """A partition no longer holds the offsets a reader had reached: it ends before them (the
+    topic was truncated or recreated) or starts after them (records deleted before they were
+    read). Raised instead of skipping, so no state is silently built from missing records.
+
+    Attributes:
+        topic, partition: the partition.
+        position: the next offset the reader expected.
+        low, high: the partition's first offset and high watermark now.
+    """
+
+    def __init__(
+        self, topic: str, partition: int, position: int, low: int, high: int, *, reader: str
+    ) -> None:
+        where = f"topic {topic!r} partition {partition}"
+        if position > high:
+            text = (
+                f"{where} ends at offset {high}, but {reader} has read it up to offset {position}:"
+                " the topic was truncated or recreated, and records already processed are gone."
+                " Nothing was skipped. If the new topic is meant to replace the old one, start"
+                f" {reader} afresh (delete its checkpoint and local state); otherwise restore"
+                " the topic"
+            )
+        else:
+            text = (
+                f"{where} starts at offset {low}, but {reader} has read it only up to offset "
+                f"{position}: records {position}..{low - 1} were deleted (retention, "
+                "DeleteRecords or a recreated topic) before they were processed. Nothing was"
+                " skipped. Raise the topic's retention, or start the reader afresh from the"
+                " topic's first offset if losing them is acceptable"
+            )
+        super().__init__(text)
+        self.topic, self.partition, self.position = topic, partition, position
+        self.low, self.high = low, high
+
+    @staticmethod
+    def check(
+        topic: str, partition: int, position: int, low: int, high: int, *, reader: str
+    ) -> None:
+        """Raise unless ``low <= position <= high`` (position -1: nothing read yet)."""
+        if position > high or 0 <= position < low:
+            raise TopicRewoundError(topic, partition, position, low, high, reader=reader)
 
 
 class DeliveryError(BrokerError):

@@ -44,7 +44,7 @@ from typing import Any
 
 from goka.context import EMIT, LOOP, TABLE
 from goka.engine import BatchResult, Engine, Message
-from goka.errors import DeliveryError
+from goka.errors import DeliveryError, TopicRewoundError
 from goka.kafka.producer import ProduceError, Producer
 from goka.keys import key_bytes, key_str
 from goka.options import Clients, TaskConfig
@@ -162,6 +162,7 @@ class PartitionProcessor:
             for table in self.graph.joins:
                 stores[f"join-{table}"] = stack.enter_context(self._lease(f"join-{table}", table))
             stored = self._recover(stores["partition"], {t: ranges[t][0] for t in inputs}, summary)
+            self._check_ahead(stored, {t: ranges[t][0] for t in inputs})
             summary.ready_seconds = time.monotonic() - started
             messages = self._read(
                 {t: r for t, r in ranges.items() if t in (*inputs, *self.graph.joins)}
@@ -205,13 +206,45 @@ class PartitionProcessor:
         for table in self.graph.joins:
             stores[f"join-{table}"] = stack.enter_context(self._lease(f"join-{table}", table))
         positions = self._recover(stores["partition"], {t: starts[t] for t in inputs}, summary)
+        for topic in inputs:  # an epoch follows its inputs from here: they must still be there
+            self._check(topic, positions[topic])
         for table in self.graph.joins:  # current before any input, as Goka recovers them
             lease = stores[f"join-{table}"]
             recovery = self._recovery(lease, f"join-{table}", table)
-            high = max(starts[table], self.clients.reader().watermarks(table, self.partition)[1])
+            high = self._check(table, max(starts[table], recovery.positions({table: 0})[table]))
             summary.count(recovery.recover({table: high}, end=high), lease)
             positions.update(recovery.positions({table: high}))
         return _Epoch(self, stores, positions, summary)
+
+    def _check(self, topic: str, position: int) -> int:
+        """Fail unless ``topic`` still holds ``position`` of this partition; return its high
+        watermark.
+
+        Raises:
+            TopicRewoundError: the topic ends before ``position`` or starts after it.
+        """
+        low, high = self.clients.reader().watermarks(topic, self.partition)
+        TopicRewoundError.check(topic, self.partition, position, low, high, reader=self._who)
+        return high
+
+    def _check_ahead(self, stored: Mapping[str, int], starts: Mapping[str, int]) -> None:
+        """Where a store is ahead of a batch's start (a batch run again, or a new checkpoint),
+        make sure the topic still reaches the store's offset before skipping to it."""
+        for topic, offset in stored.items():
+            if offset > starts[topic]:
+                self._check(topic, offset)
+
+    def _check_table_end(self, stored: int | None, table_end: int | None) -> None:
+        """Table updates land after what the store has of the table, unless the group table
+        was truncated or recreated (then fail before committing: the table is the truth)."""
+        if table_end is not None and stored is not None and table_end <= stored:
+            raise TopicRewoundError(
+                self.graph.table, self.partition, stored, 0, table_end, reader=self._who
+            )
+
+    @property
+    def _who(self) -> str:
+        return f"group {self.graph.group!r} (partition store)"
 
     def _commit_to_group(self, positions: Mapping[str, int], *, wait: bool = False) -> None:
         """Tell Kafka how far the group got in its inputs and loop (asynchronously, as Go Goka
@@ -271,6 +304,7 @@ class PartitionProcessor:
         recovery = self._recovery(lease, f"join-{table}", table)
         summary.count(recovery.recover({table: start}, end=start), lease)
         stored = recovery.positions({table: start})[table]
+        self._check_ahead({table: stored}, {table: start})
         values = {key_str(key): value for _, offset, key, value, _, _ in messages.get(table, [])
                   if key is not None and offset >= stored}  # fmt: skip
         batch = WriteBatch(values=values)
@@ -280,6 +314,7 @@ class PartitionProcessor:
     def _commit(
         self, store: Storage, result: BatchResult, ends: Mapping[str, int], table_end: int | None
     ) -> None:
+        self._check_table_end(store.offsets().get((self.graph.table, self.partition)), table_end)
         batch = WriteBatch(values=result.changes())
         for topic, offset in ends.items():
             batch.set_offset(topic, self.partition, offset)
@@ -429,6 +464,7 @@ class _Epoch:
         )  # fmt: skip
         self.output = _Output(self.clients.producer(), self.partition, self.config)
         self.committed = dict(positions)
+        self.table_offset = self.store.offsets().get((self.graph.table, self.partition))
 
     def finish(self, started: float) -> PartitionSummary:
         """Snapshot the stores if due; return the epoch's summary."""
@@ -475,11 +511,13 @@ class _Epoch:
         if self.positions == self.committed and not self.pending:
             return
         table_end = self.output.flush()
+        self.processor._check_table_end(self.table_offset, table_end)
         batch = WriteBatch(values=dict(self.pending))
         for topic in self.inputs:
             batch.set_offset(topic, self.partition, self.positions[topic])
         if table_end is not None:
             batch.set_offset(self.graph.table, self.partition, table_end)
+            self.table_offset = table_end
         self.store.write(batch)
         self.pending.clear()
         self.committed = dict(self.positions)
@@ -527,7 +565,7 @@ class _Output:
 
     def flush(self) -> int | None:
         """Wait for every delivery; return the group table's end after the last table update
-        (None: no update yet).
+        since the previous flush (None: none).
 
         Raises:
             DeliveryError: a message was refused, failed, or not acknowledged in time.
@@ -541,7 +579,8 @@ class _Output:
                 f"{self.config.flush_timeout:g}s, {len(self.failures)} failed: "
                 f"{self.failures[:3]}",
             )
-        return self.table_end
+        table_end, self.table_end = self.table_end, None
+        return table_end
 
 
 def _send_effects(

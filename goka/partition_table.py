@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from goka.errors import SnapshotError, StorageError
+from goka.errors import SnapshotError, StorageError, TopicRewoundError
 from goka.kafka.ranges import RecordReader, Row
 from goka.storage import WriteBatch
 from goka.storage.snapshots import Manifest, SnapshotStore, install, remove_abandoned
@@ -120,6 +120,8 @@ class StoreRecovery:
             What was done; the store then records ``target`` and the topic's replayed end.
         """
         if all(o >= target[t] for t, o in self.positions(target).items()):
+            if self.lease.fresh and self.topic is not None:  # opened: still the topic's copy?
+                self._check(self.lease.storage.offsets().get((self.topic, self.partition), -1))
             return Recovery("reused" if not self.lease.fresh else "opened")
         started = time.monotonic()
         recovery, base = self._base(target)
@@ -128,8 +130,9 @@ class StoreRecovery:
             return Recovery("created")
         if base is None:
             self.lease.storage.clear()
-            base = self.reader.watermarks(self.topic, self.partition)[0]
-        last = end if end is not None else self.reader.watermarks(self.topic, self.partition)[1]
+        low, high = self._check(-1 if base is None else base)
+        base = low if base is None else base
+        last = end if end is not None else high
         recovery.records, skipped = self._replay(base, last, target if unfinished else None)
         # a store never claims a record it left out: a later recovery to a further target
         # replays the topic from the first one left out (what it applied again is idempotent)
@@ -143,6 +146,21 @@ class StoreRecovery:
             recovery.records, self.topic, time.monotonic() - started,
         )  # fmt: skip
         return recovery
+
+    def _check(self, offset: int) -> tuple[int, int]:
+        """Fail unless the topic still holds ``offset`` (-1: none); return its watermarks.
+
+        Raises:
+            TopicRewoundError: the topic ends before ``offset`` (truncated or recreated) or
+                starts after it (records deleted): a replay would silently lose them.
+        """
+        assert self.topic is not None
+        low, high = self.reader.watermarks(self.topic, self.partition)
+        TopicRewoundError.check(
+            self.topic, self.partition, offset, low, high,
+            reader=f"group {self.group!r} (store {self.name})",
+        )  # fmt: skip
+        return low, high
 
     # -- choosing and installing a base --------------------------------------------------------
     def _base(self, target: Mapping[str, int]) -> tuple[Recovery, int | None]:

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 import confluent_kafka
 
-from goka.errors import BrokerError, TopicError
+from goka.errors import BrokerError, TopicError, TopicRewoundError
 from goka.kafka.admin import topic_partitions
 from goka.kafka.config import Brokers, consumer_config
 
@@ -26,6 +26,9 @@ TP = tuple[str, int]
 #: ``(topic, offset, key, value, timestamp_ms, headers)``.
 Row = tuple[str, int, bytes | None, bytes | None, int, list[tuple[str, bytes]] | None]
 _EOF = confluent_kafka.KafkaError._PARTITION_EOF
+_OUT_OF_RANGE = {
+    confluent_kafka.KafkaError._AUTO_OFFSET_RESET, confluent_kafka.KafkaError.OFFSET_OUT_OF_RANGE
+}  # fmt: skip
 
 #: A fetch waits this long for records (kafka_config may say otherwise: on Kafka, which answers
 #: as soon as records are there, a longer wait costs nothing; the embedded broker always waits it).
@@ -35,7 +38,17 @@ _FETCH_WAIT = {"fetch.wait.max.ms": 10}
 def _fast_fetch(brokers: Brokers, kafka_config: Mapping[str, Any] | None) -> dict[str, Any]:
     config = consumer_config(brokers, {**_FETCH_WAIT, **(kafka_config or {})})
     config["enable.partition.eof"] = True  # how reads know they reached the end
+    config["auto.offset.reset"] = "error"  # never jump over records: see TopicRewoundError
     return config
+
+
+def _out_of_range(topic: str, partition: int, offset: int, error: Any) -> TopicError:
+    """Kafka's answer to a fetch from an offset the partition no longer holds."""
+    return TopicError(
+        f"topic {topic!r} partition {partition}: offset {offset} is out of range "
+        f"({error.str()}): the topic was truncated or recreated, or its records were deleted "
+        "before they were read. Nothing was skipped"
+    )
 
 
 class EndOffsets:
@@ -71,12 +84,14 @@ class EndOffsets:
 
     def high(self, partitions: list[TP]) -> dict[TP, int]:
         """Return the high watermark (the next offset to be written) of each partition."""
+        return {tp: high for tp, (_, high) in self.watermarks(partitions).items()}
+
+    def watermarks(self, partitions: list[TP]) -> dict[TP, tuple[int, int]]:
+        """Return the first offset and the high watermark of each partition."""
         queried = {tp: self._query(tp) for tp in partitions}
         probe = {tp: hi for tp, (lo, hi) in queried.items() if hi > lo}
-        ends = {tp: hi for tp, (_, hi) in queried.items()}
-        if probe:
-            ends.update(self._fetch_high(probe))
-        return ends
+        found = self._fetch_high(probe) if probe else {}
+        return {tp: (lo, found.get(tp, hi)) for tp, (lo, hi) in queried.items()}
 
     def _query(self, tp: TP) -> tuple[int, int]:
         try:
@@ -200,8 +215,7 @@ class RangeReader:
         """
         if self._ends is None:
             self._ends = EndOffsets(self._brokers, self._kafka_config)
-        tp = (topic, partition)
-        return self._ends.low([tp])[tp], self._ends.high([tp])[tp]
+        return self._ends.watermarks([(topic, partition)])[(topic, partition)]
 
     def close(self) -> None:
         """Close the consumers. Idempotent."""
@@ -220,7 +234,7 @@ class RangeReader:
             [confluent_kafka.TopicPartition(t, p, o)
              for p, offsets in starts.items() for t, o in offsets.items()]
         )  # fmt: skip
-        return KafkaTail(self._consumer)
+        return KafkaTail(self._consumer, starts)
 
     def _group(self, group: str) -> confluent_kafka.Consumer:
         if group not in self._groups:
@@ -311,6 +325,8 @@ class RangeReader:
             if error is not None:
                 if error.code() == _EOF and (msg.offset() or 0) >= end:
                     del todo[topic]
+                elif error.code() in _OUT_OF_RANGE:
+                    raise _out_of_range(topic, msg.partition() or 0, todo[topic][0], error)
                 elif error.code() != _EOF:
                     raise BrokerError(f"reading {topic!r}: {error.str()}")
                 continue
@@ -328,13 +344,34 @@ class RangeReader:
 class KafkaTail:
     """A :class:`Tail` over an assigned consumer: ``consume`` would wait for ``max_rows``
     records, so it takes what is there without waiting, and waits for one record only when
-    there was none."""
+    there was none. About every second it compares the high watermarks of the last fetch
+    responses with how far it read: a topic that went back fails the tail (Kafka answers a
+    fetch beyond the end with an error, the embedded broker with nothing)."""
 
-    def __init__(self, consumer: confluent_kafka.Consumer) -> None:
+    #: Seconds between checks of the fetched high watermarks.
+    CHECK_SECONDS = 1.0
+
+    def __init__(
+        self, consumer: confluent_kafka.Consumer, starts: Mapping[int, Mapping[str, int]]
+    ) -> None:
         self._consumer = consumer
+        self._next = {(t, p): o for p, offsets in starts.items() for t, o in offsets.items()}
+        self._checked = time.monotonic()
+
+    def _check(self) -> None:
+        self._checked = time.monotonic()
+        for (topic, partition), offset in self._next.items():
+            _, high = self._consumer.get_watermark_offsets(
+                confluent_kafka.TopicPartition(topic, partition), cached=True
+            )
+            if high is not None and 0 <= high < offset:
+                raise TopicRewoundError(topic, partition, offset, 0, high, reader="this processor")
 
     def poll(self, max_rows: int, timeout: float) -> dict[int, list[Row]]:
-        """Raises: BrokerError: the broker reported an error for a followed partition."""
+        """Raises: BrokerError: the broker reported an error for a followed partition;
+        TopicError: a followed topic went back (truncated, recreated)."""
+        if time.monotonic() - self._checked > self.CHECK_SECONDS:
+            self._check()
         messages = self._consumer.consume(max_rows, 0)
         if not messages:
             first = self._consumer.poll(timeout)
@@ -347,12 +384,16 @@ class KafkaTail:
         for msg in messages:
             error = msg.error()
             if error is not None:
+                if error.code() in _OUT_OF_RANGE:
+                    tp = (msg.topic() or "", msg.partition() or 0)
+                    raise _out_of_range(*tp, self._next.get(tp, -1), error)
                 if error.code() != _EOF:
                     raise BrokerError(f"reading {msg.topic()!r}: {error.str()}")
                 continue
             row = (msg.topic(), msg.offset(), msg.key(), msg.value(), msg.timestamp()[1],
                    msg.headers())  # fmt: skip
             partition: int = msg.partition()  # type: ignore[assignment]  # set on records
+            self._next[(row[0], partition)] = row[1] + 1  # type: ignore[index,operator]  # set
             found = rows.get(partition)
             if found is None:
                 rows[partition] = found = []

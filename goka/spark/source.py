@@ -52,7 +52,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from goka.errors import BrokerError, ConfigurationError, TopicError
+from goka.errors import BrokerError, ConfigurationError, TopicError, TopicRewoundError
 from goka.kafka.ranges import EndOffsets, RangeReader, Row
 from goka.worker import Worker, frozen
 
@@ -214,6 +214,10 @@ class GokaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         log.info("%s: starting from the group's committed offsets %s", self.group, found)
         return self._as_offsets(found)
 
+    @property
+    def _who(self) -> str:
+        return f"group {self.group!r}" if self.group else "the query's checkpoint"
+
     def getDefaultReadLimit(self) -> ReadLimit:
         return ReadMaxRows(self.max_rows) if self.max_rows else ReadAllAvailable()
 
@@ -223,7 +227,10 @@ class GokaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: Offsets, limit: ReadLimit) -> Offsets:
         if self.epochs is not None:
             return self._next_epoch(start)
-        ends = self._target or self._as_offsets(self._ends.high(self._all()))
+        marks = self._ends.watermarks(self._all())
+        for (topic, p), (low, high) in marks.items():  # never plan past a topic that went back
+            TopicRewoundError.check(topic, p, start[topic][str(p)], low, high, reader=self._who)
+        ends = self._target or self._as_offsets({tp: high for tp, (_, high) in marks.items()})
         end = {t: {p: max(start[t][p], ends[t][p]) for p in ends[t]} for t in self.topics}
         if isinstance(limit, ReadMaxRows):
             end = _limit(start, end, limit.max_rows)

@@ -29,6 +29,7 @@ class FakeKafka:
     unacknowledged: bool = False  # flush() leaves messages queued (a broker that does not answer)
     committed: dict[tuple[str, str, int], tuple[int, str]] = field(default_factory=dict)
     on_poll: list[Callable[[], object]] = field(default_factory=list)
+    low: dict[tuple[str, int], int] = field(default_factory=dict)  # first offsets, if not 0
 
     def topic(self, name: str) -> list[list[Row]]:
         return self.topics.setdefault(name, [[] for _ in range(self.partitions)])
@@ -119,7 +120,7 @@ class ListReader:
                 yield rows[low : min(end, low + chunk)]
 
     def watermarks(self, topic: str, partition: int) -> tuple[int, int]:
-        return 0, self.kafka.end(topic, partition)
+        return self.kafka.low.get((topic, partition), 0), self.kafka.end(topic, partition)
 
     def tail(self, starts: Mapping[int, Mapping[str, int]]) -> ListTail:
         return ListTail(self.kafka, {p: dict(offsets) for p, offsets in starts.items()})

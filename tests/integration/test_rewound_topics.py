@@ -1,0 +1,92 @@
+"""Topics that go back under a reader, on the embedded broker: the source refuses to plan past
+them and a tail following one fails (the embedded broker answers a fetch beyond the end with
+nothing, where Kafka answers OFFSET_OUT_OF_RANGE: both must fail, not skip).
+
+A topic comes back shorter here the way the issue saw it happen: the broker is replaced (the
+embedded broker restarted empty) and the topic created and written again. Deleting a topic
+instead crashes librdkafka 2.16 clients that have it in their metadata cache on this broker.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from goka import StringCodec
+from goka.dev.broker import EmbeddedBroker
+from goka.errors import TopicRewoundError
+from goka.kafka.ranges import EndOffsets, RangeReader, Tail
+from goka.topic_manager import TopicManager
+
+from ..helpers import produce
+
+pytestmark = pytest.mark.kafka
+
+
+@pytest.fixture
+def broker() -> Iterator[EmbeddedBroker]:
+    """A broker of this test's own, to be replaced."""
+    with EmbeddedBroker() as started:
+        yield started
+
+
+def write(broker: EmbeddedBroker, topic: str, records: int, *, replace: bool = False) -> None:
+    """Create ``topic`` (one partition) with ``records`` records, on a new broker if
+    ``replace`` (every topic is gone: a broker replaced without its data)."""
+    if replace:
+        broker.restart()
+    TopicManager(broker.bootstrap).ensure_stream_exists(topic, 1)
+    produce(broker.bootstrap, topic, StringCodec(), [(f"k{i}", "v") for i in range(records)])
+
+
+def follow(tail: Tail, seconds: float) -> None:
+    """Poll ``tail`` for ``seconds``; no record may come."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        assert not tail.poll(100, 0.1), "records of the new topic were read as new"
+
+
+def test_watermarks_are_the_first_offset_and_the_fetched_end(broker: EmbeddedBroker) -> None:
+    write(broker, "clicks", 25)
+    ends = EndOffsets(broker.bootstrap)
+    try:
+        assert ends.watermarks([("clicks", 0)]) == {("clicks", 0): (0, 25)}
+    finally:
+        ends.close()
+
+
+def test_the_source_does_not_plan_past_an_input_that_came_back_shorter(
+    broker: EmbeddedBroker,
+) -> None:
+    from goka.spark.source import GokaStreamReader
+
+    write(broker, "clicks", 30)
+    source = GokaStreamReader({"brokers": broker.bootstrap, "topics": "clicks", "group": "gb"})
+    try:
+        start = source.latestOffset(source.initialOffset(), source.getDefaultReadLimit())
+        assert start == {"clicks": {"0": 30}}
+        write(broker, "clicks", 12, replace=True)
+        with pytest.raises(TopicRewoundError, match="topic 'clicks' partition 0 ends at offset "
+                           "12, but group 'gb' has read it up to offset 30"):  # fmt: skip
+            source.latestOffset(start, source.getDefaultReadLimit())
+    finally:
+        source.stop()
+
+
+def test_a_tail_following_a_topic_that_came_back_shorter_fails(broker: EmbeddedBroker) -> None:
+    write(broker, "clicks", 20)
+    reader = RangeReader(broker.bootstrap)
+    tail = reader.tail({0: {"clicks": 0}})
+    try:
+        read = 0
+        while read < 20:
+            read += sum(len(rows) for rows in tail.poll(100, 0.5).values())
+        write(broker, "clicks", 5, replace=True)
+        with pytest.raises(TopicRewoundError) as failed:
+            follow(tail, 30)
+        assert (failed.value.topic, failed.value.position, failed.value.high) == ("clicks", 20, 5)
+    finally:
+        tail.close()
+        reader.close()
