@@ -48,15 +48,20 @@ def _view_serve(args: argparse.Namespace) -> int:
     names = codecs * len(args.table) if len(codecs) == 1 else codecs
     if bool(args.tls_cert) != bool(args.tls_key):
         raise SystemExit("--tls-cert and --tls-key go together")
+    if args.tls_client_ca and not args.tls_cert:
+        raise SystemExit("--tls-client-ca needs --tls-cert and --tls-key (mutual TLS is TLS)")
+    tls = TlsConfig(args.tls_cert, args.tls_key, args.tls_client_ca) if args.tls_cert else None
     config = ServeConfig(
         brokers=_brokers(args.brokers),
         tables=[(t, codec_by_name(c)) for t, c in zip(args.table, names, strict=True)],
         path=Path(args.path) if args.path else None,
         address=f"{args.host}:{args.port}",
         metrics_port=args.metrics_port,
-        tls=TlsConfig(args.tls_cert, args.tls_key) if args.tls_cert else None,
+        tls=tls,
         allow_stale_reads=args.allow_stale_reads,
         max_request_bytes=args.max_request_bytes,
+        max_streams=args.max_streams,
+        stream_idle_timeout=args.stream_idle_timeout,
     )
     return serve(config)
 
@@ -124,6 +129,18 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--metrics-port", type=int, help="serve Prometheus /metrics on this port")
     serve.add_argument("--tls-cert", help="PEM certificate chain (enables TLS)")
     serve.add_argument("--tls-key", help="PEM private key")
+    serve.add_argument(
+        "--tls-client-ca", help="PEM CA of client certificates: serve only clients it signed"
+    )
+    serve.add_argument(
+        "--max-streams",
+        type=int,
+        default=16,
+        help="most scans at once, more are refused (default: %(default)s)",
+    )
+    serve.add_argument("--stream-idle-timeout", type=float, default=10.0,
+                       help="cancel a scan whose client reads nothing for this many seconds "
+                       "(default: %(default)s)")  # fmt: skip
     serve.add_argument("--max-request-bytes", type=int, default=1 << 20)
     serve.add_argument("--allow-stale-reads", action="store_true", help="serve before recovery")
     serve.set_defaults(run=_view_serve)

@@ -12,6 +12,7 @@ Every error the library raises on purpose derives from :class:`GokaError`::
     │   │   └── TopicRewoundError a topic ends before, or starts after, what was read of it
     │   └── DeliveryError         a produced message was not acknowledged
     ├── EmitterClosedError        emit() after close()
+    ├── ViewUnreachableError      a view service cannot be reached (refused, TLS, timeout)
     ├── StorageError              local state (LevelDB, memory) failed or is foreign
     │   ├── StorageLockedError    the storage is open in another process
     │   └── SnapshotError         a state snapshot is missing, truncated or corrupt
@@ -37,6 +38,7 @@ __all__ = [
     "StorageLockedError",
     "TopicError",
     "TopicRewoundError",
+    "ViewUnreachableError",
     "describe_key",
 ]
 
@@ -146,6 +148,12 @@ class DeliveryError(BrokerError):
 
 class EmitterClosedError(GokaError):
     """``emit`` was called on an emitter that has been closed."""
+
+
+class ViewUnreachableError(GokaError, ConnectionError):
+    """A view service could not be reached: nothing listens there, the TLS handshake failed
+    (wrong CA, no client certificate), or it did not answer in time. Distinct from a table
+    that is there but not ready (``goka.view.ViewNotReadyError``)."""
 
 
 class StorageError(GokaError):

@@ -10,12 +10,15 @@ from typing import Any
 import grpc
 
 from goka.codec import Codec, codec_by_name
-from goka.errors import ConfigurationError, GokaError
+from goka.errors import ConfigurationError, GokaError, ViewUnreachableError
 from goka.grpc.v1 import view_pb2, view_pb2_grpc
 from goka.keys import key_bytes, key_str
 from goka.view import ViewNotReadyError
 
-__all__ = ["TableNotServedError", "ViewClient", "ViewInfo"]
+__all__ = ["REASON", "ClientTls", "TableNotServedError", "ViewClient", "ViewInfo"]
+
+#: The trailing metadata key with which the server says why a table is UNAVAILABLE.
+REASON = "goka-reason"
 
 
 class TableNotServedError(GokaError, KeyError):
@@ -34,6 +37,32 @@ class ViewInfo:
     partitions: dict[int, tuple[int, int | None, int | None]]  # offset, high watermark, lag
 
 
+@dataclass(frozen=True)
+class ClientTls:
+    """Client TLS: PEM files of the CA that signed the server's certificate (None: the
+    system's roots) and, for a server that requires mutual TLS, the client's certificate
+    chain and private key."""
+
+    ca_file: str | Path | None = None
+    cert_file: str | Path | None = None
+    key_file: str | Path | None = None
+
+    def credentials(self) -> grpc.ChannelCredentials:
+        """Return the channel credentials.
+
+        Raises:
+            ConfigurationError: only one of certificate and key, or a file cannot be read.
+        """
+        if (self.cert_file is None) != (self.key_file is None):
+            raise ConfigurationError("a client certificate and its key go together")
+        try:
+            read = [None if f is None else Path(f).read_bytes()
+                    for f in (self.ca_file, self.key_file, self.cert_file)]  # fmt: skip
+        except OSError as exc:
+            raise ConfigurationError(f"TLS: cannot read {exc.filename}: {exc.strerror}") from exc
+        return grpc.ssl_channel_credentials(*read)
+
+
 class ViewClient:
     """Reads tables from a view server. Thread-safe; a context manager.
 
@@ -43,8 +72,16 @@ class ViewClient:
     Args:
         target: ``host:port`` of the server.
         codecs: codecs by table, overriding the names the server sends.
-        root_certificates: PEM file of the CA for TLS (None: plaintext).
+        tls: TLS settings (None: plaintext); with a client certificate for mutual TLS.
+        root_certificates: shorthand for ``tls=ClientTls(ca_file=root_certificates)``.
         timeout: default deadline of each call, in seconds.
+        scan_timeout: deadline of a whole scan, in seconds.
+
+    Raises (from every call):
+        TableNotServedError: the server does not serve the table.
+        ViewNotReadyError: the table is there but not ready (recovering, rebuilding, failed).
+        ViewUnreachableError: the server cannot be reached (refused, TLS failed, timed out).
+        ConfigurationError: the request was refused as malformed or too large.
     """
 
     def __init__(
@@ -52,17 +89,23 @@ class ViewClient:
         target: str,
         *,
         codecs: Mapping[str, Codec[Any]] | None = None,
+        tls: ClientTls | None = None,
         root_certificates: str | Path | None = None,
         timeout: float = 10.0,
+        scan_timeout: float = 300.0,
     ) -> None:
-        if root_certificates is None:
+        if tls is not None and root_certificates is not None:
+            raise ConfigurationError("pass tls= or root_certificates=, not both")
+        if root_certificates is not None:
+            tls = ClientTls(ca_file=root_certificates)
+        if tls is None:
             self._channel = grpc.insecure_channel(target)
         else:
-            creds = grpc.ssl_channel_credentials(Path(root_certificates).read_bytes())
-            self._channel = grpc.secure_channel(target, creds)
+            self._channel = grpc.secure_channel(target, tls.credentials())
+        self.target = target
         self._stub = view_pb2_grpc.ViewServiceStub(self._channel)
         self._codecs = dict(codecs or {})
-        self.timeout = timeout
+        self.timeout, self.scan_timeout = timeout, scan_timeout
 
     def _decoder(self, table: str, name: str) -> Codec[Any]:
         codec = self._codecs.get(table)
@@ -79,7 +122,7 @@ class ViewClient:
         try:
             return method(request, timeout=self.timeout)
         except grpc.RpcError as exc:
-            raise _translate(exc, table) from exc
+            raise _translate(exc, table, self.target) from exc
 
     def get(self, table: str, key: str | bytes) -> Any:
         """Return the decoded value of ``key`` (text or any bytes: :mod:`goka.keys`) in
@@ -111,14 +154,14 @@ class ViewClient:
             table=table, prefix=key_bytes(prefix), start=key_bytes(start),
             stop=None if stop is None else key_bytes(stop), limit=limit, reverse=reverse,
         )  # fmt: skip
-        stream = self._stub.Scan(request, timeout=None)
+        stream = self._stub.Scan(request, timeout=self.scan_timeout)
         try:
             for answer in stream:
                 decode = self._decoder(table, answer.codec).decode
                 for entry in answer.entries:
                     yield key_str(entry.key), decode(entry.value)
         except grpc.RpcError as exc:
-            raise _translate(exc, table) from exc
+            raise _translate(exc, table, self.target) from exc
         finally:
             stream.cancel()
 
@@ -152,14 +195,25 @@ def _info(table: Any) -> ViewInfo:
     )
 
 
-def _translate(error: grpc.RpcError, table: str) -> GokaError:
+def _translate(error: grpc.RpcError, table: str, target: str) -> GokaError:
     code = error.code() if isinstance(error, grpc.Call) else None
     details = error.details() if isinstance(error, grpc.Call) else str(error)
+    trailing = dict(error.trailing_metadata() or ()) if isinstance(error, grpc.Call) else {}
     if code == grpc.StatusCode.NOT_FOUND:
         return TableNotServedError(details)
-    if code == grpc.StatusCode.UNAVAILABLE:
+    if code == grpc.StatusCode.UNAVAILABLE and trailing.get(REASON):
         return ViewNotReadyError(f"table {table!r}: {details}")
+    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+        return ViewUnreachableError(
+            f"view service {target} cannot be reached ({code.name}: {details}): is it "
+            "running there, and do its TLS settings match the client's?"
+        )
     if code == grpc.StatusCode.INVALID_ARGUMENT:
         return ConfigurationError(f"table {table!r}: {details}")
+    if code == grpc.StatusCode.CANCELLED:
+        return GokaError(
+            f"view service {target} ended the scan of table {table!r} ({details}): the server "
+            "cancels scans that stall or run too long; read faster or scan less at once"
+        )
     name = code.name if code is not None else "unknown status"
     return GokaError(f"view service call for table {table!r} failed ({name}): {details}")

@@ -8,9 +8,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import grpc
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
-__all__ = ["MetricsInterceptor"]
+__all__ = ["MetricsInterceptor", "active_streams"]
 
 _LOCK = threading.Lock()
 _FAMILIES: dict[str, Any] = {}
@@ -27,7 +27,15 @@ def _families() -> dict[str, Any]:
                 buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
                          0.25, 0.5, 1.0, 2.5),
             )  # fmt: skip
+            _FAMILIES["streams"] = Gauge(
+                "goka_grpc_active_streams", "Scans streaming now (see ViewServer max_streams)"
+            )
     return _FAMILIES
+
+
+def active_streams() -> Gauge:
+    """The gauge of scans streaming now."""
+    return _families()["streams"]  # type: ignore[no-any-return]
 
 
 def _code(context: grpc.ServicerContext, default: str) -> str:

@@ -34,6 +34,8 @@ class ServeConfig:
     tls: TlsConfig | None = None
     allow_stale_reads: bool = False
     max_request_bytes: int = 1 << 20
+    max_streams: int = 16
+    stream_idle_timeout: float = 10.0
     kafka_config: dict[str, Any] = field(default_factory=dict)
 
 
@@ -61,7 +63,9 @@ def serve(
     if views_out is not None:
         views_out.extend(views)
     server = ViewServer(views, address=config.address, tls=config.tls,
-                        max_request_bytes=config.max_request_bytes)  # fmt: skip
+                        max_request_bytes=config.max_request_bytes,
+                        max_streams=config.max_streams,
+                        stream_idle_timeout=config.stream_idle_timeout)  # fmt: skip
     try:
         if config.metrics_port is not None:
             start_http_server(

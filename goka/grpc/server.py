@@ -1,9 +1,16 @@
 """The gRPC view service: serves the tables of one or more views to other services.
 
 Errors map to status codes: an unknown table is NOT_FOUND; a malformed or oversized request is
-INVALID_ARGUMENT; a view that has not recovered (or has failed) is UNAVAILABLE. The standard gRPC
-health service reports each table (service name ``table/<name>``) and the whole server (``""``)
-as SERVING once its views recovered; server reflection lists the services.
+INVALID_ARGUMENT; a view that has not recovered, is rebuilding or has failed is UNAVAILABLE (with
+the trailing metadata ``goka-reason``, so clients tell it from a server they cannot reach); a scan
+beyond ``max_streams`` is RESOURCE_EXHAUSTED. The standard gRPC health service reports each table
+(service name ``table/<name>``) and the whole server (``""``) as SERVING once its views recovered;
+server reflection lists the services.
+
+Streams cannot take the service down: at most ``max_streams`` scans run at once, fewer than the
+server's threads, so Get, Info and health always have threads left; a scan whose client reads
+nothing for ``stream_idle_timeout`` seconds, or that runs longer than ``max_stream_seconds``, is
+cancelled by the server (a stalled stream holds a thread and one message, never more).
 """
 
 from __future__ import annotations
@@ -21,8 +28,9 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from goka.errors import ConfigurationError
-from goka.grpc.metrics import MetricsInterceptor
+from goka.errors import ConfigurationError, StorageError
+from goka.grpc.client import REASON
+from goka.grpc.metrics import MetricsInterceptor, active_streams
 from goka.grpc.v1 import view_pb2, view_pb2_grpc
 from goka.keys import key_bytes
 from goka.view import View, ViewNotReadyError, ViewState
@@ -31,27 +39,102 @@ __all__ = ["TlsConfig", "ViewServer"]
 
 log = logging.getLogger(__name__)
 SERVICE = view_pb2.DESCRIPTOR.services_by_name["ViewService"].full_name
-_SCAN_BATCH = 500
+#: Most entries, and about the most bytes, in one message of a scan.
+_SCAN_BATCH, _SCAN_BYTES = 500, 512 * 1024
 
 
 @dataclass(frozen=True)
 class TlsConfig:
-    """Server TLS: PEM files of the certificate chain and its private key."""
+    """Server TLS: PEM files of the certificate chain and its private key; with
+    ``client_ca_file``, mutual TLS: only clients presenting a certificate signed by that CA
+    are served (the others fail the handshake)."""
 
     cert_file: str | Path
     key_file: str | Path
+    client_ca_file: str | Path | None = None
 
     def credentials(self) -> grpc.ServerCredentials:
-        """Return the server credentials."""
-        pair = (Path(self.key_file).read_bytes(), Path(self.cert_file).read_bytes())
-        return grpc.ssl_server_credentials([pair])
+        """Return the server credentials.
+
+        Raises:
+            ConfigurationError: a file cannot be read.
+        """
+        try:
+            pair = (Path(self.key_file).read_bytes(), Path(self.cert_file).read_bytes())
+            ca = None if self.client_ca_file is None else Path(self.client_ca_file).read_bytes()
+        except OSError as exc:
+            raise ConfigurationError(f"TLS: cannot read {exc.filename}: {exc.strerror}") from exc
+        return grpc.ssl_server_credentials(
+            [pair], root_certificates=ca, require_client_auth=ca is not None
+        )
+
+
+class _Streams:
+    """The scans running now: admits at most ``limit``, cancels those that stall or last too
+    long (a thread checks every second)."""
+
+    def __init__(self, limit: int, idle: float, longest: float) -> None:
+        self.limit, self.idle, self.longest = limit, idle, longest
+        #: Scans building a message at the same time: the others wait without the GIL, so
+        #: however many stream, a Get finds the interpreter free within a few milliseconds.
+        self.building = threading.BoundedSemaphore(2)
+        self._lock = threading.Lock()
+        self._running: dict[int, tuple[grpc.ServicerContext, float, float]] = {}
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="goka-grpc-streams", daemon=True)
+
+    def admit(self, context: grpc.ServicerContext) -> bool:
+        with self._lock:
+            if len(self._running) >= self.limit:
+                return False
+            now = time.monotonic()
+            self._running[id(context)] = (context, now, now)
+            active_streams().set(len(self._running))
+            return True
+
+    def progress(self, context: grpc.ServicerContext) -> None:
+        """The client took the previous message."""
+        with self._lock:
+            found = self._running.get(id(context))
+            if found is not None:
+                self._running[id(context)] = (context, found[1], time.monotonic())
+
+    def release(self, context: grpc.ServicerContext) -> None:
+        with self._lock:
+            self._running.pop(id(context), None)
+            active_streams().set(len(self._running))
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+    def _watch(self) -> None:
+        while not self._stopped.wait(min(1.0, self.idle / 2)):
+            now = time.monotonic()
+            with self._lock:
+                running = list(self._running.values())
+            for context, started, touched in running:
+                if now - touched > self.idle:
+                    why = f"its client read nothing for {self.idle:g}s"
+                elif now - started > self.longest:
+                    why = f"it ran longer than {self.longest:g}s"
+                else:
+                    continue
+                log.warning("scan from %s cancelled: %s", context.peer(), why)
+                self.release(context)
+                context.cancel()
 
 
 class _Servicer(view_pb2_grpc.ViewServiceServicer):  # type: ignore[misc]  # generated, untyped
-    def __init__(self, views: dict[str, View[Any]], max_request_bytes: int, max_keys: int) -> None:
+    def __init__(
+        self, views: dict[str, View[Any]], max_request_bytes: int, max_keys: int, streams: _Streams
+    ) -> None:
         self._views = views
         self._max_request_bytes = max_request_bytes
         self._max_keys = max_keys
+        self._streams = streams
 
     def _view(self, request: Any, context: grpc.ServicerContext) -> View[Any]:
         size, limit = request.ByteSize(), self._max_request_bytes
@@ -93,21 +176,31 @@ class _Servicer(view_pb2_grpc.ViewServiceServicer):  # type: ignore[misc]  # gen
 
     def Scan(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
         view = self._view(request, context)
+        if not self._streams.admit(context):
+            context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"{self._streams.limit} scans are streaming already (the server's limit): "
+                "try again later",
+            )
+        try:
+            yield from self._scan(view, request, context)
+        finally:
+            self._streams.release(context)
+
+    def _scan(self, view: View[Any], request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
         items = _read(context, lambda: view.items_raw(
             prefix=request.prefix or None, start=request.start or None,
             stop=request.stop if request.HasField("stop") else None,
             reverse=request.reverse, limit=request.limit or None,
         ))  # fmt: skip
-        batch: list[Any] = []
-        for key, value in items:
-            if not context.is_active():  # the client cancelled: stop reading LevelDB
+        rows = _checked(context, items)
+        while context.is_active():  # else the client cancelled: stop reading LevelDB
+            with self._streams.building:
+                batch = _take(rows)
+            if not batch:
                 return
-            batch.append(view_pb2.Entry(key=key_bytes(key), found=True, value=value))
-            if len(batch) >= _SCAN_BATCH:
-                yield view_pb2.ScanResponse(entries=batch, codec=view.codec.name)
-                batch = []
-        if batch:
             yield view_pb2.ScanResponse(entries=batch, codec=view.codec.name)
+            self._streams.progress(context)
 
     def Info(self, request: Any, context: grpc.ServicerContext) -> Any:
         views = [self._view(request, context)] if request.table else list(self._views.values())
@@ -117,8 +210,34 @@ class _Servicer(view_pb2_grpc.ViewServiceServicer):  # type: ignore[misc]  # gen
 def _read(context: grpc.ServicerContext, read: Callable[..., Any], *args: Any) -> Any:
     try:
         return read(*args)
-    except ViewNotReadyError as exc:
-        context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+    except (ViewNotReadyError, StorageError) as exc:
+        _unavailable(context, exc)
+
+
+def _take(rows: Iterator[tuple[str, bytes]]) -> list[Any]:
+    """The entries of the next message of a scan: up to ``_SCAN_BATCH``, about
+    ``_SCAN_BYTES``."""
+    batch: list[Any] = []
+    size = 0
+    for key, value in rows:
+        batch.append(view_pb2.Entry(key=key_bytes(key), found=True, value=value))
+        size += len(key) + len(value)
+        if len(batch) >= _SCAN_BATCH or size >= _SCAN_BYTES:
+            break
+    return batch
+
+
+def _checked(context: grpc.ServicerContext, items: Iterator[Any]) -> Iterator[Any]:
+    try:
+        yield from items
+    except (ViewNotReadyError, StorageError) as exc:
+        _unavailable(context, exc)
+
+
+def _unavailable(context: grpc.ServicerContext, error: Exception) -> None:
+    """A table that cannot answer now (not recovered, rebuilding, failed)."""
+    context.set_trailing_metadata(((REASON, "not-ready"),))
+    context.abort(grpc.StatusCode.UNAVAILABLE, str(error))
 
 
 def _table_info(view: View[Any]) -> Any:
@@ -150,11 +269,16 @@ class ViewServer:
         address: ``host:port`` to listen on; port 0 picks a free port (see :attr:`port`).
         max_request_bytes: larger requests are refused with INVALID_ARGUMENT.
         max_keys: most keys in one GetMany.
-        tls: serve TLS instead of plaintext.
+        tls: serve TLS (and with a client CA, mutual TLS) instead of plaintext.
         max_workers: threads handling requests.
+        max_streams: most scans at once (fewer than ``max_workers``: the rest answer the
+            other calls); more are refused with RESOURCE_EXHAUSTED.
+        stream_idle_timeout: a scan whose client reads nothing for this long is cancelled.
+        max_stream_seconds: a scan running longer is cancelled.
 
     Raises:
-        ConfigurationError: two views of one table, or the address cannot be bound.
+        ConfigurationError: two views of one table, limits that do not fit, or the address
+            cannot be bound.
     """
 
     def __init__(
@@ -165,8 +289,19 @@ class ViewServer:
         max_request_bytes: int = 1 << 20,
         max_keys: int = 10_000,
         tls: TlsConfig | None = None,
-        max_workers: int = 16,
+        max_workers: int = 32,
+        max_streams: int = 16,
+        stream_idle_timeout: float = 10.0,
+        max_stream_seconds: float = 600.0,
     ) -> None:
+        if not 0 < max_streams < max_workers:
+            raise ConfigurationError(
+                f"max_streams must be at least 1 and below max_workers ({max_workers}), "
+                f"got {max_streams}: threads must be left for Get and health checks"
+            )
+        if stream_idle_timeout <= 0 or max_stream_seconds <= 0:
+            raise ConfigurationError("stream_idle_timeout and max_stream_seconds must be > 0")
+        self._streams = _Streams(max_streams, stream_idle_timeout, max_stream_seconds)
         self.views: dict[str, View[Any]] = {}
         for view in views:
             if view.table in self.views:
@@ -178,7 +313,7 @@ class ViewServer:
             interceptors=[MetricsInterceptor()], options=options,
         )  # fmt: skip
         view_pb2_grpc.add_ViewServiceServicer_to_server(
-            _Servicer(self.views, max_request_bytes, max_keys), self._server
+            _Servicer(self.views, max_request_bytes, max_keys, self._streams), self._server
         )
         self._health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
@@ -215,6 +350,7 @@ class ViewServer:
     def start(self) -> ViewServer:
         """Start serving; returns at once."""
         self._server.start()
+        self._streams.start()
         log.info("view server on %s serving %s", self.address, ", ".join(self.views))
         return self
 
@@ -225,6 +361,7 @@ class ViewServer:
         self._stopped.set()
         self._health.enter_graceful_shutdown()
         self._server.stop(grace).wait()
+        self._streams.stop()
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until the server stops; return False on timeout."""

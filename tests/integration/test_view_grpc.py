@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import os
 import signal
 import subprocess
@@ -21,11 +20,13 @@ from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
 from prometheus_client import REGISTRY
 
 from goka import ConfigurationError, Int64Codec, StringCodec
-from goka.grpc import TableNotServedError, TlsConfig, ViewClient, ViewServer
+from goka.errors import ViewUnreachableError
+from goka.grpc import ClientTls, TableNotServedError, TlsConfig, ViewClient, ViewServer
 from goka.storage import LevelDBStorage
 from goka.view import View, ViewNotReadyError
 
 from ..helpers import free_port, produce, wait_for
+from .certs import CertificateAuthority
 
 pytestmark = pytest.mark.kafka
 KEYS = 10_000
@@ -193,38 +194,70 @@ def test_reflection_lists_the_services(served: tuple[ViewServer, Any, Any]) -> N
     assert {"goka.view.v1.ViewService", "grpc.health.v1.Health"} <= services
 
 
-def test_tls(brokers: str, table: str, tmp_path: Path) -> None:
-    cert, key = _self_signed(tmp_path)
+def test_tls(recovered: View[int], table: str, tmp_path: Path) -> None:
+    ca = CertificateAuthority(tmp_path)
+    cert, key = ca.issue("server", server=True)
+    with ViewServer([recovered], tls=TlsConfig(cert, key)) as server, \
+         ViewClient(f"localhost:{server.port}", root_certificates=ca.cert_file) as client:  # fmt: skip
+        assert client.get(table, "user-00007") == 7
+        with ViewClient(f"localhost:{server.port}", timeout=2) as plaintext, \
+             pytest.raises(ViewUnreachableError, match="UNAVAILABLE.*TLS settings"):  # fmt: skip
+            plaintext.get(table, "user-00007")
+
+
+@pytest.fixture
+def recovered(brokers: str, table: str) -> Iterator[View[int]]:
     view = View(brokers, table, Int64Codec()).start()
     view.wait_recovered(60)
-    with ViewServer([view], tls=TlsConfig(cert, key)) as server, \
-         ViewClient(f"localhost:{server.port}", root_certificates=cert) as client:  # fmt: skip
-        assert client.get(table, "user-00007") == 7
-    with ViewClient(f"localhost:{server.port}", timeout=2) as plaintext, \
-         pytest.raises(Exception, match="UNAVAILABLE|failed"):  # fmt: skip
-        plaintext.get(table, "user-00007")
+    yield view
     view.close()
 
 
-def _self_signed(directory: Path) -> tuple[Path, Path]:
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
+def test_mutual_tls_serves_only_clients_with_a_certificate_of_its_client_ca(
+    recovered: View[int], table: str, tmp_path: Path
+) -> None:
+    ours, theirs = CertificateAuthority(tmp_path / "ours"), CertificateAuthority(tmp_path / "x")
+    tls = TlsConfig(*ours.issue("server", server=True), client_ca_file=ours.cert_file)
+    with ViewServer([recovered], tls=tls) as server:
+        target = f"localhost:{server.port}"
+        attempts = {
+            "no client certificate": ClientTls(ours.cert_file),
+            "a certificate of another CA": ClientTls(
+                ours.cert_file, *theirs.issue("intruder", server=False)
+            ),
+        }
+        for what, settings in attempts.items():
+            assert "cannot be reached" in _refused(target, settings, table), what
+        served = ClientTls(ours.cert_file, *ours.issue("reader", server=False))
+        with ViewClient(target, tls=served) as client:
+            assert client.get(table, "user-00007") == 7
+            assert dict(client.scan(table, prefix="user-0000")) == {
+                f"user-0000{i}": i for i in range(10)
+            }
 
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
-    now = dt.datetime.now(dt.UTC)
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-            .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(days=1))
-            .not_valid_after(now + dt.timedelta(days=1))
-            .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost")]), critical=False)
-            .sign(key, hashes.SHA256()))  # fmt: skip
-    cert_path, key_path = directory / "cert.pem", directory / "key.pem"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))  # fmt: skip
-    return cert_path, key_path
+
+def _refused(target: str, settings: ClientTls, table: str) -> str:
+    with ViewClient(target, tls=settings, timeout=3) as client:
+        try:
+            client.get(table, "user-00007")
+        except ViewUnreachableError as exc:
+            return str(exc)
+    raise AssertionError("served")
+
+
+def test_client_tls_settings_are_checked_when_declared(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError, match="certificate and its key go together"):
+        ViewClient("localhost:1", tls=ClientTls(cert_file=tmp_path / "c.pem"))
+    with pytest.raises(ConfigurationError, match="cannot read .*missing.pem"):
+        ViewClient("localhost:1", tls=ClientTls(ca_file=tmp_path / "missing.pem"))
+    with pytest.raises(ConfigurationError, match="cannot read .*k.pem: No such file"):
+        ViewServer([], tls=TlsConfig(tmp_path / "missing.pem", tmp_path / "k.pem"))
+
+
+def test_a_server_that_is_not_there_is_unreachable_not_unready() -> None:
+    with ViewClient(f"127.0.0.1:{free_port()}", timeout=2) as client, \
+         pytest.raises(ViewUnreachableError, match=r"cannot be reached \(UNAVAILABLE"):  # fmt: skip
+        client.get("counts", "k")
 
 
 def test_two_views_of_one_table_are_refused(brokers: str, table: str) -> None:
