@@ -97,10 +97,14 @@ def _processor_run(args: argparse.Namespace) -> int:
     if args.until_caught_up:
         batches = processor.run_until_caught_up()
         processed = sum(b.processed for b in batches)
+        failed = sum(b.failed for b in batches)
+        dead = sum(b.dead_letters for b in batches)
         stores = sum((b.stores for b in batches), Counter[str]())
         listing = ", ".join(f"{stores[o]} {o}" for o in ORIGINS)
-        print(f"caught up: {processed} messages in {len(batches)} batches; stores: {listing}",
-              flush=True)  # fmt: skip
+        outcome = {"fail": "", "skip": f" ({failed} skipped)",
+                   "dead_letter": f" ({dead} dead-lettered)"}[args.on_error]  # fmt: skip
+        print(f"caught up: {processed} messages{outcome} in {len(batches)} batches; "
+              f"stores: {listing}", flush=True)  # fmt: skip
     else:
         processor.run()
     return 0

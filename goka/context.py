@@ -6,7 +6,7 @@ import datetime as dt
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar
 
-from goka.errors import GokaError
+from goka.errors import GokaError, MessageTooLargeError
 from goka.keys import key_str
 
 if TYPE_CHECKING:
@@ -63,7 +63,7 @@ class Context(Generic[V]):
     """
 
     __slots__ = (
-        "_cache", "_decode_state", "_effects", "_encode_state", "_engine",
+        "_cache", "_decode_state", "_effects", "_encode_state", "_engine", "_max_bytes",
         "_message", "_saved", "_store_get", "_table", "_undo", "group", "key", "partition",
     )  # fmt: skip
 
@@ -75,6 +75,7 @@ class Context(Generic[V]):
         self._message: Any = ("", -1, None, None, 0, None)
         self._saved: Any = NOT_SAVED
         self._undo = undo
+        self._max_bytes = engine.max_message_bytes
         self._store_get = engine.store_get
         self._table = engine.table
         persist = engine.graph.persist
@@ -152,12 +153,15 @@ class Context(Generic[V]):
         Raises:
             ContextError: no persist edge, or ``value`` is None (use :meth:`delete`).
             CodecError: the persist codec cannot encode ``value``.
+            MessageTooLargeError: it encodes to more than the producer may send.
         """
         encode = self._encode_state
         if encode is None or value is None:
             self._refuse("set_value", value)
         data = encode(value)
         key = self.key
+        if len(data) > self._max_bytes:
+            raise MessageTooLargeError(self._table, key, len(data), self._max_bytes)
         if self._undo:
             self._remember(key)
         self._cache[key] = value if type(value) in IMMUTABLE else Raw(data)
@@ -202,6 +206,7 @@ class Context(Generic[V]):
         Raises:
             ContextError: ``topic`` is not an output edge of the group.
             CodecError: the output codec cannot encode ``value``.
+            MessageTooLargeError: it encodes to more than the producer may send.
         """
         engine = self._engine
         encode = engine.output_encoders.get(topic)
@@ -211,6 +216,8 @@ class Context(Generic[V]):
                 f"(outputs: {', '.join(engine.output_encoders) or 'none'})"
             )
         data = None if value is None else encode(value)
+        if data is not None and len(data) > self._max_bytes:
+            raise MessageTooLargeError(topic, key, len(data), self._max_bytes)
         engine.effects.append(
             (EMIT, topic, _check_key(key), data, _headers(headers), self._message)
         )
@@ -223,11 +230,14 @@ class Context(Generic[V]):
         Raises:
             ContextError: the group has no loop edge.
             CodecError: the loop codec cannot encode ``value``.
+            MessageTooLargeError: it encodes to more than the producer may send.
         """
         engine = self._engine
         if engine.loop_encode is None:
             raise ContextError(f"group {self.group!r} has no loop edge; declare loop(codec, cb)")
         data = engine.loop_encode(value)
+        if len(data) > self._max_bytes:
+            raise MessageTooLargeError(engine.loop_topic, key, len(data), self._max_bytes)
         self._effects.append(
             (LOOP, engine.loop_topic, _check_key(key), data, _headers(headers), self._message)
         )

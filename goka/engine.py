@@ -9,6 +9,7 @@ drivers share this code, so they cannot drift apart.
 from __future__ import annotations
 
 import gc
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -72,6 +73,8 @@ class Engine:
             process-wide; re-enabled afterwards). Every effect is a new container object, and
             the collector's passes over them measured 30% of a batch's time. Reference cycles
             made by callbacks are collected after the batch.
+        max_message_bytes: a state, emit or loopback that encodes to more bytes raises
+            :class:`MessageTooLargeError` in the callback (None: no limit).
 
     Raises:
         ConfigurationError: unknown policy, or a join/lookup table without a reader.
@@ -86,6 +89,7 @@ class Engine:
         tables: Mapping[str, TableReader] | None = None,
         on_error: ErrorPolicy = "fail",
         pause_gc: bool = True,
+        max_message_bytes: int | None = None,
     ) -> None:
         if on_error not in POLICIES:
             raise ConfigurationError(f"on_error must be one of {POLICIES}, got {on_error!r}")
@@ -97,6 +101,7 @@ class Engine:
         self.partition = partition
         self.on_error = on_error
         self.pause_gc = pause_gc
+        self.max_message_bytes = sys.maxsize if max_message_bytes is None else max_message_bytes
         self.nil_handling = graph.nil_handling
         self.store_get = store
         self.table = graph.table

@@ -6,6 +6,7 @@ Every error the library raises on purpose derives from :class:`GokaError`::
     ├── ConfigurationError        invalid settings, found when they are declared
     │   └── GraphError            an invalid group graph (names the offending edge)
     ├── CodecError                a value that cannot be encoded or decoded
+    ├── MessageTooLargeError      an encoded state, emit or loopback over the producer's limit
     ├── BrokerError               talking to Kafka failed
     │   ├── BrokerNotFoundError   the embedded broker binary is missing
     │   ├── TopicError            a topic is missing, misconfigured or not co-partitioned
@@ -32,6 +33,7 @@ __all__ = [
     "EmitterClosedError",
     "GokaError",
     "GraphError",
+    "MessageTooLargeError",
     "ProcessingError",
     "SnapshotError",
     "StorageError",
@@ -67,6 +69,26 @@ class CodecError(GokaError, ValueError):
         super().__init__(f"{codec} codec: {reason}")
         self.codec = codec
         self.reason = reason
+
+
+class MessageTooLargeError(GokaError, ValueError):
+    """A callback's state, emit or loopback encodes to more bytes than the producer may send
+    (``message.max.bytes``): raised in the callback, so the group's error policy applies to
+    its message (fail, skip, or dead_letter) instead of a refused delivery stopping the group.
+
+    Attributes:
+        topic, key: where the message was going.
+        size: its encoded size; limit: the most allowed.
+    """
+
+    def __init__(self, topic: str, key: str | bytes, size: int, limit: int) -> None:
+        super().__init__(
+            f"the value for topic {topic!r} key {describe_key(key)} is {size:,} bytes, over "
+            f"the limit of {limit:,} (the producer's message.max.bytes less room for the key "
+            "and headers): make it smaller, or raise message.max.bytes on the producer, the "
+            "topic and the broker"
+        )
+        self.topic, self.key, self.size, self.limit = topic, key, size, limit
 
 
 class BrokerError(GokaError):

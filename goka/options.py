@@ -88,6 +88,10 @@ class Builders:
     lookup: Callable[[str, str, Mapping[str, Any]], LookupTable] = lookup_view
 
 
+#: Bytes of a produced message's size kept for its key, headers and record framing.
+MESSAGE_OVERHEAD = 8 * 1024
+
+
 @dataclass(frozen=True)
 class TaskConfig:
     """What every partition processor of a group needs; pickled with the task.
@@ -122,6 +126,13 @@ class TaskConfig:
     commit_interval: float = 0.1
     stop_url: str | None = None
     builders: Builders = field(default_factory=Builders)
+
+    @property
+    def max_message_bytes(self) -> int:
+        """The most bytes a produced value may have: the producer's ``message.max.bytes``
+        (librdkafka's default 1,000,000) less room for the key, headers and framing."""
+        settings = {**self.kafka_config, **self.producer_config}
+        return int(settings.get("message.max.bytes", 1_000_000)) - MESSAGE_OVERHEAD
 
     @property
     def dlq_topic(self) -> str:

@@ -364,6 +364,7 @@ class PartitionProcessor:
         engine = Engine(
             self.graph, self.partition, store=stores["partition"].storage.get,
             tables={**tables, **self.clients.lookups()}, on_error=self.config.on_error,
+            max_message_bytes=self.config.max_message_bytes,
         )  # fmt: skip
         return engine.process(ordered)
 
@@ -460,7 +461,7 @@ class _Epoch:
         self.engine = Engine(
             self.graph, self.partition, store=read,
             tables={**{t: s.get for t, s in self.joins.items()}, **self.clients.lookups()},
-            on_error=self.config.on_error,
+            on_error=self.config.on_error, max_message_bytes=self.config.max_message_bytes,
         )  # fmt: skip
         self.output = _Output(self.clients.producer(), self.partition, self.config)
         self.committed = dict(positions)
@@ -560,7 +561,7 @@ class _Output:
             log.warning("%s: %s", self.config.on_error, error)
         if self.config.on_error == "dead_letter":
             summary.dead_letters += _send_dead_letters(
-                self.producer, result, self.partition, self.config.dlq_topic, self._on_delivery
+                self.producer, result, self.partition, self.config, self._on_delivery
             )
 
     def flush(self) -> int | None:
@@ -605,18 +606,33 @@ def _send_effects(
     return counts[TABLE], counts[EMIT], counts[LOOP]
 
 
+#: Headers of a dead letter whose value was cut to fit under the producer's limit.
+TRUNCATED, ORIGINAL_SIZE = "goka-truncated", "goka-original-size"
+
+
 def _send_dead_letters(
     producer: Producer,
     result: BatchResult,
     partition: int,
-    topic: str,
+    config: TaskConfig,
     on_delivery: Callable[[Any, Any], None],
 ) -> int:
-    """Write each failed message's raw record to the dead-letter topic; return how many."""
+    """Write each failed message's raw record to the dead-letter topic; return how many.
+
+    A record too large for the producer keeps its key and headers and as much of its value
+    as fits, with the headers :data:`TRUNCATED` and :data:`ORIGINAL_SIZE`: the policy meant
+    to keep the group running must not stop it on a refused dead letter."""
     for error, (source, offset, key, value, timestamp, headers) in result.failed:
-        details = [("goka-error", str(error).encode()), (SRC_TOPIC, source.encode()),
+        details = [("goka-error", str(error).encode()[:4096]), (SRC_TOPIC, source.encode()),
                    (SRC_PARTITION, b"%d" % partition), (SRC_OFFSET, b"%d" % offset)]  # fmt: skip
-        _send(producer, topic, value, key, on_delivery, [*(headers or []), *details], timestamp, -1)
+        found = [*(headers or []), *details]
+        room = config.max_message_bytes - len(key or b"") - sum(len(k) + len(v) for k, v in found)
+        if value is not None and len(value) > room:
+            log.warning("dead letter of %s partition %d offset %d cut from %d to %d bytes",
+                        source, partition, offset, len(value), max(room, 0))  # fmt: skip
+            found += [(TRUNCATED, b"true"), (ORIGINAL_SIZE, b"%d" % len(value))]
+            value = value[: max(room, 0)]
+        _send(producer, config.dlq_topic, value, key, on_delivery, found, timestamp, -1)
     return len(result.failed)
 
 

@@ -99,7 +99,7 @@ class BatchSummary(Counts):
                 f", {len(self.uploads) - len(sent)} failed"
             )
         if self.failed:
-            text += f"; {self.failed} failed messages"
+            text += f"; {self.failed} failed messages ({self.dead_letters} dead-lettered)"
         return text
 
 

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import confluent_kafka
 import pytest
 from prometheus_client import REGISTRY
 
@@ -263,14 +264,25 @@ def test_dead_letter_policy_writes_the_raw_record(
     topic = new_topic(partitions=1)
     graph = define_group(f"{topic}-g", input(topic, Int64Codec(), count), persist(Int64Codec()))
     _bad_input(brokers, topic)
+    huge = b"9" * 3_000_000 + b"x"  # not a number, and three times the producer's limit
+    with confluent_kafka.Producer({"bootstrap.servers": brokers,
+                                   "message.max.bytes": 10_000_000}) as producer:  # fmt: skip
+        producer.produce(topic, huge, b"huge")
+        assert producer.flush(30) == 0
+    produce(brokers, topic, StringCodec(), [("k", "4")])
     batches = make_processor(graph, on_error="dead_letter").run_until_caught_up(timeout=300)
-    assert sum(b.dead_letters for b in batches) == 1
-    (letter,) = list(read_to_end(brokers, f"{graph.group}-dlq"))
+    assert sum(b.dead_letters for b in batches) == 2
+    letter, cut = list(read_to_end(brokers, f"{graph.group}-dlq"))
     headers = dict(letter.headers)
     assert (letter.key, letter.value) == (b"poison", b"not a number")
     assert headers["goka-src-topic"] == topic.encode() and headers["goka-src-offset"] == b"2"
     assert b"cannot decode the value" in headers["goka-error"]
-    assert table_of(brokers, graph.table, Int64Codec()) == {"k": 3}
+    assert "goka-truncated" not in headers
+    headers = dict(cut.headers)
+    assert headers["goka-truncated"] == b"true" and headers["goka-original-size"] == b"3000001"
+    assert cut.key == b"huge" and 900_000 < len(cut.value) < 1_000_000
+    assert cut.value == huge[: len(cut.value)] and headers["goka-src-offset"] == b"4"
+    assert table_of(brokers, graph.table, Int64Codec()) == {"k": 4}  # nothing else lost
 
 
 def test_max_offsets_per_trigger_splits_batches(

@@ -15,6 +15,7 @@ from goka import (
     GraphError,
     Int64Codec,
     JsonCodec,
+    MessageTooLargeError,
     ProcessingError,
     StringCodec,
     define_group,
@@ -348,3 +349,35 @@ def test_a_batch_is_independent_of_the_previous_one() -> None:
     engine = Engine(COUNT, 0, store={}.get)  # the driver did not commit batch 1
     engine.process([msg(0, "a", b"x")])
     assert engine.process([msg(1, "a", b"x")]).changes() == {"a": b"1"}
+
+
+def _big(ctx: Context[str], m: str) -> None:
+    if m.startswith("emit"):
+        ctx.emit("out", ctx.key, m)
+    elif m.startswith("loop"):
+        ctx.loopback(ctx.key, m)
+    else:
+        ctx.set_value(m)
+
+
+BIG = define_group("big", input("in", StringCodec(), _big), output("out", StringCodec()),
+                   loop(StringCodec(), _big), persist(StringCodec()))  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("value", "topic"), [("x" * 101, "big-table"), ("emit" + "x" * 97, "out"),
+                         ("loop" + "x" * 97, "big-loop")],
+)  # fmt: skip
+def test_values_over_the_producers_limit_fail_their_message_under_the_policy(
+    value: str, topic: str
+) -> None:
+    messages = [msg(0, "k", b"small"), msg(1, "k", value.encode()), msg(2, "k", b"fine")]
+    with pytest.raises(ProcessingError) as failed:
+        Engine(BIG, 0, store={}.get, max_message_bytes=100).process(messages)
+    text = str(failed.value)
+    assert f"the value for topic {topic!r} key 'k' is 101 bytes, over the limit of 100" in text
+    assert failed.value.offset == 1 and isinstance(failed.value.__cause__, MessageTooLargeError)
+    result = Engine(BIG, 0, store={}.get, max_message_bytes=100, on_error="skip").process(messages)
+    assert [e[3] for e in result.effects] == [b"small", b"fine"]  # the big one left no trace
+    assert [m[1] for _, m in result.failed] == [1]
+    assert Engine(BIG, 0, store={}.get).process(messages).failed == []  # no limit by default

@@ -27,8 +27,13 @@ from goka import (
     persist,
 )
 from goka.graph import GroupGraph
-from goka.options import Builders, TaskConfig
-from goka.partition_processor import PartitionProcessor, PartitionSummary
+from goka.options import MESSAGE_OVERHEAD, Builders, TaskConfig
+from goka.partition_processor import (
+    ORIGINAL_SIZE,
+    TRUNCATED,
+    PartitionProcessor,
+    PartitionSummary,
+)
 from goka.partition_table import SRC_OFFSET, SRC_PARTITION, SRC_TOPIC
 from goka.storage import MemoryStorage, WriteBatch
 from goka.storage.snapshots import SnapshotStore
@@ -406,3 +411,39 @@ def test_dead_letters_carry_the_raw_record_and_its_origin(kafka: FakeKafka, tmp_
     assert (key, value) == (b"k", b"oops")
     assert dict(headers or [])[SRC_OFFSET] == b"1"
     assert "cannot decode the value" in summary.errors
+
+
+def test_a_dead_letter_too_large_for_the_producer_keeps_what_fits_and_says_so(
+    kafka: FakeKafka, tmp_path: Path
+) -> None:
+    graph = define_group("ints", input(IN, Int64Codec(), count), persist(Int64Codec()))
+    for value in (b"1", b"x" * 50_000, b"2"):
+        kafka.append(IN, "k", value, partition=0)
+    machine = Machine(kafka, tmp_path, graph, on_error="dead_letter",
+                      producer_config={"message.max.bytes": 20_000})  # fmt: skip
+    summary = machine.run(0, {IN: (0, 3)})
+    assert (summary.processed, summary.dead_letters, machine.state(0)) == (3, 1, {"k": 2})
+    ((_, _, key, value, _, headers),) = kafka.rows("ints-dlq", 0) or kafka.rows("ints-dlq", 1)
+    found = dict(headers or [])
+    assert found[TRUNCATED] == b"true" and found[ORIGINAL_SIZE] == b"50000"
+    assert found[SRC_OFFSET] == b"1" and key == b"k"
+    assert value == b"x" * len(value) and 0 < len(value) <= 20_000 - MESSAGE_OVERHEAD
+
+
+def test_a_state_too_large_for_the_producer_is_skipped_and_counted(
+    kafka: FakeKafka, tmp_path: Path
+) -> None:
+    def store(ctx: Context[str], page: str) -> None:
+        ctx.set_value(page)
+
+    graph = define_group("pages", input(IN, StringCodec(), store), persist(StringCodec()))
+    for value in (b"/a", b"/" * 30_000, b"/b"):
+        kafka.append(IN, "k", value, partition=0)
+    machine = Machine(kafka, tmp_path, graph, on_error="skip",
+                      producer_config={"message.max.bytes": 20_000})  # fmt: skip
+    summary = machine.run(0, {IN: (0, 3)})
+    assert (summary.processed, summary.failed, summary.table_updates) == (3, 1, 2)
+    assert "is 30,000 bytes, over the limit" in summary.errors
+    assert [r[3] for r in kafka.rows("pages-table", 0) + kafka.rows("pages-table", 1)] == [
+        b"/a", b"/b"
+    ]  # fmt: skip
