@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from goka.context import MISSING, NOT_SAVED, TABLE, Abort, Context, ContextError, Headers
-from goka.errors import ConfigurationError, ProcessingError
+from goka.errors import ConfigurationError, ProcessingError, StorageError
 from goka.graph import Callback, Edge, GroupGraph
 from goka.keys import decode_text, key_str
 
@@ -188,6 +188,8 @@ class Engine:
                 self._failed(exc, message, mark, result)
 
     def _failed(self, exc: Exception, message: Message, mark: int, result: BatchResult) -> None:
+        if isinstance(exc, StorageError):  # the store failed, not the message: no policy
+            raise exc
         ctx = self.context
         error = ProcessingError(
             self._describe(exc, message),

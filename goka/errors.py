@@ -16,6 +16,7 @@ Every error the library raises on purpose derives from :class:`GokaError`::
     ├── ViewUnreachableError      a view service cannot be reached (refused, TLS, timeout)
     ├── StorageError              local state (LevelDB, memory) failed or is foreign
     │   ├── StorageLockedError    the storage is open in another process
+    │   ├── StorageCorruptError   its files are damaged (moved aside and rebuilt)
     │   └── SnapshotError         a state snapshot is missing, truncated or corrupt
     └── ProcessingError           a message could not be processed (topic/partition/offset/key)
 
@@ -36,6 +37,7 @@ __all__ = [
     "MessageTooLargeError",
     "ProcessingError",
     "SnapshotError",
+    "StorageCorruptError",
     "StorageError",
     "StorageLockedError",
     "TopicError",
@@ -188,7 +190,16 @@ class StorageLockedError(StorageError):
 
 class StorageCorruptError(StorageError):
     """The storage's files are damaged (a crash while they were replaced, a failing disk); the
-    message names the directory. A processor's store is rebuilt from its snapshot or topic."""
+    message names the directory. Views and processors move a damaged store aside and rebuild
+    it from their table topic (processors: from the newest snapshot and the table's tail).
+
+    Attributes:
+        path: the store's directory (None: not known).
+    """
+
+    def __init__(self, message: str, *, path: str | None = None) -> None:
+        super().__init__(message)
+        self.path = path
 
 
 class SnapshotError(StorageError):

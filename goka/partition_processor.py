@@ -44,7 +44,7 @@ from typing import Any
 
 from goka.context import EMIT, LOOP, TABLE
 from goka.engine import BatchResult, Engine, Message
-from goka.errors import DeliveryError, TopicRewoundError
+from goka.errors import DeliveryError, StorageCorruptError, TopicRewoundError
 from goka.kafka.producer import ProduceError, Producer
 from goka.keys import key_bytes, key_str
 from goka.options import Clients, TaskConfig
@@ -149,11 +149,25 @@ class PartitionProcessor:
     def process(self, ranges: Mapping[str, tuple[int, int]]) -> PartitionSummary:
         """Process ``{topic: (start, end)}`` of this partition; return what was done.
 
+        A store found damaged while in use (a checksum failed) was moved aside by its lease:
+        the batch runs once more on a store rebuilt from the snapshot and the table's tail
+        (nothing was committed; outputs already produced are produced again).
+
         Raises:
             ProcessingError: a message failed under the ``fail`` policy.
             DeliveryError: an output was refused or not acknowledged (nothing is committed).
             StorageError, BrokerError: a store or the broker failed (nothing is committed).
         """
+        try:
+            return self._process(ranges)
+        except StorageCorruptError as exc:
+            log.warning("group %s partition %d: batch run again on a rebuilt store: %s",
+                        self.graph.group, self.partition, exc)  # fmt: skip
+            summary = self._process(ranges)
+            summary.corrupt_stores += 1
+            return summary
+
+    def _process(self, ranges: Mapping[str, tuple[int, int]]) -> PartitionSummary:
         started = time.monotonic()
         summary = PartitionSummary(self.partition, started_at=time.time())
         inputs = [t for t in self.graph.input_topics() if t in ranges]
@@ -384,6 +398,26 @@ class PartitionProcessor:
 
 
 def run_epoch(
+    config: TaskConfig,
+    worker: Worker,
+    starts: Mapping[int, Mapping[str, int]],
+    seconds: float,
+    stop: Callable[[], bool] = lambda: False,
+) -> list[PartitionSummary]:
+    """Process partitions continuously (see :func:`_run_epoch`); a store found damaged in use
+    was moved aside by its lease, and the epoch goes on for the time left on rebuilt stores
+    (from what was committed)."""
+    until = time.monotonic() + seconds
+    try:
+        return _run_epoch(config, worker, starts, seconds, stop)
+    except StorageCorruptError as exc:
+        log.warning("group %s: epoch goes on with a rebuilt store: %s", config.graph.group, exc)
+        summaries = _run_epoch(config, worker, starts, max(0.0, until - time.monotonic()), stop)
+        summaries[0].corrupt_stores += 1
+        return summaries
+
+
+def _run_epoch(
     config: TaskConfig,
     worker: Worker,
     starts: Mapping[int, Mapping[str, int]],

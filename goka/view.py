@@ -14,12 +14,12 @@ from types import TracebackType
 from typing import Any, Generic, TypeVar
 
 from goka.codec import Codec
-from goka.errors import GokaError, StorageError
+from goka.errors import GokaError, StorageCorruptError, StorageError
 from goka.kafka.config import Brokers
 from goka.kafka.table_consumer import Polled, TableConsumer
 from goka.keys import key_str
 from goka.metrics import view_metrics
-from goka.storage import LevelDBStorage, MemoryStorage, Storage, WriteBatch
+from goka.storage import LevelDBStorage, MemoryStorage, Storage, WriteBatch, move_aside
 
 __all__ = ["PartitionStats", "View", "ViewError", "ViewNotReadyError", "ViewState", "ViewStats"]
 
@@ -34,6 +34,7 @@ class ViewState(enum.Enum):
     CATCHING_UP = "catching up"
     RUNNING = "running"
     RECONNECTING = "reconnecting"
+    REBUILDING = "rebuilding"  # its store was damaged: rebuilt from the table topic
     FAILED = "failed"
     CLOSED = "closed"
 
@@ -115,9 +116,10 @@ class View(Generic[V]):
         self.max_batch = max_batch
         self.connect_timeout = connect_timeout
         self._kafka_config = kafka_config
-        self._storage: Storage = storage or (
-            LevelDBStorage(path, table) if path is not None else MemoryStorage(table)
-        )
+        self._path = Path(path) if path is not None and storage is None else None
+        self._damage: StorageCorruptError | None = None  # found by a read, for the loop
+        self._rebuilding = False
+        self._storage: Storage = storage or self._open_storage()
         self._listeners = [on_state_change] if on_state_change else []
         self._state = ViewState.IDLE
         self._recovered = threading.Event()
@@ -129,6 +131,34 @@ class View(Generic[V]):
         self._applied = self._skipped = 0
         self._metrics = view_metrics(table)
 
+    def _open_storage(self) -> Storage:
+        """Open the store at the view's path; a damaged one is moved aside and a new one
+        opened, to be rebuilt from the table topic."""
+        if self._path is None:
+            return MemoryStorage(self.table)
+        try:
+            return LevelDBStorage(self._path, self.table)
+        except StorageCorruptError as exc:
+            move_aside(self._path, str(exc))
+            self._rebuilding = True
+            return LevelDBStorage(self._path, self.table)
+
+    def _rebuild(self, damage: StorageCorruptError) -> None:
+        """Replace a store found damaged by an empty one (reads are refused meanwhile).
+
+        Raises:
+            ViewError: the store was given to the view (no path to rebuild at).
+        """
+        if self._path is None:
+            raise ViewError(f"view {self.table!r}: its storage is damaged: {damage}") from damage
+        self._recovered.clear()
+        self._rebuilding = True
+        self._set_state(ViewState.REBUILDING)
+        self._storage.close()
+        move_aside(self._path, str(damage))
+        self._storage = LevelDBStorage(self._path, self.table)
+        self._damage = None
+
     # -- lifecycle -------------------------------------------------------------------------------
     @property
     def state(self) -> ViewState:
@@ -137,8 +167,9 @@ class View(Generic[V]):
 
     @property
     def recovered(self) -> bool:
-        """True once every partition reached the end seen at start."""
-        return self._recovered.is_set()
+        """True once every partition reached the end seen at start (False again while a
+        damaged store is rebuilt)."""
+        return self._recovered.is_set() and self._damage is None and not self._rebuilding
 
     def add_state_listener(self, listener: Callable[[ViewState, ViewState], object]) -> None:
         """Call ``listener(old, new)`` on every state change (on the view's thread)."""
@@ -190,11 +221,18 @@ class View(Generic[V]):
         consumer = TableConsumer(self.brokers, self.table, self._kafka_config)
         try:
             partitions = consumer.partitions(self.connect_timeout)
-            stored = self._stored_offsets(partitions)
-            self._offsets = {p: stored.get(p, 0) for p in range(partitions)}
-            consumer.assign({p: stored.get(p) for p in range(partitions)})
-            self._set_state(ViewState.CATCHING_UP)
-            self._loop(consumer, set(range(partitions)))
+            while True:
+                try:
+                    stored = self._stored_offsets(partitions)
+                    self._offsets = {p: stored.get(p, 0) for p in range(partitions)}
+                    consumer.assign({p: stored.get(p) for p in range(partitions)})
+                    self._set_state(
+                        ViewState.REBUILDING if self._rebuilding else ViewState.CATCHING_UP
+                    )
+                    self._loop(consumer, set(range(partitions)))
+                    return
+                except StorageCorruptError as damage:
+                    self._rebuild(damage)
         finally:
             consumer.close()
 
@@ -211,6 +249,8 @@ class View(Generic[V]):
     def _loop(self, consumer: TableConsumer, not_at_end: set[int]) -> None:
         last_probe = last_check = 0.0
         while not self._stopping.is_set():
+            if self._damage is not None:  # a read found it
+                raise self._damage
             polled = consumer.poll(self.max_batch, 0.1)
             if polled.fatal:
                 raise ViewError(polled.fatal)
@@ -233,9 +273,10 @@ class View(Generic[V]):
                 for partition in self._offsets:
                     self._high[partition] = consumer.high_watermark(partition)
                     self._check_not_truncated(partition)
-            if not not_at_end and not self.recovered:
+            if not not_at_end and not self.recovered and self._damage is None:
                 self._recovered.set()
-                if self._state is ViewState.CATCHING_UP:
+                self._rebuilding = False
+                if self._state in (ViewState.CATCHING_UP, ViewState.REBUILDING):
                     self._set_state(ViewState.RUNNING)
             self._metrics.lag(self._lags())
 
@@ -325,6 +366,10 @@ class View(Generic[V]):
     def _check_readable(self) -> None:
         if self._state is ViewState.CLOSED:
             raise ViewNotReadyError(f"view {self.table!r} is closed")
+        if self._rebuilding or self._damage is not None:
+            raise ViewNotReadyError(
+                f"view {self.table!r} is rebuilding its damaged store from the table topic"
+            )
         if not self.allow_stale_reads and not self._recovered.is_set():
             raise ViewNotReadyError(
                 f"view {self.table!r} has not recovered yet (state: {self._state.value}); "
@@ -349,7 +394,23 @@ class View(Generic[V]):
         try:
             return self._storage.get(key_str(key))
         except (RuntimeError, StorageError) as exc:
-            raise ViewNotReadyError(f"view {self.table!r}: {exc}") from exc
+            raise self._not_ready(exc) from exc
+
+    def _not_ready(self, error: Exception) -> ViewNotReadyError:
+        """A read failed: a damaged store is rebuilt (the loop sees it), others just fail."""
+        if isinstance(error, StorageCorruptError) and self._path is not None:
+            self._damage = self._damage or error
+            self._recovered.clear()  # waiters wait for the rebuild
+            return ViewNotReadyError(
+                f"view {self.table!r} found its store damaged and rebuilds it: {error}"
+            )
+        return ViewNotReadyError(f"view {self.table!r}: {error}")
+
+    def _guarded(self, items: Iterator[tuple[str, bytes]]) -> Iterator[tuple[str, bytes]]:
+        try:
+            yield from items
+        except (RuntimeError, StorageError) as exc:
+            raise self._not_ready(exc) from exc
 
     def has(self, key: str | bytes) -> bool:
         """Return True if ``key`` has a value."""
@@ -388,7 +449,9 @@ class View(Generic[V]):
         """
         self._check_readable()
         prefix, start, stop = (None if k is None else key_str(k) for k in (prefix, start, stop))
-        items = self._storage.items(prefix=prefix, start=start, stop=stop, reverse=reverse)
+        items = self._guarded(
+            self._storage.items(prefix=prefix, start=start, stop=stop, reverse=reverse)
+        )
         return items if limit is None else itertools.islice(items, limit)
 
     def stats(self) -> ViewStats:

@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from goka.errors import StorageCorruptError, StorageLockedError
-from goka.storage import Storage, StorageBuilder
+from goka.storage import Storage, StorageBuilder, move_aside
 from goka.storage.snapshots import SnapshotStore, Staged, UploadReport, remove_abandoned
 
 __all__ = ["Lease", "Worker", "frozen", "remove_store"]
@@ -74,7 +74,7 @@ class Lease:
         path: the store's directory.
         storage: the open storage.
         fresh: opened for this lease (False: reused, open since an earlier task).
-        discarded: why the store found on disk was deleted when it was opened (it was corrupt;
+        discarded: why the store found on disk was moved aside when it was opened (damaged;
             the lease's store is then empty), else None.
     """
 
@@ -187,8 +187,10 @@ class Worker:
         lease = self._acquire(builder, path, table, timeout, discard_corrupt)
         try:
             yield lease
-        except BaseException:
+        except BaseException as exc:
             self._drop(lease)  # the task failed: the next one reopens the store from disk
+            if discard_corrupt and isinstance(exc, StorageCorruptError) and exc.path == str(path):
+                move_aside(path, str(exc))  # found damaged in use: the next one rebuilds it
             raise
         if lease.asked:  # another process waits for it
             self._drop(lease)
@@ -222,8 +224,7 @@ class Worker:
         except StorageCorruptError as exc:
             if not discard:
                 raise
-            log.warning("deleting corrupt store %s, to be rebuilt: %s", path, exc)
-            remove_store(path)
+            move_aside(path, str(exc))
             storage, discarded = _open_when_released(builder, path, table, deadline), str(exc)
         if self._inbox is not None:
             _write_holder(path, self._inbox.getsockname())
@@ -411,7 +412,15 @@ class Worker:
         with self._lock:
             leases, self._stores = list(self._stores.values()), {}
             closers, self._clients = [c for _, c in self._clients.values()], {}
-        for close in [*(lease.storage.close for lease in leases), *closers]:
+            housekeeper = self._housekeeper
+        if housekeeper is not None and housekeeper is not threading.current_thread():
+            housekeeper.join(timeout)  # it may be flushing a store: never close one under it
+        for lease in leases:  # nor under a task still holding it
+            if lease.lock.acquire(timeout=timeout):
+                closers.append(lease.storage.close)
+            else:
+                log.error("store %s still in use after %ss: left open", lease.path, timeout)
+        for close in closers:
             try:
                 close()
             except Exception:

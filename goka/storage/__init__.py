@@ -10,6 +10,7 @@ from goka.storage.base import (
     StorageBuilder,
     StorageInfo,
     WriteBatch,
+    move_aside,
 )
 from goka.storage.leveldb import LevelDBStorage
 from goka.storage.memory import MemoryStorage
@@ -23,4 +24,5 @@ __all__ = [
     "StorageBuilder",
     "StorageInfo",
     "WriteBatch",
+    "move_aside",
 ]

@@ -15,6 +15,10 @@ take one, so tests and users can swap LevelDB for memory, as Go Goka's storage b
 
 from __future__ import annotations
 
+import logging
+import secrets
+import shutil
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,8 +31,11 @@ __all__ = [
     "StorageBuilder",
     "StorageInfo",
     "WriteBatch",
+    "move_aside",
     "prefix_end",
 ]
+
+log = logging.getLogger(__name__)
 
 #: Version of the on-disk layout; a storage written with another one is refused.
 FORMAT = "goka-py-1"
@@ -166,3 +173,23 @@ def prefix_end(prefix: bytes) -> bytes | None:
     if not trimmed:
         return None
     return trimmed[:-1] + bytes([trimmed[-1] + 1])
+
+
+#: Damaged stores kept for inspection per store directory (older ones are deleted).
+KEPT_DAMAGED = 2
+
+
+def move_aside(path: Path, reason: str) -> Path | None:
+    """Move a damaged store's directory aside, beside it as ``<name>.damaged-<time>``, for a
+    person to inspect; keep the newest :data:`KEPT_DAMAGED` of them. Return where it went
+    (None: there was nothing at ``path``). A rename: a crash leaves it here or there."""
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+    aside = path.with_name(f"{path.name}.damaged-{stamp}-{secrets.token_hex(2)}")
+    try:
+        path.rename(aside)
+    except FileNotFoundError:
+        return None
+    log.warning("store %s is damaged (%s): moved to %s, to be rebuilt", path, reason, aside)
+    for old in sorted(path.parent.glob(f"{path.name}.damaged-*"))[:-KEPT_DAMAGED]:
+        shutil.rmtree(old, ignore_errors=True)
+    return aside

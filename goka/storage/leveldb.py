@@ -76,6 +76,7 @@ class LevelDBStorage:
             "lru_cache_size": cache_mb << 20,
             "max_open_files": max_open_files,
             "bloom_filter_bits": 10,
+            "paranoid_checks": True,  # a damaged file fails at open or read, not in silence
         }
         self._refuse_foreign_directory()
         self._db = self._open()
@@ -91,7 +92,8 @@ class LevelDBStorage:
             if any(_kept(n) for n in names) and all(_kept(n) or n in _LEVELDB_EXTRA for n in names):
                 raise StorageCorruptError(
                     f"LevelDB at {self.path} is corrupt (its files are there but not CURRENT); "
-                    "delete the directory to rebuild it from the table topic"
+                    "delete the directory to rebuild it from the table topic",
+                    path=str(self.path),
                 )
             raise StorageError(
                 f"{self.path} is not empty and not a LevelDB directory (no CURRENT file); "
@@ -104,23 +106,24 @@ class LevelDBStorage:
         self.path.mkdir(parents=True, exist_ok=True)
         try:
             return plyvel.DB(str(self.path), create_if_missing=True, **self._options)
-        except plyvel.CorruptionError as exc:
-            raise StorageCorruptError(
-                f"LevelDB at {self.path} is corrupt ({_reason(exc)}); delete the directory to "
-                "rebuild it from the table topic"
-            ) from exc
         except plyvel.IOError as exc:
             if "IO error: lock " in _reason(exc):
                 raise StorageLockedError(
                     f"LevelDB at {self.path} is open in another storage: {_reason(exc)}"
                 ) from exc
-            raise StorageError(f"cannot open LevelDB at {self.path}: {_reason(exc)}") from exc
+            raise self._failed("opening", exc) from exc
+        except plyvel.Error as exc:
+            raise self._failed("opening", exc) from exc
 
     def _check_metadata(self) -> None:
-        found_table = self._db.get(_META + b"table")
-        found_format = self._db.get(_META + b"format")
+        try:
+            found_table = self._db.get(_META + b"table", verify_checksums=True)
+            found_format = self._db.get(_META + b"format", verify_checksums=True)
+            anything = next(self._db.iterator(include_value=False), None)
+        except plyvel.Error as exc:
+            raise self._failed("opening", exc) from exc
         if found_table is None:
-            if next(self._db.iterator(include_value=False), None) is not None:
+            if anything is not None:
                 raise StorageError(
                     f"LevelDB at {self.path} was not written by goka-py (no metadata); "
                     f"refusing to use it for table {self.table!r}"
@@ -144,11 +147,29 @@ class LevelDBStorage:
         return StorageInfo(self.table, FORMAT, str(self.path))
 
     def get(self, key: str) -> bytes | None:
-        value: bytes | None = self._db.get(_DATA + key.encode("utf-8", "surrogateescape"))
+        try:
+            value: bytes | None = self._db.get(
+                _DATA + key.encode("utf-8", "surrogateescape"), verify_checksums=True
+            )
+        except plyvel.Error as exc:
+            raise self._failed("reading", exc) from exc
         return value
 
     def has(self, key: str) -> bool:
-        return self._db.get(_DATA + key.encode("utf-8", "surrogateescape")) is not None
+        return self.get(key) is not None
+
+    def _failed(self, doing: str, exc: Exception) -> StorageError:
+        """The error to raise for a plyvel error while ``doing`` something."""
+        reason = _reason(exc)
+        damaged_file = str(self.path) in reason and "Permission denied" not in reason
+        if isinstance(exc, plyvel.CorruptionError) or damaged_file:
+            return StorageCorruptError(
+                f"LevelDB at {self.path} is corrupt ({doing}: {_reason(exc)}); it is rebuilt "
+                "from its table topic (views and processors do so themselves; else delete "
+                "the directory)",
+                path=str(self.path),
+            )
+        return StorageError(f"{doing} LevelDB at {self.path} failed: {_reason(exc)}")
 
     def items(
         self,
@@ -165,16 +186,22 @@ class LevelDBStorage:
             low = max(low, scoped)
             end = prefix_end(scoped)
             high = end if high is None else min(high, end) if end is not None else high
-        iterator = self._db.iterator(start=low, stop=high, reverse=reverse)
-        with iterator:
-            for key, value in iterator:
-                yield key[1:].decode("utf-8", "surrogateescape"), value
+        iterator = self._db.iterator(start=low, stop=high, reverse=reverse, verify_checksums=True)
+        try:
+            with iterator:
+                for key, value in iterator:
+                    yield key[1:].decode("utf-8", "surrogateescape"), value
+        except plyvel.Error as exc:
+            raise self._failed("reading", exc) from exc
 
     def offsets(self) -> dict[tuple[str, int], int]:
         found = {}
-        for key, value in self._db.iterator(prefix=_OFFSET):
-            topic, partition = key[1:-5], key[-4:]  # topic, NUL, 4-byte partition
-            found[(topic.decode(), _PARTITION.unpack(partition)[0])] = int(value)
+        try:
+            for key, value in self._db.iterator(prefix=_OFFSET, verify_checksums=True):
+                topic, partition = key[1:-5], key[-4:]  # topic, NUL, 4-byte partition
+                found[(topic.decode(), _PARTITION.unpack(partition)[0])] = int(value)
+        except plyvel.Error as exc:
+            raise self._failed("reading offsets of", exc) from exc
         return found
 
     def write(self, batch: WriteBatch) -> None:
@@ -189,16 +216,23 @@ class LevelDBStorage:
                 for (topic, partition), offset in batch.offsets.items():
                     put(_offset_key(topic, partition), b"%d" % offset)
         except plyvel.Error as exc:
-            raise StorageError(f"writing to LevelDB at {self.path} failed: {exc}") from exc
+            raise self._failed("writing to", exc) from exc
 
     def count(self) -> int:
-        return sum(1 for _ in self._db.iterator(prefix=_DATA, include_value=False))
+        try:
+            iterator = self._db.iterator(prefix=_DATA, include_value=False, verify_checksums=True)
+            return sum(1 for _ in iterator)
+        except plyvel.Error as exc:
+            raise self._failed("counting", exc) from exc
 
     def clear(self) -> None:
-        for prefix in (_DATA, _OFFSET):
-            with self._db.write_batch() as wb:
-                for key in self._db.iterator(prefix=prefix, include_value=False):
-                    wb.delete(key)
+        try:
+            for prefix in (_DATA, _OFFSET):
+                with self._db.write_batch() as wb:
+                    for key in self._db.iterator(prefix=prefix, include_value=False):
+                        wb.delete(key)
+        except plyvel.Error as exc:
+            raise self._failed("clearing", exc) from exc
 
     def flush(self) -> None:
         """Write the log's recent writes into a table file if the log holds at least 64 KiB

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from goka import StorageError, StorageLockedError, key_bytes, key_str
+from goka import StorageCorruptError, StorageError, StorageLockedError, key_bytes, key_str
 from goka.storage import LevelDBStorage, MemoryStorage, Storage, WriteBatch
 
 
@@ -195,7 +195,7 @@ def test_corrupt_leveldb_is_refused_with_advice(tmp_path: Path) -> None:
     LevelDBStorage(tmp_path / "db", "t").close()
     for manifest in (tmp_path / "db").glob("MANIFEST-*"):
         manifest.write_bytes(b"\x00garbage" * 100)
-    with pytest.raises(StorageError, match="is corrupt .*delete the directory to rebuild"):
+    with pytest.raises(StorageCorruptError, match="is corrupt .*rebuilt from its table topic"):
         LevelDBStorage(tmp_path / "db", "t")
 
 
