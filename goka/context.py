@@ -126,9 +126,11 @@ class Context(Generic[V]):
         """Return the state of the current key, or None if it has none.
 
         Raises:
-            ContextError: the group has no persist edge.
+            ContextError: the group has no persist edge, or the message has no key.
             CodecError: the stored value cannot be decoded by the persist codec.
         """
+        if self._message[2] is None:
+            self._keyless()
         cached = self._cache.get(self.key, MISSING)
         if cached is MISSING or type(cached) is Raw:
             return self._load(self.key, cached)
@@ -151,13 +153,16 @@ class Context(Generic[V]):
         """Set the state of the current key; it is written to the group table.
 
         Raises:
-            ContextError: no persist edge, or ``value`` is None (use :meth:`delete`).
+            ContextError: no persist edge, ``value`` is None (use :meth:`delete`), or the
+                message has no key.
             CodecError: the persist codec cannot encode ``value``.
             MessageTooLargeError: it encodes to more than the producer may send.
         """
         encode = self._encode_state
         if encode is None or value is None:
             self._refuse("set_value", value)
+        if self._message[2] is None:
+            self._keyless()
         data = encode(value)
         key = self.key
         if len(data) > self._max_bytes:
@@ -171,15 +176,27 @@ class Context(Generic[V]):
         """Remove the state of the current key (a tombstone in the group table).
 
         Raises:
-            ContextError: the group has no persist edge.
+            ContextError: the group has no persist edge, or the message has no key.
         """
         if self._encode_state is None:
             self._refuse("delete", True)
+        if self._message[2] is None:
+            self._keyless()
         key = self.key
         if self._undo:
             self._remember(key)
         self._cache[key] = None
         self._effects.append((TABLE, self._table, key, None, None, self._message))
+
+    def _keyless(self) -> NoReturn:
+        """A message without a key (null) has no state: it is kept apart from the key ``""``
+        (Go Goka merges them), so a keyless record never changes another key's state."""
+        topic, offset = self._message[0], self._message[1]
+        raise ContextError(
+            f"the message at {topic!r} partition {self.partition} offset {offset} has no key "
+            f"(null), so it has no state in group {self.group!r}: produce it with a key, or "
+            "only emit or loop it back"
+        )
 
     def _refuse(self, method: str, value: object) -> NoReturn:
         if self._encode_state is None:

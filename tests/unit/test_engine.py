@@ -381,3 +381,18 @@ def test_values_over_the_producers_limit_fail_their_message_under_the_policy(
     assert [e[3] for e in result.effects] == [b"small", b"fine"]  # the big one left no trace
     assert [m[1] for _, m in result.failed] == [1]
     assert Engine(BIG, 0, store={}.get).process(messages).failed == []  # no limit by default
+
+
+def test_a_message_without_a_key_has_no_state_and_never_changes_the_empty_keys() -> None:
+    def forward(ctx: Context[int], m: str) -> None:
+        ctx.emit("out", ctx.raw_key or b"none", m)  # stateless use of keyless records is fine
+
+    stateless = define_group("s", input("in", StringCodec(), forward), output("out", StringCodec()))
+    result = Engine(stateless, 0, store={}.get).process([msg(0, None, b"a")])
+    assert [(e[2], e[3]) for e in result.effects] == [("none", b"a")]
+    messages = [msg(0, "", b"x"), msg(1, None, b"y"), msg(2, "", b"z")]
+    with pytest.raises(ProcessingError, match="offset 1 has no key .null., so it has no state"):
+        Engine(COUNT, 0, store={}.get).process(messages)
+    result = Engine(COUNT, 0, store={}.get, on_error="skip").process(messages)
+    assert [(e[2], e[3]) for e in result.effects] == [("", b"1"), ("", b"2")]  # "" counted twice
+    assert [m[1] for _, m in result.failed] == [1]
