@@ -89,6 +89,7 @@ def _processor_run(args: argparse.Namespace) -> int:
         snapshot_interval=args.snapshot_interval,
         snapshot_dir=args.snapshot_dir,
         snapshots_kept=args.snapshots_kept,
+        broker_timeout=args.broker_timeout,
     )
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: processor.stop())
@@ -177,6 +178,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds between commits in continuous mode (default 0.1)",
     )
     run.add_argument("--on-error", default="fail", choices=["fail", "skip", "dead_letter"])
+    run.add_argument("--broker-timeout", type=float, default=30.0,
+                     help="seconds a read may get nothing before the batch fails, naming the "
+                     "brokers (default: %(default)s)")  # fmt: skip
     run.add_argument("--max-offsets-per-trigger", type=int)
     run.add_argument(
         "--starting-offsets",

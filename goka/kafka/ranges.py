@@ -16,7 +16,7 @@ import confluent_kafka
 
 from goka.errors import BrokerError, TopicError, TopicRewoundError
 from goka.kafka.admin import topic_partitions
-from goka.kafka.config import Brokers, consumer_config
+from goka.kafka.config import Brokers, bootstrap_servers, consumer_config
 
 __all__ = ["EndOffsets", "KafkaTail", "RangeReader", "RecordReader", "Row", "Tail"]
 
@@ -202,10 +202,28 @@ class RangeReader:
 
     def __init__(self, brokers: Brokers, kafka_config: Mapping[str, Any] | None = None) -> None:
         self._brokers, self._kafka_config = brokers, kafka_config
-        self._consumer = confluent_kafka.Consumer(_fast_fetch(brokers, kafka_config))
+        self._last_error: tuple[float, str] | None = None
+        self._consumer = confluent_kafka.Consumer(
+            {**_fast_fetch(brokers, kafka_config), "error_cb": self._on_error}
+        )
         self._ends: EndOffsets | None = None
         self._groups: dict[str, confluent_kafka.Consumer] = {}
         self._closed = False
+
+    def _on_error(self, error: Any) -> None:  # librdkafka's: connection trouble, mostly
+        self._last_error = (time.monotonic(), str(error.str()))
+
+    def _stalled(self, what: str, seconds: float) -> BrokerError:
+        """The error for a read that got nothing for ``seconds``: the broker is named as the
+        cause if librdkafka reported trouble meanwhile."""
+        if self._last_error is not None and time.monotonic() - self._last_error[0] < seconds + 1:
+            servers = bootstrap_servers(self._brokers)
+            return BrokerError(
+                f"{what}: nothing read for {seconds:g}s, the brokers ({servers}) cannot be "
+                f"reached: {self._last_error[1]}"
+            )
+        return BrokerError(f"{what}: nothing read for {seconds:g}s (the brokers answer, "
+                           "but send no records)")  # fmt: skip
 
     def watermarks(self, topic: str, partition: int) -> tuple[int, int]:
         """Return the first offset and the high watermark of ``topic``/``partition``.
@@ -289,7 +307,8 @@ class RangeReader:
         per topic.
 
         Raises:
-            BrokerError: the ranges were not read completely within ``timeout`` seconds.
+            BrokerError: nothing was read for ``timeout`` seconds (naming the brokers if they
+                cannot be reached).
         """
         todo = {t: r for t, r in ranges.items() if r[1] > r[0]}
         if not todo:
@@ -301,11 +320,10 @@ class RangeReader:
         try:
             while todo:
                 if deadline.passed():
-                    raise BrokerError(
-                        f"partition {partition}: ranges {todo} not read within {timeout:g}s"
-                    )
+                    raise self._stalled(f"partition {partition}: reading {todo}", timeout)
                 rows = self._consume(todo, chunk)
                 if rows:
+                    deadline = _Deadline(timeout)  # a long read that progresses goes on
                     yield rows
         finally:
             self._consumer.unassign()

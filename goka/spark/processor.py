@@ -150,6 +150,9 @@ class Processor:
         progress_interval: in continuous mode, seconds between updates of the lag, committed
             offset and commit time metrics and status from the group's commits while an epoch
             runs (batch counts and durations are reported when each epoch ends).
+        broker_timeout: seconds a task's read may get nothing before it fails the batch
+            (naming the brokers if librdkafka could not reach them); a read that progresses
+            goes on however long it takes.
 
     Raises:
         ConfigurationError: invalid settings (at construction, not mid-stream).
@@ -181,6 +184,7 @@ class Processor:
         snapshot_options: dict[str, Any] | None = None,
         builders: Builders | None = None,
         progress_interval: float = 5.0,
+        broker_timeout: float = 30.0,
     ) -> None:
         if on_error not in POLICIES:
             raise ConfigurationError(f"on_error must be one of {POLICIES}, got {on_error!r}")
@@ -201,6 +205,9 @@ class Processor:
             raise ConfigurationError(f"snapshot_interval must be >= 0, got {snapshot_interval}")
         if progress_interval <= 0:
             raise ConfigurationError(f"progress_interval must be > 0, got {progress_interval}")
+        if broker_timeout <= 0:
+            raise ConfigurationError(f"broker_timeout must be > 0, got {broker_timeout}")
+        self.broker_timeout = broker_timeout
         _check_starting_offsets(starting_offsets)
         found = brokers or os.environ.get("GOKA_BROKERS")
         if not found:
@@ -336,6 +343,7 @@ class Processor:
             snapshot_options=self.snapshot_options, builders=self.builders,
             epoch=self.epoch if continuous else 0.0, commit_interval=self.commit_interval,
             stop_url=self._stop_signal.url if continuous else None,
+            read_timeout=self.broker_timeout,
         )  # fmt: skip
 
     def _on_batch(self, frame: DataFrame, batch_id: int) -> None:
