@@ -180,3 +180,16 @@ def test_an_epoch_over_a_joined_table_recreated_shorter_fails(
     recreate(kafka, "profiles", 1)
     with pytest.raises(TopicRewoundError, match="topic 'profiles' partition 0 ends at offset 1"):
         epoch(machine, {IN: 0, "profiles": 0}, lambda: True)
+
+
+def test_an_epoch_whose_group_table_was_truncated_fails_before_committing(
+    kafka: FakeKafka, tmp_path: Path, machines: list[Machine]
+) -> None:
+    machine = with_builders(new(machines, kafka, tmp_path, commit_interval=0), storage=disk())
+    click(kafka, 20)
+    machine.catch_up(0, {IN: 0})
+    recreate(kafka, CLICKS.table, 2)  # while the store stays open in its worker
+    script = Script(kafka, lambda: click(kafka, 3, start=20))
+    with pytest.raises(TopicRewoundError, match=f"topic '{CLICKS.table}' partition 0 ends at"):
+        epoch(machine, {IN: 20}, script.done)
+    assert machine.offsets(0)[(IN, 0)] == 20  # the three clicks were not committed
