@@ -39,7 +39,7 @@ def main() -> None:
     else:
         view = View(sys.argv[2], sys.argv[3], Int64Codec()).start()
         view.wait_recovered(300)
-        server = ViewServer([view], max_workers=WORKERS).start()  # type: ignore[assignment]
+        server = ViewServer([view], max_workers=WORKERS, max_streams=4).start()  # type: ignore[assignment]
         port = server.port  # type: ignore[attr-defined]
     print(port, flush=True)
     threading.Event().wait()
