@@ -130,9 +130,11 @@ class TaskConfig:
     @property
     def max_message_bytes(self) -> int:
         """The most bytes a produced value may have: the producer's ``message.max.bytes``
-        (librdkafka's default 1,000,000) less room for the key, headers and framing."""
+        (librdkafka's default 1,000,000) less room for the key, headers and framing (8 KiB,
+        or a quarter of a smaller limit)."""
         settings = {**self.kafka_config, **self.producer_config}
-        return int(settings.get("message.max.bytes", 1_000_000)) - MESSAGE_OVERHEAD
+        limit = int(settings.get("message.max.bytes", 1_000_000))
+        return limit - min(MESSAGE_OVERHEAD, limit // 4)
 
     @property
     def dlq_topic(self) -> str:

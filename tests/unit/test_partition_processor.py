@@ -27,7 +27,7 @@ from goka import (
     persist,
 )
 from goka.graph import GroupGraph
-from goka.options import MESSAGE_OVERHEAD, Builders, TaskConfig
+from goka.options import Builders, TaskConfig
 from goka.partition_processor import (
     ORIGINAL_SIZE,
     TRUNCATED,
@@ -427,7 +427,7 @@ def test_a_dead_letter_too_large_for_the_producer_keeps_what_fits_and_says_so(
     found = dict(headers or [])
     assert found[TRUNCATED] == b"true" and found[ORIGINAL_SIZE] == b"50000"
     assert found[SRC_OFFSET] == b"1" and key == b"k"
-    assert value == b"x" * len(value) and 0 < len(value) <= 20_000 - MESSAGE_OVERHEAD
+    assert value == b"x" * len(value) and 0 < len(value) <= machine.config.max_message_bytes
 
 
 def test_a_state_too_large_for_the_producer_is_skipped_and_counted(
