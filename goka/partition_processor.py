@@ -55,6 +55,7 @@ from goka.partition_table import (
     SRC_TOPIC,
     Recovery,
     StoreRecovery,
+    checked_watermarks,
 )
 from goka.storage import Storage, WriteBatch
 from goka.storage.snapshots import Manifest, StoreState, remove_abandoned, stage
@@ -186,7 +187,7 @@ class PartitionProcessor:
                     table, stores[f"join-{table}"], ranges.get(table), messages, summary
                 )
             result = self._run(stores, messages, inputs, stored, summary)
-            table_end = self._produce(result, summary)
+            table_end = self._produce(result, summary, stores["partition"].storage)
             self._commit(
                 stores["partition"].storage, result, {t: ranges[t][1] for t in inputs}, table_end
             )
@@ -237,9 +238,8 @@ class PartitionProcessor:
         Raises:
             TopicRewoundError: the topic ends before ``position`` or starts after it.
         """
-        low, high = self.clients.reader().watermarks(topic, self.partition)
-        TopicRewoundError.check(topic, self.partition, position, low, high, reader=self._who)
-        return high
+        return checked_watermarks(self.clients.reader(), topic, self.partition, position,
+                                  self._who)[1]  # fmt: skip
 
     def _check_ahead(self, stored: Mapping[str, int], starts: Mapping[str, int]) -> None:
         """Where a store is ahead of a batch's start (a batch run again, or a new checkpoint),
@@ -247,14 +247,6 @@ class PartitionProcessor:
         for topic, offset in stored.items():
             if offset > starts[topic]:
                 self._check(topic, offset)
-
-    def _check_table_end(self, stored: int | None, table_end: int | None) -> None:
-        """Table updates land after what the store has of the table, unless the group table
-        was truncated or recreated (then fail before committing: the table is the truth)."""
-        if table_end is not None and stored is not None and table_end <= stored:
-            raise TopicRewoundError(
-                self.graph.table, self.partition, stored, 0, table_end, reader=self._who
-            )
 
     @property
     def _who(self) -> str:
@@ -328,7 +320,6 @@ class PartitionProcessor:
     def _commit(
         self, store: Storage, result: BatchResult, ends: Mapping[str, int], table_end: int | None
     ) -> None:
-        self._check_table_end(store.offsets().get((self.graph.table, self.partition)), table_end)
         batch = WriteBatch(values=result.changes())
         for topic, offset in ends.items():
             batch.set_offset(topic, self.partition, offset)
@@ -383,7 +374,9 @@ class PartitionProcessor:
         return engine.process(ordered)
 
     # -- output --------------------------------------------------------------------------------
-    def _produce(self, result: BatchResult, summary: PartitionSummary) -> int | None:
+    def _produce(
+        self, result: BatchResult, summary: PartitionSummary, store: Storage
+    ) -> int | None:
         """Produce the batch's effects and dead letters, flush, check every delivery.
 
         Returns:
@@ -391,8 +384,9 @@ class PartitionProcessor:
 
         Raises:
             DeliveryError: a message was refused, failed, or not acknowledged in time.
+            TopicRewoundError: the group table went back.
         """
-        output = _Output(self.clients.producer(), self.partition, self.config)
+        output = _Output(self.clients.producer(), self.partition, self.config, store)
         output.send(result, summary)
         return output.flush()
 
@@ -497,9 +491,8 @@ class _Epoch:
             tables={**{t: s.get for t, s in self.joins.items()}, **self.clients.lookups()},
             on_error=self.config.on_error, max_message_bytes=self.config.max_message_bytes,
         )  # fmt: skip
-        self.output = _Output(self.clients.producer(), self.partition, self.config)
+        self.output = _Output(self.clients.producer(), self.partition, self.config, self.store)
         self.committed = dict(positions)
-        self.table_offset = self.store.offsets().get((self.graph.table, self.partition))
 
     def finish(self, started: float) -> PartitionSummary:
         """Snapshot the stores if due; return the epoch's summary."""
@@ -546,13 +539,11 @@ class _Epoch:
         if self.positions == self.committed and not self.pending:
             return
         table_end = self.output.flush()
-        self.processor._check_table_end(self.table_offset, table_end)
         batch = WriteBatch(values=dict(self.pending))
         for topic in self.inputs:
             batch.set_offset(topic, self.partition, self.positions[topic])
         if table_end is not None:
             batch.set_offset(self.graph.table, self.partition, table_end)
-            self.table_offset = table_end
         self.store.write(batch)
         self.pending.clear()
         self.committed = dict(self.positions)
@@ -562,12 +553,16 @@ class _Epoch:
 
 
 class _Output:
-    """Produces a partition's effects and dead letters and checks that each was delivered."""
+    """Produces a partition's effects and dead letters and checks that each was delivered,
+    and that table updates land after what ``store`` has of the group table."""
 
-    def __init__(self, producer: Producer, partition: int, config: TaskConfig) -> None:
+    def __init__(
+        self, producer: Producer, partition: int, config: TaskConfig, store: Storage
+    ) -> None:
         self.producer, self.partition, self.config = producer, partition, config
         self.failures: list[str] = []
         self.table_end: int | None = None
+        self.table_offset = store.offsets().get((config.graph.table, partition))
         self.errors: list[str] = []
 
     def _on_delivery(self, error: Any, message: Any) -> None:
@@ -604,6 +599,9 @@ class _Output:
 
         Raises:
             DeliveryError: a message was refused, failed, or not acknowledged in time.
+            TopicRewoundError: the updates landed at or before the store's table offset: the
+                group table was truncated or recreated (nothing may be committed: the table
+                is the truth).
         """
         remaining = self.producer.flush(self.config.flush_timeout)
         if remaining or self.failures:
@@ -615,6 +613,13 @@ class _Output:
                 f"{self.failures[:3]}",
             )
         table_end, self.table_end = self.table_end, None
+        if table_end is not None:
+            stored, self.table_offset = self.table_offset, table_end
+            if stored is not None and table_end <= stored:
+                who = f"group {self.config.graph.group!r} (partition store)"
+                raise TopicRewoundError(
+                    self.config.graph.table, self.partition, stored, 0, table_end, reader=who
+                )
         return table_end
 
 

@@ -37,7 +37,7 @@ from goka.storage import WriteBatch
 from goka.storage.snapshots import Manifest, SnapshotStore, install, remove_abandoned
 from goka.worker import Lease
 
-__all__ = ["ORIGINS", "Recovery", "StoreRecovery"]
+__all__ = ["ORIGINS", "Recovery", "StoreRecovery", "checked_watermarks"]
 
 log = logging.getLogger(__name__)
 
@@ -148,19 +148,9 @@ class StoreRecovery:
         return recovery
 
     def _check(self, offset: int) -> tuple[int, int]:
-        """Fail unless the topic still holds ``offset`` (-1: none); return its watermarks.
-
-        Raises:
-            TopicRewoundError: the topic ends before ``offset`` (truncated or recreated) or
-                starts after it (records deleted): a replay would silently lose them.
-        """
         assert self.topic is not None
-        low, high = self.reader.watermarks(self.topic, self.partition)
-        TopicRewoundError.check(
-            self.topic, self.partition, offset, low, high,
-            reader=f"group {self.group!r} (store {self.name})",
-        )  # fmt: skip
-        return low, high
+        who = f"group {self.group!r} (store {self.name})"
+        return checked_watermarks(self.reader, self.topic, self.partition, offset, who)
 
     # -- choosing and installing a base --------------------------------------------------------
     def _base(self, target: Mapping[str, int]) -> tuple[Recovery, int | None]:
@@ -276,6 +266,21 @@ class StoreRecovery:
         if self.topic is not None and topic_end is not None:
             batch.set_offset(self.topic, self.partition, topic_end)
         self.lease.storage.write(batch)
+
+
+def checked_watermarks(
+    reader: RecordReader, topic: str, partition: int, offset: int, who: str
+) -> tuple[int, int]:
+    """Return the first offset and high watermark of ``topic``/``partition``, failing unless
+    it still holds ``offset`` (-1: none).
+
+    Raises:
+        TopicRewoundError: the topic ends before ``offset`` (truncated or recreated) or starts
+            after it (records deleted): reading on would silently lose them.
+    """
+    low, high = reader.watermarks(topic, partition)
+    TopicRewoundError.check(topic, partition, offset, low, high, reader=who)
+    return low, high
 
 
 def _apply(batch: WriteBatch, rows: list[Row], starts: Mapping[str, int] | None) -> int | None:

@@ -28,7 +28,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from goka.errors import ConfigurationError, StorageError
+from goka.errors import ConfigurationError
 from goka.grpc.client import REASON
 from goka.grpc.metrics import MetricsInterceptor, active_streams
 from goka.grpc.v1 import view_pb2, view_pb2_grpc
@@ -210,7 +210,7 @@ class _Servicer(view_pb2_grpc.ViewServiceServicer):  # type: ignore[misc]  # gen
 def _read(context: grpc.ServicerContext, read: Callable[..., Any], *args: Any) -> Any:
     try:
         return read(*args)
-    except (ViewNotReadyError, StorageError) as exc:
+    except ViewNotReadyError as exc:  # the view says so for damaged stores too
         _unavailable(context, exc)
 
 
@@ -230,7 +230,7 @@ def _take(rows: Iterator[tuple[str, bytes]]) -> list[Any]:
 def _checked(context: grpc.ServicerContext, items: Iterator[Any]) -> Iterator[Any]:
     try:
         yield from items
-    except (ViewNotReadyError, StorageError) as exc:
+    except ViewNotReadyError as exc:
         _unavailable(context, exc)
 
 

@@ -373,12 +373,20 @@ class KafkaTail:
         self, consumer: confluent_kafka.Consumer, starts: Mapping[int, Mapping[str, int]]
     ) -> None:
         self._consumer = consumer
-        self._next = {(t, p): o for p, offsets in starts.items() for t, o in offsets.items()}
+        self._starts = {(t, p): o for p, offsets in starts.items() for t, o in offsets.items()}
         self._checked = time.monotonic()
+
+    def _next(self) -> dict[TP, int]:
+        """The next offset of each followed partition (its start until a record came)."""
+        found = self._consumer.position(
+            [confluent_kafka.TopicPartition(t, p) for t, p in self._starts]
+        )
+        return {(tp.topic, tp.partition): tp.offset if tp.offset >= 0 else self._starts[
+            (tp.topic, tp.partition)] for tp in found}  # fmt: skip
 
     def _check(self) -> None:
         self._checked = time.monotonic()
-        for (topic, partition), offset in self._next.items():
+        for (topic, partition), offset in self._next().items():
             _, high = self._consumer.get_watermark_offsets(
                 confluent_kafka.TopicPartition(topic, partition), cached=True
             )
@@ -404,14 +412,13 @@ class KafkaTail:
             if error is not None:
                 if error.code() in _OUT_OF_RANGE:
                     tp = (msg.topic() or "", msg.partition() or 0)
-                    raise _out_of_range(*tp, self._next.get(tp, -1), error)
+                    raise _out_of_range(*tp, self._next().get(tp, -1), error)
                 if error.code() != _EOF:
                     raise BrokerError(f"reading {msg.topic()!r}: {error.str()}")
                 continue
             row = (msg.topic(), msg.offset(), msg.key(), msg.value(), msg.timestamp()[1],
                    msg.headers())  # fmt: skip
             partition: int = msg.partition()  # type: ignore[assignment]  # set on records
-            self._next[(row[0], partition)] = row[1] + 1  # type: ignore[index,operator]  # set
             found = rows.get(partition)
             if found is None:
                 rows[partition] = found = []
