@@ -17,7 +17,7 @@
 7. at most every ``snapshot_interval`` seconds, stage a snapshot of the stores (a hard-link
    copy) for the worker to upload in the background.
 
-In continuous mode a task runs an *epoch* instead (:meth:`PartitionProcessor.process_epoch`):
+In continuous mode a task runs an *epoch* instead (:mod:`goka.partition_epoch`):
 after step 1 it follows its inputs and joined tables from the stores' offsets for ``epoch``
 seconds, runs the engine on each group of records as they arrive (joined tables' records are
 applied in time order between them), produces at once, and every ``commit_interval`` does
@@ -27,7 +27,8 @@ overlay on the store); then step 7.
 State is exactly-once; outputs are at-least-once (a crash between 4 and 5 repeats them: in an
 epoch, at most one commit interval's). Every
 collaborator comes from :class:`goka.options.Builders`, so tests run this without Spark or a
-broker, and crash tests inject faults through them.
+broker, and crash tests inject faults through them. Outputs are produced by
+:mod:`goka.partition_output`; what was done is counted in :mod:`goka.partition_summary`.
 """
 
 from __future__ import annotations
@@ -38,22 +39,18 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from contextlib import ExitStack
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from goka.context import EMIT, LOOP, TABLE
 from goka.engine import BatchResult, Engine, Message
-from goka.errors import DeliveryError, StorageCorruptError, TopicRewoundError
-from goka.kafka.producer import ProduceError, Producer
-from goka.keys import key_bytes, key_str
+from goka.errors import StorageCorruptError
+from goka.keys import key_str
 from goka.options import Clients, TaskConfig
+from goka.partition_output import Output
+from goka.partition_summary import Counts, PartitionSummary
 from goka.partition_table import (
     CHUNK,
-    SRC_OFFSET,
-    SRC_PARTITION,
-    SRC_TOPIC,
-    Recovery,
     StoreRecovery,
     checked_watermarks,
 )
@@ -61,72 +58,12 @@ from goka.storage import Storage, WriteBatch
 from goka.storage.snapshots import Manifest, StoreState, remove_abandoned, stage
 from goka.worker import Lease, Worker
 
-__all__ = ["Counts", "PartitionProcessor", "PartitionSummary", "run_epoch"]
+if TYPE_CHECKING:
+    from goka.partition_epoch import Epoch
+
+__all__ = ["Counts", "PartitionProcessor", "PartitionSummary"]
 
 log = logging.getLogger(__name__)
-
-#: How long an epoch waits for records before it checks the clock and the stop signal.
-_POLL_SECONDS = 0.05
-
-
-@dataclass(kw_only=True)
-class Counts:
-    """What processing did, per partition or summed over a micro-batch's partitions.
-
-    Attributes:
-        replayed: input records already in the store (skipped).
-        table_records: records read from table topics to make stores current.
-        restored_bytes, restore_seconds: snapshot files fetched to restore stores.
-        corrupt_stores: stores found corrupt on disk, deleted and rebuilt.
-        commits: state commits (one per micro-batch; one per commit interval in an epoch).
-    """
-
-    processed: int = 0
-    failed: int = 0
-    table_updates: int = 0
-    emits: int = 0
-    loopbacks: int = 0
-    dead_letters: int = 0
-    replayed: int = 0
-    table_records: int = 0
-    restored_bytes: int = 0
-    restore_seconds: float = 0.0
-    corrupt_stores: int = 0
-    commits: int = 0
-
-    def add(self, other: Counts) -> None:
-        """Add ``other``'s counts to these."""
-        for item in fields(Counts):
-            setattr(self, item.name, getattr(self, item.name) + getattr(other, item.name))
-
-
-@dataclass
-class PartitionSummary(Counts):
-    """What one partition processor did in one micro-batch (one row of the batch's result).
-
-    ``store`` says how the group store was made current: reused, opened, caught_up, restored,
-    rebuilt or created (see :mod:`goka.partition_table`). ``started_at`` is when the task began
-    (unix seconds), ``ready_seconds`` how long it took to lease and recover its stores.
-    ``uploads`` lists the snapshot uploads this worker finished since its previous summary, of
-    any partition (JSON).
-    """
-
-    partition: int
-    store: str = ""
-    snapshot_seconds: float = 0.0
-    seconds: float = 0.0
-    started_at: float = 0.0
-    ready_seconds: float = 0.0
-    ends: str = ""
-    errors: str = ""
-    uploads: str = ""
-
-    def count(self, recovery: Recovery, lease: Lease) -> None:
-        """Add what recovering a store did."""
-        self.corrupt_stores += lease.fresh and lease.discarded is not None
-        self.table_records += recovery.records
-        self.restored_bytes += recovery.restored_bytes
-        self.restore_seconds += recovery.restore_seconds
 
 
 class PartitionProcessor:
@@ -206,10 +143,12 @@ class PartitionProcessor:
         stop: Callable[[], bool] = lambda: False,
     ) -> PartitionSummary:
         """Process this partition continuously for ``seconds``: :func:`run_epoch` of one."""
+        from goka.partition_epoch import run_epoch  # the epoch module builds on this one
+
         (summary,) = run_epoch(self.config, self.worker, {self.partition: starts}, seconds, stop)
         return summary
 
-    def _begin_epoch(self, stack: ExitStack, starts: Mapping[str, int]) -> _Epoch:
+    def _begin_epoch(self, stack: ExitStack, starts: Mapping[str, int]) -> Epoch:
         """Lease and recover this partition's stores for an epoch (released by ``stack``)."""
         summary = PartitionSummary(self.partition, started_at=time.time())
         inputs = [t for t in self.graph.input_topics() if t in starts]
@@ -229,7 +168,9 @@ class PartitionProcessor:
             high = self._check(table, max(starts[table], recovery.positions({table: 0})[table]))
             summary.count(recovery.recover({table: high}, end=high), lease)
             positions.update(recovery.positions({table: high}))
-        return _Epoch(self, stores, positions, summary)
+        from goka.partition_epoch import Epoch
+
+        return Epoch(self, stores, positions, summary)
 
     def _check(self, topic: str, position: int) -> int:
         """Fail unless ``topic`` still holds ``position`` of this partition; return its high
@@ -386,315 +327,6 @@ class PartitionProcessor:
             DeliveryError: a message was refused, failed, or not acknowledged in time.
             TopicRewoundError: the group table went back.
         """
-        output = _Output(self.clients.producer(), self.partition, self.config, store)
+        output = Output(self.clients.producer(), self.partition, self.config, store)
         output.send(result, summary)
         return output.flush()
-
-
-def run_epoch(
-    config: TaskConfig,
-    worker: Worker,
-    starts: Mapping[int, Mapping[str, int]],
-    seconds: float,
-    stop: Callable[[], bool] = lambda: False,
-) -> list[PartitionSummary]:
-    """Process partitions continuously (see :func:`_run_epoch`); a store found damaged in use
-    was moved aside by its lease, and the epoch goes on for the time left on rebuilt stores
-    (from what was committed)."""
-    until = time.monotonic() + seconds
-    try:
-        return _run_epoch(config, worker, starts, seconds, stop)
-    except StorageCorruptError as exc:
-        log.warning("group %s: epoch goes on with a rebuilt store: %s", config.graph.group, exc)
-        summaries = _run_epoch(config, worker, starts, max(0.0, until - time.monotonic()), stop)
-        summaries[0].corrupt_stores += 1
-        return summaries
-
-
-def _run_epoch(
-    config: TaskConfig,
-    worker: Worker,
-    starts: Mapping[int, Mapping[str, int]],
-    seconds: float,
-    stop: Callable[[], bool] = lambda: False,
-) -> list[PartitionSummary]:
-    """Process partitions continuously for ``seconds`` (an epoch; see the module docstring),
-    each from ``starts[partition]`` ``{topic: offset}`` of its inputs and joined tables, or from
-    where its stores are if they are ahead; end early once ``stop()`` is true.
-
-    One task may run several partitions (a Spark job with fewer task slots than partitions):
-    one consumer follows them all, one producer serves them, and every ``commit_interval``
-    one flush precedes the commit of each.
-
-    Raises:
-        ProcessingError: a message failed under the ``fail`` policy.
-        DeliveryError: an output was refused or not acknowledged (what was committed before
-            stays; the rest is processed again by the next epoch).
-        StorageError, BrokerError: a store or the broker failed (likewise).
-    """
-    started = time.monotonic()
-    until, interval = started + seconds, config.commit_interval
-    with ExitStack() as stack:
-        epochs = {
-            p: PartitionProcessor(config, p, worker)._begin_epoch(stack, offsets)
-            for p, offsets in sorted(starts.items())
-        }
-        reader = Clients(config, worker).reader()
-        tail = reader.tail({p: epoch.positions for p, epoch in epochs.items()})
-        for epoch in epochs.values():
-            epoch.summary.ready_seconds = time.monotonic() - started
-        next_commit = time.monotonic() + interval
-        try:
-            while True:
-                now = time.monotonic()
-                if now >= until or stop():
-                    break
-                wait = max(0.0, min(_POLL_SECONDS, until - now, next_commit - now))
-                for partition, rows in tail.poll(CHUNK, wait).items():
-                    epochs[partition].apply(rows)
-                if time.monotonic() >= next_commit:
-                    for epoch in epochs.values():
-                        epoch.commit()
-                    next_commit = time.monotonic() + interval
-        finally:
-            tail.close()
-        for epoch in epochs.values():
-            epoch.commit()
-        return [epoch.finish(started) for epoch in epochs.values()]
-
-
-class _Epoch:
-    """One partition in an epoch (see :func:`run_epoch`): its stores, its position, what it
-    has not committed yet."""
-
-    def __init__(
-        self,
-        processor: PartitionProcessor,
-        stores: Mapping[str, Lease],
-        positions: dict[str, int],
-        summary: PartitionSummary,
-    ) -> None:
-        self.processor, self.config, self.graph = processor, processor.config, processor.graph
-        self.partition, self.clients = processor.partition, processor.clients
-        self.stores, self.positions, self.summary = stores, positions, summary
-        self.store = stores["partition"].storage
-        self.inputs = [t for t in self.graph.input_topics() if t in positions]
-        self.joins = {t: stores[f"join-{t}"].storage for t in self.graph.joins}
-        self.pending: dict[str, bytes | None] = {}  # state changes not committed yet
-        get, pending = self.store.get, self.pending
-
-        def read(key: str) -> bytes | None:
-            return pending[key] if key in pending else get(key)
-
-        self.engine = Engine(
-            self.graph, self.partition, store=read,
-            tables={**{t: s.get for t, s in self.joins.items()}, **self.clients.lookups()},
-            on_error=self.config.on_error, max_message_bytes=self.config.max_message_bytes,
-        )  # fmt: skip
-        self.output = _Output(self.clients.producer(), self.partition, self.config, self.store)
-        self.committed = dict(positions)
-
-    def finish(self, started: float) -> PartitionSummary:
-        """Snapshot the stores if due; return the epoch's summary."""
-        summary = self.summary
-        summary.ends = json.dumps({t: self.positions[t] for t in self.inputs})
-        self.processor._commit_to_group(self.committed, wait=True)
-        self.processor._maybe_snapshot(self.stores, summary)
-        summary.uploads = json.dumps([asdict(r) for r in self.processor.worker.reports()])
-        summary.seconds = time.monotonic() - started
-        return summary
-
-    def apply(self, rows: list[Message]) -> None:
-        by_topic: dict[str, list[Message]] = {}
-        for row in rows:
-            by_topic.setdefault(row[0], []).append(row)
-        for topic, found in by_topic.items():
-            self.positions[topic] = found[-1][1] + 1
-        if len(by_topic) > 1:  # records of several topics: in time order, each topic in order
-            rows = list(heapq.merge(*by_topic.values(), key=lambda m: m[4]))
-        if not self.joins:
-            self._process(rows)
-            return
-        run: list[Message] = []
-        for row in rows:  # a join sees the table updates that precede an input record in time
-            if run and (row[0] in self.joins) != (run[0][0] in self.joins):
-                self._join(run) if run[0][0] in self.joins else self._process(run)
-                run = []
-            run.append(row)
-        self._join(run) if run[0][0] in self.joins else self._process(run)
-
-    def _process(self, messages: list[Message]) -> None:
-        result = self.engine.process(messages)
-        self.output.send(result, self.summary)
-        self.pending.update(result.changes())
-
-    def _join(self, records: list[Message]) -> None:
-        batch = WriteBatch(values={key_str(r[2]): r[3] for r in records if r[2] is not None})
-        batch.set_offset(records[0][0], self.partition, records[-1][1] + 1)
-        self.joins[records[0][0]].write(batch)
-        self.summary.table_records += len(records)
-
-    def commit(self) -> None:
-        """Wait for every output so far, then write the state changes with the offsets."""
-        if self.positions == self.committed and not self.pending:
-            return
-        table_end = self.output.flush()
-        batch = WriteBatch(values=dict(self.pending))
-        for topic in self.inputs:
-            batch.set_offset(topic, self.partition, self.positions[topic])
-        if table_end is not None:
-            batch.set_offset(self.graph.table, self.partition, table_end)
-        self.store.write(batch)
-        self.pending.clear()
-        self.committed = dict(self.positions)
-        self.summary.commits += 1
-        self.processor._commit_to_group(self.committed)
-        self.processor._maybe_snapshot(self.stores, self.summary)  # if due: a long epoch too
-
-
-class _Output:
-    """Produces a partition's effects and dead letters and checks that each was delivered,
-    and that table updates land after what ``store`` has of the group table."""
-
-    def __init__(
-        self, producer: Producer, partition: int, config: TaskConfig, store: Storage
-    ) -> None:
-        self.producer, self.partition, self.config = producer, partition, config
-        self.failures: list[str] = []
-        self.table_end: int | None = None
-        self.table_offset = store.offsets().get((config.graph.table, partition))
-        self.errors: list[str] = []
-
-    def _on_delivery(self, error: Any, message: Any) -> None:
-        if error is not None:
-            self.failures.append(f"{message.topic()}: {error.str()}")
-
-    def _on_last_table_update(self, error: Any, message: Any) -> None:
-        self._on_delivery(error, message)
-        if error is None:  # one partition, in order: the last one ends the batch's updates
-            self.table_end = message.offset() + 1
-
-    def send(self, result: BatchResult, summary: PartitionSummary) -> None:
-        """Produce ``result``'s effects (and its dead letters) and count them in ``summary``."""
-        counts = _send_effects(
-            self.producer, result, self.partition, self._on_delivery, self._on_last_table_update
-        )
-        summary.table_updates += counts[0]
-        summary.emits += counts[1]
-        summary.loopbacks += counts[2]
-        summary.processed += result.processed
-        summary.failed += len(result.failed)
-        self.errors += [str(error) for error, _ in result.failed[: 20 - len(self.errors)]]
-        summary.errors = json.dumps(self.errors)
-        for error, _ in result.failed:
-            log.warning("%s: %s", self.config.on_error, error)
-        if self.config.on_error == "dead_letter":
-            summary.dead_letters += _send_dead_letters(
-                self.producer, result, self.partition, self.config, self._on_delivery
-            )
-
-    def flush(self) -> int | None:
-        """Wait for every delivery; return the group table's end after the last table update
-        since the previous flush (None: none).
-
-        Raises:
-            DeliveryError: a message was refused, failed, or not acknowledged in time.
-            TopicRewoundError: the updates landed at or before the store's table offset: the
-                group table was truncated or recreated (nothing may be committed: the table
-                is the truth).
-        """
-        remaining = self.producer.flush(self.config.flush_timeout)
-        if remaining or self.failures:
-            raise DeliveryError(
-                self.config.graph.table,
-                None,
-                f"partition {self.partition}: {remaining} messages unacknowledged after "
-                f"{self.config.flush_timeout:g}s, {len(self.failures)} failed: "
-                f"{self.failures[:3]}",
-            )
-        table_end, self.table_end = self.table_end, None
-        if table_end is not None:
-            stored, self.table_offset = self.table_offset, table_end
-            if stored is not None and table_end <= stored:
-                who = f"group {self.config.graph.group!r} (partition store)"
-                raise TopicRewoundError(
-                    self.config.graph.table, self.partition, stored, 0, table_end, reader=who
-                )
-        return table_end
-
-
-def _send_effects(
-    producer: Producer,
-    result: BatchResult,
-    partition: int,
-    on_delivery: Callable[[Any, Any], None],
-    on_last_table_update: Callable[[Any, Any], None],
-) -> tuple[int, int, int]:
-    """Produce the effects in order; return the counts of table updates, emits, loopbacks."""
-    counts = {TABLE: 0, EMIT: 0, LOOP: 0}
-    last = max((i for i, e in enumerate(result.effects) if e[0] == TABLE), default=-1)
-    for index, (kind, topic, key, data, headers, source) in enumerate(result.effects):
-        counts[kind] += 1
-        if kind == TABLE:
-            provenance = [(SRC_TOPIC, source[0].encode()), (SRC_PARTITION, b"%d" % partition),
-                          (SRC_OFFSET, b"%d" % source[1])]  # fmt: skip
-            callback = on_last_table_update if index == last else on_delivery
-            _send(producer, topic, data, key, callback, provenance, source[4], partition)
-        else:
-            _send(producer, topic, data, key, on_delivery, headers, source[4], -1)
-    return counts[TABLE], counts[EMIT], counts[LOOP]
-
-
-#: Headers of a dead letter whose value was cut to fit under the producer's limit.
-TRUNCATED, ORIGINAL_SIZE = "goka-truncated", "goka-original-size"
-
-
-def _send_dead_letters(
-    producer: Producer,
-    result: BatchResult,
-    partition: int,
-    config: TaskConfig,
-    on_delivery: Callable[[Any, Any], None],
-) -> int:
-    """Write each failed message's raw record to the dead-letter topic; return how many.
-
-    A record too large for the producer keeps its key and headers and as much of its value
-    as fits, with the headers :data:`TRUNCATED` and :data:`ORIGINAL_SIZE`: the policy meant
-    to keep the group running must not stop it on a refused dead letter."""
-    for error, (source, offset, key, value, timestamp, headers) in result.failed:
-        details = [("goka-error", str(error).encode()[:4096]), (SRC_TOPIC, source.encode()),
-                   (SRC_PARTITION, b"%d" % partition), (SRC_OFFSET, b"%d" % offset)]  # fmt: skip
-        found = [*(headers or []), *details]
-        room = config.max_message_bytes - len(key or b"") - sum(len(k) + len(v) for k, v in found)
-        if value is not None and len(value) > room:
-            log.warning("dead letter of %s partition %d offset %d cut from %d to %d bytes",
-                        source, partition, offset, len(value), max(room, 0))  # fmt: skip
-            found += [(TRUNCATED, b"true"), (ORIGINAL_SIZE, b"%d" % len(value))]
-            value = value[: max(room, 0)]
-        _send(producer, config.dlq_topic, value, key, on_delivery, found, timestamp, -1)
-    return len(result.failed)
-
-
-def _send(
-    producer: Producer,
-    topic: str,
-    value: bytes | None,
-    key: str | bytes | None,
-    on_delivery: Callable[[Any, Any], None],
-    headers: Any,
-    timestamp: int,
-    partition: int,
-) -> None:
-    while True:
-        try:
-            producer.produce(
-                topic, value, key, partition=partition, on_delivery=on_delivery,
-                headers=headers, timestamp=timestamp,
-            )  # fmt: skip
-            return
-        except BufferError:
-            producer.poll(0.05)
-        except UnicodeEncodeError:  # a key with bytes that are not UTF-8 (surrogate escapes)
-            key = key_bytes(key) if isinstance(key, str) else key
-        except ProduceError as exc:  # refused at once, e.g. larger than message.max.bytes
-            raise DeliveryError(topic, key, f"refused by the producer: {exc}") from exc

@@ -15,7 +15,8 @@ from collections.abc import Iterator
 import pyarrow as pa
 
 from goka.options import StopSignal, TaskConfig
-from goka.partition_processor import PartitionProcessor, PartitionSummary, run_epoch
+from goka.partition_epoch import run_epoch
+from goka.partition_processor import PartitionProcessor, PartitionSummary
 from goka.worker import Worker
 
 __all__ = ["SUMMARY_DDL", "SUMMARY_SCHEMA", "PartitionTask"]

@@ -14,7 +14,8 @@ import pytest
 from goka import Context, Int64Codec, StringCodec, define_group, input, loop, persist
 from goka.errors import DeliveryError
 from goka.options import Builders, TaskConfig
-from goka.partition_processor import PartitionProcessor, PartitionSummary, run_epoch
+from goka.partition_epoch import run_epoch
+from goka.partition_processor import PartitionProcessor, PartitionSummary
 from goka.partitioner import partition_for
 
 from .fake_kafka import FakeKafka

@@ -28,12 +28,8 @@ from goka import (
 )
 from goka.graph import GroupGraph
 from goka.options import Builders, TaskConfig
-from goka.partition_processor import (
-    ORIGINAL_SIZE,
-    TRUNCATED,
-    PartitionProcessor,
-    PartitionSummary,
-)
+from goka.partition_output import ORIGINAL_SIZE, TRUNCATED
+from goka.partition_processor import PartitionProcessor, PartitionSummary
 from goka.partition_table import SRC_OFFSET, SRC_PARTITION, SRC_TOPIC
 from goka.storage import MemoryStorage, WriteBatch
 from goka.storage.snapshots import SnapshotStore

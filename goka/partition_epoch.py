@@ -1,0 +1,191 @@
+"""Continuous epochs: partition processors that follow their inputs for ``epoch`` seconds,
+produce at once and commit every ``commit_interval`` (see :mod:`goka.partition_processor`)."""
+
+from __future__ import annotations
+
+import heapq
+import json
+import logging
+import time
+from collections.abc import Callable, Mapping
+from contextlib import ExitStack
+from dataclasses import asdict
+
+from goka.engine import Engine, Message
+from goka.errors import StorageCorruptError
+from goka.keys import key_str
+from goka.options import Clients, TaskConfig
+from goka.partition_output import Output
+from goka.partition_processor import PartitionProcessor
+from goka.partition_summary import PartitionSummary
+from goka.partition_table import CHUNK
+from goka.storage import WriteBatch
+from goka.worker import Lease, Worker
+
+__all__ = ["Epoch", "run_epoch"]
+
+log = logging.getLogger(__name__)
+
+#: How long an epoch waits for records before it checks the clock and the stop signal.
+_POLL_SECONDS = 0.05
+
+
+def run_epoch(
+    config: TaskConfig,
+    worker: Worker,
+    starts: Mapping[int, Mapping[str, int]],
+    seconds: float,
+    stop: Callable[[], bool] = lambda: False,
+) -> list[PartitionSummary]:
+    """Process partitions continuously (see :func:`_run_epoch`); a store found damaged in use
+    was moved aside by its lease, and the epoch goes on for the time left on rebuilt stores
+    (from what was committed)."""
+    until = time.monotonic() + seconds
+    try:
+        return _run_epoch(config, worker, starts, seconds, stop)
+    except StorageCorruptError as exc:
+        log.warning("group %s: epoch goes on with a rebuilt store: %s", config.graph.group, exc)
+        summaries = _run_epoch(config, worker, starts, max(0.0, until - time.monotonic()), stop)
+        summaries[0].corrupt_stores += 1
+        return summaries
+
+
+def _run_epoch(
+    config: TaskConfig,
+    worker: Worker,
+    starts: Mapping[int, Mapping[str, int]],
+    seconds: float,
+    stop: Callable[[], bool] = lambda: False,
+) -> list[PartitionSummary]:
+    """Process partitions continuously for ``seconds`` (an epoch; see the module docstring),
+    each from ``starts[partition]`` ``{topic: offset}`` of its inputs and joined tables, or from
+    where its stores are if they are ahead; end early once ``stop()`` is true.
+
+    One task may run several partitions (a Spark job with fewer task slots than partitions):
+    one consumer follows them all, one producer serves them, and every ``commit_interval``
+    one flush precedes the commit of each.
+
+    Raises:
+        ProcessingError: a message failed under the ``fail`` policy.
+        DeliveryError: an output was refused or not acknowledged (what was committed before
+            stays; the rest is processed again by the next epoch).
+        StorageError, BrokerError: a store or the broker failed (likewise).
+    """
+    started = time.monotonic()
+    until, interval = started + seconds, config.commit_interval
+    with ExitStack() as stack:
+        epochs = {
+            p: PartitionProcessor(config, p, worker)._begin_epoch(stack, offsets)
+            for p, offsets in sorted(starts.items())
+        }
+        reader = Clients(config, worker).reader()
+        tail = reader.tail({p: epoch.positions for p, epoch in epochs.items()})
+        for epoch in epochs.values():
+            epoch.summary.ready_seconds = time.monotonic() - started
+        next_commit = time.monotonic() + interval
+        try:
+            while True:
+                now = time.monotonic()
+                if now >= until or stop():
+                    break
+                wait = max(0.0, min(_POLL_SECONDS, until - now, next_commit - now))
+                for partition, rows in tail.poll(CHUNK, wait).items():
+                    epochs[partition].apply(rows)
+                if time.monotonic() >= next_commit:
+                    for epoch in epochs.values():
+                        epoch.commit()
+                    next_commit = time.monotonic() + interval
+        finally:
+            tail.close()
+        for epoch in epochs.values():
+            epoch.commit()
+        return [epoch.finish(started) for epoch in epochs.values()]
+
+
+class Epoch:
+    """One partition in an epoch (see :func:`run_epoch`): its stores, its position, what it
+    has not committed yet."""
+
+    def __init__(
+        self,
+        processor: PartitionProcessor,
+        stores: Mapping[str, Lease],
+        positions: dict[str, int],
+        summary: PartitionSummary,
+    ) -> None:
+        self.processor, self.config, self.graph = processor, processor.config, processor.graph
+        self.partition, self.clients = processor.partition, processor.clients
+        self.stores, self.positions, self.summary = stores, positions, summary
+        self.store = stores["partition"].storage
+        self.inputs = [t for t in self.graph.input_topics() if t in positions]
+        self.joins = {t: stores[f"join-{t}"].storage for t in self.graph.joins}
+        self.pending: dict[str, bytes | None] = {}  # state changes not committed yet
+        get, pending = self.store.get, self.pending
+
+        def read(key: str) -> bytes | None:
+            return pending[key] if key in pending else get(key)
+
+        self.engine = Engine(
+            self.graph, self.partition, store=read,
+            tables={**{t: s.get for t, s in self.joins.items()}, **self.clients.lookups()},
+            on_error=self.config.on_error, max_message_bytes=self.config.max_message_bytes,
+        )  # fmt: skip
+        self.output = Output(self.clients.producer(), self.partition, self.config, self.store)
+        self.committed = dict(positions)
+
+    def finish(self, started: float) -> PartitionSummary:
+        """Snapshot the stores if due; return the epoch's summary."""
+        summary = self.summary
+        summary.ends = json.dumps({t: self.positions[t] for t in self.inputs})
+        self.processor._commit_to_group(self.committed, wait=True)
+        self.processor._maybe_snapshot(self.stores, summary)
+        summary.uploads = json.dumps([asdict(r) for r in self.processor.worker.reports()])
+        summary.seconds = time.monotonic() - started
+        return summary
+
+    def apply(self, rows: list[Message]) -> None:
+        by_topic: dict[str, list[Message]] = {}
+        for row in rows:
+            by_topic.setdefault(row[0], []).append(row)
+        for topic, found in by_topic.items():
+            self.positions[topic] = found[-1][1] + 1
+        if len(by_topic) > 1:  # records of several topics: in time order, each topic in order
+            rows = list(heapq.merge(*by_topic.values(), key=lambda m: m[4]))
+        if not self.joins:
+            self._process(rows)
+            return
+        run: list[Message] = []
+        for row in rows:  # a join sees the table updates that precede an input record in time
+            if run and (row[0] in self.joins) != (run[0][0] in self.joins):
+                self._join(run) if run[0][0] in self.joins else self._process(run)
+                run = []
+            run.append(row)
+        self._join(run) if run[0][0] in self.joins else self._process(run)
+
+    def _process(self, messages: list[Message]) -> None:
+        result = self.engine.process(messages)
+        self.output.send(result, self.summary)
+        self.pending.update(result.changes())
+
+    def _join(self, records: list[Message]) -> None:
+        batch = WriteBatch(values={key_str(r[2]): r[3] for r in records if r[2] is not None})
+        batch.set_offset(records[0][0], self.partition, records[-1][1] + 1)
+        self.joins[records[0][0]].write(batch)
+        self.summary.table_records += len(records)
+
+    def commit(self) -> None:
+        """Wait for every output so far, then write the state changes with the offsets."""
+        if self.positions == self.committed and not self.pending:
+            return
+        table_end = self.output.flush()
+        batch = WriteBatch(values=dict(self.pending))
+        for topic in self.inputs:
+            batch.set_offset(topic, self.partition, self.positions[topic])
+        if table_end is not None:
+            batch.set_offset(self.graph.table, self.partition, table_end)
+        self.store.write(batch)
+        self.pending.clear()
+        self.committed = dict(self.positions)
+        self.summary.commits += 1
+        self.processor._commit_to_group(self.committed)
+        self.processor._maybe_snapshot(self.stores, self.summary)  # if due: a long epoch too

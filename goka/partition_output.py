@@ -1,0 +1,171 @@
+"""The output of a partition processor: its effects and dead letters produced with one
+producer, every delivery checked, and the group table's end after its updates."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from goka.context import EMIT, LOOP, TABLE
+from goka.engine import BatchResult
+from goka.errors import DeliveryError, TopicRewoundError
+from goka.kafka.producer import ProduceError, Producer
+from goka.keys import key_bytes
+from goka.options import TaskConfig
+from goka.partition_summary import PartitionSummary
+from goka.partition_table import SRC_OFFSET, SRC_PARTITION, SRC_TOPIC
+from goka.storage import Storage
+
+__all__ = ["ORIGINAL_SIZE", "TRUNCATED", "Output"]
+
+log = logging.getLogger(__name__)
+
+
+class Output:
+    """Produces a partition's effects and dead letters and checks that each was delivered,
+    and that table updates land after what ``store`` has of the group table."""
+
+    def __init__(
+        self, producer: Producer, partition: int, config: TaskConfig, store: Storage
+    ) -> None:
+        self.producer, self.partition, self.config = producer, partition, config
+        self.failures: list[str] = []
+        self.table_end: int | None = None
+        self.table_offset = store.offsets().get((config.graph.table, partition))
+        self.errors: list[str] = []
+
+    def _on_delivery(self, error: Any, message: Any) -> None:
+        if error is not None:
+            self.failures.append(f"{message.topic()}: {error.str()}")
+
+    def _on_last_table_update(self, error: Any, message: Any) -> None:
+        self._on_delivery(error, message)
+        if error is None:  # one partition, in order: the last one ends the batch's updates
+            self.table_end = message.offset() + 1
+
+    def send(self, result: BatchResult, summary: PartitionSummary) -> None:
+        """Produce ``result``'s effects (and its dead letters) and count them in ``summary``."""
+        counts = _send_effects(
+            self.producer, result, self.partition, self._on_delivery, self._on_last_table_update
+        )
+        summary.table_updates += counts[0]
+        summary.emits += counts[1]
+        summary.loopbacks += counts[2]
+        summary.processed += result.processed
+        summary.failed += len(result.failed)
+        self.errors += [str(error) for error, _ in result.failed[: 20 - len(self.errors)]]
+        summary.errors = json.dumps(self.errors)
+        for error, _ in result.failed:
+            log.warning("%s: %s", self.config.on_error, error)
+        if self.config.on_error == "dead_letter":
+            summary.dead_letters += _send_dead_letters(
+                self.producer, result, self.partition, self.config, self._on_delivery
+            )
+
+    def flush(self) -> int | None:
+        """Wait for every delivery; return the group table's end after the last table update
+        since the previous flush (None: none).
+
+        Raises:
+            DeliveryError: a message was refused, failed, or not acknowledged in time.
+            TopicRewoundError: the updates landed at or before the store's table offset: the
+                group table was truncated or recreated (nothing may be committed: the table
+                is the truth).
+        """
+        remaining = self.producer.flush(self.config.flush_timeout)
+        if remaining or self.failures:
+            raise DeliveryError(
+                self.config.graph.table,
+                None,
+                f"partition {self.partition}: {remaining} messages unacknowledged after "
+                f"{self.config.flush_timeout:g}s, {len(self.failures)} failed: "
+                f"{self.failures[:3]}",
+            )
+        table_end, self.table_end = self.table_end, None
+        if table_end is not None:
+            stored, self.table_offset = self.table_offset, table_end
+            if stored is not None and table_end <= stored:
+                who = f"group {self.config.graph.group!r} (partition store)"
+                raise TopicRewoundError(
+                    self.config.graph.table, self.partition, stored, 0, table_end, reader=who
+                )
+        return table_end
+
+
+def _send_effects(
+    producer: Producer,
+    result: BatchResult,
+    partition: int,
+    on_delivery: Callable[[Any, Any], None],
+    on_last_table_update: Callable[[Any, Any], None],
+) -> tuple[int, int, int]:
+    """Produce the effects in order; return the counts of table updates, emits, loopbacks."""
+    counts = {TABLE: 0, EMIT: 0, LOOP: 0}
+    last = max((i for i, e in enumerate(result.effects) if e[0] == TABLE), default=-1)
+    for index, (kind, topic, key, data, headers, source) in enumerate(result.effects):
+        counts[kind] += 1
+        if kind == TABLE:
+            provenance = [(SRC_TOPIC, source[0].encode()), (SRC_PARTITION, b"%d" % partition),
+                          (SRC_OFFSET, b"%d" % source[1])]  # fmt: skip
+            callback = on_last_table_update if index == last else on_delivery
+            _send(producer, topic, data, key, callback, provenance, source[4], partition)
+        else:
+            _send(producer, topic, data, key, on_delivery, headers, source[4], -1)
+    return counts[TABLE], counts[EMIT], counts[LOOP]
+
+
+#: Headers of a dead letter whose value was cut to fit under the producer's limit.
+TRUNCATED, ORIGINAL_SIZE = "goka-truncated", "goka-original-size"
+
+
+def _send_dead_letters(
+    producer: Producer,
+    result: BatchResult,
+    partition: int,
+    config: TaskConfig,
+    on_delivery: Callable[[Any, Any], None],
+) -> int:
+    """Write each failed message's raw record to the dead-letter topic; return how many.
+
+    A record too large for the producer keeps its key and headers and as much of its value
+    as fits, with the headers :data:`TRUNCATED` and :data:`ORIGINAL_SIZE`: the policy meant
+    to keep the group running must not stop it on a refused dead letter."""
+    for error, (source, offset, key, value, timestamp, headers) in result.failed:
+        details = [("goka-error", str(error).encode()[:4096]), (SRC_TOPIC, source.encode()),
+                   (SRC_PARTITION, b"%d" % partition), (SRC_OFFSET, b"%d" % offset)]  # fmt: skip
+        found = [*(headers or []), *details]
+        room = config.max_message_bytes - len(key or b"") - sum(len(k) + len(v) for k, v in found)
+        if value is not None and len(value) > room:
+            log.warning("dead letter of %s partition %d offset %d cut from %d to %d bytes",
+                        source, partition, offset, len(value), max(room, 0))  # fmt: skip
+            found += [(TRUNCATED, b"true"), (ORIGINAL_SIZE, b"%d" % len(value))]
+            value = value[: max(room, 0)]
+        _send(producer, config.dlq_topic, value, key, on_delivery, found, timestamp, -1)
+    return len(result.failed)
+
+
+def _send(
+    producer: Producer,
+    topic: str,
+    value: bytes | None,
+    key: str | bytes | None,
+    on_delivery: Callable[[Any, Any], None],
+    headers: Any,
+    timestamp: int,
+    partition: int,
+) -> None:
+    while True:
+        try:
+            producer.produce(
+                topic, value, key, partition=partition, on_delivery=on_delivery,
+                headers=headers, timestamp=timestamp,
+            )  # fmt: skip
+            return
+        except BufferError:
+            producer.poll(0.05)
+        except UnicodeEncodeError:  # a key with bytes that are not UTF-8 (surrogate escapes)
+            key = key_bytes(key) if isinstance(key, str) else key
+        except ProduceError as exc:  # refused at once, e.g. larger than message.max.bytes
+            raise DeliveryError(topic, key, f"refused by the producer: {exc}") from exc

@@ -1,0 +1,71 @@
+"""What partition processors did: counts per partition, per micro-batch or epoch, summed by
+the driver (:class:`goka.spark.processor.BatchSummary`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from goka.partition_table import Recovery
+from goka.worker import Lease
+
+__all__ = ["Counts", "PartitionSummary"]
+
+
+@dataclass(kw_only=True)
+class Counts:
+    """What processing did, per partition or summed over a micro-batch's partitions.
+
+    Attributes:
+        replayed: input records already in the store (skipped).
+        table_records: records read from table topics to make stores current.
+        restored_bytes, restore_seconds: snapshot files fetched to restore stores.
+        corrupt_stores: stores found corrupt on disk, deleted and rebuilt.
+        commits: state commits (one per micro-batch; one per commit interval in an epoch).
+    """
+
+    processed: int = 0
+    failed: int = 0
+    table_updates: int = 0
+    emits: int = 0
+    loopbacks: int = 0
+    dead_letters: int = 0
+    replayed: int = 0
+    table_records: int = 0
+    restored_bytes: int = 0
+    restore_seconds: float = 0.0
+    corrupt_stores: int = 0
+    commits: int = 0
+
+    def add(self, other: Counts) -> None:
+        """Add ``other``'s counts to these."""
+        for item in fields(Counts):
+            setattr(self, item.name, getattr(self, item.name) + getattr(other, item.name))
+
+
+@dataclass
+class PartitionSummary(Counts):
+    """What one partition processor did in one micro-batch (one row of the batch's result).
+
+    ``store`` says how the group store was made current: reused, opened, caught_up, restored,
+    rebuilt or created (see :mod:`goka.partition_table`). ``started_at`` is when the task began
+    (unix seconds), ``ready_seconds`` how long it took to lease and recover its stores.
+    ``uploads`` lists the snapshot uploads this worker finished since its previous summary, of
+    any partition (JSON).
+    """
+
+    partition: int
+    store: str = ""
+    snapshot_seconds: float = 0.0
+    seconds: float = 0.0
+    started_at: float = 0.0
+    ready_seconds: float = 0.0
+    ends: str = ""
+    errors: str = ""
+    uploads: str = ""
+
+    def count(self, recovery: Recovery, lease: Lease) -> None:
+        """Add what recovering a store did."""
+        self.corrupt_stores += lease.fresh and lease.discarded is not None
+        self.table_records += recovery.records
+        self.restored_bytes += recovery.restored_bytes
+        self.restore_seconds += recovery.restore_seconds
