@@ -285,7 +285,7 @@ def cold_start(brokers: str, mode: str) -> float:
            "PYTHONPATH": str(ROOT)}  # fmt: skip
     command = [sys.executable, "-m", "goka.cli", "processor", "run", "bench.start_graph:graph",
                "--brokers", brokers, "--state-dir", str(state), "--mode", mode,
-               "--trigger", "0 seconds"]  # fmt: skip
+               "--trigger", "0 seconds", "--http-port", "0"]  # fmt: skip
     started = time.monotonic()
     quiet = subprocess.DEVNULL
     with subprocess.Popen(command, env=env, cwd=ROOT, stdout=quiet, stderr=quiet,

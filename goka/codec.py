@@ -14,10 +14,7 @@ import io
 import json
 import re
 from collections.abc import Callable, Mapping
-from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
-
-import fastavro
-from google.protobuf.message import DecodeError, Message
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, runtime_checkable
 
 from goka.errors import CodecError, ConfigurationError
 from goka.keys import decode_text
@@ -33,8 +30,11 @@ __all__ = [
     "codec_by_name",
 ]
 
+if TYPE_CHECKING:  # fastavro and protobuf load when an Avro or protobuf codec is first used
+    from google.protobuf.message import Message
+
 T = TypeVar("T")
-M = TypeVar("M", bound=Message)
+M = TypeVar("M", bound="Message")
 
 _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
@@ -247,6 +247,8 @@ class AvroCodec:
 
 def parse_avro_schema(schema: Mapping[str, Any] | str) -> dict[str, Any]:
     """Parse an Avro schema given as a mapping or JSON text, raising ConfigurationError."""
+    import fastavro
+
     try:
         raw = json.loads(schema) if isinstance(schema, str) else dict(schema)
         parsed = fastavro.parse_schema(raw)
@@ -259,6 +261,8 @@ def parse_avro_schema(schema: Mapping[str, Any] | str) -> dict[str, Any]:
 
 def avro_encode(codec: str, schema: dict[str, Any], value: Any) -> bytes:
     """Encode ``value`` with ``schema`` (schemaless), raising CodecError on mismatch."""
+    import fastavro
+
     out = io.BytesIO()
     try:
         fastavro.schemaless_writer(out, schema, value, strict_allow_default=True)
@@ -271,6 +275,8 @@ def avro_decode(
     codec: str, writer: dict[str, Any], reader: dict[str, Any], data: bytes | memoryview
 ) -> Any:
     """Decode schemaless Avro ``data``; every byte must be consumed."""
+    import fastavro
+
     buf = io.BytesIO(data)
     try:
         value = fastavro.schemaless_reader(buf, writer, reader)
@@ -291,6 +297,8 @@ class ProtobufCodec(Generic[M]):
     name = "protobuf"
 
     def __init__(self, message_type: type[M]) -> None:
+        from google.protobuf.message import Message
+
         if not (isinstance(message_type, type) and issubclass(message_type, Message)):
             raise ConfigurationError(
                 f"ProtobufCodec needs a generated message class, got {message_type!r}"
@@ -306,6 +314,8 @@ class ProtobufCodec(Generic[M]):
         return value.SerializeToString()
 
     def decode(self, data: bytes) -> M:
+        from google.protobuf.message import DecodeError
+
         try:
             return self.message_type.FromString(bytes(data))
         except DecodeError as exc:

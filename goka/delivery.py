@@ -8,12 +8,14 @@ condition variable and a lock per message: an emitter creates one per message, a
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import asyncio
 
 __all__ = ["Delivery", "DeliveryFuture", "in_done_callback"]
 
@@ -166,6 +168,8 @@ class DeliveryFuture:
 
 
 def _to_asyncio(future: DeliveryFuture) -> asyncio.Future[Delivery]:
+    import asyncio  # only asyncio code gets here: plain emitters do not pay its import
+
     loop = asyncio.get_running_loop()
     waiter: asyncio.Future[Delivery] = loop.create_future()
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import functools
 import logging
@@ -16,7 +15,14 @@ from goka._accel import speedups
 from goka.codec import Codec
 from goka.delivery import USER_CALLBACKS_RUNNING as _USER_CALLBACKS_RUNNING
 from goka.delivery import Delivery, DeliveryFuture, in_done_callback
-from goka.errors import BrokerError, CodecError, DeliveryError, EmitterClosedError, GokaError
+from goka.errors import (
+    BrokerError,
+    CodecError,
+    ConfigurationError,
+    DeliveryError,
+    EmitterClosedError,
+    GokaError,
+)
 from goka.kafka.config import Brokers, producer_config
 from goka.kafka.producer import (
     DeliveredMessage,
@@ -154,6 +160,11 @@ class Emitter(Generic[V]):
             the topic exists (fail fast, instead of failing every message later).
         connect_timeout: seconds for that check.
         max_block: seconds ``emit`` may wait for space in a full local queue before raising.
+        delivery_timeout: seconds the brokers have to acknowledge a message, retries included
+            (librdkafka's ``message.timeout.ms``; a setting given in ``kafka_config`` wins);
+            after it, the message's future fails with a DeliveryError. 10 s by default, so a
+            request that awaits its event fails well within a web server's time limits when
+            the brokers are down.
         producer_builder: creates the producer from librdkafka settings (tests swap it).
         **kafka_config: librdkafka settings, e.g. ``**{"linger.ms": 20, "acks": "all"}``.
 
@@ -172,9 +183,13 @@ class Emitter(Generic[V]):
         check_topic: bool = True,
         connect_timeout: float = 10.0,
         max_block: float = 30.0,
+        delivery_timeout: float = 10.0,
         producer_builder: ProducerBuilder = kafka_producer,
         **kafka_config: Any,
     ) -> None:
+        if delivery_timeout <= 0:
+            raise ConfigurationError(f"delivery_timeout must be positive, got {delivery_timeout}")
+        kafka_config.setdefault("message.timeout.ms", int(delivery_timeout * 1000))
         self.topic = topic
         self.codec = codec
         self.max_block = max_block
@@ -312,22 +327,45 @@ class Emitter(Generic[V]):
         *,
         headers: Headers | None = None,
         timestamp: Timestamp | None = None,
+        timeout: float | None = None,
     ) -> Delivery:
         """Emit one message from asyncio code and await its acknowledgement.
 
         Never blocks the event loop: a full local queue is waited for with ``asyncio.sleep``.
-        Cancelling the awaiting task does not take back the message.
+        Cancelling the awaiting task, or the timeout, does not take back the message.
+
+        Args:
+            timeout: seconds to wait in all (queueing and acknowledgement); None waits for the
+                outcome, which comes within ``delivery_timeout`` after queueing.
+
+        Raises:
+            DeliveryError: the brokers refused the message or did not acknowledge it within
+                ``delivery_timeout``.
+            TimeoutError: no outcome within ``timeout`` seconds (names topic and key; the
+                message may still be delivered).
         """
+        import asyncio
+
         if self._closed:
             raise EmitterClosedError(f"emitter for topic {self.topic!r} is closed")
+        started = _monotonic()
         data = None if value is None else self._encode(value)
         future = self._new_future()
-        deadline = _monotonic() + self.max_block
+        deadline = started + (self.max_block if timeout is None else min(timeout, self.max_block))
         while not self._try_produce(future, key, data, headers, timestamp):
             self._check_deadline(deadline)
             await asyncio.sleep(0.001)
-        delivery: Delivery = await future
-        return delivery
+        if timeout is None:
+            delivery: Delivery = await future
+            return delivery
+        try:
+            left = max(0.0, started + timeout - _monotonic())
+            return await asyncio.wait_for(asyncio.ensure_future(future), left)
+        except TimeoutError:
+            raise TimeoutError(
+                f"emit_async to topic {self.topic!r}, key {key!r}: no acknowledgement within "
+                f"{timeout} s (the message stays queued and may still be delivered)"
+            ) from None
 
     def _try_produce(
         self,
@@ -423,8 +461,11 @@ class Emitter(Generic[V]):
                 "for deliveries that this callback is holding up; use emit() there"
             )
 
-    def close(self, timeout: float = 30.0) -> None:
+    def close(self, timeout: float = 5.0) -> None:
         """Deliver what is queued (up to ``timeout`` seconds), then stop. Idempotent.
+
+        The default of 5 s fits well inside a container's grace period (Kubernetes gives 30 s
+        between SIGTERM and SIGKILL, shared with the rest of the shutdown).
 
         Messages still unacknowledged after ``timeout`` are purged; their futures fail with a
         DeliveryError, so no caller is left waiting.

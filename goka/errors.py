@@ -42,6 +42,7 @@ __all__ = [
     "StorageLockedError",
     "TopicError",
     "TopicRewoundError",
+    "ViewNotReadyError",
     "ViewUnreachableError",
     "describe_key",
 ]
@@ -177,7 +178,11 @@ class EmitterClosedError(GokaError):
 class ViewUnreachableError(GokaError, ConnectionError):
     """A view service could not be reached: nothing listens there, the TLS handshake failed
     (wrong CA, no client certificate), or it did not answer in time. Distinct from a table
-    that is there but not ready (``goka.view.ViewNotReadyError``)."""
+    that is there but not ready (:class:`ViewNotReadyError`)."""
+
+
+class ViewNotReadyError(GokaError):
+    """A read before the view recovered (and stale reads are not allowed)."""
 
 
 class StorageError(GokaError):

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import threading
 from array import array
+from bisect import bisect_left
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol
 
-import numpy
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -71,7 +71,7 @@ class PyEmitterStats:
     """The pure-Python :class:`EmitterStats`: ``record`` is a bound C ``array.append``."""
 
     def __init__(self, bounds: Sequence[float] = LATENCY_BUCKETS) -> None:
-        self._bounds = numpy.array(bounds, dtype=numpy.float64)
+        self._bounds = list(bounds)
         self._pending: array[float] = array("d")
         self.record: Callable[[float], None] = self._pending.append
         self._folded = 0
@@ -87,13 +87,13 @@ class PyEmitterStats:
             n = len(self._pending)
             if not n:
                 return
-            values = numpy.frombuffer(self._pending[:n], dtype=numpy.float64)
+            values = self._pending[:n]
             del self._pending[:n]
-            indexes = numpy.searchsorted(self._bounds, values, side="left")
-            counts = numpy.bincount(indexes, minlength=len(self._counts))
-            self._latency_sum += float(values.sum())
+            counts, bounds = self._counts, self._bounds
+            for value in values:  # buckets are "less than or equal" (Prometheus' le)
+                counts[bisect_left(bounds, value)] += 1
+            self._latency_sum += sum(values)
             self._folded += n
-            self._counts = [a + int(b) for a, b in zip(self._counts, counts, strict=True)]
 
     @property
     def pending(self) -> int:

@@ -14,7 +14,7 @@ from types import TracebackType
 from typing import Any, Generic, TypeVar
 
 from goka.codec import Codec
-from goka.errors import GokaError, StorageCorruptError, StorageError
+from goka.errors import GokaError, StorageCorruptError, StorageError, ViewNotReadyError
 from goka.kafka.config import Brokers
 from goka.kafka.table_consumer import Polled, TableConsumer
 from goka.keys import key_str
@@ -41,10 +41,6 @@ class ViewState(enum.Enum):
 
 class ViewError(GokaError):
     """The view stopped: its table topic cannot be followed (see the message)."""
-
-
-class ViewNotReadyError(GokaError):
-    """A read before the view recovered (and stale reads are not allowed)."""
 
 
 @dataclass(frozen=True)

@@ -129,14 +129,15 @@ def start_processor(brokers: str, workdir: Path) -> Service:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "GOKA_LOG_LEVEL": "WARNING"}
     return Service("processor", ["processor", "run", "examples.click_count.group:graph",
                                  "--brokers", brokers, "--state-dir", str(workdir / "state"),
-                                 "--mode", "continuous"], workdir, env)  # fmt: skip
+                                 "--mode", "continuous", "--http-port", "0"],
+                   workdir, env)  # fmt: skip
 
 
 def start_view(brokers: str, workdir: Path) -> tuple[Service, str]:
     env = {**os.environ, "GOKA_LOG_LEVEL": "WARNING"}
     view = Service("view", ["view", "serve", "--table", TABLE, "--codec", "int64", "--brokers",
                             brokers, "--path", str(workdir / "views"), "--host", "127.0.0.1",
-                            "--port", "0"], workdir, env)  # fmt: skip
+                            "--port", "0", "--http-port", "0"], workdir, env)  # fmt: skip
     return view, view.first_line().split()[-1]
 
 

@@ -10,10 +10,9 @@ from typing import Any
 import grpc
 
 from goka.codec import Codec, codec_by_name
-from goka.errors import ConfigurationError, GokaError, ViewUnreachableError
+from goka.errors import ConfigurationError, GokaError, ViewNotReadyError, ViewUnreachableError
 from goka.grpc.v1 import view_pb2, view_pb2_grpc
 from goka.keys import key_bytes, key_str
-from goka.view import ViewNotReadyError
 
 __all__ = ["REASON", "ClientTls", "TableNotServedError", "ViewClient", "ViewInfo"]
 

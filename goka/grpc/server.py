@@ -25,8 +25,14 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
+
+from goka._optional import missing_extra
+
+try:
+    from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+    from grpc_reflection.v1alpha import reflection
+except ImportError as exc:  # pragma: no cover - depends on what is installed
+    raise missing_extra("grpcio-health-checking", "view", "the gRPC view server") from exc
 
 from goka.errors import ConfigurationError
 from goka.grpc.client import REASON

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from goka.errors import ConfigurationError
+from goka.logs import RepeatFilter
 
 __all__ = [
     "LIBRDKAFKA_LOGGER",
@@ -52,7 +53,10 @@ def bootstrap_servers(brokers: Brokers) -> str:
 
 
 #: librdkafka's own log lines go to this Python logger instead of stderr.
+#: Repeated lines (one per connection attempt of every client) are folded (see RepeatFilter).
 LIBRDKAFKA_LOGGER = logging.getLogger("goka.librdkafka")
+if not any(isinstance(f, RepeatFilter) for f in LIBRDKAFKA_LOGGER.filters):
+    LIBRDKAFKA_LOGGER.addFilter(RepeatFilter())
 
 
 def _merge(

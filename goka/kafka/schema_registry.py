@@ -13,6 +13,7 @@ import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from goka._optional import missing_extra
 from goka.codec import avro_decode, avro_encode, parse_avro_schema
 from goka.errors import CodecError, ConfigurationError
 
@@ -70,7 +71,12 @@ class SchemaRegistryAvroCodec:
         auto_register: bool = True,
     ) -> None:
         if isinstance(registry, Mapping):
-            from confluent_kafka.schema_registry import SchemaRegistryClient
+            try:
+                from confluent_kafka.schema_registry import SchemaRegistryClient
+            except ImportError as exc:
+                raise missing_extra(
+                    "confluent-kafka[schemaregistry]", "schema-registry", "SchemaRegistryAvroCodec"
+                ) from exc
 
             registry = SchemaRegistryClient.new_client(dict(registry))
         self._registry = registry

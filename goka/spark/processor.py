@@ -21,7 +21,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
 from goka.engine import POLICIES, ErrorPolicy
-from goka.errors import ConfigurationError, GokaError
+from goka.errors import ConfigurationError, GokaError, TopicError
 from goka.graph import GroupGraph
 from goka.kafka.config import Brokers, bootstrap_servers
 from goka.kafka.ranges import EndOffsets, RangeReader
@@ -85,9 +85,10 @@ class BatchSummary(Counts):
         """One line for the log."""
         stores = ", ".join(f"{n} {origin}" for origin, n in sorted(self.stores.items()))
         sent = [u for u in self.uploads if not u.get("error")]
+        rate = self.processed / self.seconds if self.seconds > 0 else 0.0
         text = (
-            f"batch {self.batch_id}: {self.processed} messages in {self.seconds:.2f}s; "
-            f"stores: {stores or 'none'}"
+            f"batch {self.batch_id}: {self.processed:,} records, {rate:,.0f}/s, "
+            f"{self.seconds:.2f} s; stores: {stores or 'none'}"
         )
         if self.table_records:
             text += f"; {self.table_records} table records replayed"
@@ -253,36 +254,68 @@ class Processor:
         self.metrics = ProcessorMetrics(graph.group)
 
     # -- setup -----------------------------------------------------------------------------------
-    def prepare_topics(self) -> int:
-        """Check the inputs are co-partitioned and create the table, loop and DLQ topics.
+    def prepare_topics(self, *, create_outputs: bool = False) -> int:
+        """Check the topics, then create the table, loop and DLQ topics (and the output
+        topics, with the group's partition count, if ``create_outputs``). Nothing is created
+        unless every check passed.
 
         Returns:
             The partition count.
 
         Raises:
-            TopicError: a topic is missing or the topics are not co-partitioned (with counts).
+            TopicError: an input, join, lookup or (unless created) output topic is missing,
+                or the topics are not co-partitioned (with counts).
         """
         manager = TopicManager(self.brokers, self._topics, **self.kafka_config)
         graph = self.graph
         partitions = manager.ensure_copartitioned([*graph.inputs, *graph.joins])
+        lookups = [t for t in graph.lookups if not manager.exists(t)]
+        outputs = [t for t in graph.outputs if not manager.exists(t)]
+        if lookups:
+            raise TopicError(f"group {graph.group!r}: lookup tables do not exist: {lookups}")
+        if outputs and not create_outputs:
+            raise TopicError(
+                f"group {graph.group!r}: output topics do not exist: {outputs}; create them "
+                f"with `goka topics create {' '.join(outputs)} --partitions {partitions}`, "
+                "or let the processor create them (--create-topics, Processor.create_topics())"
+            )
         if graph.persist:
             manager.ensure_table_exists(graph.table, partitions)
         if graph.loop:
             manager.ensure_stream_exists(graph.loop_topic, partitions)
         if self.on_error == "dead_letter":
             manager.ensure_stream_exists(f"{graph.group}-dlq", partitions)
-        missing = [t for t in (*graph.outputs, *graph.lookups) if not manager.exists(t)]
-        if missing:
-            raise ConfigurationError(
-                f"group {graph.group!r}: output/lookup topics do not exist: {missing}"
-            )
+        for topic in outputs:
+            manager.ensure_stream_exists(topic, partitions)
         self._partitions = manager.ensure_copartitioned(graph.copartitioned_topics())
         return self._partitions
+
+    def create_topics(self) -> int:
+        """Create every topic the group writes and that is missing: the group table, the loop
+        and dead-letter topics, and the output topics, with the inputs' partition count.
+
+        Returns:
+            The partition count.
+
+        Raises:
+            TopicError: an input, join or lookup topic is missing, or the inputs are not
+                co-partitioned.
+        """
+        return self.prepare_topics(create_outputs=True)
+
+    def use_session(self, spark: SparkSession) -> None:
+        """Run in ``spark`` (several processors may share one session, one query each)."""
+        self._spark = spark
 
     def spark(self) -> SparkSession:
         """The session (built on first use)."""
         if self._spark is None:
+            started = time.monotonic()
+            log.info("group %s: starting Spark (%s)", self.graph.group,
+                     self._master or os.environ.get("GOKA_SPARK_MASTER", "local[2]"))  # fmt: skip
             self._spark = build_session(self.graph.group, self._master)
+            log.info("group %s: Spark ready in %.1f s%s", self.graph.group,
+                     time.monotonic() - started, _ui(self._spark))  # fmt: skip
         return self._spark
 
     def _start(self, available_now: bool) -> StreamingQuery:
@@ -383,6 +416,33 @@ class Processor:
             ProcessorFailed: the query stopped with another error.
         """
         self._wait(self._start(available_now=self.mode == "available-now"), timeout)
+
+    def start(self) -> None:
+        """Start processing in the processor's mode and return at once (see :meth:`wait`);
+        several processors may share one session this way."""
+        self._start(available_now=self.mode == "available-now")
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait up to ``timeout`` seconds for the started query to end. Returns True once it
+        ended (after :meth:`stop`, or an available-now run that caught up).
+
+        Raises:
+            ProcessingError, ProcessorFailed: as :meth:`run`.
+        """
+        with self._lock:
+            query = self._query
+        if query is None:
+            return True
+        try:
+            ended = bool(query.awaitTermination(timeout))  # type: ignore[arg-type]  # takes floats
+        except StreamingQueryException as exc:
+            with self._lock:
+                self._query = None
+            raise _translate(exc) from None
+        if ended:
+            with self._lock:
+                self._query = None
+        return ended
 
     def run_until_caught_up(self, timeout: float | None = None) -> list[BatchSummary]:
         """Process everything present when called, then stop (Trigger.AvailableNow).
@@ -492,6 +552,11 @@ def _check_starting_offsets(starting: str) -> None:
             "starting_offsets must be earliest, latest, group or JSON like "
             f'{{"topic": {{"0": 42}}}}, got {starting!r}'
         )
+
+
+def _ui(spark: SparkSession) -> str:
+    url = spark.sparkContext.uiWebUrl
+    return f"; Spark UI at {url}" if url else ""
 
 
 def _commit_time(note: str) -> float | None:

@@ -17,7 +17,12 @@ import struct
 from collections.abc import Iterator
 from pathlib import Path
 
-import plyvel
+from goka._optional import missing_extra
+
+try:
+    import plyvel
+except ImportError as exc:  # pragma: no cover - depends on what is installed
+    raise missing_extra("plyvel", "view", "LevelDB storage") from exc
 
 from goka.errors import StorageCorruptError, StorageError, StorageLockedError
 from goka.storage.base import FORMAT, CheckpointFile, StorageInfo, WriteBatch, prefix_end

@@ -47,12 +47,13 @@ def test_view_service(brokers: str, new_topic: Callable[..., str], tmp_path: Pat
     produce(brokers, table, Int64Codec(), [(f"k{i}", i) for i in range(100)])
     grpc_port, http_port = free_port(), free_port()
     process = _service("services.view", {
-        "GOKA_TABLES": f"{table}:int64", "GOKA_BROKERS": brokers, "GOKA_HOST": "127.0.0.1",
-        "GOKA_GRPC_PORT": str(grpc_port), "GOKA_HTTP_PORT": str(http_port),
-        "GOKA_VIEW_PATH": str(tmp_path / "views"),
+        "GOKA_TABLES": table, "GOKA_CODECS": "int64", "GOKA_BROKERS": brokers,
+        "GOKA_PORT": str(grpc_port), "GOKA_HTTP_PORT": str(http_port),
+        "GOKA_PATH": str(tmp_path / "views"), "GOKA_LOG_FORMAT": "json",
     }, tmp_path / "view.log")  # fmt: skip
     try:
-        wait_for(lambda: _status(f"http://127.0.0.1:{http_port}/healthz") == 200, what="healthy")
+        wait_for(lambda: _status(f"http://127.0.0.1:{http_port}/readyz") == 200, what="ready")
+        assert _status(f"http://127.0.0.1:{http_port}/healthz") == 200
         with ViewClient(f"127.0.0.1:{grpc_port}") as client:
             assert client.get(table, "k42") == 42
         with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/metrics") as answer:
@@ -68,7 +69,7 @@ def test_view_service(brokers: str, new_topic: Callable[..., str], tmp_path: Pat
         for line in (tmp_path / "view.log").read_text().splitlines()
         if line.startswith("{")
     ]
-    assert any(entry["logger"] == "goka.services.view" for entry in logs)
+    assert logs and all(entry["logger"].startswith(("goka", "py4j")) for entry in logs)
     assert all({"time", "level", "logger", "message"} <= entry.keys() for entry in logs)
     with LevelDBStorage(tmp_path / "views" / table, table) as storage:  # closed cleanly
         assert storage.get("k42") == b"42"
@@ -82,13 +83,14 @@ def test_processor_service(brokers: str, new_topic: Callable[..., str], tmp_path
     produce(brokers, topic, StringCodec(), [(f"user-{i % 5}", "/") for i in range(200)])
     http_port = free_port()
     process = _service("services.processor", {
-        "GOKA_GRAPH": "tests.spark.crash_graph:graph", "GOKA_BROKERS": brokers,
+        "GOKA_GRAPHS": "tests.spark.crash_graph:graph", "GOKA_BROKERS": brokers,
+        "GOKA_LOG_FORMAT": "json",
         "GOKA_TEST_GROUP": group, "GOKA_TEST_TOPIC": topic, "GOKA_HTTP_PORT": str(http_port),
         "GOKA_STATE_DIR": str(tmp_path / "state"), "GOKA_MODE": "micro-batch",
         "GOKA_TRIGGER": "500 milliseconds",
     }, tmp_path / "processor.log")  # fmt: skip
     try:
-        wait_for(lambda: _status(f"http://127.0.0.1:{http_port}/healthz") == 200, timeout=120,
+        wait_for(lambda: _status(f"http://127.0.0.1:{http_port}/readyz") == 200, timeout=120,
                  what="an active query")  # fmt: skip
         with View(brokers, f"{group}-table", Int64Codec()) as view:
             view.wait_recovered(60)

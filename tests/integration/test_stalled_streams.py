@@ -43,7 +43,7 @@ def big_table(brokers: str, topic_manager: object) -> str:
 def server(brokers: str, big_table: str, tmp_path: Path) -> Iterator[tuple[str, int, int]]:
     metrics = free_port()
     command = [sys.executable, "-m", "goka.cli", "view", "serve", "--table", big_table,
-               "--metrics-port", str(metrics),
+               "--http-port", str(metrics),
                "--brokers", brokers, "--path", str(tmp_path / "views"), "--host", "127.0.0.1",
                "--port", "0", "--max-streams", "16", "--stream-idle-timeout", str(IDLE)]  # fmt: skip
     with subprocess.Popen(command, stdout=subprocess.PIPE, text=True,

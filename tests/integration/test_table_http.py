@@ -17,9 +17,8 @@ import pytest
 from goka import JsonCodec, key_bytes
 from goka.view import View
 from goka.web import TableReads
-from services.common import serve_http
+from goka.web.http import HttpService
 
-from ..helpers import free_port
 from .test_any_key_bytes import GO_KEYS, written_as_go_does
 
 pytestmark = pytest.mark.kafka
@@ -36,13 +35,11 @@ def served(
     idle = View(brokers, "http-idle-table", JsonCodec())  # never started: not recovered
     view.wait_recovered(60)
     reads = TableReads({table: view, "http-idle-table": idle}, max_limit=50)
-    port = free_port()
-    server = serve_http(port, lambda: True, routes=[reads.handle], host="127.0.0.1")
+    server = HttpService("127.0.0.1", 0, routes=[reads.handle])
     try:
-        yield f"http://127.0.0.1:{port}", table
+        yield server.url, table
     finally:
-        server.shutdown()
-        server.server_close()
+        server.close()
         view.close()
         idle.close()
 

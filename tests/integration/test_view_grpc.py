@@ -274,7 +274,7 @@ def test_serve_command_serves_metrics_and_shuts_down_on_sigterm(
     metrics_port = free_port()
     command = [sys.executable, "-m", "goka.cli", "view", "serve", "--table", table, "--codec", "int64",
                "--brokers", brokers, "--path", str(tmp_path / "views"), "--host", "127.0.0.1",
-               "--port", "0", "--metrics-port", str(metrics_port)]  # fmt: skip
+               "--port", "0", "--http-port", str(metrics_port)]  # fmt: skip
     with subprocess.Popen(command, stdout=subprocess.PIPE, text=True,
                           env={**os.environ, "PYTHONUNBUFFERED": "1"}) as process:  # fmt: skip
         try:

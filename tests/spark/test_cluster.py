@@ -40,7 +40,7 @@ def submit(
         goka.cli.__file__, "processor", "run", "tests.spark.crash_graph:graph",
         "--brokers", brokers, "--state-dir", "goka-state",  # relative: each executor's own disk
         "--checkpoint-dir", str(checkpoint), "--until-caught-up",
-        "--max-offsets-per-trigger", "600",
+        "--max-offsets-per-trigger", "600", "--http-port", "0",
     )  # fmt: skip
     env = {**cluster.env, "PYTHONPATH": str(ROOT), "GOKA_TEST_GROUP": f"{topic}-g",
            "GOKA_TEST_TOPIC": topic, "GOKA_LOG_LEVEL": "WARNING"}  # fmt: skip

@@ -1,0 +1,1 @@
+"""The subcommands of the ``goka`` command line (see :mod:`goka.cli`), one module each."""

@@ -1,0 +1,185 @@
+"""``goka processor run``: group graphs as Spark Structured Streaming queries, one session."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import threading
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from goka.commands.options import UsageError, add, add_brokers, add_http, brokers
+
+__all__ = ["register"]
+
+log = logging.getLogger("goka.processor")
+
+MODES = {
+    "continuous": "epochs in which tasks process records as they arrive (tens of ms from emit "
+    "to table)",
+    "micro-batch": "a batch every --trigger (about a second from emit to table)",
+    "available-now": "what is there at start, then exit",
+}
+
+
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    processor = commands.add_parser("processor", help="processor groups on Spark")
+    sub = processor.add_subparsers(dest="processor_command", required=True, metavar="COMMAND")
+    run = sub.add_parser(
+        "run", help="run group graphs as Spark Structured Streaming queries",
+        description="Run each group graph (module:attribute; the current directory is "
+        "importable) as one query of one Spark application, until Ctrl-C or SIGTERM.",
+    )  # fmt: skip
+    run.add_argument(
+        "graphs",
+        nargs="*",
+        metavar="GRAPH",
+        help="group graph as module:attribute (env GOKA_GRAPHS, comma-separated)",
+    )
+    add_brokers(run)
+    add(
+        run,
+        "--master",
+        "Spark master: local[N] or spark://host:7077; local[2] unless spark-submit gives one",
+    )
+    add(run, "--state-dir", "partition stores (with several groups: one directory each "
+        "inside)", default="./goka-state/<group>")  # fmt: skip
+    add(run, "--checkpoint-dir", "Spark checkpoint", default="<state-dir>/checkpoint")
+    add(run, "--mode", "; ".join(f"{k}: {v}" for k, v in MODES.items()), default="continuous",
+        choices=list(MODES))  # fmt: skip
+    add(run, "--trigger", "micro-batch interval", default="1 second")
+    add(run, "--epoch", "seconds per epoch in continuous mode", default=30.0, type=float)
+    add(run, "--commit-interval", "seconds between commits in continuous mode",
+        default=0.1, type=float)  # fmt: skip
+    add(run, "--on-error", "what a failing record does: fail stops the group, skip counts and "
+        "logs it, dead_letter also writes it to <group>-dlq", default="fail",
+        choices=["fail", "skip", "dead_letter"])  # fmt: skip
+    add(run, "--broker-timeout", "seconds a read may get nothing before the batch fails",
+        default=30.0, type=float)  # fmt: skip
+    add(run, "--max-offsets-per-trigger", "most records per micro-batch", type=int)
+    add(run, "--starting-offsets", "where a new checkpoint starts: earliest, latest, group "
+        '(the consumer group\'s committed offsets) or JSON {"topic": {"0": 42}}',
+        default="earliest")  # fmt: skip
+    add(run, "--snapshot-interval", "seconds between snapshots of each partition's state "
+        "(0: none)", default=30.0, type=float)  # fmt: skip
+    add(run, "--snapshot-dir", "where snapshots go: path or URL (s3://, gs://, hdfs://)",
+        default="<checkpoint-dir>/state")  # fmt: skip
+    add(run, "--snapshots-kept", "snapshots kept per partition", default=3, type=int)
+    add(run, "--grace", "seconds a stop waits for the running epoch to commit",
+        default=10.0, type=float)  # fmt: skip
+    add_http(run, 9100)
+    run.add_argument(
+        "--create-topics",
+        action="store_true",
+        help="create missing output topics with the group's partition count",
+    )
+    run.add_argument("--until-caught-up", action="store_true",
+                     help="process what is there now, then exit")  # fmt: skip
+    run.add_argument("--spark-ui", action="store_true",
+                     help="turn the Spark UI on (its address is logged)")  # fmt: skip
+    run.set_defaults(run=_run)
+
+
+def _dirs(args: argparse.Namespace, group: str, several: bool) -> tuple[str | None, str | None]:
+    state = None if args.state_dir.startswith("./goka-state/<") else args.state_dir
+    checkpoint = None if args.checkpoint_dir.startswith("<") else args.checkpoint_dir
+    if several:
+        state = str(Path(state) / group) if state else None
+        checkpoint = str(Path(checkpoint) / group) if checkpoint else None
+    return state, checkpoint
+
+
+def _processors(args: argparse.Namespace) -> list[Any]:
+    import os
+
+    from goka.graph import load_graph
+
+    if args.spark_ui:
+        os.environ["GOKA_SPARK_UI"] = "1"
+    specs = args.graphs or [s for s in os.environ.get("GOKA_GRAPHS", "").split(",") if s]
+    if not specs:
+        raise UsageError("no group graph: pass module:attribute (or set GOKA_GRAPHS)")
+    graphs = [load_graph(spec) for spec in specs]
+    groups = Counter(g.group for g in graphs)
+    if any(n > 1 for n in groups.values()):
+        raise UsageError(f"a group is given twice: {sorted(g for g, n in groups.items() if n > 1)}")
+    from goka.spark import Processor
+
+    made = []
+    for graph in graphs:
+        state, checkpoint = _dirs(args, graph.group, len(graphs) > 1)
+        made.append(Processor(
+            graph, brokers(args), master=args.master, state_dir=state, checkpoint_dir=checkpoint,
+            mode=args.mode, trigger=args.trigger, epoch=args.epoch,
+            commit_interval=args.commit_interval, on_error=args.on_error,
+            max_offsets_per_trigger=args.max_offsets_per_trigger,
+            starting_offsets=args.starting_offsets, snapshot_interval=args.snapshot_interval,
+            snapshot_dir=None if args.snapshot_dir.startswith("<") else args.snapshot_dir,
+            snapshots_kept=args.snapshots_kept, broker_timeout=args.broker_timeout,
+        ))  # fmt: skip
+    return made
+
+
+def _run(args: argparse.Namespace, stop: threading.Event) -> int:
+    from goka.web.http import HttpService
+
+    processors = _processors(args)
+    for processor in processors:  # every check before any query starts
+        processor.create_topics() if args.create_topics else processor.prepare_topics()
+    if len(processors) > 1:
+        from goka.spark import build_session
+
+        names = "+".join(p.graph.group for p in processors)
+        session = build_session(names, args.master)
+        for processor in processors:
+            processor.use_session(session)
+    started = threading.Event()
+    http = HttpService(
+        args.http_host, args.http_port,
+        ready=lambda: started.is_set() and all(p.status()["active"] for p in processors),
+    )  # fmt: skip
+    print(f"http {http.url} (/metrics, /healthz, /readyz)", flush=True)
+
+    def stopper() -> None:
+        stop.wait()
+        log.info("stopping: the running epochs commit (up to %.0f s)", args.grace)
+        for processor in processors:
+            processor.stop(grace=args.grace)
+
+    threading.Thread(target=stopper, name="goka-stop", daemon=True).start()
+    try:
+        if args.until_caught_up:
+            return _until_caught_up(processors, args.on_error)
+        for processor in processors:
+            processor.start()
+        started.set()
+        running = list(processors)
+        while running:
+            for processor in list(running):
+                if processor.wait(0.5):
+                    running.remove(processor)
+        return 0
+    except BaseException:
+        for processor in processors:
+            processor.stop(grace=0)
+        raise
+    finally:
+        http.close()
+
+
+def _until_caught_up(processors: list[Any], on_error: str) -> int:
+    from goka.partition_table import ORIGINS
+
+    for processor in processors:
+        batches = processor.run_until_caught_up()
+        processed = sum(b.processed for b in batches)
+        failed = sum(b.failed for b in batches)
+        dead = sum(b.dead_letters for b in batches)
+        stores: Counter[str] = sum((b.stores for b in batches), Counter())
+        listing = ", ".join(f"{stores[o]} {o}" for o in ORIGINS)
+        outcome = {"fail": "", "skip": f" ({failed} skipped)",
+                   "dead_letter": f" ({dead} dead-lettered)"}[on_error]  # fmt: skip
+        print(f"caught up: {processed} messages{outcome} in {len(batches)} batches; "
+              f"stores: {listing}", flush=True)  # fmt: skip
+    return 0
