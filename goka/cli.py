@@ -100,7 +100,7 @@ def _fail(exc: BaseException, code: int, debug: bool) -> int:
         traceback.print_exception(exc)
     message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     print(f"goka: error: {message}", file=sys.stderr, flush=True)
-    hint = HINTS.get(type(exc).__name__)
+    hint = HINTS.get(getattr(exc, "cause", "") or type(exc).__name__)
     if hint:
         print(f"goka: {hint}", file=sys.stderr, flush=True)
     return code

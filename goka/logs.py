@@ -42,8 +42,11 @@ def configure(level: str | None = None, fmt: str | None = None) -> None:
     handler = logging.StreamHandler()
     handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(TEXT_FORMAT))
     logging.basicConfig(level=level, handlers=[handler], force=True)
-    for noisy in ("py4j", "py4j.clientserver", "py4j.java_gateway"):
+    for noisy in ("py4j", "py4j.java_gateway"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    # a failing foreachBatch call is logged there with its traceback, and the query's error
+    # that follows says the same: goka reports it once
+    logging.getLogger("py4j.clientserver").setLevel(logging.CRITICAL)
 
 
 _TIMINGS = re.compile(r"\d+(\.\d+)?\s*ms|\d{4,}")  # "after 12ms", ports and ids that vary

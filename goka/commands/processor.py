@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import threading
 from collections import Counter
 from pathlib import Path
@@ -127,13 +128,10 @@ def _run(args: argparse.Namespace, stop: threading.Event) -> int:
     processors = _processors(args)
     for processor in processors:  # every check before any query starts
         processor.create_topics() if args.create_topics else processor.prepare_topics()
-    if len(processors) > 1:
-        from goka.spark import build_session
-
-        names = "+".join(p.graph.group for p in processors)
-        session = build_session(names, args.master)
-        for processor in processors:
-            processor.use_session(session)
+    session = processors[0].spark()  # one session (application) for every group
+    for processor in processors[1:]:
+        processor.use_session(session)
+    _take_signals_back(stop)  # PySpark's SparkContext installs its own SIGINT handler
     started = threading.Event()
     http = HttpService(
         args.http_host, args.http_port,
@@ -166,6 +164,13 @@ def _run(args: argparse.Namespace, stop: threading.Event) -> int:
         raise
     finally:
         http.close()
+
+
+def _take_signals_back(stop: threading.Event) -> None:
+    """Ctrl-C stops like SIGTERM (PySpark's handler would cancel the jobs and raise
+    KeyboardInterrupt in the middle of a call to the JVM)."""
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
 
 
 def _until_caught_up(processors: list[Any], on_error: str) -> int:

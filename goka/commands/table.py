@@ -21,8 +21,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     get.add_argument("keys", nargs="+", metavar="KEY", help="keys")
     scan = sub.add_parser("scan", help="print keys and values in key order (JSON lines)")
     scan.add_argument("table", help="table topic")
-    scan.add_argument("--prefix", default="", help="only keys starting with this")
-    scan.add_argument("--start", default="", help="first key (inclusive)")
+    scan.add_argument("--prefix", default="", help="only keys starting with this (default: all)")
+    scan.add_argument("--start", default="", help="first key, inclusive (default: the first)")
     scan.add_argument("--limit", type=int, default=100, help="most entries (0: all; default 100)")
     for parser in (get, scan):
         add(parser, "--view", "the view service's gRPC address", default="127.0.0.1:50051")

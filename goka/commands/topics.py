@@ -5,8 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 import threading
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from goka.commands.options import UsageError, add, add_brokers, brokers
+
+if TYPE_CHECKING:
+    from goka.kafka import KafkaAdmin
+    from goka.kafka.config import Brokers
 
 __all__ = ["register"]
 
@@ -27,6 +33,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     describe.add_argument("names", nargs="+", metavar="TOPIC", help="topic names")
     for parser in (create, listing, describe):
         add_brokers(parser)
+        add(parser, "--timeout", "seconds to wait for the brokers", default=10.0, type=float)
     create.set_defaults(run=_create)
     listing.set_defaults(run=_list)
     describe.set_defaults(run=_describe)
@@ -38,7 +45,7 @@ def _create(args: argparse.Namespace, stop: threading.Event) -> int:
     if args.partitions < 1:
         raise UsageError(f"--partitions must be at least 1, got {args.partitions}")
     config = TopicManagerConfig(partitions=args.partitions, replication=args.replication)
-    manager = TopicManager(brokers(args), config)
+    manager = TopicManager(brokers(args), config, admin_builder=_admin(args))
     for name in args.names:
         ensure = manager.ensure_table_exists if args.table else manager.ensure_stream_exists
         existed = manager.exists(name)
@@ -48,10 +55,14 @@ def _create(args: argparse.Namespace, stop: threading.Event) -> int:
     return 0
 
 
-def _list(args: argparse.Namespace, stop: threading.Event) -> int:
+def _admin(args: argparse.Namespace) -> Callable[[Brokers, Mapping[str, Any]], KafkaAdmin]:
     from goka.kafka import KafkaAdmin
 
-    topics = KafkaAdmin(brokers(args)).topics()
+    return lambda brokers, config: KafkaAdmin(brokers, config, timeout=args.timeout)
+
+
+def _list(args: argparse.Namespace, stop: threading.Event) -> int:
+    topics = _admin(args)(brokers(args), {}).topics()
     if args.json:
         print(json.dumps(topics, sort_keys=True))
     else:
@@ -62,9 +73,8 @@ def _list(args: argparse.Namespace, stop: threading.Event) -> int:
 
 def _describe(args: argparse.Namespace, stop: threading.Event) -> int:
     from goka.errors import TopicError
-    from goka.kafka import KafkaAdmin
 
-    admin = KafkaAdmin(brokers(args))
+    admin = _admin(args)(brokers(args), {})
     known = admin.topics()
     missing = [n for n in args.names if n not in known]
     if missing:

@@ -16,6 +16,7 @@ __all__ = ["codec_from_spec", "register"]
 
 log = logging.getLogger("goka.view")
 
+SIMPLE = ("bytes", "string", "int64", "json")
 CODECS = "bytes, string, int64, json, avro:SCHEMA.avsc, avro-registry:URL, protobuf:MODULE.CLASS"
 
 
@@ -28,7 +29,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "Scan, Info, health, reflection) and HTTP (/tables/..., /metrics, /healthz, /readyz).",
     )  # fmt: skip
     serve.add_argument("--table", action="append",
-                       help="table topic to serve (repeatable; env GOKA_TABLES, "
+                       help="table topic to serve, repeatable (no default; env GOKA_TABLES, "
                        "comma-separated)")  # fmt: skip
     serve.add_argument("--codec", action="append",
                        help=f"codec of the values: {CODECS}; one for all tables or one per "
@@ -57,6 +58,8 @@ def codec_from_spec(spec: str, table: str) -> Any:
     from goka.errors import ConfigurationError
 
     kind, _, argument = spec.partition(":")
+    if kind not in ("avro", "avro-registry", "protobuf") and (argument or kind not in SIMPLE):
+        raise UsageError(f"--codec {spec!r}: expected one of {CODECS}")
     try:
         if kind == "avro" and argument:
             return AvroCodec(Path(argument).read_text())

@@ -38,11 +38,21 @@ __all__ = ["MODES", "BatchSummary", "Processor", "ProcessorFailed"]
 MODES = ("micro-batch", "continuous", "available-now")
 
 log = logging.getLogger(__name__)
+#: Spark's logging: warnings, without its start-up chatter (replace with $GOKA_SPARK_LOG4J).
+LOG4J = str(Path(__file__).with_name("log4j2.properties"))
 _GOKA_ERROR = re.compile(r"goka\.errors\.(\w+): (.*)")
 
 
 class ProcessorFailed(GokaError):
-    """The streaming query stopped with an error (the message says where and why)."""
+    """The streaming query stopped with an error (the message says where and why).
+
+    Attributes:
+        cause: the class name of the task's goka error (e.g. ``ProcessingError``), or "".
+    """
+
+    def __init__(self, message: str, cause: str = "") -> None:
+        super().__init__(message)
+        self.cause = cause
 
 
 @dataclass
@@ -248,6 +258,7 @@ class Processor:
         self._continuous = False  # the running query is continuous
         self._stop_signal = StopSignal(f"{self.checkpoint_dir.rstrip('/')}/goka-stop")
         self._partitions = 0
+        self._reported = False  # the first commit was logged
         self._seen: dict[tuple[str, int], tuple[int, float]] = {}  # offset, when first seen
         self._lock = threading.Lock()
         self.batches: list[BatchSummary] = []
@@ -357,6 +368,9 @@ class Processor:
         query = writer.start()
         with self._lock:
             self._query, self._continuous = query, continuous
+        how = f"epochs of {self.epoch:g} s" if continuous else f"every {self.trigger}"
+        log.info("group %s: query started (%s)", self.graph.group,
+                 "available now" if available_now else how)  # fmt: skip
         if continuous:  # Spark reports an epoch at its end: follow the tasks' commits meanwhile
             threading.Thread(target=self._follow, args=(query,), name="goka-progress",
                              daemon=True).start()  # fmt: skip
@@ -401,7 +415,12 @@ class Processor:
     def _update_lag(self) -> None:
         """Set the lag metrics from the group's commits (off the path between epochs)."""
         try:
-            self.metrics.partition_lag(self.partition_status())
+            status = self.partition_status()
+            self.metrics.partition_lag(status)
+            if not self._reported and any(s["offset"] is not None for s in status):
+                self._reported = True
+                lag = sum(s["lag"] or 0 for s in status)
+                log.info("group %s: processing; lag %s records", self.graph.group, f"{lag:,}")
         except GokaError as exc:
             log.warning("group %s: lag not updated: %s", self.graph.group, exc)
 
@@ -571,7 +590,8 @@ def _translate(exc: StreamingQueryException) -> GokaError:
     found = _GOKA_ERROR.findall(text)  # the task's own error, inside Spark's wrapping
     if found:
         name, message = found[-1]
-        return ProcessorFailed(f"{name}: {message}" if name != "ProcessingError" else message)
+        text = f"{name}: {message}" if name != "ProcessingError" else message
+        return ProcessorFailed(text, cause=name)
     return ProcessorFailed(text.splitlines()[0] if text else repr(exc))
 
 
@@ -592,9 +612,12 @@ def build_session(group: str, master: str | None = None) -> SparkSession:
         .config("spark.ui.enabled", "true" if os.environ.get("GOKA_SPARK_UI") else "false")
         .config("spark.sql.streaming.stopGracefullyOnShutdown", "true")
         .config("spark.python.worker.reuse", "true")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.adaptive.enabled", "false")  # streaming queries cannot use it
         .config(
             "spark.driver.extraJavaOptions",
-            os.environ.get("GOKA_SPARK_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1"),
+            os.environ.get("GOKA_SPARK_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1")
+            + f" -Dlog4j2.configurationFile={os.environ.get('GOKA_SPARK_LOG4J', LOG4J)}",
         )
     )
     if not master and not os.environ.get("PYSPARK_GATEWAY_PORT"):  # spark-submit's --master rules

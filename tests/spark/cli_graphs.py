@@ -1,0 +1,20 @@
+"""Graphs for ``goka processor run`` subprocesses, on topics named by the environment."""
+
+import os
+
+from examples.click_count.group import count
+from goka import Context, Int64Codec, StringCodec, define_group, input, persist
+
+TOPIC = os.environ.get("GOKA_TEST_TOPIC", "cli-clicks")
+
+
+def count_or_fail(ctx: Context[int], page: str) -> None:
+    if page == "/boom":
+        raise ValueError(f"cannot count page {page}")
+    count(ctx, page)
+
+
+failing = define_group(f"{TOPIC}-failing", input(TOPIC, StringCodec(), count_or_fail),
+                       persist(Int64Codec()))  # fmt: skip
+first = define_group(f"{TOPIC}-first", input(TOPIC, StringCodec(), count), persist(Int64Codec()))
+second = define_group(f"{TOPIC}-second", input(TOPIC, StringCodec(), count), persist(Int64Codec()))
