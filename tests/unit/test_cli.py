@@ -112,11 +112,11 @@ def test_running_cli_py_as_a_file_does_not_shadow_grpcio() -> None:
     """spark-submit runs goka/cli.py as a script: goka/ must not be first on sys.path."""
     import goka.cli
 
-    code, out, err = subprocess.run(
+    helped = subprocess.run(
         [sys.executable, goka.cli.__file__, "view", "serve", "--help"],
         capture_output=True, text=True, timeout=60,
-    ).returncode, "", ""  # fmt: skip
-    assert code == 0
+    )  # fmt: skip
+    assert helped.returncode == 0, helped.stderr
     result = subprocess.run(
         [sys.executable, goka.cli.__file__, "table", "get", "t", "k", "--view", "127.0.0.1:1",
          "--timeout", "1"], capture_output=True, text=True, timeout=60,
