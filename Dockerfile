@@ -1,5 +1,6 @@
-# One image for every goka-py program: `docker run IMAGE processor run module:graph ...`,
-# `docker run IMAGE view serve ...`, `docker run IMAGE broker`. tests/integration/test_dockerfile.py
+# One image for every goka-py program, all through the one `goka` command line:
+# `docker run IMAGE processor run module:graph ...`, `docker run IMAGE view serve ...`,
+# `docker run IMAGE broker`; every flag can be set as GOKA_<FLAG> instead. tests/integration/test_dockerfile.py
 # runs this file's install and entrypoint steps in a fresh virtualenv.
 FROM python:3.11-slim-bookworm
 
@@ -12,7 +13,10 @@ ENV JAVA_HOME=/usr/lib/jvm/java-17-openjdk-amd64 \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
     PYSPARK_PYTHON=/usr/local/bin/python \
-    PYTHONPATH=/app
+    PYTHONPATH=/app \
+    GOKA_HOST=0.0.0.0 \
+    GOKA_HTTP_HOST=0.0.0.0
+# ^ inside a container the ports must be reachable from outside it (the defaults are 127.0.0.1)
 
 RUN useradd --create-home --uid 10001 goka
 
@@ -24,7 +28,7 @@ COPY pyproject.toml setup.py README.md ./
 COPY goka ./goka
 RUN apt-get update \
     && apt-get install -y --no-install-recommends gcc libc6-dev \
-    && pip install ".[broker,web]" \
+    && pip install ".[all]" \
     && cd / \
     && python -c "import goka._speedups" \
     && rm -rf /build \

@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-fast check lint format typecheck bench proto clean
+.PHONY: demo test test-fast check lint format typecheck bench proto docs clean
 
 $(STAMP): pyproject.toml setup.py goka/_speedups.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -47,8 +47,13 @@ bench: $(STAMP) $(QUIX)
 	$(PY) -m bench.view
 	$(PY) -m bench.processor
 
+# the reference pages come from the code (a test checks they are current); the site is strict
+docs: $(STAMP)
+	$(PY) -m tools.gen_docs
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet -d site
+
 proto: $(STAMP)
 	$(PY) -m tools.gen_proto
 
 clean:
-	rm -rf $(VENV) .venv-quix .mypy_cache .ruff_cache .pytest_cache build goka/_speedups*.so
+	rm -rf $(VENV) .venv-quix .mypy_cache .ruff_cache .pytest_cache build site goka/_speedups*.so

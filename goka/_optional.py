@@ -24,6 +24,5 @@ EXTRAS = {
 def missing_extra(module: str, extra: str, part: str) -> ImportError:
     """The error for ``part`` needing ``module``, which ``goka-py[extra]`` installs."""
     return ImportError(
-        f"{part} needs {module}, which is not installed: pip install 'goka-py[{extra}]' "
-        f"(or 'goka-py[all]')"
+        f"{part}: {module} is not installed; pip install 'goka-py[{extra}]' (or 'goka-py[all]')"
     )

@@ -150,10 +150,12 @@ class _EmitterCollector(Collector):
         with _STATS_LOCK:
             stats = list(_STATS.items())
         delivered = CounterMetricFamily(
-            "goka_emitter_messages", "Messages emitted and acknowledged", labels=["topic"]
+            "goka_emitter_delivered_messages",
+            "Messages emitted and acknowledged by the brokers",
+            labels=["topic"],
         )
         failed = CounterMetricFamily(
-            "goka_emitter_failures", "Messages whose delivery failed", labels=["topic"]
+            "goka_emitter_failed_messages", "Messages whose delivery failed", labels=["topic"]
         )
         latency = HistogramMetricFamily(
             "goka_emitter_delivery_latency_seconds",
@@ -199,7 +201,7 @@ def _view_families() -> dict[str, Any]:
                 "goka_view_applied_records", "Table records applied to the view", ["table"]
             )
             _VIEW_METRICS["lag"] = Gauge(
-                "goka_view_lag",
+                "goka_view_lag_records",
                 "Records between the view and the table's end",
                 ["table", "partition"],
             )
@@ -233,8 +235,8 @@ class ViewMetrics:
 
     def state(self, state: str) -> None:
         """Mark ``state`` as the current one."""
-        for name in _VIEW_STATES:
-            self._state.labels(self._table, name).set(1 if name == state else 0)
+        for name in _VIEW_STATES:  # label values without spaces: catching_up
+            self._state.labels(self._table, name.replace(" ", "_")).set(1 if name == state else 0)
 
 
 def view_metrics(table: str) -> ViewMetrics:

@@ -35,6 +35,7 @@ class Output:
         self.table_end: int | None = None
         self.table_offset = store.offsets().get((config.graph.table, partition))
         self.errors: list[str] = []
+        self.emitted: dict[str, int] = {}  # per output topic
 
     def _on_delivery(self, error: Any, message: Any) -> None:
         if error is not None:
@@ -47,9 +48,9 @@ class Output:
 
     def send(self, result: BatchResult, summary: PartitionSummary) -> None:
         """Produce ``result``'s effects (and its dead letters) and count them in ``summary``."""
-        counts = _send_effects(
-            self.producer, result, self.partition, self._on_delivery, self._on_last_table_update
-        )
+        counts = _send_effects(self.producer, result, self.partition, self._on_delivery,
+                               self._on_last_table_update, self.emitted)  # fmt: skip
+        summary.emitted = json.dumps(self.emitted)
         summary.table_updates += counts[0]
         summary.emits += counts[1]
         summary.loopbacks += counts[2]
@@ -100,8 +101,10 @@ def _send_effects(
     partition: int,
     on_delivery: Callable[[Any, Any], None],
     on_last_table_update: Callable[[Any, Any], None],
+    emitted: dict[str, int],
 ) -> tuple[int, int, int]:
-    """Produce the effects in order; return the counts of table updates, emits, loopbacks."""
+    """Produce the effects in order; return the counts of table updates, emits, loopbacks,
+    and add the emits per topic to ``emitted``."""
     counts = {TABLE: 0, EMIT: 0, LOOP: 0}
     last = max((i for i, e in enumerate(result.effects) if e[0] == TABLE), default=-1)
     for index, (kind, topic, key, data, headers, source) in enumerate(result.effects):
@@ -112,6 +115,8 @@ def _send_effects(
             callback = on_last_table_update if index == last else on_delivery
             _send(producer, topic, data, key, callback, provenance, source[4], partition)
         else:
+            if kind == EMIT:
+                emitted[topic] = emitted.get(topic, 0) + 1
             _send(producer, topic, data, key, on_delivery, headers, source[4], -1)
     return counts[TABLE], counts[EMIT], counts[LOOP]
 

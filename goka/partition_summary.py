@@ -49,7 +49,8 @@ class PartitionSummary(Counts):
     ``store`` says how the group store was made current: reused, opened, caught_up, restored,
     rebuilt or created (see :mod:`goka.partition_table`). ``started_at`` is when the task began
     (unix seconds), ``ready_seconds`` how long it took to lease and recover its stores.
-    ``uploads`` lists the snapshot uploads this worker finished since its previous summary, of
+    ``emitted`` counts the emitted messages per output topic (JSON). ``uploads`` lists the
+    snapshot uploads this worker finished since its previous summary, of
     any partition (JSON).
     """
 
@@ -62,6 +63,7 @@ class PartitionSummary(Counts):
     ends: str = ""
     errors: str = ""
     uploads: str = ""
+    emitted: str = ""
 
     def count(self, recovery: Recovery, lease: Lease) -> None:
         """Add what recovering a store did."""

@@ -24,13 +24,30 @@ def _families() -> dict[str, Any]:
         if not _FAMILIES:
             labels = ["group"]
             _FAMILIES.update(
-                processed=Counter("goka_processor_messages", "Messages processed", labels),
-                table=Counter("goka_processor_table_updates", "Group table updates", labels),
-                emits=Counter("goka_processor_emits", "Messages emitted and looped", labels),
-                errors=Counter(
-                    "goka_processor_errors", "Messages that failed", [*labels, "policy"]
+                processed=Counter(
+                    "goka_processor_messages", "Input messages processed (failed included)", labels
                 ),
-                replayed=Counter("goka_processor_replayed", "Messages skipped as replays", labels),
+                table=Counter("goka_processor_table_updates", "Group table updates", labels),
+                emitted=Counter(
+                    "goka_processor_emitted_messages",
+                    "Messages emitted (ctx.emit), per topic",
+                    [*labels, "topic"],
+                ),
+                loopbacks=Counter(
+                    "goka_processor_loopback_messages",
+                    "Messages looped back (ctx.loopback)",
+                    labels,
+                ),
+                errors=Counter(
+                    "goka_processor_failed_messages",
+                    "Input messages whose callback failed, by --on-error policy",
+                    [*labels, "policy"],
+                ),
+                replayed=Counter(
+                    "goka_processor_replayed_messages",
+                    "Input messages skipped as replays of committed ones",
+                    labels,
+                ),
                 duration=Histogram(
                     "goka_processor_batch_duration_seconds",
                     "Longest task of each micro-batch",
@@ -38,7 +55,7 @@ def _families() -> dict[str, Any]:
                     buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
                 ),
                 lag=Gauge(
-                    "goka_processor_lag",
+                    "goka_processor_lag_records",
                     "Records not processed yet",
                     [*labels, "topic", "partition"],
                 ),
@@ -106,7 +123,9 @@ class ProcessorMetrics:
         f, g = self._f, self.group
         f["processed"].labels(g).inc(summary.processed)
         f["table"].labels(g).inc(summary.table_updates)
-        f["emits"].labels(g).inc(summary.emits + summary.loopbacks)
+        for topic, count in summary.emitted.items():
+            f["emitted"].labels(g, topic).inc(count)
+        f["loopbacks"].labels(g).inc(summary.loopbacks)
         f["errors"].labels(g, policy).inc(summary.failed)
         f["replayed"].labels(g).inc(summary.replayed)
         f["corrupt"].labels(g).inc(summary.corrupt_stores)

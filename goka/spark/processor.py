@@ -72,6 +72,7 @@ class BatchSummary(Counts):
     seconds: float = 0.0
     finished_at: float = 0.0
     errors: list[str] = field(default_factory=list)
+    emitted: Counter[str] = field(default_factory=Counter)
     partitions: list[PartitionSummary] = field(default_factory=list)
 
     @property
@@ -89,6 +90,7 @@ class BatchSummary(Counts):
             summary.seconds = max(summary.seconds, part.seconds)
             summary.errors += json.loads(part.errors or "[]")
             summary.uploads += json.loads(part.uploads or "[]")
+            summary.emitted.update(json.loads(part.emitted or "{}"))
         return summary
 
     def describe(self) -> str:

@@ -86,7 +86,7 @@ def test_dockerfile_install_and_entrypoint_work(tmp_path: Path) -> None:
     goka = [str(bin_dir / entrypoint[0])]
     assert "processor" in subprocess.run(goka + command, env=env, capture_output=True, text=True,
                                          check=True).stdout  # fmt: skip
-    for sub in (["processor", "run", "--help"], ["view", "serve", "--help"]):
+    for sub in (["processor", "run", "--help"], ["view", "serve", "--help"], ["--version"]):
         subprocess.run(goka + sub, env=env, capture_output=True, check=True)
     with subprocess.Popen([*goka, "broker"], env=env, stdout=subprocess.PIPE, text=True) as broker:
         assert broker.stdout is not None

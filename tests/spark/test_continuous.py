@@ -75,7 +75,9 @@ def test_records_are_processed_as_they_arrive_and_stop_ends_the_epoch(
     labels = [{"group": graph.group, "topic": topic, "partition": str(p)} for p in (0, 1)]
     wait_for(lambda: sum(REGISTRY.get_sample_value("goka_processor_committed_offset", label) or 0
                          for label in labels) == 800, 10, "metrics within the epoch")  # fmt: skip
-    assert all(REGISTRY.get_sample_value("goka_processor_lag", label) == 0 for label in labels)
+    assert all(
+        REGISTRY.get_sample_value("goka_processor_lag_records", label) == 0 for label in labels
+    )
     assert len(status) == 2 and all(p["committed_at"] for p in processor.partition_status())
     assert processor.batches == []  # all of it within the first epoch
     assert running.stop(within=30) < 15  # not the 600 s epoch

@@ -244,7 +244,7 @@ def test_skip_policy_counts_and_goes_on(
     _bad_input(brokers, topic)
     before = (
         REGISTRY.get_sample_value(
-            "goka_processor_errors_total", {"group": graph.group, "policy": "skip"}
+            "goka_processor_failed_messages_total", {"group": graph.group, "policy": "skip"}
         )
         or 0
     )
@@ -253,7 +253,7 @@ def test_skip_policy_counts_and_goes_on(
     assert "offset 2 key 'poison'" in batches[0].errors[0]
     assert table_of(brokers, graph.table, Int64Codec()) == {"k": 3}
     after = REGISTRY.get_sample_value(
-        "goka_processor_errors_total", {"group": graph.group, "policy": "skip"}
+        "goka_processor_failed_messages_total", {"group": graph.group, "policy": "skip"}
     )
     assert after == before + 1
 

@@ -123,7 +123,7 @@ def _sample(name: str, **labels: str) -> float:
 
 
 def test_deliveries_failures_and_latency_are_exported_to_prometheus(make_emitter: Any) -> None:
-    before = [_sample("goka_emitter_messages_total"), _sample("goka_emitter_failures_total"),
+    before = [_sample("goka_emitter_delivered_messages_total"), _sample("goka_emitter_failed_messages_total"),
               _sample("goka_emitter_delivery_latency_seconds_count"),
               _sample("goka_emitter_delivery_latency_seconds_bucket", le="0.001")]  # fmt: skip
     emitter, producer = make_emitter()
@@ -132,8 +132,8 @@ def test_deliveries_failures_and_latency_are_exported_to_prometheus(make_emitter
     producer.fail_with = FakeError("boom")
     with pytest.raises(DeliveryError):
         emitter.emit_sync("a", "3", timeout=5)
-    assert _sample("goka_emitter_messages_total") == before[0] + 2
-    assert _sample("goka_emitter_failures_total") == before[1] + 1
+    assert _sample("goka_emitter_delivered_messages_total") == before[0] + 2
+    assert _sample("goka_emitter_failed_messages_total") == before[1] + 1
     assert _sample("goka_emitter_delivery_latency_seconds_count") == before[2] + 2
     # the fake reports 1 ms: counted in the le="0.001" bucket (upper bounds are inclusive)
     assert _sample("goka_emitter_delivery_latency_seconds_bucket", le="0.001") == before[3] + 2
