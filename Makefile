@@ -15,7 +15,15 @@ $(STAMP): pyproject.toml setup.py goka/_speedups.c
 demo: $(STAMP)
 	$(PY) -m examples.click_count.demo
 
-test: $(STAMP)
+# headless Chromium for the browser tests of the web pages (Debian packages; never downloaded
+# at run time): installed here when missing, as everything else the tests need
+BROWSER := /usr/bin/chromedriver
+$(BROWSER):
+	apt-get install -y -q chromium chromium-driver >/dev/null 2>&1 \
+	  || (apt-get update -q >/dev/null && apt-get install -y -q chromium chromium-driver >/dev/null) \
+	  || echo "could not install chromium and chromium-driver: the browser tests will be skipped"
+
+test: $(STAMP) $(BROWSER)
 	$(PY) -m pytest
 
 test-fast: $(STAMP)

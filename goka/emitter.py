@@ -36,7 +36,7 @@ from goka.kafka.producer import (
     probe_message,
 )
 from goka.keys import key_bytes
-from goka.metrics import EmitterStats, PyEmitterStats, emitter_stats, register
+from goka.metrics import LATENCY_BUCKETS, EmitterStats, PyEmitterStats, emitter_stats, register
 
 __all__ = ["Emitter"]
 
@@ -484,6 +484,21 @@ class Emitter(Generic[V]):
             self._producer.purge()
             self._producer.flush(1.0)
 
+    def status(self) -> dict[str, Any]:
+        """What a status page shows: topic, messages delivered and failed (of every emitter of
+        this topic in the process), queued now, delivery latency percentiles (upper bucket
+        bounds, seconds) and whether this emitter is closed."""
+        counts = self._stats.bucket_counts()
+        return {
+            "topic": self.topic,
+            "delivered": self._stats.delivered,
+            "failed": self._stats.failed,
+            "queued": 0 if self._closed else len(self._producer),
+            "latency_p50_seconds": _percentile(counts, 0.50),
+            "latency_p99_seconds": _percentile(counts, 0.99),
+            "closed": self._closed,
+        }
+
     @property
     def closed(self) -> bool:
         """True once :meth:`close` was called."""
@@ -516,3 +531,16 @@ def _millis(timestamp: Timestamp | None) -> int:
     if isinstance(timestamp, dt.datetime):
         return int(timestamp.timestamp() * 1000)
     return int(timestamp)
+
+
+def _percentile(counts: list[int], q: float) -> float | None:
+    """The upper bound of the latency bucket holding the ``q`` quantile (None: no data)."""
+    total = sum(counts)
+    if not total:
+        return None
+    running = 0
+    for bound, count in zip((*LATENCY_BUCKETS, float("inf")), counts, strict=True):
+        running += count
+        if running >= q * total:
+            return bound
+    return float("inf")

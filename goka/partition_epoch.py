@@ -28,6 +28,8 @@ log = logging.getLogger(__name__)
 
 #: How long an epoch waits for records before it checks the clock and the stop signal.
 _POLL_SECONDS = 0.05
+#: The fewest records an epoch asks a poll for (it asks for more while they are quick).
+_MIN_CHUNK = 100
 
 
 def run_epoch(
@@ -83,14 +85,21 @@ def _run_epoch(
         for epoch in epochs.values():
             epoch.summary.ready_seconds = time.monotonic() - started
         next_commit = time.monotonic() + interval
+        size = _MIN_CHUNK  # records per poll: as many as half a commit interval processes
         try:
             while True:
                 now = time.monotonic()
                 if now >= until or stop():
                     break
                 wait = max(0.0, min(_POLL_SECONDS, until - now, next_commit - now))
-                for partition, rows in tail.poll(CHUNK, wait).items():
+                polled = tail.poll(size, wait)
+                began, count = time.monotonic(), 0
+                for partition, rows in polled.items():
                     epochs[partition].apply(rows)
+                    count += len(rows)
+                if count:  # a slow callback must not hold a commit back for a whole chunk
+                    per_record = max(1e-7, (time.monotonic() - began) / count)
+                    size = int(min(CHUNK, max(_MIN_CHUNK, interval / 2 / per_record)))
                 if time.monotonic() >= next_commit:
                     for epoch in epochs.values():
                         epoch.commit()

@@ -40,6 +40,8 @@ from goka.worker import Lease
 __all__ = ["ORIGINS", "Recovery", "StoreRecovery", "checked_watermarks"]
 
 log = logging.getLogger(__name__)
+#: How often a long replay says how far it got.
+_PROGRESS_SECONDS = 2.0
 
 #: How a store was made current, cheapest first (see the module docstring).
 ORIGINS = ("reused", "opened", "caught_up", "restored", "rebuilt", "created")
@@ -250,8 +252,14 @@ class StoreRecovery:
         rows_of = self.reader.read(
             self.partition, {self.topic: (start, end)}, self.read_timeout, CHUNK
         )
+        shown = time.monotonic()
         for rows in rows_of:
             read += len(rows)
+            if time.monotonic() - shown >= _PROGRESS_SECONDS:
+                shown = time.monotonic()
+                log.info("group %s: restoring partition %d (%s): %s of %s records",
+                         self.group, self.partition, self.topic, f"{read:,}",
+                         f"{end - start:,}")  # fmt: skip
             first = _apply(batch, rows, starts)
             skipped = first if skipped is None else skipped
             if len(batch.values) >= CHUNK:

@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from goka.errors import StorageCorruptError, StorageLockedError
+from goka.logs import configure
 from goka.storage import Storage, StorageBuilder, move_aside
 from goka.storage.snapshots import SnapshotStore, Staged, UploadReport, remove_abandoned
 
@@ -145,6 +146,8 @@ class Worker:
         global _current
         with _current_lock:
             if _current is None or _current._pid != os.getpid():
+                if os.environ.get("GOKA_LOG_LEVEL") and not logging.getLogger().handlers:
+                    configure()  # a Spark Python worker of `goka processor run`: log as it does
                 _current = cls()
                 atexit.register(_current.close)
             return _current

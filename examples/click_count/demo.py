@@ -9,12 +9,14 @@ what was sent, and shuts everything down with SIGTERM.
 
 from __future__ import annotations
 
+import argparse
 import os
 import random
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from collections import Counter
@@ -55,6 +57,7 @@ class Service:
 
     def __init__(self, name: str, args: list[str], workdir: Path, env: dict[str, str]) -> None:
         self.name = name
+        self.http_url = ""  # the service's HTTP port (monitor), once read from its output
         self.log_path = workdir / f"{name}.log"
         self._log: IO[str] = self.log_path.open("w")
         self.process = subprocess.Popen(
@@ -138,7 +141,9 @@ def start_view(brokers: str, workdir: Path) -> tuple[Service, str]:
     view = Service("view", ["view", "serve", "--table", TABLE, "--codec", "int64", "--brokers",
                             brokers, "--path", str(workdir / "views"), "--host", "127.0.0.1",
                             "--port", "0", "--http-port", "0"], workdir, env)  # fmt: skip
-    return view, view.first_line().split()[-1]
+    address = view.first_line().split()[-1]  # "view server listening on HOST:PORT"
+    view.http_url = view.first_line().split()[1]  # "http URL (...)"
+    return view, address
 
 
 def fire(url: str, clicks: int, users: int, seed: int = 7) -> Counter[str]:
@@ -175,17 +180,23 @@ def wait_counts(client: ViewClient, sent: Counter[str], timeout: float) -> dict[
 
 
 def run(brokers: str, workdir: Path, *, clicks: int = 3_000, users: int = 20,
-        kill_processor_midway: bool = False) -> DemoResult:  # fmt: skip
+        kill_processor_midway: bool = False,
+        keep_running: threading.Event | None = None) -> DemoResult:  # fmt: skip
     """Run the whole pipeline against ``brokers``; see the module docstring."""
     started = time.monotonic()
     manager = TopicManager(brokers)
     manager.ensure_stream_exists(TOPIC, PARTITIONS)
     manager.ensure_table_exists(TABLE, PARTITIONS)
     processor = start_processor(brokers, workdir)
+    processor_url = processor.first_line().split()[1]  # "http URL (...)"
     view, address = start_view(brokers, workdir)
     result = DemoResult(Counter(), {})
     try:
         with WebApp(brokers) as web, ViewClient(address) as client:
+            print(f"processor monitor   {processor_url}/\n"
+                  f"view monitor        {view.http_url}/\n"
+                  f"table browser       {view.http_url}/browse?table={TABLE}\n"
+                  f"emitter status      {web.url}/goka/emitters", flush=True)  # fmt: skip
             fired_at = time.monotonic()
             half = clicks // 2
             result.sent = fire(web.url, half, users)
@@ -203,6 +214,9 @@ def run(brokers: str, workdir: Path, *, clicks: int = 3_000, users: int = 20,
             result.memory_mb = {"processor": processor.memory_mb(), "view": view.memory_mb(),
                                 "web app and demo": _own_rss(os.getpid()) / 1024}  # fmt: skip
             result.counts = wait_counts(client, result.sent, timeout=180)
+            if keep_running is not None:
+                print("everything stays up (--keep-running); Ctrl-C ends the demo", flush=True)
+                keep_running.wait()
     finally:
         processor.stop()
         view.stop()
@@ -211,10 +225,20 @@ def run(brokers: str, workdir: Path, *, clicks: int = 3_000, users: int = 20,
 
 
 def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--keep-running", action="store_true",
+                        help="leave everything up after the run until Ctrl-C, to look at the "
+                        "monitor pages")  # fmt: skip
+    args = parser.parse_args()
+    stop: threading.Event | None = None
+    if args.keep_running:
+        stop = threading.Event()
+        signal.signal(signal.SIGINT, lambda *_: stop.set())
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
     with EmbeddedBroker() as broker, tempfile.TemporaryDirectory(prefix="goka-demo-") as scratch:
         print(f"embedded broker at {broker.bootstrap}; starting processor (Spark), view server "
               "and web app...", flush=True)  # fmt: skip
-        result = run(broker.bootstrap, Path(scratch))
+        result = run(broker.bootstrap, Path(scratch), keep_running=stop)
     print(f"\n{'user':<10} {'clicks sent':>12} {'count (gRPC view)':>18}")
     for user in sorted(result.sent):
         print(f"{user:<10} {result.sent[user]:>12} {result.counts.get(user, 0):>18}")

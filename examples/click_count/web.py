@@ -16,6 +16,7 @@ from werkzeug.serving import BaseWSGIServer, make_server
 
 from examples.click_count.group import TOPIC
 from goka import Emitter, StringCodec
+from goka.web.emitters import flask_blueprint
 
 
 def create_app(emitter: Emitter[str]) -> Flask:
@@ -37,6 +38,7 @@ def create_app(emitter: Emitter[str]) -> Flask:
     def metrics() -> Response:
         return Response(generate_latest(), mimetype=CONTENT_TYPE_LATEST)
 
+    app.register_blueprint(flask_blueprint([emitter]))  # /goka/emitters and .json
     return app
 
 

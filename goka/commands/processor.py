@@ -124,29 +124,33 @@ def _processors(args: argparse.Namespace) -> list[Any]:
 
 def _run(args: argparse.Namespace, stop: threading.Event) -> int:
     from goka.web.http import HttpService
+    from goka.web.monitor import ProcessorMonitor
 
     processors = _processors(args)
     for processor in processors:  # every check before any query starts
         processor.create_topics() if args.create_topics else processor.prepare_topics()
-    session = processors[0].spark()  # one session (application) for every group
-    for processor in processors[1:]:
-        processor.use_session(session)
-    _take_signals_back(stop)  # PySpark's SparkContext installs its own SIGINT handler
     started = threading.Event()
+
+    def spark_ui() -> str | None:
+        return processors[0].spark().sparkContext.uiWebUrl if args.spark_ui and \
+            started.is_set() else None  # fmt: skip
+
+    monitor = ProcessorMonitor(processors, spark_ui=spark_ui)
     http = HttpService(
         args.http_host, args.http_port,
+        alive=lambda: not any(p.failure for p in processors),
         ready=lambda: started.is_set() and all(p.status()["active"] for p in processors),
+        routes=[monitor.handle],
     )  # fmt: skip
-    print(f"http {http.url} (/metrics, /healthz, /readyz)", flush=True)
-
-    def stopper() -> None:
-        stop.wait()
-        log.info("stopping: the running epochs commit (up to %.0f s)", args.grace)
-        for processor in processors:
-            processor.stop(grace=args.grace)
-
-    threading.Thread(target=stopper, name="goka-stop", daemon=True).start()
+    print(f"http {http.url} (monitor /, /metrics, /healthz, /readyz)", flush=True)
     try:
+        monitor.start()  # the page shows the groups while Spark starts
+        session = processors[0].spark()  # one session (application) for every group
+        for processor in processors[1:]:
+            processor.use_session(session)
+        _take_signals_back(stop)  # PySpark's SparkContext installs its own SIGINT handler
+        threading.Thread(target=_stopper, args=(stop, processors, args.grace),
+                         name="goka-stop", daemon=True).start()  # fmt: skip
         if args.until_caught_up:
             return _until_caught_up(processors, args.on_error)
         for processor in processors:
@@ -163,7 +167,15 @@ def _run(args: argparse.Namespace, stop: threading.Event) -> int:
             processor.stop(grace=0)
         raise
     finally:
+        monitor.close()
         http.close()
+
+
+def _stopper(stop: threading.Event, processors: list[Any], grace: float) -> None:
+    stop.wait()
+    log.info("stopping: the running epochs commit (up to %.0f s)", grace)
+    for processor in processors:
+        processor.stop(grace=grace)
 
 
 def _take_signals_back(stop: threading.Event) -> None:

@@ -14,7 +14,9 @@ from goka.codec import Codec
 from goka.grpc.server import TlsConfig, ViewServer
 from goka.kafka.config import Brokers
 from goka.view import View, ViewState
+from goka.web.browser import TableBrowser
 from goka.web.http import HttpService
+from goka.web.monitor import ViewMonitor
 from goka.web.tables import TableReads
 
 __all__ = ["ServeConfig", "serve"]
@@ -59,20 +61,25 @@ def serve(config: ServeConfig, stop: threading.Event) -> int:
                         max_streams=config.max_streams,
                         stream_idle_timeout=config.stream_idle_timeout)  # fmt: skip
     http: HttpService | None = None
+    monitor = ViewMonitor(lambda: views)
     try:
         if config.http_port is not None:
+            by_table = {v.table: v for v in views}
+            browser = TableBrowser(lambda: by_table, monitor.links())
             http = HttpService(
                 config.http_host, config.http_port,
                 alive=lambda: all(v.state is not ViewState.FAILED for v in views),
                 ready=lambda: all(v.recovered and v.state is ViewState.RUNNING for v in views),
-                routes=[TableReads({v.table: v for v in views}).handle],
+                routes=[TableReads(by_table).handle, browser.handle, monitor.handle],
             )  # fmt: skip
         for view in views:
             view.start()
         server.start()
+        monitor.start()
         print(f"view server listening on {server.address}", flush=True)
         if http is not None:
-            print(f"http {http.url} (/tables, /metrics, /healthz, /readyz)", flush=True)
+            print(f"http {http.url} (monitor /, table browser /browse, /tables, /metrics, "
+                  "/healthz, /readyz)", flush=True)  # fmt: skip
         while not stop.wait(0.5):
             failed = [v for v in views if v.state is ViewState.FAILED]
             if failed:
@@ -81,6 +88,7 @@ def serve(config: ServeConfig, stop: threading.Event) -> int:
         log.info("stopping: %.0f s for running requests", config.grace)
         return 0
     finally:
+        monitor.close()
         server.stop(grace=config.grace)
         for view in views:
             view.close()

@@ -261,6 +261,7 @@ class Processor:
         self._stop_signal = StopSignal(f"{self.checkpoint_dir.rstrip('/')}/goka-stop")
         self._partitions = 0
         self._reported = False  # the first commit was logged
+        self.failure: str | None = None  # why the query failed (see wait)
         self._seen: dict[tuple[str, int], tuple[int, float]] = {}  # offset, when first seen
         self._lock = threading.Lock()
         self.batches: list[BatchSummary] = []
@@ -457,9 +458,10 @@ class Processor:
         try:
             ended = bool(query.awaitTermination(timeout))  # type: ignore[arg-type]  # takes floats
         except StreamingQueryException as exc:
+            error = _translate(exc)
             with self._lock:
-                self._query = None
-            raise _translate(exc) from None
+                self._query, self.failure = None, str(error)
+            raise error from None
         if ended:
             with self._lock:
                 self._query = None

@@ -1,6 +1,7 @@
 """Graphs for ``goka processor run`` subprocesses, on topics named by the environment."""
 
 import os
+import time
 
 from examples.click_count.group import count
 from goka import Context, Int64Codec, StringCodec, define_group, input, persist
@@ -18,3 +19,12 @@ failing = define_group(f"{TOPIC}-failing", input(TOPIC, StringCodec(), count_or_
                        persist(Int64Codec()))  # fmt: skip
 first = define_group(f"{TOPIC}-first", input(TOPIC, StringCodec(), count), persist(Int64Codec()))
 second = define_group(f"{TOPIC}-second", input(TOPIC, StringCodec(), count), persist(Int64Codec()))
+
+
+def count_slowly(ctx: Context[int], page: str) -> None:
+    time.sleep(0.0005)  # a backlog takes seconds, so the monitor can watch the lag go down
+    count(ctx, page)
+
+
+slow = define_group(f"{TOPIC}-slow", input(TOPIC, StringCodec(), count_slowly),
+                    persist(Int64Codec()))  # fmt: skip

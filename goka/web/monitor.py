@@ -1,0 +1,277 @@
+"""Monitor pages of the processor and view services, like Go Goka's web monitor.
+
+Each service mounts its monitor's :meth:`handle` as a route of its HTTP port: ``/`` is the page,
+``/api/monitor`` its JSON. A sampler thread reads the figures every ``interval`` seconds; pages
+and their refreshes only read the last sample, so watching costs the service nothing more.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from goka.web.pages import REFRESH_JS, e, html_page, json_response, table
+from goka.web.tables import Response
+
+__all__ = ["Monitor", "ProcessorMonitor", "ViewMonitor"]
+
+log = logging.getLogger(__name__)
+
+
+def _clock(at: float | None) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(at)) if at else ""
+
+
+class Monitor:
+    """Samples ``sample()`` every ``interval`` seconds on a thread; serves page and JSON."""
+
+    title = "goka"
+    interval = 2.0
+
+    def __init__(self, *, interval: float = 2.0, history: int = 300) -> None:
+        self.interval = interval
+        self._last: dict[str, Any] = {}
+        self._history: collections.deque[dict[str, float]] = collections.deque(maxlen=history)
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="goka-monitor", daemon=True)
+
+    def start(self) -> Monitor:
+        self._refresh()
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._refresh()
+
+    def _refresh(self) -> None:
+        try:
+            sample = self.sample()
+        except Exception:  # a failed sample keeps the previous one on the page
+            log.exception("monitor sample failed")
+            return
+        with self._lock:
+            self._last = sample
+            self._history.append(sample.pop("point"))
+
+    def snapshot(self) -> dict[str, Any]:
+        """The last sample, with the chart's points."""
+        with self._lock:
+            return {**self._last, "history": list(self._history)}
+
+    def sample(self) -> dict[str, Any]:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def page(self) -> str:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def links(self) -> list[tuple[str, str]]:
+        return [("monitor", "/"), ("metrics", "/metrics"), ("ready", "/readyz")]
+
+    def handle(self, target: str) -> Response | None:
+        """Answer ``/`` and ``/api/monitor``; None for other paths."""
+        path = target.split("?", 1)[0]
+        if path == "/api/monitor":
+            return json_response(self.snapshot())
+        if path in ("/", "/monitor"):
+            return html_page(self.title, self.page(), links=self.links(),
+                             script=REFRESH_JS + self.script())  # fmt: skip
+        return None
+
+    def script(self) -> str:  # pragma: no cover - overridden
+        return ""
+
+
+class ProcessorMonitor(Monitor):
+    """The processors of one ``goka processor run`` (groups, edges, partitions, errors)."""
+
+    title = "goka processor"
+
+    def __init__(self, processors: Sequence[Any], *, spark_ui: Callable[[], str | None] =
+                 lambda: None, interval: float = 2.0) -> None:  # fmt: skip
+        super().__init__(interval=interval)
+        self.processors = list(processors)
+        self.spark_ui = spark_ui
+        self._offsets: dict[tuple[str, str, int], tuple[int, float]] = {}
+
+    def links(self) -> list[tuple[str, str]]:
+        ui = self.spark_ui()
+        return [*super().links(), *([("Spark UI", ui)] if ui else [])]
+
+    def sample(self) -> dict[str, Any]:
+        groups, total_rate, total_lag, now = [], 0.0, 0, time.time()
+        for processor in self.processors:
+            group = self._group(processor, now)
+            total_rate += sum(row[6] for row in group["partitions"])
+            total_lag += sum(row[3] or 0 for row in group["partitions"])
+            groups.append(group)
+        point = {"t": now, "records_per_s": round(total_rate, 1), "lag": total_lag}
+        return {"groups": groups, "point": point, "spark_ui": self.spark_ui()}
+
+    def _group(self, processor: Any, now: float) -> dict[str, Any]:
+        status = processor.status()
+        failure = getattr(processor, "failure", None)
+        try:
+            parts = processor.partition_status() if status["partitions"] or status["active"] \
+                else []  # fmt: skip
+        except Exception as exc:  # brokers unreachable: show it, keep sampling
+            parts, failure = [], failure or f"partition status: {exc}"
+        batches = processor.batches
+        rows = []
+        for part in parts:
+            key = (processor.graph.group, part["topic"], part["partition"])
+            offset, rate = part["offset"], 0.0
+            before = self._offsets.get(key)
+            if offset is not None:
+                if before is not None and now > before[1]:
+                    rate = max(0.0, (offset - before[0]) / (now - before[1]))
+                self._offsets[key] = (offset, now)
+            state = ("failed" if failure else "idle" if not status["active"]
+                     else "restoring" if offset is None else "running")  # fmt: skip
+            rows.append([part["partition"], part["topic"], offset, part["lag"], state,
+                         _clock(part["committed_at"]), round(rate, 1)])  # fmt: skip
+        errors = [err for b in batches[-20:] for err in b.errors][-20:]
+        return {
+            "group": processor.graph.group, "mode": processor.mode, "active": status["active"],
+            "failure": failure, "edges": [edge.describe() for edge in processor.graph.edges()],
+            "partitions": rows, "batches": len(batches),
+            "processed": sum(b.processed for b in batches),
+            "dead_letters": sum(b.dead_letters for b in batches),
+            "failed": sum(b.failed for b in batches), "errors": errors,
+            "last_batch": _clock(batches[-1].finished_at) if batches else "",
+        }  # fmt: skip
+
+    def page(self) -> str:
+        snapshot, parts = self.snapshot(), []
+        for i, group in enumerate(snapshot.get("groups", [])):
+            parts.append(
+                f"<h2>group {e(group['group'])} <span class='muted'>({e(group['mode'])})</span>"
+                f"</h2><p id='summary-{i}'>{e(_summary(group))}</p>"
+                + table(["edge"], [[edge] for edge in group["edges"]])
+                + "<h2>partitions</h2>"
+                + table(
+                    ["partition", "topic", "offset", "lag", "state", "last commit", "records/s"],
+                    group["partitions"],
+                    ident=f"partitions-{i}",
+                    numeric=(0, 2, 3, 6),
+                )
+                + "<h2>recent errors</h2>"
+                + table(["error"], [[err] for err in group["errors"]], ident=f"errors-{i}")
+            )
+        chart = "<h2>records/s and lag</h2><svg id='chart' width='600' height='140'></svg>"
+        return "".join(parts) + chart
+
+    def script(self) -> str:
+        return """
+every(2000, '/api/monitor', doc => {
+  doc.groups.forEach((g, i) => {
+    fill('partitions-' + i, g.partitions, [0, 2, 3, 6]);
+    fill('errors-' + i, g.errors.map(x => [x]), []);
+    const s = document.getElementById('summary-' + i);
+    if (s) s.textContent = summary(g);
+  });
+  chart('chart', doc.history, [['records_per_s', '#1f6feb'], ['lag', '#b3261e']]);
+});
+function summary(g) {
+  return (g.failure ? 'FAILED: ' + g.failure + '; ' : (g.active ? 'running; ' : 'stopped; ')) +
+    g.batches + ' batches, ' + g.processed + ' records, ' + g.failed + ' failed, ' +
+    g.dead_letters + ' dead letters' + (g.last_batch ? ', last batch ' + g.last_batch : '');
+}
+"""
+
+
+def _summary(group: dict[str, Any]) -> str:
+    head = f"FAILED: {group['failure']}; " if group["failure"] else (
+        "running; " if group["active"] else "stopped; ")  # fmt: skip
+    tail = f", last batch {group['last_batch']}" if group["last_batch"] else ""
+    return (f"{head}{group['batches']} batches, {group['processed']} records, "
+            f"{group['failed']} failed, {group['dead_letters']} dead letters{tail}")  # fmt: skip
+
+
+class ViewMonitor(Monitor):
+    """The views of one ``goka view serve``: state, partitions, gRPC request rates."""
+
+    title = "goka view"
+
+    def __init__(self, views: Callable[[], Sequence[Any]], *, interval: float = 2.0) -> None:
+        super().__init__(interval=interval)
+        self.views = views
+        self._requests: tuple[float, dict[str, float]] | None = None
+
+    def links(self) -> list[tuple[str, str]]:
+        return [*super().links(), ("table browser", "/browse")]
+
+    def sample(self) -> dict[str, Any]:
+        tables, now = [], time.time()
+        for view in self.views():
+            stats = view.stats()
+            rows = [[p, s.offset, s.high_watermark, s.lag] for p, s in sorted(
+                stats.partitions.items())]  # fmt: skip
+            tables.append({"table": view.table, "codec": view.codec.name,
+                           "state": stats.state.value, "recovered": stats.recovered,
+                           "applied": stats.applied, "lag": stats.lag,
+                           "partitions": rows})  # fmt: skip
+        rates = self._rates(now)
+        point = {"t": now, "requests_per_s": round(sum(r for _, r in rates), 1),
+                 "lag": sum(t["lag"] or 0 for t in tables)}  # fmt: skip
+        return {"tables": tables, "requests": rates, "point": point}
+
+    def _rates(self, now: float) -> list[tuple[str, float]]:
+        from prometheus_client import REGISTRY
+
+        counts: dict[str, float] = collections.defaultdict(float)
+        for family in REGISTRY.collect():
+            if family.name == "goka_grpc_requests":
+                for sample in family.samples:
+                    if sample.name.endswith("_total"):
+                        counts[sample.labels["method"]] += sample.value
+        before, self._requests = self._requests, (now, dict(counts))
+        if before is None or now <= before[0]:
+            return [(m, 0.0) for m in sorted(counts)]
+        return [(m, round((c - before[1].get(m, 0.0)) / (now - before[0]), 1))
+                for m, c in sorted(counts.items())]  # fmt: skip
+
+    def page(self) -> str:
+        snapshot, parts = self.snapshot(), []
+        for i, t in enumerate(snapshot.get("tables", [])):
+            parts.append(
+                f"<h2>table {e(t['table'])} <span class='muted'>({e(t['codec'])})</span></h2>"
+                f"<p>state <b id='state-{i}' class='state-{e(t['state'].replace(' ', '_'))}'>"
+                f"{e(t['state'])}</b>; <span id='applied-{i}'>{e(t['applied'])}</span> records "
+                f"applied; <a href='/browse?table={e(t['table'])}'>browse</a></p>"
+                + table(
+                    ["partition", "offset", "end", "lag"],
+                    t["partitions"],
+                    ident=f"partitions-{i}",
+                    numeric=(0, 1, 2, 3),
+                )
+            )
+        parts.append("<h2>gRPC requests/s</h2>" + table(
+            ["method", "requests/s"], snapshot.get("requests", []), ident="requests",
+            numeric=(1,)))  # fmt: skip
+        parts.append("<h2>requests/s and lag</h2>"
+                     "<svg id='chart' width='600' height='140'></svg>")  # fmt: skip
+        return "".join(parts)
+
+    def script(self) -> str:
+        return """
+every(2000, '/api/monitor', doc => {
+  doc.tables.forEach((t, i) => {
+    fill('partitions-' + i, t.partitions, [0, 1, 2, 3]);
+    const s = document.getElementById('state-' + i);
+    if (s) { s.textContent = t.state; s.className = 'state-' + t.state.replace(' ', '_'); }
+    const a = document.getElementById('applied-' + i);
+    if (a) a.textContent = String(t.applied);
+  });
+  fill('requests', doc.requests, [1]);
+  chart('chart', doc.history, [['requests_per_s', '#1f6feb'], ['lag', '#b3261e']]);
+});
+"""
