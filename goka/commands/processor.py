@@ -70,6 +70,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     add(run, "--grace", "seconds a stop waits for the running epoch to commit",
         default=10.0, type=float)  # fmt: skip
     add_http(run, 9100)
+    add(run, "--tls-cert", "PEM certificate chain: the HTTP port serves HTTPS")
+    add(run, "--tls-key", "PEM private key of the certificate")
+    add(run, "--tls-client-ca", "PEM CA of client certificates: serve only clients it signed")
     run.add_argument(
         "--create-topics",
         action="store_true",
@@ -126,6 +129,7 @@ def _run(args: argparse.Namespace, stop: threading.Event) -> int:
     from goka.web.http import HttpService
     from goka.web.monitor import ProcessorMonitor
 
+    tls = _tls(args)
     processors = _processors(args)
     for processor in processors:  # every check before any query starts
         processor.create_topics() if args.create_topics else processor.prepare_topics()
@@ -140,7 +144,7 @@ def _run(args: argparse.Namespace, stop: threading.Event) -> int:
         args.http_host, args.http_port,
         alive=lambda: not any(p.failure for p in processors),
         ready=lambda: started.is_set() and all(p.status()["active"] for p in processors),
-        routes=[monitor.handle],
+        routes=[monitor.handle], tls=tls,
     )  # fmt: skip
     print(f"http {http.url} (monitor /, /metrics, /healthz, /readyz)", flush=True)
     try:
@@ -169,6 +173,14 @@ def _run(args: argparse.Namespace, stop: threading.Event) -> int:
     finally:
         monitor.close()
         http.close()
+
+
+def _tls(args: argparse.Namespace) -> tuple[str, str, str | None] | None:
+    if bool(args.tls_cert) != bool(args.tls_key):
+        raise UsageError("--tls-cert and --tls-key go together")
+    if args.tls_client_ca and not args.tls_cert:
+        raise UsageError("--tls-client-ca needs --tls-cert and --tls-key (mutual TLS is TLS)")
+    return (args.tls_cert, args.tls_key, args.tls_client_ca) if args.tls_cert else None
 
 
 def _stopper(stop: threading.Event, processors: list[Any], grace: float) -> None:

@@ -71,6 +71,9 @@ def serve(config: ServeConfig, stop: threading.Event) -> int:
                 alive=lambda: all(v.state is not ViewState.FAILED for v in views),
                 ready=lambda: all(v.recovered and v.state is ViewState.RUNNING for v in views),
                 routes=[TableReads(by_table).handle, browser.handle, monitor.handle],
+                tls=None if config.tls is None else (
+                    str(config.tls.cert_file), str(config.tls.key_file),
+                    None if config.tls.client_ca_file is None else str(config.tls.client_ca_file)),
             )  # fmt: skip
         for view in views:
             view.start()

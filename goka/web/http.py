@@ -5,11 +5,13 @@ whatever routes the service adds (table reads)."""
 from __future__ import annotations
 
 import json
+import ssl
 import threading
 from collections.abc import Callable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 
+from goka.errors import ConfigurationError
 from goka.web.tables import Response
 
 __all__ = ["HttpService", "Route"]
@@ -33,6 +35,11 @@ class HttpService:
         alive: answers ``/healthz`` (200 if true, else 503).
         ready: answers ``/readyz`` likewise.
         routes: more endpoints, asked in order before the built-in ones.
+        tls: ``(cert_file, key_file, client_ca_file or None)``: serve HTTPS with the service's
+            certificate; with a client CA, only clients presenting a certificate it signed.
+
+    Raises:
+        ConfigurationError: a TLS file cannot be read or does not hold what it should.
     """
 
     def __init__(
@@ -43,6 +50,7 @@ class HttpService:
         alive: Callable[[], bool] = lambda: True,
         ready: Callable[[], bool] = lambda: True,
         routes: Sequence[Route] = (),
+        tls: tuple[str, str, str | None] | None = None,
     ) -> None:
         builtin: dict[str, Callable[[], Response]] = {
             "/metrics": _metrics,
@@ -65,8 +73,15 @@ class HttpService:
             def log_message(self, format: str, *args: object) -> None:
                 pass  # probes every few seconds would flood the log
 
+        context = None if tls is None else _tls_context(*tls)  # fails before a port is taken
         self._server = ThreadingHTTPServer((host, port), Handler)
         self._server.daemon_threads = True
+        self.scheme = "http"
+        if context is not None:
+            self._server.socket = context.wrap_socket(
+                self._server.socket, server_side=True, do_handshake_on_connect=False
+            )  # the handshake happens in the request's thread, not in the accepting one
+            self.scheme = "https"
         self.host, self.port = host, int(self._server.server_address[1])
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="goka-http", daemon=True
@@ -77,7 +92,7 @@ class HttpService:
     def url(self) -> str:
         """``http://host:port`` (a wildcard host is shown as 127.0.0.1)."""
         host = "127.0.0.1" if self.host in ("0.0.0.0", "") else self.host
-        return f"http://{host}:{self.port}"
+        return f"{self.scheme}://{host}:{self.port}"
 
     def close(self) -> None:
         """Stop serving. Idempotent."""
@@ -94,6 +109,18 @@ class HttpService:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def _tls_context(cert: str, key: str, client_ca: str | None) -> ssl.SSLContext:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    try:
+        context.load_cert_chain(cert, key)
+        if client_ca:
+            context.load_verify_locations(client_ca)
+            context.verify_mode = ssl.CERT_REQUIRED
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigurationError(f"HTTPS: cannot use {cert}, {key}: {exc}") from exc
+    return context
 
 
 def _metrics() -> Response:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 import urllib.error
 import urllib.request
 
@@ -43,3 +44,36 @@ def test_listens_only_on_its_host() -> None:
         assert _get(f"http://127.0.0.2:{http.port}/healthz")[0] == 200
         with pytest.raises(ConnectionRefusedError):
             socket.create_connection(("127.0.0.1", http.port), timeout=2).close()
+
+
+def test_https_and_mutual_tls(tmp_path: Path) -> None:
+    import ssl
+
+    from ..integration.certs import CertificateAuthority
+
+    ca = CertificateAuthority(tmp_path / "ca")
+    cert, key = ca.issue("localhost", server=True)
+    trust = ssl.create_default_context(cafile=str(ca.cert_file))
+    with HttpService(tls=(str(cert), str(key), None)) as http:
+        assert http.url.startswith("https://127.0.0.1:")
+        url = f"https://localhost:{http.port}/healthz"
+        with urllib.request.urlopen(url, timeout=5, context=trust) as answer:
+            assert answer.status == 200
+        with pytest.raises(urllib.error.URLError):  # not trusted without the CA
+            urllib.request.urlopen(url, timeout=5)
+    client_cert, client_key = ca.issue("client", server=False)
+    with HttpService(tls=(str(cert), str(key), str(ca.cert_file))) as http:
+        url = f"https://localhost:{http.port}/healthz"
+        with pytest.raises((urllib.error.URLError, ssl.SSLError, ConnectionError)):
+            urllib.request.urlopen(url, timeout=5, context=trust)  # no client certificate
+        mutual = ssl.create_default_context(cafile=str(ca.cert_file))
+        mutual.load_cert_chain(str(client_cert), str(client_key))
+        with urllib.request.urlopen(url, timeout=5, context=mutual) as answer:
+            assert answer.status == 200
+
+
+def test_unreadable_tls_files_are_a_configuration_error(tmp_path: Path) -> None:
+    from goka.errors import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="HTTPS: cannot use"):
+        HttpService(tls=(str(tmp_path / "no.pem"), str(tmp_path / "no.key"), None))
