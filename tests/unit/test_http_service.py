@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import socket
-from pathlib import Path
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 
