@@ -35,6 +35,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 import confluent_kafka
@@ -45,6 +46,8 @@ from goka.dev import EmbeddedBroker
 from goka.kafka.config import consumer_config, producer_config
 from goka.spark import Processor, build_session
 from goka.topic_manager import TopicManagerConfig
+from goka.web.http import HttpService
+from goka.web.monitor import ProcessorMonitor
 
 PARTITIONS = 4
 KEYS = 100_000
@@ -123,14 +126,27 @@ def goka_run(spark: object, brokers: str, topic: str, batch: int) -> tuple[float
         shutil.rmtree(state, ignore_errors=True)
 
 
-def goka_continuous(spark: object, brokers: str, topic: str, messages: int) -> tuple[float, float]:
+def goka_continuous(spark: object, brokers: str, topic: str, messages: int,
+                    monitored: bool = False) -> tuple[float, float]:  # fmt: skip
     """Throughput in continuous mode: the whole run, and the steady state (from the first
-    commit on), from the group's committed offsets polled every 0.2 s."""
+    commit on), from the group's committed offsets polled every 0.2 s. ``monitored``: with
+    the monitor page served and a browser's refreshes (the page, then its JSON every 2 s)."""
     graph = define_group(f"{topic}-c{time.monotonic_ns()}", input(topic, StringCodec(), count),
                          persist(Int64Codec()))  # fmt: skip
     state = Path(tempfile.mkdtemp(prefix="goka-bench-"))
     processor = Processor(graph, brokers, spark=spark, state_dir=state,  # type: ignore[arg-type]
                           checkpoint_dir=state / "checkpoint", mode="continuous")  # fmt: skip
+    watching = threading.Event()
+    if monitored:
+        monitor = ProcessorMonitor([processor]).start()
+        http = HttpService(routes=[monitor.handle])
+
+        def watch() -> None:
+            urllib.request.urlopen(f"{http.url}/", timeout=10).read()
+            while not watching.wait(2.0):
+                urllib.request.urlopen(f"{http.url}/api/monitor", timeout=10).read()
+
+        threading.Thread(target=watch, daemon=True).start()
     try:
         started = time.time()
         runner = threading.Thread(target=processor.run, daemon=True)
@@ -151,6 +167,10 @@ def goka_continuous(spark: object, brokers: str, topic: str, messages: int) -> t
         assert first is not None
         return messages / (ended - started), (messages - first[1]) / (ended - first[0])
     finally:
+        watching.set()
+        if monitored:
+            monitor.close()
+            http.close()
         shutil.rmtree(state, ignore_errors=True)
 
 
@@ -339,10 +359,14 @@ def main() -> None:
     parser.add_argument("--fetch-wait", type=int, default=10,
                         help="fetch.wait.max.ms of the processor and of the tail that measures "
                         "latency (default 10)")  # fmt: skip
-    parser.add_argument("--only", choices=["throughput", "latency", "start"],
+    parser.add_argument("--only", choices=["throughput", "latency", "start", "monitor"],
                         help="run one part of the bench")  # fmt: skip
     args = parser.parse_args()
     with EmbeddedBroker() as broker:
+        if args.only == "monitor":
+            spark = build_session("bench", "local[2]")
+            monitor_cost(spark, broker.bootstrap, args)
+            spark.stop()
         if args.only in (None, "throughput", "latency"):
             spark = build_session("bench", "local[2]")
             spark.sparkContext.setLogLevel("ERROR")
@@ -391,6 +415,25 @@ def throughput(spark: object, brokers: str, args: argparse.Namespace) -> None:
     cont = [c / m if m else float("nan") for c, m in zip(cont_steady, steady, strict=True)]
     print(f"continuous / micro-batch steady: {summary(cont)}   (target >= 1)")
     print(f"quixstreams          : {quix}")
+
+
+def monitor_cost(spark: object, brokers: str, args: argparse.Namespace) -> None:
+    """Continuous steady throughput with the monitor page open and refreshing vs without,
+    alternating in the same session (the order reversed every other run)."""
+    topic = "bench-clicks"
+    fill(brokers, topic, args.messages)
+    plain, watched = [], []
+    for run in range(1, args.runs + 1):
+        order = (False, True) if run % 2 else (True, False)
+        for monitored in order:
+            _, steady = goka_continuous(spark, brokers, topic, args.messages, monitored)
+            (watched if monitored else plain).append(steady)
+        print(f"run {run}: without {plain[-1]:,.0f} msg/s   with the monitor open "
+              f"{watched[-1]:,.0f} msg/s", flush=True)  # fmt: skip
+    ratios = [w / p for w, p in zip(watched, plain, strict=True)]
+    print(f"continuous steady without monitor: {summary(plain)}")
+    print(f"continuous steady, monitor open  : {summary(watched)}")
+    print(f"with / without                   : {summary(ratios)}   (target >= 0.95)")
 
 
 def latencies(spark: object, brokers: str, seconds: int, fetch_wait: int) -> None:

@@ -411,8 +411,11 @@ class Processor:
         log.info("group %s %s", self.graph.group, summary.describe())
 
     def _follow(self, query: StreamingQuery) -> None:
-        """Update the lag and offset metrics every ``progress_interval`` while ``query`` runs."""
-        while not self._stopping.wait(self.progress_interval) and query.isActive:
+        """Update the lag and offset metrics every ``progress_interval`` while ``query`` runs
+        (every second until the first commit, which the log announces)."""
+        while not self._stopping.wait(self.progress_interval if self._reported else 1.0):
+            if not query.isActive:
+                return
             self._update_lag()
 
     def _update_lag(self) -> None:
