@@ -143,7 +143,7 @@ def _run(args: argparse.Namespace, stop: threading.Event) -> int:
     http = HttpService(
         args.http_host, args.http_port,
         alive=lambda: not any(p.failure for p in processors),
-        ready=lambda: started.is_set() and all(p.status()["active"] for p in processors),
+        ready=lambda: started.is_set() and all(p.active for p in processors),
         routes=[monitor.handle], tls=tls,
     )  # fmt: skip
     print(f"http {http.url} (monitor /, /metrics, /healthz, /readyz)", flush=True)

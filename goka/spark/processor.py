@@ -38,6 +38,8 @@ __all__ = ["MODES", "BatchSummary", "Processor", "ProcessorFailed"]
 MODES = ("micro-batch", "continuous", "available-now")
 
 log = logging.getLogger(__name__)
+#: Seconds a partition status answers every caller (the metrics and the monitor page).
+_STATUS_FRESH = 0.1
 #: Spark's logging: warnings, without its start-up chatter (replace with $GOKA_SPARK_LOG4J).
 LOG4J = str(Path(__file__).with_name("log4j2.properties"))
 _GOKA_ERROR = re.compile(r"goka\.errors\.(\w+): (.*)")
@@ -262,6 +264,9 @@ class Processor:
         self._partitions = 0
         self._reported = False  # the first commit was logged
         self.failure: str | None = None  # why the query failed (see wait)
+        self._status_lock = threading.Lock()
+        self._status: tuple[list[dict[str, Any]] | None, float] = (None, 0.0)
+        self._status_clients: tuple[RangeReader, EndOffsets] | None = None
         self._seen: dict[tuple[str, int], tuple[int, float]] = {}  # offset, when first seen
         self._lock = threading.Lock()
         self.batches: list[BatchSummary] = []
@@ -468,6 +473,8 @@ class Processor:
         if ended:
             with self._lock:
                 self._query = None
+            with self._status_lock:
+                self.close_status_clients()
         return ended
 
     def run_until_caught_up(self, timeout: float | None = None) -> list[BatchSummary]:
@@ -497,6 +504,8 @@ class Processor:
         finally:
             with self._lock:
                 self._query = None
+            with self._status_lock:
+                self.close_status_clients()
 
     def stop(self, grace: float = 10.0) -> None:
         """Stop the query after the current micro-batch; in continuous mode, its tasks end
@@ -519,6 +528,18 @@ class Processor:
 
         threading.Thread(target=stop, name="goka-processor-stop", daemon=True).start()
 
+    @property
+    def active(self) -> bool:
+        """True while the query runs (one cheap call to the JVM)."""
+        with self._lock:
+            query = self._query
+        return query is not None and bool(query.isActive)
+
+    @property
+    def prepared(self) -> bool:
+        """True once the topics were checked (the partition count is known)."""
+        return self._partitions > 0
+
     def status(self) -> dict[str, Any]:
         """The query's status and last progress, and goka's batch counts."""
         with self._lock:
@@ -537,30 +558,52 @@ class Processor:
         """Per partition and input topic: the group's committed offset, the lag behind the
         partition's end and when the offset was committed (unix seconds; None: never). The
         time is the commit's own (its metadata) where the broker keeps commit metadata, else
-        when this processor first saw the offset (the embedded broker drops metadata)."""
-        topics = self.graph.input_topics()
-        reader, ends = (
-            RangeReader(self.brokers, self.kafka_config),
-            EndOffsets(self.brokers, self.kafka_config),
-        )
-        try:
-            high = ends.high([(t, p) for t in topics for p in range(self._partitions)])
-            found = []
-            for p in range(self._partitions):
-                committed = reader.committed(self.graph.group, p, topics)
-                for topic in topics:
-                    offset, note = committed.get(topic, (None, ""))
-                    lag = high[(topic, p)] - offset if offset is not None else None
-                    seen = self._seen.get((topic, p))
-                    if offset is not None and (seen is None or seen[0] != offset):
-                        self._seen[(topic, p)] = seen = (offset, time.time())
-                    at = _commit_time(note) or (seen[1] if offset is not None and seen else None)
-                    found.append({"topic": topic, "partition": p, "offset": offset,
-                                  "lag": lag, "committed_at": at})  # fmt: skip
+        when this processor first saw the offset (the embedded broker drops metadata).
+
+        Callers within ``fresh`` seconds of each other (the metrics, the monitor page) share
+        one answer, and the clients that ask the brokers are kept between calls."""
+        with self._status_lock:
+            cached, at = self._status
+            if cached is not None and time.monotonic() - at < _STATUS_FRESH:
+                return cached
+            try:
+                found = self._read_partition_status()
+            except BaseException:
+                self.close_status_clients()
+                raise
+            self._status = (found, time.monotonic())
             return found
-        finally:
-            reader.close()
-            ends.close()
+
+    def close_status_clients(self) -> None:
+        """Close the clients :meth:`partition_status` keeps (it makes new ones when asked).
+        Called when the query ended."""
+        clients, self._status_clients = self._status_clients, None
+        if clients is not None:
+            clients[0].close()
+            clients[1].close()
+
+    def _read_partition_status(self) -> list[dict[str, Any]]:
+        topics = self.graph.input_topics()
+        if self._status_clients is None:
+            self._status_clients = (
+                RangeReader(self.brokers, self.kafka_config),
+                EndOffsets(self.brokers, self.kafka_config),
+            )
+        reader, ends = self._status_clients
+        high = ends.high([(t, p) for t in topics for p in range(self._partitions)])
+        found = []
+        for p in range(self._partitions):
+            committed = reader.committed(self.graph.group, p, topics)
+            for topic in topics:
+                offset, note = committed.get(topic, (None, ""))
+                lag = high[(topic, p)] - offset if offset is not None else None
+                seen = self._seen.get((topic, p))
+                if offset is not None and (seen is None or seen[0] != offset):
+                    self._seen[(topic, p)] = seen = (offset, time.time())
+                at = _commit_time(note) or (seen[1] if offset is not None and seen else None)
+                found.append({"topic": topic, "partition": p, "offset": offset,
+                              "lag": lag, "committed_at": at})  # fmt: skip
+        return found
 
 
 def _check_starting_offsets(starting: str) -> None:

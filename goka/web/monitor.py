@@ -117,11 +117,10 @@ class ProcessorMonitor(Monitor):
         return {"groups": groups, "point": point, "spark_ui": self.spark_ui()}
 
     def _group(self, processor: Any, now: float) -> dict[str, Any]:
-        status = processor.status()
+        active = processor.active
         failure = getattr(processor, "failure", None)
         try:
-            parts = processor.partition_status() if status["partitions"] or status["active"] \
-                else []  # fmt: skip
+            parts = processor.partition_status() if processor.prepared else []
         except Exception as exc:  # brokers unreachable: show it, keep sampling
             parts, failure = [], failure or f"partition status: {exc}"
         batches = processor.batches
@@ -134,13 +133,13 @@ class ProcessorMonitor(Monitor):
                 if before is not None and now > before[1]:
                     rate = max(0.0, (offset - before[0]) / (now - before[1]))
                 self._offsets[key] = (offset, now)
-            state = ("failed" if failure else "idle" if not status["active"]
+            state = ("failed" if failure else "idle" if not active
                      else "restoring" if offset is None else "running")  # fmt: skip
             rows.append([part["partition"], part["topic"], offset, part["lag"], state,
                          _clock(part["committed_at"]), round(rate, 1)])  # fmt: skip
         errors = [err for b in batches[-20:] for err in b.errors][-20:]
         return {
-            "group": processor.graph.group, "mode": processor.mode, "active": status["active"],
+            "group": processor.graph.group, "mode": processor.mode, "active": active,
             "failure": failure, "edges": [edge.describe() for edge in processor.graph.edges()],
             "partitions": rows, "batches": len(batches),
             "processed": sum(b.processed for b in batches),
