@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml setup.py goka/_speedups.c
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(PY) -m examples.click_count.demo
+	$(PY) -m examples.click_count.demo $(ARGS)
 
 # headless Chromium for the browser tests of the web pages (Debian packages; never downloaded
 # at run time): installed here when missing, as everything else the tests need

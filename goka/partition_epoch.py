@@ -17,7 +17,7 @@ from goka.keys import key_str
 from goka.options import Clients, TaskConfig
 from goka.partition_output import Output
 from goka.partition_processor import PartitionProcessor
-from goka.partition_summary import PartitionSummary
+from goka.partition_summary import PartitionSummary, store_bytes
 from goka.partition_table import CHUNK
 from goka.storage import WriteBatch
 from goka.worker import Lease, Worker
@@ -146,6 +146,7 @@ class Epoch:
         """Snapshot the stores if due; return the epoch's summary."""
         summary = self.summary
         summary.ends = json.dumps({t: self.positions[t] for t in self.inputs})
+        summary.store_bytes = store_bytes(self.store)
         self.processor._commit_to_group(self.committed, wait=True)
         self.processor._maybe_snapshot(self.stores, summary)
         summary.uploads = json.dumps([asdict(r) for r in self.processor.worker.reports()])

@@ -48,7 +48,7 @@ from goka.errors import StorageCorruptError
 from goka.keys import key_str
 from goka.options import Clients, TaskConfig
 from goka.partition_output import Output
-from goka.partition_summary import Counts, PartitionSummary
+from goka.partition_summary import Counts, PartitionSummary, store_bytes
 from goka.partition_table import (
     CHUNK,
     StoreRecovery,
@@ -129,6 +129,7 @@ class PartitionProcessor:
                 stores["partition"].storage, result, {t: ranges[t][1] for t in inputs}, table_end
             )
             summary.ends = json.dumps({t: ranges[t][1] for t in inputs})
+            summary.store_bytes = store_bytes(stores["partition"].storage)
             summary.commits = 1
             self._commit_to_group({t: ranges[t][1] for t in ranges}, wait=True)
             self._maybe_snapshot(stores, summary)

@@ -3,6 +3,7 @@ the driver (:class:`goka.spark.processor.BatchSummary`)."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, fields
 
 from goka.partition_table import Recovery
@@ -49,8 +50,9 @@ class PartitionSummary(Counts):
     ``store`` says how the group store was made current: reused, opened, caught_up, restored,
     rebuilt or created (see :mod:`goka.partition_table`). ``started_at`` is when the task began
     (unix seconds), ``ready_seconds`` how long it took to lease and recover its stores.
-    ``emitted`` counts the emitted messages per output topic (JSON). ``uploads`` lists the
-    snapshot uploads this worker finished since its previous summary, of
+    ``emitted`` counts the emitted messages per output topic (JSON). ``store_bytes`` is the
+    size of the group store's files when the task ended (0 for stores kept in memory).
+    ``uploads`` lists the snapshot uploads this worker finished since its previous summary, of
     any partition (JSON).
     """
 
@@ -64,6 +66,7 @@ class PartitionSummary(Counts):
     errors: str = ""
     uploads: str = ""
     emitted: str = ""
+    store_bytes: int = 0
 
     def count(self, recovery: Recovery, lease: Lease) -> None:
         """Add what recovering a store did."""
@@ -71,3 +74,14 @@ class PartitionSummary(Counts):
         self.table_records += recovery.records
         self.restored_bytes += recovery.restored_bytes
         self.restore_seconds += recovery.restore_seconds
+
+
+def store_bytes(storage: object) -> int:
+    """The size of a store's files (a LevelDB directory); 0 for stores without a path."""
+    path = getattr(storage, "path", None)
+    if path is None:
+        return 0
+    try:
+        return sum(entry.stat().st_size for entry in os.scandir(path) if entry.is_file())
+    except OSError:  # moved aside or closed meanwhile: unknown
+        return 0

@@ -22,6 +22,11 @@ __all__ = ["Monitor", "ProcessorMonitor", "ViewMonitor"]
 log = logging.getLogger(__name__)
 
 
+def _megabytes(size: int | None) -> str:
+    """A store's size as of its last batch or epoch ("" before the first one ended)."""
+    return "" if size is None else f"{size / 1e6:.1f} MB"
+
+
 def _clock(at: float | None) -> str:
     return time.strftime("%H:%M:%S", time.localtime(at)) if at else ""
 
@@ -124,6 +129,7 @@ class ProcessorMonitor(Monitor):
         except Exception as exc:  # brokers unreachable: show it, keep sampling
             parts, failure = [], failure or f"partition status: {exc}"
         batches = processor.batches
+        sizes = {part.partition: part.store_bytes for b in batches[-3:] for part in b.partitions}
         rows = []
         for part in parts:
             key = (processor.graph.group, part["topic"], part["partition"])
@@ -135,8 +141,10 @@ class ProcessorMonitor(Monitor):
                 self._offsets[key] = (offset, now)
             state = ("failed" if failure else "idle" if not active
                      else "restoring" if offset is None else "running")  # fmt: skip
+            size = sizes.get(part["partition"])
             rows.append([part["partition"], part["topic"], offset, part["lag"], state,
-                         _clock(part["committed_at"]), round(rate, 1)])  # fmt: skip
+                         _clock(part["committed_at"]), round(rate, 1),
+                         _megabytes(size)])  # fmt: skip
         errors = [err for b in batches[-20:] for err in b.errors][-20:]
         return {
             "group": processor.graph.group, "mode": processor.mode, "active": active,
@@ -157,7 +165,16 @@ class ProcessorMonitor(Monitor):
                 + table(["edge"], [[edge] for edge in group["edges"]])
                 + "<h2>partitions</h2>"
                 + table(
-                    ["partition", "topic", "offset", "lag", "state", "last commit", "records/s"],
+                    [
+                        "partition",
+                        "topic",
+                        "offset",
+                        "lag",
+                        "state",
+                        "last commit",
+                        "records/s",
+                        "store",
+                    ],
                     group["partitions"],
                     ident=f"partitions-{i}",
                     numeric=(0, 2, 3, 6),

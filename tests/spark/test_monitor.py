@@ -30,7 +30,7 @@ def test_monitor_shows_partitions_and_the_lag_going_down(
     produce(brokers, topic, StringCodec(), [(f"u{i % 50}", "/") for i in range(20_000)])
     command = [sys.executable, "-m", "goka", "processor", "run", "tests.spark.cli_graphs:slow",
                "--brokers", brokers, "--state-dir", str(tmp_path / "state"), "--http-port", "0",
-               "--epoch", "60", "--commit-interval", "0.2"]  # fmt: skip
+               "--epoch", "8", "--commit-interval", "0.2"]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(ROOT), "GOKA_TEST_TOPIC": topic}
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                           env=env, cwd=tmp_path, start_new_session=True) as process:  # fmt: skip
@@ -54,6 +54,8 @@ def test_monitor_shows_partitions_and_the_lag_going_down(
                 wait_for(caught_up, timeout=240, what="the lag going down to 0 on the page")
                 states = [r[4] for r in rows(driver, "partitions-0")]
                 assert states == ["running", "running"]
+                wait_for(lambda: all(r[7].endswith(" MB") for r in rows(driver, "partitions-0")),
+                         timeout=60, what="store sizes, once an epoch ended")  # fmt: skip
                 if not (tmp_path / "processor-monitor.png").exists():
                     driver.save_screenshot(str(tmp_path / "processor-monitor.png"))
             positive = [lag for lag in lags if lag > 0]
