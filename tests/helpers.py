@@ -39,3 +39,17 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def http_status(url: str) -> int:
+    """The status a GET of ``url`` answers with (0: nothing answered)."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=2) as answer:
+            return int(answer.status)
+    except urllib.error.HTTPError as error:
+        return int(error.code)
+    except OSError:
+        return 0

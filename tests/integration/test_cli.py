@@ -17,7 +17,7 @@ from goka import Int64Codec, StringCodec, TopicManager, define_group, input, out
 from goka.errors import TopicError
 from goka.spark import Processor
 
-from ..helpers import produce, wait_for
+from ..helpers import http_status, produce, wait_for
 
 pytestmark = pytest.mark.kafka
 ROOT = Path(__file__).resolve().parents[2]
@@ -100,7 +100,7 @@ def test_table_get_and_scan_through_a_view_service(
             assert process.stdout is not None
             address = process.stdout.readline().split()[-1]
             ready = process.stdout.readline().split()[1] + "/readyz"
-            wait_for(lambda: _status(ready) == 200, what="the view recovered")
+            wait_for(lambda: http_status(ready) == 200, what="the view recovered")
             got = goka("table", "get", table, "user-07", "nobody", "--view", address)
             assert got.returncode == 1  # a key was missing
             assert [json.loads(line) for line in got.stdout.splitlines()] == [
@@ -121,17 +121,6 @@ def test_table_get_and_scan_through_a_view_service(
         finally:
             process.send_signal(signal.SIGINT)  # Ctrl-C stops like SIGTERM
             assert process.wait(timeout=30) == 0
-
-
-def _status(url: str) -> int:
-    import urllib.error
-    import urllib.request
-
-    try:
-        with urllib.request.urlopen(url, timeout=2) as answer:
-            return int(answer.status)
-    except urllib.error.HTTPError as error:
-        return int(error.code)
 
 
 def test_view_serve_listens_only_where_told(brokers: str, new_topic: Callable[..., str]) -> None:

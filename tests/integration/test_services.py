@@ -19,20 +19,10 @@ from goka.grpc import ViewClient
 from goka.storage import LevelDBStorage
 from goka.view import View
 
-from ..helpers import free_port, produce, wait_for
+from ..helpers import free_port, http_status, produce, wait_for
 
 pytestmark = pytest.mark.kafka
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _status(url: str) -> int:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as answer:
-            return int(answer.status)
-    except urllib.error.HTTPError as error:
-        return int(error.code)
-    except OSError:
-        return 0
 
 
 def _service(module: str, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
@@ -52,8 +42,8 @@ def test_view_service(brokers: str, new_topic: Callable[..., str], tmp_path: Pat
         "GOKA_PATH": str(tmp_path / "views"), "GOKA_LOG_FORMAT": "json",
     }, tmp_path / "view.log")  # fmt: skip
     try:
-        wait_for(lambda: _status(f"http://127.0.0.1:{http_port}/readyz") == 200, what="ready")
-        assert _status(f"http://127.0.0.1:{http_port}/healthz") == 200
+        wait_for(lambda: http_status(f"http://127.0.0.1:{http_port}/readyz") == 200, what="ready")
+        assert http_status(f"http://127.0.0.1:{http_port}/healthz") == 200
         with ViewClient(f"127.0.0.1:{grpc_port}") as client:
             assert client.get(table, "k42") == 42
         with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/metrics") as answer:
@@ -90,7 +80,7 @@ def test_processor_service(brokers: str, new_topic: Callable[..., str], tmp_path
         "GOKA_TRIGGER": "500 milliseconds",
     }, tmp_path / "processor.log")  # fmt: skip
     try:
-        wait_for(lambda: _status(f"http://127.0.0.1:{http_port}/readyz") == 200, timeout=120,
+        wait_for(lambda: http_status(f"http://127.0.0.1:{http_port}/readyz") == 200, timeout=120,
                  what="an active query")  # fmt: skip
         with View(brokers, f"{group}-table", Int64Codec()) as view:
             view.wait_recovered(60)

@@ -7,8 +7,6 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
@@ -17,7 +15,7 @@ import pytest
 from goka import Int64Codec, StringCodec
 from goka.view import View
 
-from ..helpers import produce, wait_for
+from ..helpers import http_status, produce, wait_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
@@ -51,14 +49,6 @@ def test_a_failing_record_prints_its_cause_once_with_the_hint(
     assert len(lines) <= 12, result.stderr
 
 
-def _status(url: str) -> int:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as answer:
-            return int(answer.status)
-    except urllib.error.HTTPError as error:
-        return int(error.code)
-
-
 def test_ctrl_c_stops_like_sigterm(
     brokers: str, new_topic: Callable[..., str], tmp_path: Path
 ) -> None:
@@ -72,12 +62,12 @@ def test_ctrl_c_stops_like_sigterm(
                           start_new_session=True) as process:  # fmt: skip
         assert process.stdout is not None and process.stderr is not None
         url = process.stdout.readline().split()[1]  # "http http://127.0.0.1:PORT (...)"
-        assert _status(f"{url}/healthz") == 200
+        assert http_status(f"{url}/healthz") == 200
         with View(brokers, f"{topic}-first-table", Int64Codec()) as view:
             view.wait_recovered(60)
             wait_for(lambda: dict(view.items()) == {"u0": 10, "u1": 10, "u2": 10},
                      timeout=180, what="the clicks counted")  # fmt: skip
-        assert _status(f"{url}/readyz") == 200
+        assert http_status(f"{url}/readyz") == 200
         interrupted = time.monotonic()
         os.killpg(process.pid, signal.SIGINT)
         code = process.wait(timeout=60)
