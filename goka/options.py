@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -33,6 +34,7 @@ __all__ = [
     "Builders",
     "Clients",
     "LookupTable",
+    "PartitionBoard",
     "StopSignal",
     "TaskConfig",
     "leveldb_store",
@@ -107,6 +109,8 @@ class TaskConfig:
         commit_interval: seconds between the commits of a task in an epoch.
         stop_url: a file (path or fsspec URL) whose existence asks the tasks of an epoch to
             end early (see :class:`StopSignal`).
+        board_url: a directory (path or fsspec URL) where tasks say what their partitions
+            are doing while they recover (see :class:`PartitionBoard`); None: nowhere.
     """
 
     graph: GroupGraph
@@ -125,6 +129,7 @@ class TaskConfig:
     epoch: float = 0.0
     commit_interval: float = 0.1
     stop_url: str | None = None
+    board_url: str | None = None
     builders: Builders = field(default_factory=Builders)
 
     @property
@@ -262,3 +267,61 @@ class StopSignal:
                 os.unlink(self._path)
             elif self._fs.exists(self._path):
                 self._fs.rm(self._path)
+
+
+class PartitionBoard:
+    """Where tasks say what their partitions are doing (``restoring`` or ``rebuilding`` a store,
+    how many of how many records, then ``running``) and the driver's monitor reads it: one
+    small JSON file per partition in a directory (path or fsspec URL, beside the checkpoint,
+    so the executors of a cluster and the driver share it). Progress is written at most every
+    ``every`` seconds; a change of state at once. Failures to write are ignored: the board
+    only informs."""
+
+    def __init__(self, url: str, every: float = 1.0) -> None:
+        self.url, self.every = url.rstrip("/"), every
+        self._written: dict[int, tuple[str, float]] = {}
+        if "://" in url and not url.startswith("file://"):
+            import fsspec.core
+
+            self._fs, self._path = fsspec.core.url_to_fs(self.url)
+        else:
+            self._fs, self._path = None, self.url.removeprefix("file://")
+
+    def report(self, partition: int, state: str, records: int = 0, of: int = 0) -> None:
+        """Say that ``partition`` is in ``state`` (``records`` of ``of`` read so far)."""
+        now = time.monotonic()
+        last = self._written.get(partition)
+        if last is not None and last[0] == state and now - last[1] < self.every:
+            return
+        self._written[partition] = (state, now)
+        entry = json.dumps({"state": state, "records": records, "of": of, "at": time.time()})
+        path = f"{self._path}/{partition}.json"
+        try:
+            if self._fs is None:
+                Path(self._path).mkdir(parents=True, exist_ok=True)
+                Path(f"{path}.tmp").write_text(entry)
+                os.replace(f"{path}.tmp", path)
+            else:
+                self._fs.pipe(path, entry.encode())
+        except OSError:
+            pass
+
+    def read(self) -> dict[int, dict[str, Any]]:
+        """``{partition: {"state", "records", "of", "at"}}`` as the tasks last said."""
+        found: dict[int, dict[str, Any]] = {}
+        try:
+            if self._fs is None:
+                names = [n for n in os.listdir(self._path) if n.endswith(".json")]
+                texts = {n: Path(self._path, n).read_text() for n in names}
+            else:
+                names = [p.rsplit("/", 1)[-1] for p in self._fs.ls(self._path, detail=False)]
+                texts = {n: self._fs.cat(f"{self._path}/{n}").decode() for n in names
+                         if n.endswith(".json")}  # fmt: skip
+        except (OSError, FileNotFoundError):
+            return found
+        for name, text in texts.items():
+            try:
+                found[int(name.removesuffix(".json"))] = json.loads(text)
+            except ValueError:  # being replaced: the next read has it
+                continue
+        return found

@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 from goka.engine import BatchResult, Engine, Message
 from goka.errors import StorageCorruptError
 from goka.keys import key_str
-from goka.options import Clients, TaskConfig
+from goka.options import Clients, PartitionBoard, TaskConfig
 from goka.partition_output import Output
 from goka.partition_summary import Counts, PartitionSummary, store_bytes
 from goka.partition_table import (
@@ -83,6 +83,9 @@ class PartitionProcessor:
         self.clients = Clients(config, worker)
         self._inputs = frozenset(self.graph.input_topics())
         self._manifests: list[Manifest] | None = None
+        url = config.board_url
+        self._board: PartitionBoard | None = None if url is None else worker.client(
+            ("board", url), lambda: PartitionBoard(url), lambda board: None)  # fmt: skip
 
     def process(self, ranges: Mapping[str, tuple[int, int]]) -> PartitionSummary:
         """Process ``{topic: (start, end)}`` of this partition; return what was done.
@@ -216,7 +219,13 @@ class PartitionProcessor:
         """Make the group store current; return the input offsets it has applied."""
         topic = self.graph.table if self.graph.persist else None
         recovery = self._recovery(lease, "partition", topic)
+        if self._board is not None:
+            board, partition = self._board, self.partition
+            recovery.report = lambda state, records, of: board.report(partition, state,
+                                                                      records, of)  # fmt: skip
         done = recovery.recover(target, unfinished=True)
+        if self._board is not None:
+            self._board.report(self.partition, "running")
         summary.count(done, lease)
         summary.store = done.origin
         return recovery.positions(target)

@@ -77,6 +77,9 @@ class StoreRecovery:
         snapshots: where they are fetched from (None: snapshots are off).
         scratch: a directory on the store's file system for fetching snapshots.
         read_timeout: seconds to read the tail.
+        report: told ``(state, records read, records to read)`` while the store is made
+            current: ``restoring`` (from a snapshot or an older copy) or ``rebuilding`` (the
+            whole topic).
     """
 
     def __init__(
@@ -92,6 +95,7 @@ class StoreRecovery:
         snapshots: SnapshotStore | None,
         scratch: Path,
         read_timeout: float,
+        report: Callable[[str, int, int], None] = lambda state, records, of: None,
     ) -> None:
         self.lease, self.name, self.group, self.partition = lease, name, group, partition
         self.topic, self.reader, self.manifests, self.snapshots = (
@@ -100,7 +104,8 @@ class StoreRecovery:
             manifests,
             snapshots,
         )
-        self.scratch, self.read_timeout = scratch, read_timeout
+        self.scratch, self.read_timeout, self.report = scratch, read_timeout, report
+        self._state = "restoring"
 
     def positions(self, topics: Mapping[str, int]) -> dict[str, int]:
         """The store's offsets of ``topics`` (-1: none)."""
@@ -133,8 +138,10 @@ class StoreRecovery:
         if base is None:
             self.lease.storage.clear()
         low, high = self._check(-1 if base is None else base)
+        self._state = "rebuilding" if base is None else "restoring"
         base = low if base is None else base
         last = end if end is not None else high
+        self.report(self._state, 0, max(0, last - base))
         recovery.records, skipped = self._replay(base, last, target if unfinished else None)
         # a store never claims a record it left out: a later recovery to a further target
         # replays the topic from the first one left out (what it applied again is idempotent)
@@ -255,6 +262,7 @@ class StoreRecovery:
         shown = time.monotonic()
         for rows in rows_of:
             read += len(rows)
+            self.report(self._state, read, end - start)
             if time.monotonic() - shown >= _PROGRESS_SECONDS:
                 shown = time.monotonic()
                 log.info("group %s: restoring partition %d (%s): %s of %s records",

@@ -25,7 +25,7 @@ from goka.errors import ConfigurationError, GokaError, TopicError
 from goka.graph import GroupGraph
 from goka.kafka.config import Brokers, bootstrap_servers
 from goka.kafka.ranges import EndOffsets, RangeReader
-from goka.options import Builders, StopSignal, TaskConfig
+from goka.options import Builders, PartitionBoard, StopSignal, TaskConfig
 from goka.partition_processor import Counts, PartitionSummary
 from goka.spark.metrics import ProcessorMetrics
 from goka.spark.source import GokaKafkaSource
@@ -261,6 +261,8 @@ class Processor:
         self._epoch_ended = threading.Event()
         self._continuous = False  # the running query is continuous
         self._stop_signal = StopSignal(f"{self.checkpoint_dir.rstrip('/')}/goka-stop")
+        #: what the tasks say their partitions are doing while they recover (the monitor)
+        self.board = PartitionBoard(f"{self.checkpoint_dir.rstrip('/')}/goka-partitions")
         self._partitions = 0
         self._reported = False  # the first commit was logged
         self.failure: str | None = None  # why the query failed (see wait)
@@ -398,6 +400,7 @@ class Processor:
             snapshot_options=self.snapshot_options, builders=self.builders,
             epoch=self.epoch if continuous else 0.0, commit_interval=self.commit_interval,
             stop_url=self._stop_signal.url if continuous else None,
+            board_url=self.board.url,
             read_timeout=self.broker_timeout,
         )  # fmt: skip
 

@@ -22,6 +22,13 @@ __all__ = ["Monitor", "ProcessorMonitor", "ViewMonitor"]
 log = logging.getLogger(__name__)
 
 
+def _recovering(said: dict[str, Any]) -> str:
+    """``rebuilding 120,000 of 400,000`` while a task says it recovers the partition's store."""
+    if said.get("state") not in ("restoring", "rebuilding"):
+        return ""
+    return f"{said['state']} {said.get('records', 0):,} of {said.get('of', 0):,}"
+
+
 def _megabytes(size: int | None) -> str:
     """A store's size as of its last batch or epoch ("" before the first one ended)."""
     return "" if size is None else f"{size / 1e6:.1f} MB"
@@ -130,6 +137,7 @@ class ProcessorMonitor(Monitor):
             parts, failure = [], failure or f"partition status: {exc}"
         batches = processor.batches
         sizes = {part.partition: part.store_bytes for b in batches[-3:] for part in b.partitions}
+        board = processor.board.read() if hasattr(processor, "board") else {}
         rows = []
         for part in parts:
             key = (processor.graph.group, part["topic"], part["partition"])
@@ -139,8 +147,9 @@ class ProcessorMonitor(Monitor):
                 if before is not None and now > before[1]:
                     rate = max(0.0, (offset - before[0]) / (now - before[1]))
                 self._offsets[key] = (offset, now)
-            state = ("failed" if failure else "idle" if not active
-                     else "restoring" if offset is None else "running")  # fmt: skip
+            said = board.get(part["partition"], {})
+            running = _recovering(said) or ("restoring" if offset is None else "running")
+            state = "failed" if failure else "idle" if not active else running
             size = sizes.get(part["partition"])
             rows.append([part["partition"], part["topic"], offset, part["lag"], state,
                          _clock(part["committed_at"]), round(rate, 1),

@@ -84,9 +84,9 @@ function fill(id, rows, numeric) {
       const td = document.createElement('td');
       td.textContent = cell === null || cell === undefined ? '' : String(cell);
       if (numeric.includes(i)) td.className = 'n';
-      const states = /^(running|restoring|rebuilding|failed|idle|catching up|reconnecting)$/;
-      if (typeof cell === 'string' && states.test(cell))
-        td.className = 'state-' + cell.replace(' ', '_');
+      const states = /^(running|restoring|rebuilding|failed|idle|catching up|reconnecting)/;
+      const state = typeof cell === 'string' && cell.match(states);
+      if (state) td.className = 'state-' + state[1].replace(' ', '_');
       tr.appendChild(td);
     });
     return tr;

@@ -443,3 +443,30 @@ def test_a_state_too_large_for_the_producer_is_skipped_and_counted(
     assert [r[3] for r in kafka.rows("pages-table", 0) + kafka.rows("pages-table", 1)] == [
         b"/a", b"/b"
     ]  # fmt: skip
+
+
+def test_recovering_partitions_say_so_on_the_board(kafka: FakeKafka, tmp_path: Path) -> None:
+    """What the monitor shows: rebuilding (how many of how many records), then running."""
+    from goka.options import PartitionBoard
+
+    board_url = str(tmp_path / "board")
+    a = Machine(kafka, tmp_path / "a", board_url=board_url)
+    b = Machine(kafka, tmp_path / "b", board_url=board_url)
+    said: list[tuple[str, int, int]] = []
+    original = PartitionBoard.report
+
+    def noting(self: PartitionBoard, partition: int, state: str, records: int = 0,
+               of: int = 0) -> None:  # fmt: skip
+        said.append((state, records, of))
+        original(self, partition, state, records, of)
+
+    PartitionBoard.report = noting  # type: ignore[method-assign]
+    try:
+        click(kafka, 40)
+        a.run(0, {IN: (0, 40)})
+        b.run(0, {IN: (40, 40)})  # moved: rebuilt from the table's 40 records
+    finally:
+        PartitionBoard.report = original  # type: ignore[method-assign]
+    assert ("rebuilding", 0, 40) in said and ("rebuilding", 40, 40) in said
+    assert said[-1][0] == "running"
+    assert PartitionBoard(board_url).read()[0]["state"] == "running"

@@ -1,0 +1,51 @@
+"""The processor monitor's sample, from a processor's figures and its partition board."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from goka import Int64Codec, StringCodec, define_group, input, persist
+from goka.options import PartitionBoard
+from goka.web.monitor import ProcessorMonitor
+
+
+class FakeProcessor:
+    def __init__(self, board: PartitionBoard) -> None:
+        self.graph = define_group("clicks", input("user-clicks", StringCodec(), lambda c, m: None),
+                                  persist(Int64Codec()))  # fmt: skip
+        self.mode, self.active, self.prepared, self.failure = "continuous", True, True, None
+        self.board, self.batches = board, [SimpleNamespace(
+            errors=["boom at offset 3"], processed=10, dead_letters=0, failed=1,
+            finished_at=time.time(), partitions=[SimpleNamespace(partition=1, store_bytes=2e6)],
+        )]  # fmt: skip
+        self.offsets = {0: None, 1: 100}
+
+    def partition_status(self) -> list[dict[str, Any]]:
+        return [{"topic": "user-clicks", "partition": p, "offset": o,
+                 "lag": None if o is None else 50, "committed_at": time.time()}
+                for p, o in self.offsets.items()]  # fmt: skip
+
+
+def test_states_progress_sizes_rates_and_errors(tmp_path: Path) -> None:
+    board = PartitionBoard(str(tmp_path / "board"))
+    processor = FakeProcessor(board)
+    board.report(0, "rebuilding", 120_000, 400_000)
+    board.report(1, "running")
+    monitor = ProcessorMonitor([processor])
+    first = monitor.sample()["groups"][0]
+    assert [row[4] for row in first["partitions"]] == ["rebuilding 120,000 of 400,000", "running"]
+    assert first["partitions"][1][7] == "2.0 MB" and first["partitions"][0][7] == ""
+    assert first["errors"] == ["boom at offset 3"] and first["failed"] == 1
+    processor.offsets[1] = 300
+    time.sleep(0.05)
+    second = monitor.sample()["groups"][0]
+    assert second["partitions"][1][6] > 0  # records/s from the offsets' progress
+    processor.active = False
+    assert monitor.sample()["groups"][0]["partitions"][1][4] == "idle"
+    processor.failure = "ProcessingError: boom"
+    monitor._refresh()
+    page = monitor.handle("/")
+    assert page is not None and b"FAILED: ProcessingError: boom" in page.body
