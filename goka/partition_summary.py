@@ -1,5 +1,5 @@
 """What partition processors did: counts per partition, per micro-batch or epoch, summed by
-the driver (:class:`goka.spark.processor.BatchSummary`)."""
+the driver (:class:`goka.spark.summary.BatchSummary`)."""
 
 from __future__ import annotations
 

@@ -7,7 +7,9 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on what is installed
     raise missing_extra("pyspark", "spark", "processors on Spark") from exc
 
-from goka.spark.processor import BatchSummary, Processor, ProcessorFailed, build_session
+from goka.spark.processor import Processor
+from goka.spark.session import build_session
 from goka.spark.source import GokaKafkaSource
+from goka.spark.summary import BatchSummary, ProcessorFailed
 
 __all__ = ["BatchSummary", "GokaKafkaSource", "Processor", "ProcessorFailed", "build_session"]

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client import Counter, Gauge, Histogram
 
 if TYPE_CHECKING:
-    from goka.spark.processor import BatchSummary
+    from goka.spark.summary import BatchSummary
 
 __all__ = ["ProcessorMetrics"]
 

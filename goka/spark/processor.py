@@ -2,17 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
-import re
-import sys
 import threading
 import time
-from collections import Counter
-from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +20,11 @@ from goka.graph import GroupGraph
 from goka.kafka.config import Brokers, bootstrap_servers
 from goka.kafka.ranges import EndOffsets, RangeReader
 from goka.options import Builders, PartitionBoard, StopSignal, TaskConfig
-from goka.partition_processor import Counts, PartitionSummary
+from goka.partition_processor import PartitionSummary
 from goka.spark.metrics import ProcessorMetrics
+from goka.spark.session import build_session, ui_address
 from goka.spark.source import GokaKafkaSource
+from goka.spark.summary import BatchSummary, ProcessorFailed, translate
 from goka.spark.task import SUMMARY_DDL, PartitionTask
 from goka.topic_manager import TopicManager, TopicManagerConfig
 
@@ -40,82 +36,6 @@ MODES = ("micro-batch", "continuous", "available-now")
 log = logging.getLogger(__name__)
 #: Seconds a partition status answers every caller (the metrics and the monitor page).
 _STATUS_FRESH = 0.1
-#: Spark's logging: warnings, without its start-up chatter (replace with $GOKA_SPARK_LOG4J).
-LOG4J = str(Path(__file__).with_name("log4j2.properties"))
-_GOKA_ERROR = re.compile(r"goka\.errors\.(\w+): (.*)")
-
-
-class ProcessorFailed(GokaError):
-    """The streaming query stopped with an error (the message says where and why).
-
-    Attributes:
-        cause: the class name of the task's goka error (e.g. ``ProcessingError``), or "".
-    """
-
-    def __init__(self, message: str, cause: str = "") -> None:
-        super().__init__(message)
-        self.cause = cause
-
-
-@dataclass
-class BatchSummary(Counts):
-    """What one micro-batch did, summed over its partitions.
-
-    Attributes:
-        stores: how many partition stores were reused, opened, caught_up, restored, rebuilt or
-            created (see :mod:`goka.partition_table`).
-        uploads: snapshot uploads that finished during the batch (of any partition).
-        partitions: each partition's own summary.
-    """
-
-    batch_id: int
-    stores: Counter[str] = field(default_factory=Counter)
-    uploads: list[dict[str, Any]] = field(default_factory=list)
-    seconds: float = 0.0
-    finished_at: float = 0.0
-    errors: list[str] = field(default_factory=list)
-    emitted: Counter[str] = field(default_factory=Counter)
-    partitions: list[PartitionSummary] = field(default_factory=list)
-
-    @property
-    def rebuilt_partitions(self) -> int:
-        """Partition stores rebuilt from the whole table topic."""
-        return self.stores["rebuilt"]
-
-    @classmethod
-    def of(cls, batch_id: int, partitions: list[PartitionSummary]) -> BatchSummary:
-        """Sum the partitions' summaries."""
-        summary = cls(batch_id, finished_at=time.time(), partitions=partitions)
-        for part in partitions:
-            summary.add(part)
-            summary.stores[part.store] += 1
-            summary.seconds = max(summary.seconds, part.seconds)
-            summary.errors += json.loads(part.errors or "[]")
-            summary.uploads += json.loads(part.uploads or "[]")
-            summary.emitted.update(json.loads(part.emitted or "{}"))
-        return summary
-
-    def describe(self) -> str:
-        """One line for the log."""
-        stores = ", ".join(f"{n} {origin}" for origin, n in sorted(self.stores.items()))
-        sent = [u for u in self.uploads if not u.get("error")]
-        rate = self.processed / self.seconds if self.seconds > 0 else 0.0
-        text = (
-            f"batch {self.batch_id}: {self.processed:,} records, {rate:,.0f}/s, "
-            f"{self.seconds:.2f} s; stores: {stores or 'none'}"
-        )
-        if self.table_records:
-            text += f"; {self.table_records} table records replayed"
-        if self.restored_bytes:
-            text += f"; {self.restored_bytes / 1e6:.1f} MB restored in {self.restore_seconds:.2f}s"
-        if self.uploads:
-            text += (
-                f"; snapshots: {len(sent)} uploaded ({sum(u['bytes'] for u in sent) / 1e6:.1f} MB)"
-                f", {len(self.uploads) - len(sent)} failed"
-            )
-        if self.failed:
-            text += f"; {self.failed} failed messages ({self.dead_letters} dead-lettered)"
-        return text
 
 
 class Processor:
@@ -336,7 +256,7 @@ class Processor:
                      self._master or os.environ.get("GOKA_SPARK_MASTER", "local[2]"))  # fmt: skip
             self._spark = build_session(self.graph.group, self._master)
             log.info("group %s: Spark ready in %.1f s%s", self.graph.group,
-                     time.monotonic() - started, _ui(self._spark))  # fmt: skip
+                     time.monotonic() - started, ui_address(self._spark))  # fmt: skip
         return self._spark
 
     def _start(self, available_now: bool) -> StreamingQuery:
@@ -469,7 +389,7 @@ class Processor:
         try:
             ended = bool(query.awaitTermination(timeout))  # type: ignore[arg-type]  # takes floats
         except StreamingQueryException as exc:
-            error = _translate(exc)
+            error = translate(exc)
             with self._lock:
                 self._query, self.failure = None, str(error)
             raise error from None
@@ -503,7 +423,7 @@ class Processor:
             if timeout is not None and not finished:
                 query.stop()
         except StreamingQueryException as exc:
-            raise _translate(exc) from None
+            raise translate(exc) from None
         finally:
             with self._lock:
                 self._query = None
@@ -626,77 +546,8 @@ def _check_starting_offsets(starting: str) -> None:
         )
 
 
-def _ui(spark: SparkSession) -> str:
-    url = spark.sparkContext.uiWebUrl
-    return f"; Spark UI at {url}" if url else ""
-
-
 def _commit_time(note: str) -> float | None:
     try:
         return float(json.loads(note)["time"])
     except (ValueError, KeyError, TypeError):
         return None
-
-
-def _translate(exc: StreamingQueryException) -> GokaError:
-    text = str(exc)
-    found = _GOKA_ERROR.findall(text)  # the task's own error, inside Spark's wrapping
-    if found:
-        name, message = found[-1]
-        text = f"{name}: {message}" if name != "ProcessingError" else message
-        return ProcessorFailed(text, cause=name)
-    return ProcessorFailed(text.splitlines()[0] if text else repr(exc))
-
-
-def build_session(group: str, master: str | None = None) -> SparkSession:
-    """Build the session a processor runs in when none is given.
-
-    Speculative execution stays off (two attempts of a task would contend for one store), the
-    Python workers run this interpreter, and the UI is off unless ``GOKA_SPARK_UI`` is set.
-    The driver JVM runs with the quick JIT tier only (``GOKA_SPARK_JAVA_OPTIONS`` replaces
-    it): it moves only summaries, and starts seconds sooner. In local mode the driver and its
-    block manager listen on 127.0.0.1 only (Spark's default is the host's address).
-    """
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    builder = (
-        SparkSession.builder.appName(f"goka-{group}")
-        .config("spark.speculation", "false")
-        .config("spark.sql.shuffle.partitions", "4")
-        .config("spark.ui.enabled", "true" if os.environ.get("GOKA_SPARK_UI") else "false")
-        .config("spark.sql.streaming.stopGracefullyOnShutdown", "true")
-        .config("spark.python.worker.reuse", "true")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.adaptive.enabled", "false")  # streaming queries cannot use it
-        .config(
-            "spark.driver.extraJavaOptions",
-            os.environ.get("GOKA_SPARK_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1")
-            + f" -Dlog4j2.configurationFile={os.environ.get('GOKA_SPARK_LOG4J', LOG4J)}",
-        )
-    )
-    if not master and not os.environ.get("PYSPARK_GATEWAY_PORT"):  # spark-submit's --master rules
-        master = os.environ.get("GOKA_SPARK_MASTER", "local[2]")
-    if master:
-        builder = builder.master(master)
-    if not (master and master.startswith("local")):
-        return builder.getOrCreate()
-    # nothing but this machine needs to reach a local session: driver and block manager bind
-    # to loopback, and so does the UI, which reads SPARK_LOCAL_IP from the JVM's environment
-    builder = builder.config("spark.driver.bindAddress", "127.0.0.1")
-    builder = builder.config("spark.driver.host", "127.0.0.1")
-    with _environment(SPARK_LOCAL_IP=os.environ.get("SPARK_LOCAL_IP", "127.0.0.1")):
-        return builder.getOrCreate()
-
-
-@contextlib.contextmanager
-def _environment(**values: str) -> Iterator[None]:
-    """Set environment variables for the block (a JVM started in it inherits them)."""
-    saved = {name: os.environ.get(name) for name in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
