@@ -112,6 +112,8 @@ class View(Generic[V]):
         self.max_batch = max_batch
         self.connect_timeout = connect_timeout
         self._kafka_config = kafka_config
+        #: the librdkafka settings the view reads with (for tools that read its topic too)
+        self.kafka_config: dict[str, Any] = dict(kafka_config)
         self._path = Path(path) if path is not None and storage is None else None
         self._damage: StorageCorruptError | None = None  # found by a read, for the loop
         self._rebuilding = False

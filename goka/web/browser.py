@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
-from goka.errors import CodecError, ViewNotReadyError
+from goka.errors import CodecError, GokaError, ViewNotReadyError
 from goka.keys import ERRORS, key_bytes
 from goka.partitioner import partition_for
 from goka.web.pages import e, html_page
@@ -19,6 +19,32 @@ __all__ = ["TableBrowser"]
 
 #: Entries on one page of a scan.
 PAGE = 20
+#: How far back a lookup searches its partition of the table topic for the record its value
+#: came from (the view stores values, not their offsets).
+SEARCH = 100_000
+_CHUNK = 10_000
+
+
+def locate(view: Any, key: str, partition: int, end: int) -> int | None:
+    """The offset of the last record of ``key`` before ``end`` in ``partition`` of the view's
+    table topic, searching back at most :data:`SEARCH` records (None: not found there)."""
+    from goka.kafka.ranges import RangeReader
+
+    wanted = key_bytes(key)
+    reader = RangeReader(view.brokers, view.kafka_config)
+    try:
+        low = max(reader.watermarks(view.table, partition)[0], end - SEARCH)
+        stop = end
+        while stop > low:
+            start, found = max(low, stop - _CHUNK), None
+            for rows in reader.read(partition, {view.table: (start, stop)}, 10.0, _CHUNK):
+                found = next((r[1] for r in reversed(rows) if r[2] == wanted), found)
+            if found is not None:
+                return found
+            stop = start
+        return None
+    finally:
+        reader.close()
 
 
 def shown_key(key: str) -> str:
@@ -87,6 +113,13 @@ class TableBrowser:
         partition = partition_for(key_bytes(key), len(partitions)) if partitions else None
         where = "" if partition is None else (
             f"partition {partition}, view at offset {partitions[partition].offset}")  # fmt: skip
+        if raw is not None and partition is not None:
+            try:
+                found = locate(view, key, partition, partitions[partition].offset)
+                where = f"partition {partition}, offset {found}" if found is not None else (
+                    f"{where}; the record is not among its last {SEARCH:,}")  # fmt: skip
+            except GokaError as exc:  # the brokers: the value is still shown
+                where = f"{where}; the record's offset is unknown: {exc}"
         if raw is None:
             return (f"<p id='result'>key <code>{e(shown_key(key))}</code> not found in "
                     f"{e(view.table)} ({e(where)})</p>")  # fmt: skip
@@ -98,7 +131,8 @@ class TableBrowser:
             "<table id='result'><tbody>"
             f"<tr><th>key</th><td id='result-key'><code>{e(shown_key(key))}</code></td></tr>"
             f"<tr><th>value ({e(view.codec.name)})</th><td><pre id='result-value'>{e(value)}"
-            f"</pre></td></tr><tr><th>from</th><td>{e(where)}</td></tr></tbody></table>"
+            f"</pre></td></tr><tr><th>from</th><td id='result-from'>{e(where)}</td></tr>"
+            "</tbody></table>"
         )
 
     def _scan(self, view: Any, prefix: str, start: str) -> str:

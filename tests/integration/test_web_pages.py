@@ -27,11 +27,16 @@ ROOT = Path(__file__).resolve().parents[2]
 XSS = "<script>window.pwned=1</script><img src=x onerror='window.pwned=2'>"
 
 
+LAST: dict[str, Any] = {}  # where the served table's latest user-07 record is
+
+
 @pytest.fixture
 def served(brokers: str, new_topic: Callable[..., str]) -> Iterator[tuple[str, str]]:
     table = new_topic(partitions=3, table=True)
     produce(brokers, table, Int64Codec(), [(f"user-{i:02d}", i) for i in range(45)])
     produce(brokers, table, Int64Codec(), [(XSS, 666), ("other", 1)])
+    with Emitter(brokers, table, Int64Codec()) as emitter:  # user-07 again, its offset known
+        LAST["user-07"] = emitter.emit_sync("user-07", 7, timeout=10)
     command = [sys.executable, "-m", "goka", "view", "serve", "--table", table, "--codec",
                "int64", "--brokers", brokers, "--port", "0", "--http-port", "0"]  # fmt: skip
     with subprocess.Popen(command, stdout=subprocess.PIPE, text=True, cwd=ROOT) as process:
@@ -61,7 +66,7 @@ def test_view_monitor_shows_state_and_offsets(served: tuple[str, str], tmp_path:
         found = rows(driver, "partitions-0")
         assert [int(r[0]) for r in found] == [0, 1, 2]
         offsets = sum(int(r[1]) for r in found)
-        assert offsets == 47  # every record applied: offsets sum to the records written
+        assert offsets == 48  # every record applied: offsets sum to the records written
         assert all(r[3] == "0" for r in found)  # no lag
         driver.save_screenshot(str(tmp_path / "view-monitor.png"))
     assert (tmp_path / "view-monitor.png").stat().st_size > 10_000
@@ -78,6 +83,10 @@ def test_table_browser_finds_keys_pages_scans_and_shows_html_as_text(
         driver.find_element(By.ID, "key").send_keys("user-07")
         driver.find_element(By.ID, "get").click()
         wait_for(lambda: texts(driver, "#result-value") == ["7"], what="the value of user-07")
+        delivery = LAST["user-07"]
+        assert texts(driver, "#result-from") == [
+            f"partition {delivery.partition}, offset {delivery.offset}"
+        ]
         driver.save_screenshot(str(tmp_path / "table-browser-get.png"))
 
         driver.get(f"{url}/browse?table={table}")
