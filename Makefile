@@ -10,6 +10,7 @@ $(STAMP): pyproject.toml setup.py goka/_speedups.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m goka.spark.warmup || echo "processors will start without a class-data archive"
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -44,6 +44,7 @@ def test_dockerfile_install_and_entrypoint_work(tmp_path: Path) -> None:
         **os.environ,
         "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
         "PYTHONPATH": str(app),  # the image's ENV PYTHONPATH=/app
+        "GOKA_SPARK_CDS": str(tmp_path / "classes.jsa"),  # the warm-up's archive: not in ~
     }
     env.pop("VIRTUAL_ENV", None)
     entrypoint: list[str] = []
@@ -98,6 +99,7 @@ def test_dockerfile_install_and_entrypoint_work(tmp_path: Path) -> None:
         env=env, capture_output=True, text=True, cwd=root,
     )  # fmt: skip
     assert imported.returncode == 0, imported.stderr
+    assert (tmp_path / "classes.jsa").stat().st_size > 50_000_000  # the RUN warm-up wrote it
     where, fast = imported.stdout.split()
     assert where.startswith(str(venv)), where  # the installed package, not a source tree
     assert fast == "True"  # with its C fast path

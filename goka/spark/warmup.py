@@ -1,0 +1,99 @@
+"""Write the driver JVM's class-data archive (AppCDS) for this pyspark install, so processors
+start seconds sooner: ``python -m goka.spark.warmup`` (``make`` and the Docker image run it).
+
+It runs a small group once, until caught up, on the embedded broker (the ``broker`` extra),
+with ``-XX:ArchiveClassesAtExit``: the JVM writes the classes it loaded when it exits (about
+170 MB, 10-20 s). The archive goes where :func:`goka.spark.session.cds_archive` says, replacing
+an older one only once complete. A JVM or classpath it does not fit is ignored silently.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from goka import Context, Int64Codec, StringCodec, TopicManager, define_group, input, persist
+
+__all__ = ["graph", "main", "warm_up"]
+
+TOPIC = os.environ.get("GOKA_WARMUP_TOPIC", "goka-warmup")
+
+
+def _count(ctx: Context[int], page: str) -> None:
+    ctx.set_value((ctx.value() or 0) + 1)
+
+
+#: The group the warm-up runs (``goka processor run goka.spark.warmup:graph``).
+graph = define_group(f"{TOPIC}-g", input(TOPIC, StringCodec(), _count), persist(Int64Codec()))
+
+
+def warm_up(archive: Path, timeout: float = 300.0) -> float:
+    """Run the group once with the archive being written at the JVM's exit; return seconds."""
+    from goka.dev import EmbeddedBroker
+    from goka.emitter import Emitter
+    from goka.spark.session import CDS_QUIET
+
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    with EmbeddedBroker() as broker, tempfile.TemporaryDirectory(prefix="goka-warmup-") as work:
+        TopicManager(broker.bootstrap).ensure_stream_exists(TOPIC, 2)
+        with Emitter(broker.bootstrap, TOPIC, StringCodec()) as emitter:
+            emitter.emit_sync("warm-up", "/", timeout=30)
+        partial = Path(work) / "archive.jsa"
+        options = f"-XX:TieredStopAtLevel=1 -XX:ArchiveClassesAtExit={partial} {CDS_QUIET}"
+        env = {**os.environ, "GOKA_SPARK_CDS": "off", "GOKA_LOG_LEVEL": "WARNING",
+               "GOKA_SPARK_JAVA_OPTIONS": options}  # fmt: skip
+        command = [sys.executable, "-m", "goka", "processor", "run", "goka.spark.warmup:graph",
+                   "--brokers", broker.bootstrap, "--state-dir", str(Path(work) / "state"),
+                   "--until-caught-up", "--http-port", "0"]  # fmt: skip
+        subprocess.run(command, env=env, check=True, timeout=timeout, capture_output=True)
+        deadline = time.monotonic() + timeout  # the JVM may still be writing after we return
+        while not (partial.is_file() and not partial.stat().st_mode & 0o222):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the JVM wrote no class-data archive to {partial}")
+            time.sleep(0.5)
+        os.replace(partial, archive)  # the JVM makes it read-only once written
+    _prune(archive)
+    return time.monotonic() - started
+
+
+def _prune(archive: Path) -> None:
+    """Note which pyspark install ``archive`` is for, and delete the archives of installs that
+    are gone (a virtualenv removed: each install has its own archive of about 170 MB)."""
+    import pyspark
+
+    Path(f"{archive}.install").write_text(str(Path(pyspark.__file__).parent))
+    for other in archive.parent.glob("spark-*.jsa"):
+        note = Path(f"{other}.install")
+        if other != archive and note.is_file() and not Path(note.read_text()).is_dir():
+            other.unlink(missing_ok=True)
+            note.unlink(missing_ok=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from goka.spark.session import cds_archive
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--archive", type=Path, default=cds_archive(),
+                        help="where to write it (default: %(default)s)")  # fmt: skip
+    args = parser.parse_args(argv)
+    if args.archive is None:
+        print("GOKA_SPARK_CDS=off: no class-data archive written")
+        return 0
+    try:
+        took = warm_up(args.archive)
+    except (OSError, subprocess.SubprocessError, ImportError) as exc:
+        print(f"goka: no class-data archive (processors start as usual): {exc}", file=sys.stderr)
+        return 1
+    size = args.archive.stat().st_size / 1e6
+    print(f"class-data archive for processors: {args.archive} ({size:.0f} MB, {took:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
