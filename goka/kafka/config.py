@@ -24,7 +24,11 @@ Brokers = str | Sequence[str]
 #: Producer defaults. ``fnv1a`` is the partitioner of Go Goka (Sarama's hash partitioner), so
 #: Python and Go producers put a key on the same partition. Linger batches records: the
 #: embedded broker degrades with millions of single-record batches, and so does throughput.
+#: No auto-creation: a producer that outlives its topic (deleted, or the broker replaced while a
+#: worker kept its client) must not recreate it with the broker's default partition count,
+#: which would put keys on other partitions than their state; its records fail instead.
 PRODUCER_DEFAULTS: dict[str, Any] = {
+    "allow.auto.create.topics": False,
     "partitioner": "fnv1a",
     "enable.idempotence": True,
     "linger.ms": 5,
