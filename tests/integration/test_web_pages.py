@@ -124,9 +124,11 @@ def test_emitter_status_for_flask_and_asgi(brokers: str, new_topic: Callable[...
     with Emitter(brokers, topic, StringCodec()) as emitter:
         for i in range(10):
             emitter.emit_sync(f"k{i}", "v", timeout=10)
-        status = emitter_status([emitter])["emitters"][0]
+        # librdkafka's queue also counts its own requests for a moment after the deliveries
+        status = wait_for(lambda: [s for s in emitter_status([emitter])["emitters"]
+                                   if s["queued"] == 0], what="an empty queue")[0]  # fmt: skip
         assert status["topic"] == topic and status["delivered"] >= 10 and status["failed"] == 0
-        assert status["latency_p99_seconds"] is not None and status["queued"] == 0
+        assert status["latency_p99_seconds"] is not None
         app = Flask("status")
         app.register_blueprint(flask_blueprint([emitter]))
         server = make_server("127.0.0.1", 0, app, threaded=True)
