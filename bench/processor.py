@@ -328,8 +328,12 @@ def broker_hop(brokers: str, rate: int, seconds: int, fetch_wait: int = 10) -> L
     same way; a processor's record makes two (input topic, then table topic)."""
     topic = f"bench-hop-{time.monotonic_ns()}"
     TopicManager(brokers, TOPICS).ensure_stream_exists(topic, PARTITIONS)
+    producer = confluent_kafka.Producer(producer_config(brokers, {"linger.ms": 1}))
+    producer.produce(topic, b"/p", "first")  # emit once the tail reads: not before it fetches
+    producer.flush(30)
     tail = Tail(brokers, topic, fetch_wait)
-    emit(confluent_kafka.Producer(producer_config(brokers, {"linger.ms": 1})), topic, rate, seconds)
+    assert tail.first_seen.wait(60), "the tail did not start within 60 s"
+    emit(producer, topic, rate, seconds)
     tail.wait_for(rate * seconds, 30)
     tail.close()
     return Latency(0.0, tail.samples, rate * seconds)
