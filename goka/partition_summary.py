@@ -9,7 +9,7 @@ from dataclasses import dataclass, fields
 from goka.partition_table import Recovery
 from goka.worker import Lease
 
-__all__ = ["Counts", "PartitionSummary"]
+__all__ = ["SUMMARY_DDL", "Counts", "PartitionSummary"]
 
 
 @dataclass(kw_only=True)
@@ -74,6 +74,11 @@ class PartitionSummary(Counts):
         self.table_records += recovery.records
         self.restored_bytes += recovery.restored_bytes
         self.restore_seconds += recovery.restore_seconds
+
+
+_DDL = {"int": "long", "float": "double", "str": "string"}
+#: A :class:`PartitionSummary` as Spark DDL: the row a task returns per partition.
+SUMMARY_DDL = ", ".join(f"{f.name} {_DDL[str(f.type)]}" for f in fields(PartitionSummary))
 
 
 def store_bytes(storage: object) -> int:

@@ -8,8 +8,7 @@ partition store costs far more than most micro-batches, so a process keeps them 
 Partition stores stay open between tasks and are *leased* to one task at a time. A store is
 closed when idle for ``idle_timeout`` seconds, when the worker closes, or when another process
 on the machine asks for it: LevelDB lets one process open a directory, and Spark runs the next
-task of a partition in whichever Python worker of the executor is free (it keeps more of them
-than cores when a task runs two Python stages, as a Python data source and ``mapInArrow`` do).
+task of a partition in whichever Python worker of the executor is free.
 A process that finds a store locked asks the holder to release it: a datagram to the holder's
 inbox (a Unix socket in Linux's abstract namespace, named in ``<store>.holder``) wakes its
 housekeeping thread at once, and a file ``<store>.release`` reaches holders the datagram cannot

@@ -25,7 +25,7 @@ from goka.spark.metrics import ProcessorMetrics
 from goka.spark.session import build_session, ui_address
 from goka.spark.source import GokaKafkaSource
 from goka.spark.summary import BatchSummary, ProcessorFailed, translate
-from goka.spark.task import SUMMARY_DDL, PartitionTask
+from goka.spark.task import encode_config
 from goka.topic_manager import TopicManager, TopicManagerConfig
 
 __all__ = ["MODES", "BatchSummary", "Processor", "ProcessorFailed"]
@@ -271,7 +271,8 @@ class Processor:
             .option("topics", ",".join([*self.graph.input_topics(), *self.graph.joins]))
             .option("startingOffsets", self.starting_offsets)
             .option("group", self.graph.group)
-            .option("payload", "ranges")  # tasks read their records themselves (no JVM hop)
+            .option("payload", "process")  # tasks read and process their partitions
+            .option("task", encode_config(self.task_config(continuous=continuous)))
         )
         if self.max_offsets_per_trigger:
             reader = reader.option("maxOffsetsPerTrigger", str(self.max_offsets_per_trigger))
@@ -284,10 +285,9 @@ class Processor:
                 .option("epochTasks", str(slots))
                 .option("epochSeconds", str(self.epoch))
             )
-        task = PartitionTask(self.task_config(continuous=continuous))
-        stream = reader.load().mapInArrow(task, SUMMARY_DDL)
         writer = (
-            stream.writeStream.foreachBatch(self._on_batch)
+            reader.load()
+            .writeStream.foreachBatch(self._on_batch)
             .option("checkpointLocation", self.checkpoint_dir)
             .queryName(f"goka-{self.graph.group}")
         )

@@ -16,9 +16,12 @@ Options:
         the group committed none.
     group: the consumer group of ``startingOffsets=group``.
     maxOffsetsPerTrigger: most records per micro-batch, shared over the partitions.
-    payload: ``records`` (default) or ``ranges``: only the range rows, for a consumer of the
-        DataFrame that reads the records itself in the same task (the processor does: it saves
-        moving every record from a Python worker through the JVM to another Python worker).
+    payload: ``records`` (default), ``ranges``: only the range rows, for a consumer of the
+        DataFrame that reads the records itself in the same task, or ``process``: the task
+        runs a processor's partition processors on its ranges (the ``task`` option, see
+        :func:`goka.spark.task.encode_config`) and the rows are their summaries (schema
+        :data:`goka.partition_summary.SUMMARY_DDL`). The processor reads with ``process``: a
+        task then costs one Python worker, and no record moves through the JVM.
     kafka.<setting>: librdkafka settings, e.g. ``kafka.security.protocol``.
     epochs: a consumer group: plan *epochs* instead of ranges (continuous processing, see
         :meth:`goka.partition_processor.PartitionProcessor.process_epoch`). Each micro-batch
@@ -54,6 +57,7 @@ from pyspark.sql.streaming.datasource import (
 
 from goka.errors import BrokerError, ConfigurationError, TopicError, TopicRewoundError
 from goka.kafka.ranges import EndOffsets, RangeReader, Row
+from goka.partition_summary import SUMMARY_DDL
 from goka.worker import Worker, frozen
 
 __all__ = [
@@ -121,7 +125,7 @@ class GokaKafkaSource(DataSource):
         return "goka-kafka"
 
     def schema(self) -> str:
-        return SCHEMA
+        return SUMMARY_DDL if self.options.get("payload") == "process" else SCHEMA
 
     def streamReader(self, schema: Any) -> GokaStreamReader:
         return GokaStreamReader(dict(self.options))
@@ -145,8 +149,13 @@ class GokaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.max_rows = int(limit) if limit else None
         self.timeout = float(options.get("timeout", "60"))
         self.payload = options.get("payload", "records")
-        if self.payload not in ("records", "ranges"):
-            raise ConfigurationError(f"payload must be records or ranges, got {self.payload!r}")
+        if self.payload not in ("records", "ranges", "process"):
+            raise ConfigurationError(
+                f"payload must be records, ranges or process, got {self.payload!r}"
+            )
+        self.task = options.get("task", "")
+        if self.payload == "process" and not self.task:
+            raise ConfigurationError("payload=process needs the option task")
         self.epochs = options.get("epochs") or None
         self.epoch_tasks = int(options.get("epochTasks", options.get("epochtasks", "0"))) or None
         self.epoch_seconds = float(options.get("epochSeconds", options.get("epochseconds", "30")))
@@ -278,6 +287,18 @@ class GokaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return planned
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if self.payload == "process":
+            from goka.spark.task import decode_config, run_partitions  # tasks only
+
+            if isinstance(partition, EpochPartition):
+                todo = {p: {t: (o, o) for t, o in s.items()} for p, s in partition.starts.items()}
+                yield run_partitions(decode_config(self.task), todo, partition.deadline_ms)
+            else:
+                assert isinstance(partition, KafkaPartition)
+                yield run_partitions(
+                    decode_config(self.task), {partition.partition: partition.ranges}
+                )
+            return
         if isinstance(partition, EpochPartition):
             for number, starts in partition.starts.items():
                 ranges = {t: (o, o) for t, o in starts.items()}

@@ -1,85 +1,69 @@
-"""The ``mapInArrow`` function of a processor: one Spark task runs one partition processor.
+"""What one Spark task of a processor runs: the partition processors of its partition numbers.
 
-The source sends each task the offset ranges of one partition number (range rows, see
-:mod:`goka.spark.source`); the task hands them to a :class:`~goka.partition_processor.
-PartitionProcessor` in this worker process and returns its summary as one row. In continuous
-mode (``TaskConfig.epoch``) the ranges only say where the epoch starts.
+The source (:mod:`goka.spark.source`, payload ``process``) plans one input partition per
+partition number (per group of them for an epoch) and calls :func:`run_partitions` in the
+task's Python worker with the offset ranges, which hands them to
+:class:`~goka.partition_processor.PartitionProcessor` (or :func:`~goka.partition_epoch.run_epoch`)
+and returns their summaries, one row each. In continuous mode (``TaskConfig.epoch``) the
+ranges only say where the epoch starts. The task's configuration travels as a source option
+(:func:`encode_config`): the reading worker is the processing worker, so a task costs one
+Python worker process and no record crosses the JVM.
 """
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import time
-from collections.abc import Iterator
+from collections.abc import Mapping
 
 import pyarrow as pa
+from pyspark import cloudpickle
 
 from goka.options import StopSignal, TaskConfig
 from goka.partition_epoch import run_epoch
 from goka.partition_processor import PartitionProcessor, PartitionSummary
 from goka.worker import Worker
 
-__all__ = ["SUMMARY_DDL", "SUMMARY_SCHEMA", "PartitionTask"]
+__all__ = ["SUMMARY_SCHEMA", "decode_config", "encode_config", "run_partitions"]
 
-_TYPES = {
-    "int": (pa.int64(), "long"),
-    "float": (pa.float64(), "double"),
-    "str": (pa.string(), "string"),
-}
-_FIELDS = [(f.name, _TYPES[str(f.type)]) for f in dataclasses.fields(PartitionSummary)]
+_TYPES = {"int": pa.int64(), "float": pa.float64(), "str": pa.string()}
 #: The Arrow schema of a task's result row (one per partition and micro-batch).
-SUMMARY_SCHEMA = pa.schema([(name, arrow) for name, (arrow, _) in _FIELDS])
-#: The same as Spark DDL.
-SUMMARY_DDL = ", ".join(f"{name} {ddl}" for name, (_, ddl) in _FIELDS)
+SUMMARY_SCHEMA = pa.schema(
+    [(f.name, _TYPES[str(f.type)]) for f in dataclasses.fields(PartitionSummary)]
+)
 
 
-class PartitionTask:
-    """The ``mapInArrow`` function: processes one partition of a micro-batch."""
-
-    def __init__(self, config: TaskConfig) -> None:
-        self.config = config
-
-    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        ranges, deadline_ms = _ranges(batches)
-        if not ranges:
-            return
-        worker = Worker.current()
-        if self.config.epoch > 0:
-            stop = StopSignal(self.config.stop_url) if self.config.stop_url else lambda: False
-            starts = {p: {t: start for t, (start, _) in r.items()} for p, r in ranges.items()}
-            seconds = self.config.epoch  # to the epoch's deadline (clamped: clocks may differ)
-            if deadline_ms is not None:
-                seconds = min(seconds, max(0.0, deadline_ms / 1000 - time.time()))
-            summaries = run_epoch(self.config, worker, starts, seconds, stop)
-        else:
-            summaries = [PartitionProcessor(self.config, p, worker).process(r)
-                         for p, r in ranges.items()]  # fmt: skip
-        yield pa.RecordBatch.from_pylist(
-            [dataclasses.asdict(s) for s in summaries], schema=SUMMARY_SCHEMA
-        )
+def encode_config(config: TaskConfig) -> str:
+    """``config`` as a source option (pickled with the graph's callbacks and codecs)."""
+    pickled: bytes = cloudpickle.dumps(config)  # type: ignore[no-untyped-call]
+    return base64.b64encode(pickled).decode("ascii")
 
 
-def _ranges(
-    batches: Iterator[pa.RecordBatch],
-) -> tuple[dict[int, dict[str, tuple[int, int]]], int | None]:
-    """``{partition: {topic: (start, end)}}`` from the source's range rows, and an epoch's
-    deadline (unix ms; None: a micro-batch)."""
-    ranges: dict[int, dict[str, tuple[int, int]]] = {}
-    deadline: int | None = None
-    for batch in batches:
-        columns = batch.select(
-            ["partition", "topic", "offset", "timestamp", "range_end"]
-        ).to_pydict()
-        rows = zip(
-            columns["partition"],
-            columns["topic"],
-            columns["offset"],
-            columns["timestamp"],
-            columns["range_end"],
-            strict=True,
-        )
-        for number, topic, offset, timestamp, range_end in rows:
-            if range_end is not None:
-                ranges.setdefault(number, {})[topic] = (offset, range_end)
-                deadline = timestamp if timestamp is not None else deadline
-    return ranges, deadline
+def decode_config(text: str) -> TaskConfig:
+    config = cloudpickle.loads(base64.b64decode(text))
+    assert isinstance(config, TaskConfig), type(config)
+    return config
+
+
+def run_partitions(
+    config: TaskConfig,
+    ranges: Mapping[int, Mapping[str, tuple[int, int]]],
+    deadline_ms: int | None = None,
+) -> pa.RecordBatch:
+    """Process ``{partition: {topic: (start, end)}}`` (for an epoch: from each start until
+    ``deadline_ms``, unix ms) and return one summary row per partition."""
+    worker = Worker.current()
+    if config.epoch > 0:
+        stop = StopSignal(config.stop_url) if config.stop_url else lambda: False
+        starts = {p: {t: start for t, (start, _) in r.items()} for p, r in ranges.items()}
+        seconds = config.epoch  # to the epoch's deadline (clamped: clocks may differ)
+        if deadline_ms is not None:
+            seconds = min(seconds, max(0.0, deadline_ms / 1000 - time.time()))
+        summaries = run_epoch(config, worker, starts, seconds, stop)
+    else:
+        summaries = [PartitionProcessor(config, p, worker).process(r)
+                     for p, r in ranges.items()]  # fmt: skip
+    return pa.RecordBatch.from_pylist(
+        [dataclasses.asdict(s) for s in summaries], schema=SUMMARY_SCHEMA
+    )
