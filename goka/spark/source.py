@@ -44,9 +44,9 @@ import json
 import logging
 import time
 from collections.abc import Iterator, Mapping
-from typing import Any
+from functools import cache
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
@@ -56,16 +56,22 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from goka.errors import BrokerError, ConfigurationError, TopicError, TopicRewoundError
-from goka.kafka.ranges import EndOffsets, RangeReader, Row
-from goka.partition_summary import SUMMARY_DDL
-from goka.worker import Worker, frozen
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from goka.kafka.ranges import EndOffsets, RangeReader, Row
+
+# Spark unpickles the source in a planning process that only asks its name and schema, and
+# the processor's driver only names it: Arrow, Kafka clients and stores are imported where
+# they are used (about 40 MB less in each of those processes).
 
 __all__ = [
-    "ARROW_SCHEMA",
     "SCHEMA",
     "EpochPartition",
     "GokaKafkaSource",
     "KafkaPartition",
+    "arrow_schema",
     "kafka_options",
 ]
 
@@ -73,19 +79,27 @@ SCHEMA = (
     "partition int, topic string, offset long, key binary, value binary, timestamp long, "
     "headers array<struct<key:string,value:binary>>, range_end long"
 )
-_HEADER = pa.struct([("key", pa.string()), ("value", pa.binary())])
-ARROW_SCHEMA = pa.schema(
-    [
-        ("partition", pa.int32()),
-        ("topic", pa.string()),
-        ("offset", pa.int64()),
-        ("key", pa.binary()),
-        ("value", pa.binary()),
-        ("timestamp", pa.int64()),
-        ("headers", pa.list_(_HEADER)),
-        ("range_end", pa.int64()),
-    ]
-)
+
+
+@cache
+def arrow_schema() -> pa.Schema:
+    """:data:`SCHEMA` in Arrow."""
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            ("partition", pa.int32()),
+            ("topic", pa.string()),
+            ("offset", pa.int64()),
+            ("key", pa.binary()),
+            ("value", pa.binary()),
+            ("timestamp", pa.int64()),
+            ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
+            ("range_end", pa.int64()),
+        ]
+    )
+
+
 CHUNK = 50_000
 log = logging.getLogger(__name__)
 
@@ -125,6 +139,8 @@ class GokaKafkaSource(DataSource):
         return "goka-kafka"
 
     def schema(self) -> str:
+        from goka.partition_summary import SUMMARY_DDL
+
         return SUMMARY_DDL if self.options.get("payload") == "process" else SCHEMA
 
     def streamReader(self, schema: Any) -> GokaStreamReader:
@@ -172,6 +188,8 @@ class GokaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _ends(self) -> EndOffsets:
         """The driver's offset consumer, created on first use (never pickled to tasks)."""
         if self._end_offsets is None:
+            from goka.kafka.ranges import EndOffsets
+
             self._end_offsets = EndOffsets(self.brokers, self.kafka)
         return self._end_offsets
 
@@ -212,6 +230,8 @@ class GokaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _group_offsets(self) -> Offsets:
         """Where the group committed, else the earliest offset."""
+        from goka.kafka.ranges import RangeReader
+
         found = dict(self._ends.low(self._all()))
         reader = RangeReader(self.brokers, self.kafka)
         try:
@@ -258,6 +278,8 @@ class GokaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Where the next epoch starts: the group's commits, or ``start`` where it is ahead."""
         assert self.epochs is not None
         if self._committed is None:
+            from goka.kafka.ranges import RangeReader
+
             self._committed = RangeReader(self.brokers, self.kafka)
         end: dict[str, Any] = {t: dict(start[t]) for t in self.topics}
         try:
@@ -306,6 +328,9 @@ class GokaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return
         assert isinstance(partition, KafkaPartition)
         if self.payload == "records":
+            from goka.kafka.ranges import RangeReader
+            from goka.worker import Worker, frozen
+
             reader = Worker.current().client(
                 ("source-reader", self.brokers, frozen(self.kafka)),
                 lambda: RangeReader(self.brokers, self.kafka),
@@ -341,6 +366,8 @@ def _limit(start: Offsets, end: Offsets, budget: int) -> Offsets:
 
 
 def _batch(partition: int, rows: list[Row]) -> pa.RecordBatch:
+    import pyarrow as pa
+
     topics, offsets, keys, values, timestamps, headers = (list(c) for c in zip(*rows, strict=True))
     header_values = [None if h is None else [{"key": k, "value": v} for k, v in h] for h in headers]
     return pa.RecordBatch.from_arrays(
@@ -351,10 +378,10 @@ def _batch(partition: int, rows: list[Row]) -> pa.RecordBatch:
             pa.array(keys, pa.binary()),
             pa.array(values, pa.binary()),
             pa.array(timestamps, pa.int64()),
-            pa.array(header_values, pa.list_(_HEADER)),
+            pa.array(header_values, arrow_schema().field("headers").type),
             pa.nulls(len(rows), pa.int64()),
         ],
-        schema=ARROW_SCHEMA,
+        schema=arrow_schema(),
     )
 
 
@@ -362,6 +389,8 @@ def _ranges(
     partition: int, ranges: Mapping[str, tuple[int, int]], deadline_ms: int | None = None
 ) -> pa.RecordBatch:
     """Range rows; an epoch's carry its deadline (unix ms) as their timestamp."""
+    import pyarrow as pa
+
     n = len(ranges)
     return pa.RecordBatch.from_arrays(
         [
@@ -371,8 +400,8 @@ def _ranges(
             pa.nulls(n, pa.binary()),
             pa.nulls(n, pa.binary()),
             pa.array([deadline_ms] * n, pa.int64()),
-            pa.nulls(n, pa.list_(_HEADER)),
+            pa.nulls(n, arrow_schema().field("headers").type),
             pa.array([e for _, e in ranges.values()], pa.int64()),
         ],
-        schema=ARROW_SCHEMA,
+        schema=arrow_schema(),
     )

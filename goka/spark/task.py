@@ -16,22 +16,30 @@ import base64
 import dataclasses
 import time
 from collections.abc import Mapping
+from functools import cache
+from typing import TYPE_CHECKING
 
-import pyarrow as pa
 from pyspark import cloudpickle
 
 from goka.options import StopSignal, TaskConfig
-from goka.partition_epoch import run_epoch
-from goka.partition_processor import PartitionProcessor, PartitionSummary
-from goka.worker import Worker
 
-__all__ = ["SUMMARY_SCHEMA", "decode_config", "encode_config", "run_partitions"]
+if TYPE_CHECKING:
+    import pyarrow as pa
 
-_TYPES = {"int": pa.int64(), "float": pa.float64(), "str": pa.string()}
-#: The Arrow schema of a task's result row (one per partition and micro-batch).
-SUMMARY_SCHEMA = pa.schema(
-    [(f.name, _TYPES[str(f.type)]) for f in dataclasses.fields(PartitionSummary)]
-)
+# the driver imports this module for encode_config: what only tasks run is imported there
+
+__all__ = ["decode_config", "encode_config", "run_partitions", "summary_schema"]
+
+
+@cache
+def summary_schema() -> pa.Schema:
+    """The Arrow schema of a task's result row (one per partition and micro-batch)."""
+    import pyarrow as pa
+
+    from goka.partition_summary import PartitionSummary
+
+    types = {"int": pa.int64(), "float": pa.float64(), "str": pa.string()}
+    return pa.schema([(f.name, types[str(f.type)]) for f in dataclasses.fields(PartitionSummary)])
 
 
 def encode_config(config: TaskConfig) -> str:
@@ -53,6 +61,12 @@ def run_partitions(
 ) -> pa.RecordBatch:
     """Process ``{partition: {topic: (start, end)}}`` (for an epoch: from each start until
     ``deadline_ms``, unix ms) and return one summary row per partition."""
+    import pyarrow as pa
+
+    from goka.partition_epoch import run_epoch
+    from goka.partition_processor import PartitionProcessor
+    from goka.worker import Worker
+
     worker = Worker.current()
     if config.epoch > 0:
         stop = StopSignal(config.stop_url) if config.stop_url else lambda: False
@@ -65,5 +79,5 @@ def run_partitions(
         summaries = [PartitionProcessor(config, p, worker).process(r)
                      for p, r in ranges.items()]  # fmt: skip
     return pa.RecordBatch.from_pylist(
-        [dataclasses.asdict(s) for s in summaries], schema=SUMMARY_SCHEMA
+        [dataclasses.asdict(s) for s in summaries], schema=summary_schema()
     )
