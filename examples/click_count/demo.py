@@ -44,7 +44,7 @@ class DemoResult:
     counts: dict[str, int]
     first_count_seconds: float = 0.0
     total_seconds: float = 0.0
-    memory_mb: dict[str, float] = field(default_factory=dict)
+    memory_mb: dict[str, tuple[float, float]] = field(default_factory=dict)  # RSS, PSS
 
     @property
     def ok(self) -> bool:
@@ -72,9 +72,19 @@ class Service:
             raise RuntimeError(f"{self.name} exited early; see {self.log_path}")
         return line.strip()
 
-    def memory_mb(self) -> float:
-        """Resident memory of the process and its children (the JVM, Python workers)."""
-        return _tree_rss(self.process.pid) / 1024
+    def check_running(self) -> None:
+        """Raise if the process has exited."""
+        code = self.process.poll()
+        if code is not None:
+            self._log.flush()
+            tail = "\n".join(self.log_path.read_text().splitlines()[-15:])
+            raise RuntimeError(f"{self.name} exited with {code}; the end of its log:\n{tail}")
+
+    def memory_mb(self) -> tuple[float, float]:
+        """Resident memory (RSS, PSS) of the process and its children (the JVM, Python
+        workers)."""
+        rss, pss = _tree_memory(self.process.pid)
+        return rss / 1024, pss / 1024
 
     def kill(self) -> None:
         os.killpg(self.process.pid, signal.SIGKILL)
@@ -98,15 +108,23 @@ class Service:
         return self.process.returncode
 
 
-def _own_rss(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return float(line.split()[1])
-    return 0.0
+def _memory(pid: int) -> tuple[float, float]:
+    """RSS and PSS (kB) of ``pid``: PSS shares each shared page among the processes mapping it."""
+    rss = pss = 0.0
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Rss:"):
+                rss = float(line.split()[1])
+            elif line.startswith("Pss:"):
+                pss = float(line.split()[1])
+    except OSError:
+        pass
+    return rss, pss
 
 
-def _tree_rss(pid: int) -> float:
-    """Sum of VmRSS (kB) of ``pid`` and its descendants (Linux /proc)."""
+def _tree_memory(pid: int) -> tuple[float, float]:
+    """Sums of RSS and PSS (kB) of ``pid`` and its descendants (Linux /proc). The RSS sum counts
+    pages shared between them (the Python workers forked from one daemon) once per process."""
     children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -115,17 +133,14 @@ def _tree_rss(pid: int) -> float:
             except (OSError, IndexError, ValueError):
                 continue
             children.setdefault(ppid, []).append(int(entry.name))
-    total, todo = 0.0, [pid]
+    rss = pss = 0.0
+    todo = [pid]
     while todo:
         current = todo.pop()
         todo.extend(children.get(current, []))
-        try:
-            for line in Path(f"/proc/{current}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    total += float(line.split()[1])
-        except OSError:
-            pass
-    return total
+        own = _memory(current)
+        rss, pss = rss + own[0], pss + own[1]
+    return rss, pss
 
 
 def start_processor(brokers: str, workdir: Path) -> Service:
@@ -200,7 +215,11 @@ def run(brokers: str, workdir: Path, *, clicks: int = 3_000, users: int = 20,
             fired_at = time.monotonic()
             half = clicks // 2
             result.sent = fire(web.url, half, users)
+            deadline = time.monotonic() + 180
             while not any(read_counts(client, sorted(result.sent)).values()):
+                processor.check_running()
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"no count after 180 s; see {processor.log_path}")
                 time.sleep(0.1)
             result.first_count_seconds = time.monotonic() - fired_at
             with ThreadPoolExecutor(1) as background:
@@ -211,8 +230,9 @@ def run(brokers: str, workdir: Path, *, clicks: int = 3_000, users: int = 20,
                     processor.kill()
                     processor = start_processor(brokers, workdir)
                 result.sent += second.result()
+            own_rss, own_pss = _memory(os.getpid())
             result.memory_mb = {"processor": processor.memory_mb(), "view": view.memory_mb(),
-                                "web app and demo": _own_rss(os.getpid()) / 1024}  # fmt: skip
+                                "web app and demo": (own_rss / 1024, own_pss / 1024)}  # fmt: skip
             result.counts = wait_counts(client, result.sent, timeout=180)
             if keep_running is not None:
                 print("everything stays up (--keep-running); Ctrl-C ends the demo", flush=True)
@@ -246,7 +266,10 @@ def main() -> int:
     first = result.first_count_seconds
     print(f"\n{total} clicks over HTTP; first count visible after {first:.1f} s; "
           f"total {result.total_seconds:.1f} s")  # fmt: skip
-    print("memory: " + ", ".join(f"{k} {v:.0f} MB" for k, v in result.memory_mb.items()))
+    print(
+        "memory (RSS; PSS, shared pages split among processes): "
+        + ", ".join(f"{k} {rss:,.0f} MB ({pss:,.0f})" for k, (rss, pss) in result.memory_mb.items())
+    )
     print("counts equal clicks sent: " + ("OK" if result.ok else "MISMATCH"))
     return 0 if result.ok else 1
 
