@@ -13,7 +13,7 @@ import functools
 import json
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -167,15 +167,26 @@ class Clients:
             lambda reader: reader.close(),
         )
 
+    def _producer_overrides(self) -> dict[str, Any]:
+        return {"linger.ms": 10, **self.config.kafka_config, **self.config.producer_config}
+
+    def _producer_key(self) -> Hashable:
+        builder, overrides = self.config.builders.producer, self._producer_overrides()
+        return ("producer", builder, self.config.brokers, frozen(overrides))
+
     def producer(self) -> Producer:
-        overrides = {"linger.ms": 10, **self.config.kafka_config, **self.config.producer_config}
         builder = self.config.builders.producer
-        settings = producer_config(self.config.brokers, overrides)
+        settings = producer_config(self.config.brokers, self._producer_overrides())
         return self.worker.client(
-            ("producer", builder, self.config.brokers, frozen(overrides)),
+            self._producer_key(),
             lambda: builder(settings),
             lambda producer: producer.flush(self.config.flush_timeout),
         )
+
+    def discard_producer(self) -> None:
+        """Build a new producer for the next task: this one failed to deliver (an idempotent
+        producer whose broker was replaced, say, never delivers again)."""
+        self.worker.discard(self._producer_key())
 
     def snapshots(self) -> SnapshotStore | None:
         config = self.config

@@ -139,7 +139,8 @@ class Epoch:
             tables={**{t: s.get for t, s in self.joins.items()}, **self.clients.lookups()},
             on_error=self.config.on_error, max_message_bytes=self.config.max_message_bytes,
         )  # fmt: skip
-        self.output = Output(self.clients.producer(), self.partition, self.config, self.store)
+        self.output = Output(self.clients.producer(), self.partition, self.config, self.store,
+                             self.clients.discard_producer)  # fmt: skip
         self.committed = dict(positions)
 
     def finish(self, started: float) -> PartitionSummary:

@@ -28,9 +28,16 @@ class Output:
     and that table updates land after what ``store`` has of the group table."""
 
     def __init__(
-        self, producer: Producer, partition: int, config: TaskConfig, store: Storage
+        self,
+        producer: Producer,
+        partition: int,
+        config: TaskConfig,
+        store: Storage,
+        on_failure: Callable[[], object] = lambda: None,
     ) -> None:
+        """``on_failure()`` runs when a flush finds a delivery failed (before it raises)."""
         self.producer, self.partition, self.config = producer, partition, config
+        self.on_failure = on_failure
         self.failures: list[str] = []
         self.table_end: int | None = None
         self.table_offset = store.offsets().get((config.graph.table, partition))
@@ -77,6 +84,7 @@ class Output:
         """
         remaining = self.producer.flush(self.config.flush_timeout)
         if remaining or self.failures:
+            self.on_failure()
             raise DeliveryError(
                 self.config.graph.table,
                 None,

@@ -337,6 +337,7 @@ class PartitionProcessor:
             DeliveryError: a message was refused, failed, or not acknowledged in time.
             TopicRewoundError: the group table went back.
         """
-        output = Output(self.clients.producer(), self.partition, self.config, store)
+        output = Output(self.clients.producer(), self.partition, self.config, store,
+                        self.clients.discard_producer)  # fmt: skip
         output.send(result, summary)
         return output.flush()

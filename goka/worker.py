@@ -164,6 +164,12 @@ class Worker:
                 return client
             return found[0]  # type: ignore[no-any-return]
 
+    def discard(self, key: Hashable) -> None:
+        """Forget the client kept under ``key`` without closing it (it failed: the next
+        :meth:`client` builds a new one; the old one is released when garbage-collected)."""
+        with self._lock:
+            self._clients.pop(key, None)
+
     # -- partition stores ----------------------------------------------------------------------
     @contextlib.contextmanager
     def lease(

@@ -40,7 +40,8 @@ def processor(spark: Any, broker: EmbeddedBroker, tmp_path: Path, **options: Any
 
 #: For a processor started on the replaced broker. Python workers keep Kafka clients between
 #: tasks, keyed by their settings: an idempotent producer of the old broker never delivers to
-#: the new one (it times out: a DeliveryError instead of the rewound topic this file is about).
+#: the new one (it times out: a DeliveryError instead of the rewound topic this file is about;
+#: the worker then builds a new one, but only for the next task).
 NEW_CLIENTS = {"kafka_config": {"client.id": "after-replace"}}
 
 

@@ -4,6 +4,7 @@ own state directory and its own worker process resources."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 from collections import Counter
@@ -166,6 +167,31 @@ def test_a_failed_delivery_commits_nothing_and_the_rerun_is_exact(
     kafka.unacknowledged = False
     machine.run(0, {IN: (0, 10)})
     assert machine.state(0) == dict(sent) == table_of(kafka)
+
+
+def test_a_producer_that_failed_to_deliver_is_not_lent_to_the_next_task(
+    kafka: FakeKafka, tmp_path: Path
+) -> None:
+    click(kafka, 10)
+    machine = Machine(kafka, tmp_path / "a")
+    built: list[Any] = []
+
+    def producer(config: dict[str, Any]) -> Any:
+        built.append(kafka.producer(config))
+        return built[-1]
+
+    machine.builders = Builders(**{**machine.builders.__dict__, "producer": producer})
+    machine.config = dataclasses.replace(machine.config, builders=machine.builders)
+    machine.run(0, {IN: (0, 5)})
+    machine.run(0, {IN: (5, 6)})
+    assert len(built) == 1  # kept between tasks
+    kafka.unacknowledged = True
+    with pytest.raises(DeliveryError):
+        machine.run(0, {IN: (6, 10)})
+    kafka.unacknowledged = False
+    machine.run(0, {IN: (6, 10)})
+    assert len(built) == 2 and built[1] is not built[0]  # a new one after the failure
+    machine.close()
 
 
 def test_a_batch_run_again_after_its_commit_is_recognised_as_a_replay(
