@@ -167,18 +167,17 @@ class Clients:
             lambda reader: reader.close(),
         )
 
-    def _producer_overrides(self) -> dict[str, Any]:
-        return {"linger.ms": 10, **self.config.kafka_config, **self.config.producer_config}
-
-    def _producer_key(self) -> Hashable:
-        builder, overrides = self.config.builders.producer, self._producer_overrides()
-        return ("producer", builder, self.config.brokers, frozen(overrides))
+    def _producer_settings(self) -> tuple[Hashable, dict[str, Any]]:
+        """The worker's key of this group's producer, and the settings it is built with."""
+        overrides = {"linger.ms": 10, **self.config.kafka_config, **self.config.producer_config}
+        key = ("producer", self.config.builders.producer, self.config.brokers, frozen(overrides))
+        return key, producer_config(self.config.brokers, overrides)
 
     def producer(self) -> Producer:
         builder = self.config.builders.producer
-        settings = producer_config(self.config.brokers, self._producer_overrides())
+        key, settings = self._producer_settings()
         return self.worker.client(
-            self._producer_key(),
+            key,
             lambda: builder(settings),
             lambda producer: producer.flush(self.config.flush_timeout),
         )
@@ -186,7 +185,7 @@ class Clients:
     def discard_producer(self) -> None:
         """Build a new producer for the next task: this one failed to deliver (an idempotent
         producer whose broker was replaced, say, never delivers again)."""
-        self.worker.discard(self._producer_key())
+        self.worker.discard(self._producer_settings()[0])
 
     def snapshots(self) -> SnapshotStore | None:
         config = self.config

@@ -5,11 +5,16 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, fields
+from functools import cache
+from typing import TYPE_CHECKING
 
 from goka.partition_table import Recovery
 from goka.worker import Lease
 
-__all__ = ["SUMMARY_DDL", "Counts", "PartitionSummary"]
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+__all__ = ["SUMMARY_DDL", "Counts", "PartitionSummary", "summary_schema"]
 
 
 @dataclass(kw_only=True)
@@ -76,9 +81,20 @@ class PartitionSummary(Counts):
         self.restore_seconds += recovery.restore_seconds
 
 
-_DDL = {"int": "long", "float": "double", "str": "string"}
+#: Field types of a summary row: Python annotation -> (Spark DDL type, pyarrow type factory).
+_TYPES = {"int": ("long", "int64"), "float": ("double", "float64"), "str": ("string", "string")}
 #: A :class:`PartitionSummary` as Spark DDL: the row a task returns per partition.
-SUMMARY_DDL = ", ".join(f"{f.name} {_DDL[str(f.type)]}" for f in fields(PartitionSummary))
+SUMMARY_DDL = ", ".join(f"{f.name} {_TYPES[str(f.type)][0]}" for f in fields(PartitionSummary))
+
+
+@cache
+def summary_schema() -> pa.Schema:
+    """:data:`SUMMARY_DDL` in Arrow (imports pyarrow: tasks only)."""
+    import pyarrow as pa
+
+    return pa.schema(
+        [(f.name, getattr(pa, _TYPES[str(f.type)][1])()) for f in fields(PartitionSummary)]
+    )
 
 
 def store_bytes(storage: object) -> int:

@@ -310,16 +310,14 @@ class GokaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if self.payload == "process":
-            from goka.spark.task import decode_config, run_partitions  # tasks only
+            from goka.spark import task  # tasks only
 
+            config = task.decode_config(self.task)
             if isinstance(partition, EpochPartition):
-                todo = {p: {t: (o, o) for t, o in s.items()} for p, s in partition.starts.items()}
-                yield run_partitions(decode_config(self.task), todo, partition.deadline_ms)
+                yield task.process_epoch(config, partition.starts, partition.deadline_ms)
             else:
                 assert isinstance(partition, KafkaPartition)
-                yield run_partitions(
-                    decode_config(self.task), {partition.partition: partition.ranges}
-                )
+                yield task.process_ranges(config, {partition.partition: partition.ranges})
             return
         if isinstance(partition, EpochPartition):
             for number, starts in partition.starts.items():

@@ -1,13 +1,12 @@
 """What one Spark task of a processor runs: the partition processors of its partition numbers.
 
 The source (:mod:`goka.spark.source`, payload ``process``) plans one input partition per
-partition number (per group of them for an epoch) and calls :func:`run_partitions` in the
-task's Python worker with the offset ranges, which hands them to
-:class:`~goka.partition_processor.PartitionProcessor` (or :func:`~goka.partition_epoch.run_epoch`)
-and returns their summaries, one row each. In continuous mode (``TaskConfig.epoch``) the
-ranges only say where the epoch starts. The task's configuration travels as a source option
-(:func:`encode_config`): the reading worker is the processing worker, so a task costs one
-Python worker process and no record crosses the JVM.
+partition number (per group of them for an epoch) and, in the task's Python worker, hands its
+offset ranges to :func:`process_ranges` (a micro-batch: :class:`~goka.partition_processor.
+PartitionProcessor`) or its starts to :func:`process_epoch` (:func:`~goka.partition_epoch.
+run_epoch`), which return the partitions' summaries, one row each. The task's configuration
+travels as a source option (:func:`encode_config`): the reading worker is the processing
+worker, so a task costs one Python worker process and no record crosses the JVM.
 """
 
 from __future__ import annotations
@@ -15,8 +14,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import time
-from collections.abc import Mapping
-from functools import cache
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from pyspark import cloudpickle
@@ -26,20 +24,11 @@ from goka.options import StopSignal, TaskConfig
 if TYPE_CHECKING:
     import pyarrow as pa
 
-# the driver imports this module for encode_config: what only tasks run is imported there
-
-__all__ = ["decode_config", "encode_config", "run_partitions", "summary_schema"]
-
-
-@cache
-def summary_schema() -> pa.Schema:
-    """The Arrow schema of a task's result row (one per partition and micro-batch)."""
-    import pyarrow as pa
-
     from goka.partition_summary import PartitionSummary
 
-    types = {"int": pa.int64(), "float": pa.float64(), "str": pa.string()}
-    return pa.schema([(f.name, types[str(f.type)]) for f in dataclasses.fields(PartitionSummary)])
+# the driver imports this module for encode_config: what only tasks run is imported there
+
+__all__ = ["decode_config", "encode_config", "process_epoch", "process_ranges"]
 
 
 def encode_config(config: TaskConfig) -> str:
@@ -54,30 +43,36 @@ def decode_config(text: str) -> TaskConfig:
     return config
 
 
-def run_partitions(
-    config: TaskConfig,
-    ranges: Mapping[int, Mapping[str, tuple[int, int]]],
-    deadline_ms: int | None = None,
+def process_ranges(
+    config: TaskConfig, ranges: Mapping[int, Mapping[str, tuple[int, int]]]
 ) -> pa.RecordBatch:
-    """Process ``{partition: {topic: (start, end)}}`` (for an epoch: from each start until
-    ``deadline_ms``, unix ms) and return one summary row per partition."""
-    import pyarrow as pa
-
-    from goka.partition_epoch import run_epoch
+    """Process ``{partition: {topic: (start, end)}}`` (a micro-batch); one summary row per
+    partition."""
     from goka.partition_processor import PartitionProcessor
     from goka.worker import Worker
 
     worker = Worker.current()
-    if config.epoch > 0:
-        stop = StopSignal(config.stop_url) if config.stop_url else lambda: False
-        starts = {p: {t: start for t, (start, _) in r.items()} for p, r in ranges.items()}
-        seconds = config.epoch  # to the epoch's deadline (clamped: clocks may differ)
-        if deadline_ms is not None:
-            seconds = min(seconds, max(0.0, deadline_ms / 1000 - time.time()))
-        summaries = run_epoch(config, worker, starts, seconds, stop)
-    else:
-        summaries = [PartitionProcessor(config, p, worker).process(r)
-                     for p, r in ranges.items()]  # fmt: skip
+    return _rows([PartitionProcessor(config, p, worker).process(r) for p, r in ranges.items()])
+
+
+def process_epoch(
+    config: TaskConfig, starts: Mapping[int, Mapping[str, int]], deadline_ms: int
+) -> pa.RecordBatch:
+    """Process ``{partition: {topic: start}}`` continuously until ``deadline_ms`` (unix ms; at
+    most ``config.epoch`` seconds: clocks may differ); one summary row per partition."""
+    from goka.partition_epoch import run_epoch
+    from goka.worker import Worker
+
+    stop = StopSignal(config.stop_url) if config.stop_url else lambda: False
+    seconds = min(config.epoch, max(0.0, deadline_ms / 1000 - time.time()))
+    return _rows(run_epoch(config, Worker.current(), starts, seconds, stop))
+
+
+def _rows(summaries: Sequence[PartitionSummary]) -> pa.RecordBatch:
+    import pyarrow as pa
+
+    from goka.partition_summary import summary_schema
+
     return pa.RecordBatch.from_pylist(
         [dataclasses.asdict(s) for s in summaries], schema=summary_schema()
     )
