@@ -10,10 +10,15 @@ $(STAMP): pyproject.toml setup.py goka/_speedups.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
-	$(PY) -m goka.spark.warmup || echo "processors will start without a class-data archive"
 	touch $(STAMP)
 
-demo: $(STAMP)
+# the driver JVM's class-data archive, for the classpath the session code gives it
+CDS := $(VENV)/.cds
+$(CDS): $(STAMP) goka/spark/session.py goka/spark/warmup.py
+	$(PY) -m goka.spark.warmup || echo "processors will start without a class-data archive"
+	touch $(CDS)
+
+demo: $(STAMP) $(CDS)
 	$(PY) -m examples.click_count.demo $(ARGS)
 
 # headless Chromium for the browser tests of the web pages (Debian packages; never downloaded
@@ -24,7 +29,7 @@ $(BROWSER):
 	  || (apt-get update -q >/dev/null && apt-get install -y -q chromium chromium-driver >/dev/null) \
 	  || echo "could not install chromium and chromium-driver: the browser tests will be skipped"
 
-test: $(STAMP) $(BROWSER)
+test: $(STAMP) $(CDS) $(BROWSER)
 	$(PY) -m pytest
 
 test-fast: $(STAMP)
@@ -50,7 +55,7 @@ $(QUIX):
 	.venv-quix/bin/python -m pip install --quiet quixstreams==3.28.1
 	touch $(QUIX)
 
-bench: $(STAMP) $(QUIX)
+bench: $(STAMP) $(CDS) $(QUIX)
 	$(PY) -m bench.engine
 	$(PY) -m bench.emitter
 	$(PY) -m bench.view

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -19,7 +20,7 @@ from pathlib import Path
 
 from goka import Context, Int64Codec, StringCodec, TopicManager, define_group, input, persist
 
-__all__ = ["graph", "main", "warm_up"]
+__all__ = ["graph", "main", "prune", "warm_up"]
 
 TOPIC = os.environ.get("GOKA_WARMUP_TOPIC", "goka-warmup")
 
@@ -58,21 +59,30 @@ def warm_up(archive: Path, timeout: float = 300.0) -> float:
                 raise TimeoutError(f"the JVM wrote no class-data archive to {partial}")
             time.sleep(0.5)
         os.replace(partial, archive)  # the JVM makes it read-only once written
-    _prune(archive)
+    prune(archive)
     return time.monotonic() - started
 
 
-def _prune(archive: Path) -> None:
-    """Note which pyspark install ``archive`` is for, and delete the archives of installs that
-    are gone (a virtualenv removed: each install has its own archive of about 170 MB)."""
+def prune(archive: Path) -> None:
+    """Note which pyspark install ``archive`` is for, and delete the other archives of this
+    install (for another classpath) and the archives and Spark homes
+    (:func:`goka.spark.session.spark_home`) of installs that are gone (a virtualenv removed:
+    each install has its own archive of about 170 MB)."""
     import pyspark
 
-    Path(f"{archive}.install").write_text(str(Path(pyspark.__file__).parent))
+    install = str(Path(pyspark.__file__).parent)
+    Path(f"{archive}.install").write_text(install)
     for other in archive.parent.glob("spark-*.jsa"):
         note = Path(f"{other}.install")
-        if other != archive and note.is_file() and not Path(note.read_text()).is_dir():
+        if other == archive or not note.is_file():
+            continue
+        noted = note.read_text()
+        if noted == install or not Path(noted).is_dir():  # replaced, or its install is gone
             other.unlink(missing_ok=True)
             note.unlink(missing_ok=True)
+    for home in archive.parent.glob("spark-home-*"):
+        if home.is_dir() and not (home / "jars").is_dir():  # its links lead nowhere now
+            shutil.rmtree(home, ignore_errors=True)
 
 
 def main(argv: list[str] | None = None) -> int:
