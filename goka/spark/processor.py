@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -25,7 +26,7 @@ from goka.spark.metrics import ProcessorMetrics
 from goka.spark.session import build_session, ui_address
 from goka.spark.source import GokaKafkaSource
 from goka.spark.summary import BatchSummary, ProcessorFailed, translate
-from goka.spark.task import encode_config
+from goka.spark.task import WARM_UP_DDL, encode_config, warm_up
 from goka.topic_manager import TopicManager, TopicManagerConfig
 
 __all__ = ["MODES", "BatchSummary", "Processor", "ProcessorFailed"]
@@ -158,6 +159,7 @@ class Processor:
         self.mode, self.trigger = mode, trigger
         self.epoch, self.commit_interval = epoch, commit_interval
         self.epoch_tasks = epoch_tasks
+        self._warm = False  # warm the Python workers up at the first start (a session we built)
         self.on_error = on_error
         self.max_offsets_per_trigger = max_offsets_per_trigger
         self.starting_offsets = starting_offsets
@@ -255,6 +257,7 @@ class Processor:
             log.info("group %s: starting Spark (%s)", self.graph.group,
                      self._master or os.environ.get("GOKA_SPARK_MASTER", "local[2]"))  # fmt: skip
             self._spark = build_session(self.graph.group, self._master)
+            self._warm = (self._spark.sparkContext.master or "").startswith("local")
             log.info("group %s: Spark ready in %.1f s%s", self.graph.group,
                      time.monotonic() - started, ui_address(self._spark))  # fmt: skip
         return self._spark
@@ -264,6 +267,11 @@ class Processor:
         continuous = self.mode == "continuous" and not available_now
         self._stop_signal.clear()
         spark = self.spark()
+        task = encode_config(self.task_config(continuous=continuous))
+        slots = self.epoch_tasks or spark.sparkContext.defaultParallelism
+        if self._warm:
+            self._warm = False
+            self._warm_up(spark, task, min(slots, spark.sparkContext.defaultParallelism))
         spark.dataSource.register(GokaKafkaSource)
         reader = (
             spark.readStream.format("goka-kafka")
@@ -272,14 +280,13 @@ class Processor:
             .option("startingOffsets", self.starting_offsets)
             .option("group", self.graph.group)
             .option("payload", "process")  # tasks read and process their partitions
-            .option("task", encode_config(self.task_config(continuous=continuous)))
+            .option("task", task)
         )
         if self.max_offsets_per_trigger:
             reader = reader.option("maxOffsetsPerTrigger", str(self.max_offsets_per_trigger))
         for key, value in self.kafka_config.items():
             reader = reader.option(f"kafka.{key}", str(value))
         if continuous:
-            slots = self.epoch_tasks or spark.sparkContext.defaultParallelism
             reader = (
                 reader.option("epochs", self.graph.group)
                 .option("epochTasks", str(slots))
@@ -307,6 +314,28 @@ class Processor:
         if self._stopping.is_set():
             query.stop()
         return query
+
+    def _warm_up(self, spark: SparkSession, task: str, workers: int) -> None:
+        """Start the Python workers the first tasks will reuse, in the background while the
+        query is planned: a job of ``workers`` tasks that only import what a task runs (see
+        :func:`goka.spark.task.warm_up`; their process ids are logged). Only in a local
+        session that goka built: a cluster has many executors, and a session of the caller's
+        is theirs to use. A warm-up that fails costs only its time: tasks then start their
+        workers as usual."""
+
+        def warm() -> None:
+            started = time.monotonic()
+            try:
+                frame = spark.range(0, workers, 1, workers)
+                rows = frame.mapInArrow(functools.partial(warm_up, task), WARM_UP_DDL).collect()
+            except Exception as exc:  # only time is at stake
+                log.debug("group %s: warming Python workers up failed: %s", self.graph.group, exc)
+            else:
+                log.info("group %s: Python workers %s ready for the first tasks in %.1f s",
+                         self.graph.group, ", ".join(str(row.pid) for row in rows),
+                         time.monotonic() - started)  # fmt: skip
+
+        threading.Thread(target=warm, name="goka-warm-up", daemon=True).start()
 
     def task_config(self, *, continuous: bool = False) -> TaskConfig:
         """What the tasks of this processor are given (for epochs if ``continuous``)."""

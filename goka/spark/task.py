@@ -14,7 +14,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from pyspark import cloudpickle
@@ -28,7 +28,14 @@ if TYPE_CHECKING:
 
 # the driver imports this module for encode_config: what only tasks run is imported there
 
-__all__ = ["decode_config", "encode_config", "process_epoch", "process_ranges"]
+__all__ = [
+    "WARM_UP_DDL",
+    "decode_config",
+    "encode_config",
+    "process_epoch",
+    "process_ranges",
+    "warm_up",
+]
 
 
 def encode_config(config: TaskConfig) -> str:
@@ -66,6 +73,35 @@ def process_epoch(
     stop = StopSignal(config.stop_url) if config.stop_url else lambda: False
     seconds = min(config.epoch, max(0.0, deadline_ms / 1000 - time.time()))
     return _rows(run_epoch(config, Worker.current(), starts, seconds, stop))
+
+
+#: The rows of :func:`warm_up`.
+WARM_UP_DDL = "pid int"
+
+
+def warm_up(config: str, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """A ``mapInArrow`` function that readies its Python worker for a processor's tasks and
+    yields its process id (schema :data:`WARM_UP_DDL`): it imports what they run, the graph's
+    modules through ``config`` (encoded, as the source's ``task`` option), and starts the
+    worker's resources. Spark lends the same workers to the source's reads, so the first
+    tasks begin at once."""
+    import os
+
+    import confluent_kafka  # noqa: F401
+    import plyvel  # noqa: F401
+    import pyarrow as pa
+
+    from goka import partition_epoch, partition_processor  # noqa: F401
+    from goka.worker import Worker
+
+    for _ in batches:
+        pass
+    decode_config(config)
+    Worker.current()
+    _rows([])
+    yield pa.RecordBatch.from_pylist(
+        [{"pid": os.getpid()}], schema=pa.schema([("pid", pa.int32())])
+    )
 
 
 def _rows(summaries: Sequence[PartitionSummary]) -> pa.RecordBatch:

@@ -28,3 +28,14 @@ def count_slowly(ctx: Context[int], page: str) -> None:
 
 slow = define_group(f"{TOPIC}-slow", input(TOPIC, StringCodec(), count_slowly),
                     persist(Int64Codec()))  # fmt: skip
+
+
+def note_worker(ctx: Context[str], page: str) -> None:
+    """The value: which Python process ran the callback, and where its pyspark came from."""
+    import pyspark
+
+    ctx.set_value(f"{os.getpid()} {pyspark.__file__}")
+
+
+workers = define_group(f"{TOPIC}-workers", input(TOPIC, StringCodec(), note_worker),
+                       persist(StringCodec()))  # fmt: skip

@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pyspark
 import pytest
 
 from goka import Int64Codec, StringCodec
@@ -98,3 +99,30 @@ def test_several_groups_run_in_one_application(
             assert dict(view.items()) == {f"u{i}": 10 for i in range(4)}
     assert (tmp_path / "state" / f"{topic}-first").is_dir()
     assert (tmp_path / "state" / f"{topic}-second").is_dir()
+
+
+def test_the_first_tasks_run_in_the_workers_warmed_up_with_the_interpreter_s_pyspark(
+    brokers: str, new_topic: Callable[..., str], tmp_path: Path
+) -> None:
+    """A processor that builds its session warms Python workers up while its query is
+    planned, and its first tasks run in them; Spark's Python processes import this
+    interpreter's pyspark, not the zip that Spark puts first on their path (they compiled it
+    anew each, ~0.6 s per process)."""
+    topic = new_topic(partitions=2)
+    produce(brokers, topic, StringCodec(), [(f"u{i}", "/") for i in range(8)])
+    result = subprocess.run(
+        _command(brokers, tmp_path, "tests.spark.cli_graphs:workers", "--until-caught-up"),
+        env=_env(topic), cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    warm = [line for line in result.stderr.splitlines() if "ready for the first tasks" in line]
+    assert len(warm) == 1, result.stderr[-3000:]
+    warm_pids = set(warm[0].split("Python workers ")[1].split(" ready")[0].split(", "))
+    assert len(warm_pids) == 2, warm
+    with View(brokers, f"{topic}-workers-table", StringCodec()) as view:
+        view.wait_recovered(60)
+        values = dict(view.items())
+    assert len(values) == 8, values
+    pids = {value.split()[0] for value in values.values()}
+    assert pids <= warm_pids, (pids, warm_pids)
+    assert {value.split()[1] for value in values.values()} == {pyspark.__file__}, values
