@@ -37,7 +37,7 @@ def warm_up(archive: Path, timeout: float = 300.0) -> float:
     """Run the group once with the archive being written at the JVM's exit; return seconds."""
     from goka.dev import EmbeddedBroker
     from goka.emitter import Emitter
-    from goka.spark.session import CDS_QUIET
+    from goka.spark.session import CDS_QUIET, JAVA_OPTIONS
 
     archive.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
@@ -46,7 +46,7 @@ def warm_up(archive: Path, timeout: float = 300.0) -> float:
         with Emitter(broker.bootstrap, TOPIC, StringCodec()) as emitter:
             emitter.emit_sync("warm-up", "/", timeout=30)
         partial = Path(work) / "archive.jsa"
-        options = f"-XX:TieredStopAtLevel=1 -XX:ArchiveClassesAtExit={partial} {CDS_QUIET}"
+        options = f"{JAVA_OPTIONS} -XX:ArchiveClassesAtExit={partial} {CDS_QUIET}"
         env = {**os.environ, "GOKA_SPARK_CDS": "off", "GOKA_LOG_LEVEL": "WARNING",
                "GOKA_SPARK_JAVA_OPTIONS": options}  # fmt: skip
         command = [sys.executable, "-m", "goka", "processor", "run", "goka.spark.warmup:graph",

@@ -8,7 +8,7 @@ from pathlib import Path
 import pyspark
 import pytest
 
-from goka.spark.session import LOG4J, cds_archive, java_options, spark_home
+from goka.spark.session import JAVA_OPTIONS, LOG4J, cds_archive, java_options, spark_home
 from goka.spark.warmup import prune
 
 
@@ -22,7 +22,7 @@ def test_the_archive_is_used_where_it_exists(monkeypatch: pytest.MonkeyPatch,
     archive.write_bytes(b"x")
     options = java_options()
     assert f"-XX:SharedArchiveFile={archive} -Xlog:cds=off" in options
-    assert options.startswith("-XX:TieredStopAtLevel=1") and f"={LOG4J}" in options
+    assert options.startswith(JAVA_OPTIONS) and f"={LOG4J}" in options
     monkeypatch.setenv("GOKA_SPARK_JAVA_OPTIONS", f"-XX:ArchiveClassesAtExit={tmp_path}/new")
     assert "SharedArchiveFile" not in java_options()  # writing one: not reading one too
 
