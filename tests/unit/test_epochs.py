@@ -19,7 +19,16 @@ from goka.partition_processor import PartitionProcessor, PartitionSummary
 from goka.partitioner import partition_for
 
 from .fake_kafka import FakeKafka
-from .test_partition_processor import CLICKS, ENRICH, IN, Machine, click, devices, table_of
+from .test_partition_processor import (
+    CLICKS,
+    ENRICH,
+    IN,
+    Machine,
+    click,
+    close_machines,  # noqa: F401 (autouse)
+    devices,
+    table_of,
+)
 
 HOUR = 3600.0
 

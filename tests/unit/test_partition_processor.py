@@ -10,7 +10,7 @@ import logging
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import fsspec
 import pytest
@@ -60,11 +60,15 @@ class RecordingStore(MemoryStorage):
 
 
 class Machine:
-    """An executor: a state directory and a worker process's resources."""
+    """An executor: a state directory and a worker process's resources (closed after the test
+    by :func:`close_machines`: a worker holds a socket and threads)."""
+
+    made: ClassVar[list[Machine]] = []
 
     def __init__(self, kafka: FakeKafka, root: Path, graph: GroupGraph = CLICKS, *,
                  snapshots: str | None = None, interval: float = 1e-9, **config: Any) -> None:  # fmt: skip
         self.kafka, self.graph, self.worker = kafka, graph, Worker()
+        Machine.made.append(self)
 
         def storage(path: Path, table: str) -> MemoryStorage:
             store = RecordingStore.at(path, table)
@@ -95,6 +99,15 @@ class Machine:
 
     def close(self) -> None:
         self.worker.close()
+
+
+@pytest.fixture(autouse=True)
+def close_machines() -> Iterator[None]:
+    """Close the machines a test made (left to the garbage collector, their workers' sockets
+    were reported as unclosed in whichever later test it happened to run)."""
+    yield
+    while Machine.made:
+        Machine.made.pop().close()
 
 
 @pytest.fixture

@@ -15,7 +15,16 @@ from goka.storage import MemoryStorage, WriteBatch
 
 from .fake_kafka import FakeKafka
 from .test_epochs import Script, epoch
-from .test_partition_processor import CLICKS, ENRICH, IN, Machine, click, devices, table_of
+from .test_partition_processor import (
+    CLICKS,
+    ENRICH,
+    IN,
+    Machine,
+    click,
+    close_machines,  # noqa: F401 (autouse)
+    devices,
+    table_of,
+)
 
 
 def recreate(kafka: FakeKafka, topic: str, keep: int) -> None:
