@@ -197,28 +197,34 @@ def quix_run(brokers: str, topic: str, messages: int) -> str:
 
 
 class Tail:
-    """Follows a topic on a thread and notes each record's latency (now - its timestamp)."""
+    """Follows a topic and notes each record's latency (now - its timestamp): a consumer per
+    partition, each on its own thread, so that the observer adds as little as it can (the
+    embedded broker answers a fetch of more partitions later: one hop at 2,000 events/s
+    measured p50 8 / p99 19 ms fetching one partition, 21 / 81 ms fetching four)."""
 
     def __init__(self, brokers: str, topic: str, fetch_wait: int = 10) -> None:
         self.brokers, self.topic, self.fetch_wait = brokers, topic, fetch_wait
         self.samples: list[float] = []
         self.series: list[tuple[float, float]] = []  # (sent, latency)
         self.first_seen = threading.Event()  # the record of key "first" arrived
+        self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
+        self._threads = [threading.Thread(target=self._run, args=(p,), daemon=True)
+                         for p in range(PARTITIONS)]  # fmt: skip
+        for thread in self._threads:
+            thread.start()
 
-    def _run(self) -> None:
+    def _run(self, partition: int) -> None:
         # 10 ms by default: the embedded broker waits the whole fetch wait even when records
         # are there (and answered much smaller waits with stalls of seconds)
         config = {**consumer_config(self.brokers), "fetch.wait.max.ms": self.fetch_wait}
         consumer = confluent_kafka.Consumer(config)
-        consumer.assign([confluent_kafka.TopicPartition(self.topic, p, 0)
-                         for p in range(PARTITIONS)])  # fmt: skip
+        consumer.assign([confluent_kafka.TopicPartition(self.topic, partition, 0)])
         while not self._stop.is_set():
             # consume(n, t) waits for n records or t seconds: take what is there, else wait
             # for one (as the processor's tail does), or the wait would be measured too
             messages = consumer.consume(1000, 0) or [m for m in [consumer.poll(0.05)] if m]
+            now = time.time()
             for msg in messages:
                 if msg.error() is not None:
                     continue
@@ -226,8 +232,9 @@ class Tail:
                     self.first_seen.set()
                     continue
                 sent = msg.timestamp()[1] / 1000
-                self.samples.append(time.time() - sent)
-                self.series.append((sent, self.samples[-1]))
+                with self._lock:
+                    self.samples.append(now - sent)
+                    self.series.append((sent, now - sent))
         consumer.close()
 
     def wait_for(self, count: int, timeout: float) -> None:
@@ -237,7 +244,8 @@ class Tail:
 
     def close(self) -> None:
         self._stop.set()
-        self._thread.join(10)
+        for thread in self._threads:
+            thread.join(10)
 
 
 def emit(producer: confluent_kafka.Producer, topic: str, rate: int, seconds: int) -> float:
