@@ -103,6 +103,7 @@ def store_bytes(storage: object) -> int:
     if path is None:
         return 0
     try:
-        return sum(entry.stat().st_size for entry in os.scandir(path) if entry.is_file())
+        with os.scandir(path) as entries:  # closed also when a file goes away under it
+            return sum(entry.stat().st_size for entry in entries if entry.is_file())
     except OSError:  # moved aside or closed meanwhile: unknown
         return 0
