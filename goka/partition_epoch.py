@@ -1,8 +1,18 @@
 """Continuous epochs: partition processors that follow their inputs for ``epoch`` seconds,
-produce at once and commit every ``commit_interval`` (see :mod:`goka.partition_processor`)."""
+produce at once and commit every ``commit_interval`` (see :mod:`goka.partition_processor`).
+
+Between two epochs Spark ends the query's batch, writes its checkpoint and plans the next one:
+about a second in which no task runs. So that records arriving then are not held back, a task
+whose epoch reached its deadline leaves its worker a *bridge*: the worker goes on processing
+the same partitions, the same way (commits of state with offsets, group commits), until the
+next task of that process begins, another process asks for the stores, the run is stopped, or
+:data:`BRIDGE_SECONDS` pass. The next epoch starts where the stores are, and the next task of
+the group in that process reports what the bridge did in its summary.
+"""
 
 from __future__ import annotations
 
+import functools
 import heapq
 import json
 import logging
@@ -12,7 +22,7 @@ from contextlib import ExitStack
 from dataclasses import asdict
 
 from goka.engine import Engine, Message
-from goka.errors import StorageCorruptError
+from goka.errors import StorageCorruptError, StorageLockedError
 from goka.keys import key_str
 from goka.options import Clients, TaskConfig
 from goka.partition_output import Output
@@ -22,7 +32,7 @@ from goka.partition_table import CHUNK
 from goka.storage import WriteBatch
 from goka.worker import Lease, Worker
 
-__all__ = ["Epoch", "run_epoch"]
+__all__ = ["BRIDGE_SECONDS", "Epoch", "run_epoch"]
 
 log = logging.getLogger(__name__)
 
@@ -30,38 +40,83 @@ log = logging.getLogger(__name__)
 _POLL_SECONDS = 0.05
 #: The fewest records an epoch asks a poll for (it asks for more while they are quick).
 _MIN_CHUNK = 100
+#: The longest a worker goes on processing after an epoch, waiting for the next one's task.
+BRIDGE_SECONDS = 10.0
+#: ``{partition: {topic: offset}}``.
+Starts = Mapping[int, Mapping[str, int]]
 
 
 def run_epoch(
     config: TaskConfig,
     worker: Worker,
-    starts: Mapping[int, Mapping[str, int]],
+    starts: Starts,
     seconds: float,
     stop: Callable[[], bool] = lambda: False,
+    *,
+    bridge: bool = False,
 ) -> list[PartitionSummary]:
     """Process partitions continuously (see :func:`_run_epoch`); a store found damaged in use
     was moved aside by its lease, and the epoch goes on for the time left on rebuilt stores
-    (from what was committed)."""
+    (from what was committed).
+
+    Args:
+        bridge: if the epoch reaches its deadline, the worker goes on until its next task
+            (see the module docstring).
+    """
+    worker.end_bridge()
     until = time.monotonic() + seconds
     try:
-        return _run_epoch(config, worker, starts, seconds, stop)
+        summaries, ends = _run_epoch(config, worker, starts, seconds, stop)
     except StorageCorruptError as exc:
         log.warning("group %s: epoch goes on with a rebuilt store: %s", config.graph.group, exc)
-        summaries = _run_epoch(config, worker, starts, max(0.0, until - time.monotonic()), stop)
+        left = max(0.0, until - time.monotonic())
+        summaries, ends = _run_epoch(config, worker, starts, left, stop)
         summaries[0].corrupt_stores += 1
-        return summaries
+    by_partition = {s.partition: s for s in summaries}
+    for carried in worker.take_carried(config.graph.group):
+        by_partition.get(carried.partition, summaries[0]).absorb(carried)
+    if bridge and ends is not None and not stop():
+        worker.bridge(functools.partial(_bridge, config, worker, ends, stop))
+    return summaries
+
+
+def _bridge(
+    config: TaskConfig,
+    worker: Worker,
+    starts: Starts,
+    stop: Callable[[], bool],
+    ended: Callable[[], bool],
+) -> None:
+    """Process on between two epochs (see the module docstring); what it did is carried to
+    the next task. A failure is left to the next epoch, which meets it again and reports it."""
+    group = config.graph.group
+    try:
+        summaries, _ = _run_epoch(config, worker, starts, min(BRIDGE_SECONDS, config.epoch),
+                                  lambda: ended() or stop(), bridging=True)  # fmt: skip
+    except StorageLockedError as exc:  # the next epoch took the stores meanwhile: all is well
+        log.debug("group %s: no processing between epochs: %s", group, exc)
+        return
+    except Exception as exc:
+        log.warning("group %s: processing between epochs ended early: %s", group, exc)
+        return
+    worker.carry(group, summaries)
 
 
 def _run_epoch(
     config: TaskConfig,
     worker: Worker,
-    starts: Mapping[int, Mapping[str, int]],
+    starts: Starts,
     seconds: float,
     stop: Callable[[], bool] = lambda: False,
-) -> list[PartitionSummary]:
+    *,
+    bridging: bool = False,
+) -> tuple[list[PartitionSummary], dict[int, dict[str, int]] | None]:
     """Process partitions continuously for ``seconds`` (an epoch; see the module docstring),
     each from ``starts[partition]`` ``{topic: offset}`` of its inputs and joined tables, or from
-    where its stores are if they are ahead; end early once ``stop()`` is true.
+    where its stores are if they are ahead; end early once ``stop()`` is true. Return the
+    summaries, and where each partition ended if the epoch reached its deadline (else None).
+    A bridge (``bridging``) takes only stores no other process holds, and ends early when
+    another process asks for one.
 
     One task may run several partitions (a Spark job with fewer task slots than partitions):
     one consumer follows them all, one producer serves them, and every ``commit_interval``
@@ -77,19 +132,24 @@ def _run_epoch(
     until, interval = started + seconds, config.commit_interval
     with ExitStack() as stack:
         epochs = {
-            p: PartitionProcessor(config, p, worker)._begin_epoch(stack, offsets)
+            p: PartitionProcessor(config, p, worker, ask_holders=not bridging)._begin_epoch(
+                stack, offsets
+            )
             for p, offsets in sorted(starts.items())
         }
         reader = Clients(config, worker).reader()
         tail = reader.tail({p: epoch.positions for p, epoch in epochs.items()})
         for epoch in epochs.values():
             epoch.summary.ready_seconds = time.monotonic() - started
+        leases = [lease for e in epochs.values() for lease in e.stores.values()] if bridging else []
         next_commit = time.monotonic() + interval
         size = _MIN_CHUNK  # records per poll: as many as half a commit interval processes
+        deadline = False
         try:
             while True:
                 now = time.monotonic()
-                if now >= until or stop():
+                deadline = now >= until
+                if deadline or stop() or any(lease.asked for lease in leases):
                     break
                 wait = max(0.0, min(_POLL_SECONDS, until - now, next_commit - now))
                 polled = tail.poll(size, wait)
@@ -108,7 +168,8 @@ def _run_epoch(
             tail.close()
         for epoch in epochs.values():
             epoch.commit()
-        return [epoch.finish(started) for epoch in epochs.values()]
+        ends = {p: dict(epoch.positions) for p, epoch in epochs.items()} if deadline else None
+        return [epoch.finish(started) for epoch in epochs.values()], ends
 
 
 class Epoch:

@@ -75,10 +75,13 @@ class PartitionProcessor:
         worker: the process's shared resources (stores, clients, uploads).
     """
 
-    def __init__(self, config: TaskConfig, partition: int, worker: Worker) -> None:
+    def __init__(
+        self, config: TaskConfig, partition: int, worker: Worker, *, ask_holders: bool = True
+    ) -> None:
         self.config, self.graph, self.partition, self.worker = (
             config, config.graph, partition, worker,
         )  # fmt: skip
+        self.ask_holders = ask_holders  # False: a store another process holds is not asked for
         self.root = Path(config.state_dir) / self.graph.group
         self.clients = Clients(config, worker)
         self._inputs = frozenset(self.graph.input_topics())
@@ -210,7 +213,7 @@ class PartitionProcessor:
     def _lease(self, name: str, table: str) -> Any:
         return self.worker.lease(
             self.config.builders.storage, self.root / f"{name}-{self.partition}", table,
-            timeout=self.config.store_timeout, discard_corrupt=True,
+            timeout=self.config.store_timeout, discard_corrupt=True, ask=self.ask_holders,
         )  # fmt: skip
 
     def _recover(

@@ -3,7 +3,9 @@ the driver (:class:`goka.spark.summary.BatchSummary`)."""
 
 from __future__ import annotations
 
+import json
 import os
+from collections import Counter
 from dataclasses import dataclass, fields
 from functools import cache
 from typing import TYPE_CHECKING
@@ -72,6 +74,19 @@ class PartitionSummary(Counts):
     uploads: str = ""
     emitted: str = ""
     store_bytes: int = 0
+
+    def absorb(self, other: PartitionSummary) -> None:
+        """Add the counts, errors, uploads and emits of ``other`` (work of the same group that
+        no task reported: see :func:`goka.partition_epoch.run_epoch`) to this summary."""
+        self.add(other)
+        for name in ("errors", "uploads"):
+            found = json.loads(getattr(self, name) or "[]") + json.loads(
+                getattr(other, name) or "[]"
+            )
+            setattr(self, name, json.dumps(found) if found else "")
+        emitted = Counter(json.loads(self.emitted or "{}"))
+        emitted.update(json.loads(other.emitted or "{}"))
+        self.emitted = json.dumps(dict(emitted)) if emitted else ""
 
     def count(self, recovery: Recovery, lease: Lease) -> None:
         """Add what recovering a store did."""

@@ -138,6 +138,8 @@ class Worker:
         self._inbox = _inbox() if inbox else None
         self._woken = threading.Event()
         self._handovers = 0  # requests for our stores minus reuses, within 0.._HANDOVER_MEMORY
+        self._bridge: tuple[threading.Thread, threading.Event] | None = None
+        self._carried: dict[Hashable, list[Any]] = {}
 
     @classmethod
     def current(cls) -> Worker:
@@ -180,6 +182,7 @@ class Worker:
         *,
         timeout: float = 120.0,
         discard_corrupt: bool = False,
+        ask: bool = True,
     ) -> Iterator[Lease]:
         """Lend the store at ``path`` to the caller until the block ends; it stays open after,
         unless the block raised (then it is closed: the next lease opens it from disk).
@@ -187,12 +190,14 @@ class Worker:
         Args:
             discard_corrupt: a store that is corrupt on disk is deleted and an empty one opened
                 (its caller rebuilds it; see :attr:`Lease.discarded`), instead of raising.
+            ask: ask another process that holds the store to release it, and wait; False:
+                raise at once (a task of this process is still waited for).
 
         Raises:
             StorageLockedError: another task or process kept it for ``timeout`` seconds.
             StorageError: it cannot be opened (StorageCorruptError: it is corrupt).
         """
-        lease = self._acquire(builder, path, table, timeout, discard_corrupt)
+        lease = self._acquire(builder, path, table, timeout, discard_corrupt, ask)
         try:
             yield lease
         except BaseException as exc:
@@ -208,7 +213,13 @@ class Worker:
         self._wake()
 
     def _acquire(
-        self, builder: StorageBuilder, path: Path, table: str, timeout: float, discard: bool
+        self,
+        builder: StorageBuilder,
+        path: Path,
+        table: str,
+        timeout: float,
+        discard: bool,
+        ask: bool = True,
     ) -> Lease:
         deadline = time.monotonic() + timeout
         with self._lock:
@@ -228,12 +239,13 @@ class Worker:
                 lease.lock.release()
         discarded = None
         try:
-            storage = _open_when_released(builder, path, table, deadline)
+            storage = _open_when_released(builder, path, table, deadline, ask)
         except StorageCorruptError as exc:
             if not discard:
                 raise
             move_aside(path, str(exc))
-            storage, discarded = _open_when_released(builder, path, table, deadline), str(exc)
+            storage = _open_when_released(builder, path, table, deadline, ask)
+            discarded = str(exc)
         if self._inbox is not None:
             _write_holder(path, self._inbox.getsockname())
         lease = Lease(path, table, storage, builder, identity=_identity(path), discarded=discarded)
@@ -405,12 +417,51 @@ class Worker:
             found, self._reports = self._reports, []
         return found
 
+    # -- work between tasks ----------------------------------------------------------------------
+    def bridge(self, run: Callable[[Callable[[], bool]], object]) -> None:
+        """Run ``run(ended)`` on a background thread until this process's next task begins
+        (:meth:`end_bridge`): ``run`` returns soon after ``ended()`` turns true. One at a time
+        (a running one is ended first): the clients a bridge uses are the next task's."""
+        self.end_bridge()
+        ended = threading.Event()
+        thread = threading.Thread(target=run, args=(ended.is_set,), name="goka-bridge",
+                                  daemon=True)  # fmt: skip
+        with self._lock:
+            self._bridge = (thread, ended)
+        thread.start()
+
+    @property
+    def bridging(self) -> bool:
+        """Whether a bridge runs."""
+        with self._lock:
+            return self._bridge is not None and self._bridge[0].is_alive()
+
+    def end_bridge(self) -> None:
+        """End the running bridge, if any, and wait for it."""
+        with self._lock:
+            bridge, self._bridge = self._bridge, None
+        if bridge is not None and bridge[0] is not threading.current_thread():
+            bridge[1].set()
+            bridge[0].join()
+
+    def carry(self, key: Hashable, items: list[Any]) -> None:
+        """Keep ``items`` under ``key`` for the next :meth:`take_carried` (what a bridge did,
+        for the next task to report)."""
+        with self._lock:
+            self._carried.setdefault(key, []).extend(items)
+
+    def take_carried(self, key: Hashable) -> list[Any]:
+        """Return and forget what was carried under ``key``."""
+        with self._lock:
+            return self._carried.pop(key, [])
+
     # -- lifecycle -----------------------------------------------------------------------------
     def close(self, timeout: float = 30.0) -> None:
         """Finish uploads (up to ``timeout``), close stores and clients. Idempotent; errors
         while closing are logged, each client is closed regardless."""
         if self._closed.is_set():
             return
+        self.end_bridge()
         self.wait_for_uploads(timeout)
         self._closed.set()
         self._woken.set()
@@ -436,16 +487,17 @@ class Worker:
 
 
 def _open_when_released(
-    builder: StorageBuilder, path: Path, table: str, deadline: float
+    builder: StorageBuilder, path: Path, table: str, deadline: float, ask: bool = True
 ) -> Storage:
-    """Open the store, asking the process that holds it to release it."""
+    """Open the store, asking the process that holds it to release it (unless not ``ask``:
+    then it raises at once)."""
     asked = 0.0
     while True:
         try:
             storage = builder(path, table)
         except StorageLockedError:
             now = time.monotonic()
-            if now > deadline:
+            if now > deadline or not ask:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(_release_marker(path))  # no one is waiting any more
                 raise

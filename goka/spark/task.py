@@ -59,6 +59,7 @@ def process_ranges(
     from goka.worker import Worker
 
     worker = Worker.current()
+    worker.end_bridge()  # an epoch's, if the group ran continuously here: the clients are shared
     return _rows([PartitionProcessor(config, p, worker).process(r) for p, r in ranges.items()])
 
 
@@ -66,13 +67,15 @@ def process_epoch(
     config: TaskConfig, starts: Mapping[int, Mapping[str, int]], deadline_ms: int
 ) -> pa.RecordBatch:
     """Process ``{partition: {topic: start}}`` continuously until ``deadline_ms`` (unix ms; at
-    most ``config.epoch`` seconds: clocks may differ); one summary row per partition."""
+    most ``config.epoch`` seconds: clocks may differ), and on in the background until the
+    process's next task (a bridge over the gap between epochs, see
+    :mod:`goka.partition_epoch`); one summary row per partition."""
     from goka.partition_epoch import run_epoch
     from goka.worker import Worker
 
     stop = StopSignal(config.stop_url) if config.stop_url else lambda: False
     seconds = min(config.epoch, max(0.0, deadline_ms / 1000 - time.time()))
-    return _rows(run_epoch(config, Worker.current(), starts, seconds, stop))
+    return _rows(run_epoch(config, Worker.current(), starts, seconds, stop, bridge=True))
 
 
 #: The rows of :func:`warm_up`.

@@ -3,6 +3,7 @@ the epoch runs (``FakeKafka.on_poll`` hooks append them between polls)."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -13,7 +14,7 @@ import pytest
 
 from goka import Context, Int64Codec, StringCodec, define_group, input, loop, persist
 from goka.errors import DeliveryError
-from goka.options import Builders, TaskConfig
+from goka.options import Builders, TaskConfig, leveldb_store
 from goka.partition_epoch import run_epoch
 from goka.partition_processor import PartitionProcessor, PartitionSummary
 from goka.partitioner import partition_for
@@ -237,3 +238,57 @@ def test_one_task_runs_an_epoch_of_several_partitions(kafka: FakeKafka, tmp_path
     assert {**table_of(kafka, 0), **table_of(kafka, 1)} == dict(sent)
     for p in (0, 1):
         assert kafka.committed[("counts", IN, p)][0] == kafka.end(IN, p)
+
+
+def _await(condition: Callable[[], bool], what: str, timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"{what} within {timeout} s"
+        time.sleep(0.01)
+
+
+def test_a_worker_processes_on_between_epochs_and_the_next_epoch_reports_it(
+    kafka: FakeKafka, tmp_path: Path
+) -> None:
+    machine = Machine(kafka, tmp_path, commit_interval=0, epoch=HOUR)
+    sent = click(kafka, 10)
+    first = run_epoch(machine.config, machine.worker, {0: {IN: 0}}, 0.2, bridge=True)
+    assert [s.processed for s in first] == [10]
+    assert machine.worker.bridging  # the epoch reached its deadline: the worker goes on
+    sent += click(kafka, 7, start=10)
+    _await(lambda: kafka.committed[("counts", IN, 0)][0] == 17, "the bridge commits")
+    assert table_of(kafka) == dict(sent)
+    (second,) = run_epoch(machine.config, machine.worker, {0: {IN: 10}}, 0.1)
+    assert not machine.worker.bridging  # ended by the next task of its process
+    assert second.processed == 7 and second.replayed == 0  # the bridge's work, reported
+    assert machine.state(0) == dict(sent) == table_of(kafka)
+    assert machine.offsets(0)[(IN, 0)] == 17
+
+
+def test_an_epoch_that_was_stopped_leaves_no_bridge(kafka: FakeKafka, tmp_path: Path) -> None:
+    machine = Machine(kafka, tmp_path, commit_interval=0, epoch=HOUR)
+    click(kafka, 4)
+    script = Script(kafka, lambda: None)
+    run_epoch(machine.config, machine.worker, {0: {IN: 0}}, HOUR, script.done, bridge=True)
+    assert not machine.worker.bridging
+
+
+def test_a_bridge_gives_its_stores_to_another_process_that_asks(
+    kafka: FakeKafka, tmp_path: Path
+) -> None:
+    here = Machine(kafka, tmp_path, commit_interval=0, epoch=HOUR)
+    builders = dataclasses.replace(here.builders, storage=leveldb_store)
+    here.config = dataclasses.replace(here.config, builders=builders)
+    there = Machine(kafka, tmp_path, commit_interval=0, epoch=HOUR)  # another worker process
+    there.config = dataclasses.replace(there.config, builders=builders)
+    sent = click(kafka, 5)
+    run_epoch(here.config, here.worker, {0: {IN: 0}}, 0.2, bridge=True)
+    assert here.worker.bridging
+    sent += click(kafka, 5, start=5)
+    started = time.monotonic()
+    (summary,) = run_epoch(there.config, there.worker, {0: {IN: 5}}, 0.5)
+    assert time.monotonic() - started < 5  # asked, the bridge let go at once
+    _await(lambda: not here.worker.bridging, "the bridge ends")
+    assert table_of(kafka) == dict(sent)
+    assert kafka.committed[("counts", IN, 0)][0] == 10
+    assert summary.processed + sum(s.processed for s in here.worker.take_carried("counts")) == 5
