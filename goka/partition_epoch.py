@@ -90,6 +90,7 @@ def _bridge(
     """Process on between two epochs (see the module docstring); what it did is carried to
     the next task. A failure is left to the next epoch, which meets it again and reports it."""
     group = config.graph.group
+    log.debug("group %s: processing on between epochs: partitions %s", group, sorted(starts))
     try:
         summaries, _ = _run_epoch(config, worker, starts, min(BRIDGE_SECONDS, config.epoch),
                                   lambda: ended() or stop(), bridging=True)  # fmt: skip
@@ -99,6 +100,8 @@ def _bridge(
     except Exception as exc:
         log.warning("group %s: processing between epochs ended early: %s", group, exc)
         return
+    log.debug("group %s: between epochs: %s records in %.2f s", group,
+              sum(s.processed for s in summaries), max(s.seconds for s in summaries))  # fmt: skip
     worker.carry(group, summaries)
 
 
