@@ -64,6 +64,7 @@ def run_epoch(
             (see the module docstring).
     """
     worker.end_bridge()
+    worker.hold(bridge)  # the stores stay open for a bridge (or the next epoch, if it runs here)
     until = time.monotonic() + seconds
     try:
         summaries, ends = _run_epoch(config, worker, starts, seconds, stop)
@@ -77,6 +78,8 @@ def run_epoch(
         by_partition.get(carried.partition, summaries[0]).absorb(carried)
     if bridge and ends is not None and not stop():
         worker.bridge(functools.partial(_bridge, config, worker, ends, stop))
+    else:
+        worker.hold(False)
     return summaries
 
 
@@ -100,6 +103,9 @@ def _bridge(
     except Exception as exc:
         log.warning("group %s: processing between epochs ended early: %s", group, exc)
         return
+    finally:
+        if not ended():  # else the next task of this process takes the stores over
+            worker.hold(False)
     log.debug("group %s: between epochs: %s records in %.2f s", group,
               sum(s.processed for s in summaries), max(s.seconds for s in summaries))  # fmt: skip
     worker.carry(group, summaries)

@@ -21,6 +21,9 @@ asked for more often than it reused them then closes the store at once (a *hando
 next task, wherever it runs, opens it in milliseconds instead of waiting for a busy holder to
 answer (its threads wait for the GIL). A worker whose stores are not wanted elsewhere keeps
 them open and warm.
+Stores a continuous epoch leaves to a *bridge* (:meth:`bridge`: the worker goes on processing
+until its next task) stay open regardless (:meth:`hold`): the bridge leases them at once, and
+lets go when another process asks.
 
 Snapshots staged by tasks are uploaded by one background thread, newest first per partition
 (a staged snapshot superseded before its upload started is dropped); reports of finished
@@ -139,6 +142,7 @@ class Worker:
         self._woken = threading.Event()
         self._handovers = 0  # requests for our stores minus reuses, within 0.._HANDOVER_MEMORY
         self._bridge: tuple[threading.Thread, threading.Event] | None = None
+        self._holding = False  # keep stores open after a task: a bridge follows (see hold)
         self._carried: dict[Hashable, list[Any]] = {}
 
     @classmethod
@@ -300,7 +304,7 @@ class Worker:
         if not lease.lock.acquire(blocking=False):
             return  # a task took it again (it is settled when that task ends)
         _settle(lease)
-        if self._handovers > 0:
+        if self._handovers > 0 and not self._holding:
             self._drop(lease)
             log.debug("handed over store %s", lease.path)
         else:
@@ -443,6 +447,11 @@ class Worker:
         if bridge is not None and bridge[0] is not threading.current_thread():
             bridge[1].set()
             bridge[0].join()
+
+    def hold(self, on: bool) -> None:
+        """Keep stores open when their task ends even if they are handed over to other
+        processes as a rule (``on``: a bridge leases them next; it lets go when asked)."""
+        self._holding = on
 
     def carry(self, key: Hashable, items: list[Any]) -> None:
         """Keep ``items`` under ``key`` for the next :meth:`take_carried` (what a bridge did,

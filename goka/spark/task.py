@@ -60,6 +60,7 @@ def process_ranges(
 
     worker = Worker.current()
     worker.end_bridge()  # an epoch's, if the group ran continuously here: the clients are shared
+    worker.hold(False)
     return _rows([PartitionProcessor(config, p, worker).process(r) for p, r in ranges.items()])
 
 

@@ -292,3 +292,24 @@ def test_a_bridge_gives_its_stores_to_another_process_that_asks(
     assert table_of(kafka) == dict(sent)
     assert kafka.committed[("counts", IN, 0)][0] == 10
     assert summary.processed + sum(s.processed for s in here.worker.take_carried("counts")) == 5
+
+
+def test_stores_stay_open_for_the_bridge_and_the_next_epoch_where_they_were_handed_over(
+    kafka: FakeKafka, tmp_path: Path
+) -> None:
+    machine = Machine(kafka, tmp_path, commit_interval=0, epoch=HOUR)
+    machine.worker._handovers = 4  # its stores were asked for more often than reused
+    path = tmp_path / "counts" / "partition-0"
+    sent = click(kafka, 10)
+    run_epoch(machine.config, machine.worker, {0: {IN: 0}}, 0.2, bridge=True)
+    sent += click(kafka, 3, start=10)
+    _await(lambda: kafka.committed[("counts", IN, 0)][0] == 13, "the bridge commits")
+    machine.worker.end_bridge()  # as the next task of this process does
+    (bridged,) = machine.worker.take_carried("counts")
+    assert bridged.store == "reused"  # not closed and reopened between the epoch and the bridge
+    lease = machine.worker._stores[path]
+    _await(lambda: lease.settled, "the housekeeper settles the store")
+    assert path in machine.worker.open_stores()  # kept for the next task: not handed over
+    (second,) = run_epoch(machine.config, machine.worker, {0: {IN: 10}}, 0.1)
+    assert second.store == "reused" and second.replayed == 0
+    assert table_of(kafka) == dict(sent) and kafka.committed[("counts", IN, 0)][0] == 13
