@@ -63,8 +63,7 @@ def run_epoch(
         bridge: if the epoch reaches its deadline, the worker goes on until its next task
             (see the module docstring).
     """
-    worker.end_bridge()
-    worker.hold(bridge)  # the stores stay open for a bridge (or the next epoch, if it runs here)
+    worker.end_bridge(hold=bridge)  # stores stay open for a bridge (or the next epoch here)
     until = time.monotonic() + seconds
     try:
         summaries, ends = _run_epoch(config, worker, starts, seconds, stop)

@@ -426,7 +426,7 @@ class Worker:
         """Run ``run(ended)`` on a background thread until this process's next task begins
         (:meth:`end_bridge`): ``run`` returns soon after ``ended()`` turns true. One at a time
         (a running one is ended first): the clients a bridge uses are the next task's."""
-        self.end_bridge()
+        self.end_bridge(hold=True)
         ended = threading.Event()
         thread = threading.Thread(target=run, args=(ended.is_set,), name="goka-bridge",
                                   daemon=True)  # fmt: skip
@@ -440,13 +440,15 @@ class Worker:
         with self._lock:
             return self._bridge is not None and self._bridge[0].is_alive()
 
-    def end_bridge(self) -> None:
-        """End the running bridge, if any, and wait for it."""
+    def end_bridge(self, *, hold: bool = False) -> None:
+        """End the running bridge, if any, and wait for it (a task begins); then :meth:`hold`
+        stores open after tasks or not."""
         with self._lock:
             bridge, self._bridge = self._bridge, None
         if bridge is not None and bridge[0] is not threading.current_thread():
             bridge[1].set()
             bridge[0].join()
+        self._holding = hold
 
     def hold(self, on: bool) -> None:
         """Keep stores open when their task ends even if they are handed over to other

@@ -60,7 +60,6 @@ def process_ranges(
 
     worker = Worker.current()
     worker.end_bridge()  # an epoch's, if the group ran continuously here: the clients are shared
-    worker.hold(False)
     return _rows([PartitionProcessor(config, p, worker).process(r) for p, r in ranges.items()])
 
 
@@ -91,11 +90,11 @@ def warm_up(config: str, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.Recor
     tasks begin at once."""
     import os
 
-    import confluent_kafka  # noqa: F401
-    import plyvel  # noqa: F401
     import pyarrow as pa
 
     from goka import partition_epoch, partition_processor  # noqa: F401
+    from goka.kafka import producer, ranges  # noqa: F401 (confluent-kafka)
+    from goka.storage import leveldb  # noqa: F401 (plyvel)
     from goka.worker import Worker
 
     for _ in batches:
