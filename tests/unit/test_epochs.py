@@ -26,7 +26,6 @@ from .test_partition_processor import (
     IN,
     Machine,
     click,
-    close_machines,  # noqa: F401 (autouse)
     devices,
     table_of,
 )
@@ -304,7 +303,7 @@ def test_stores_stay_open_for_the_bridge_and_the_next_epoch_where_they_were_hand
     run_epoch(machine.config, machine.worker, {0: {IN: 0}}, 0.2, bridge=True)
     sent += click(kafka, 3, start=10)
     _await(lambda: kafka.committed[("counts", IN, 0)][0] == 13, "the bridge commits")
-    machine.worker.end_bridge()  # as the next task of this process does
+    machine.worker.end_bridge(hold=True)  # as the next epoch's task in this process does
     (bridged,) = machine.worker.take_carried("counts")
     assert bridged.store == "reused"  # not closed and reopened between the epoch and the bridge
     lease = machine.worker._stores[path]

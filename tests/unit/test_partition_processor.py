@@ -101,15 +101,6 @@ class Machine:
         self.worker.close()
 
 
-@pytest.fixture(autouse=True)
-def close_machines() -> Iterator[None]:
-    """Close the machines a test made (left to the garbage collector, their workers' sockets
-    were reported as unclosed in whichever later test it happened to run)."""
-    yield
-    while Machine.made:
-        Machine.made.pop().close()
-
-
 @pytest.fixture
 def url() -> Iterator[str]:
     location = f"memory://snapshots-{next(_urls)}"

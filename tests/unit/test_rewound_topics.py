@@ -21,7 +21,6 @@ from .test_partition_processor import (
     IN,
     Machine,
     click,
-    close_machines,  # noqa: F401 (autouse)
     devices,
     table_of,
 )
