@@ -18,6 +18,7 @@ __all__ = [
     "CDS_QUIET",
     "JAVA_OPTIONS",
     "LOG4J",
+    "NO_DATA_SOURCE_LOOKUP",
     "build_session",
     "cds_archive",
     "java_options",
@@ -35,6 +36,12 @@ CDS_QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
 #: structures and a heap started at 1/64 of the machine's memory made it ~55 MB larger; it
 #: moves only summaries: its collections are short).
 JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xms32m"
+#: ``PYSPARK_DRIVER_PYTHON`` in a local session's JVM unless the user set one: a command that
+#: does not exist, so that Spark skips its search of the installed packages for Python data
+#: sources (``pyspark_*`` entry points; a processor registers its own): the search starts a
+#: Python daemon and worker of its own (~70 MB) on the way to the first epoch. Spark's JVM
+#: reads that variable for nothing else when driven from Python.
+NO_DATA_SOURCE_LOOKUP = "goka-skips-the-python-data-source-lookup"
 
 
 def _cache() -> Path:
@@ -115,7 +122,8 @@ def build_session(group: str, master: str | None = None) -> SparkSession:
     it moves only summaries, and starts seconds sooner; it maps Spark's classes from the
     class-data archive where ``python -m goka.spark.warmup`` wrote one (:func:`cds_archive`).
     In local mode the driver and its block manager listen on 127.0.0.1 only (Spark's default
-    is the host's address), and the JVM's ``SPARK_HOME`` is :func:`spark_home`.
+    is the host's address), the JVM's ``SPARK_HOME`` is :func:`spark_home`, and Spark does not
+    search the installed packages for Python data sources (:data:`NO_DATA_SOURCE_LOOKUP`).
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     if not master and not os.environ.get("PYSPARK_GATEWAY_PORT"):  # spark-submit's --master rules
@@ -142,7 +150,9 @@ def build_session(group: str, master: str | None = None) -> SparkSession:
     builder = builder.config("spark.driver.bindAddress", "127.0.0.1")
     builder = builder.config("spark.driver.host", "127.0.0.1")
     local_ip = os.environ.get("SPARK_LOCAL_IP", "127.0.0.1")
-    with _environment(SPARK_LOCAL_IP=local_ip, SPARK_HOME=str(home)):
+    driver_python = os.environ.get("PYSPARK_DRIVER_PYTHON", NO_DATA_SOURCE_LOOKUP)
+    with _environment(SPARK_LOCAL_IP=local_ip, SPARK_HOME=str(home),
+                      PYSPARK_DRIVER_PYTHON=driver_python):  # fmt: skip
         return builder.getOrCreate()
 
 
