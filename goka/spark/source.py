@@ -56,6 +56,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from goka.errors import BrokerError, ConfigurationError, TopicError, TopicRewoundError
+from goka.spark.columns import column
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -392,14 +393,16 @@ def _ranges(
     n = len(ranges)
     return pa.RecordBatch.from_arrays(
         [
-            pa.array([partition] * n, pa.int32()),
-            pa.array(list(ranges), pa.string()),
-            pa.array([s for s, _ in ranges.values()], pa.int64()),
+            column([partition] * n, pa.int32()),
+            column(list(ranges), pa.string()),
+            column([s for s, _ in ranges.values()], pa.int64()),
             pa.nulls(n, pa.binary()),
             pa.nulls(n, pa.binary()),
-            pa.array([deadline_ms] * n, pa.int64()),
+            pa.nulls(n, pa.int64())
+            if deadline_ms is None
+            else column([deadline_ms] * n, pa.int64()),
             pa.nulls(n, arrow_schema().field("headers").type),
-            pa.array([e for _, e in ranges.values()], pa.int64()),
+            column([e for _, e in ranges.values()], pa.int64()),
         ],
         schema=arrow_schema(),
     )

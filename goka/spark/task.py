@@ -12,7 +12,6 @@ worker, so a task costs one Python worker process and no record crosses the JVM.
 from __future__ import annotations
 
 import base64
-import dataclasses
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
@@ -20,6 +19,7 @@ from typing import TYPE_CHECKING
 from pyspark import cloudpickle
 
 from goka.options import StopSignal, TaskConfig
+from goka.spark.columns import record_batch
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -102,16 +102,11 @@ def warm_up(config: str, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.Recor
     decode_config(config)
     Worker.current()
     _rows([])
-    yield pa.RecordBatch.from_pylist(
-        [{"pid": os.getpid()}], schema=pa.schema([("pid", pa.int32())])
-    )
+    yield record_batch([[os.getpid()]], pa.schema([("pid", pa.int32())]))
 
 
 def _rows(summaries: Sequence[PartitionSummary]) -> pa.RecordBatch:
-    import pyarrow as pa
-
     from goka.partition_summary import summary_schema
 
-    return pa.RecordBatch.from_pylist(
-        [dataclasses.asdict(s) for s in summaries], schema=summary_schema()
-    )
+    schema = summary_schema()
+    return record_batch([[getattr(s, name) for s in summaries] for name in schema.names], schema)

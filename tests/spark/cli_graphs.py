@@ -31,10 +31,33 @@ slow = define_group(f"{TOPIC}-slow", input(TOPIC, StringCodec(), count_slowly),
 
 
 def note_worker(ctx: Context[str], page: str) -> None:
-    """The value: which Python process ran the callback, and where its pyspark came from."""
+    """The value: which Python process ran the callback, where its pyspark came from, whether
+    it loaded pandas, and what the Python processes of its Spark session run."""
+    import sys
+
     import pyspark
 
-    ctx.set_value(f"{os.getpid()} {pyspark.__file__}")
+    ctx.set_value(f"{os.getpid()} {pyspark.__file__} pandas={'pandas' in sys.modules} "
+                  f"{','.join(sorted(_session_modules()))}")  # fmt: skip
+
+
+def _session_modules() -> set[str]:
+    """The modules the JVM's Python processes run (the last word of their command lines;
+    this worker's parent is its daemon, whose parent is the JVM)."""
+    with open(f"/proc/{os.getppid()}/stat") as stat:
+        jvm = int(stat.read().rsplit(")", 1)[1].split()[1])
+    found = set()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                parent = int(stat.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{pid}/cmdline") as cmdline:
+                words = cmdline.read().split("\0")
+        except OSError:  # gone meanwhile
+            continue
+        if parent == jvm and "-m" in words:
+            found.add([w for w in words if w][-1])
+    return found
 
 
 workers = define_group(f"{TOPIC}-workers", input(TOPIC, StringCodec(), note_worker),

@@ -107,7 +107,9 @@ def test_the_first_tasks_run_in_the_workers_warmed_up_with_the_interpreter_s_pys
     """A processor that builds its session warms Python workers up while its query is
     planned, and its first tasks run in them; Spark's Python processes import this
     interpreter's pyspark, not the zip that Spark puts first on their path (they compiled it
-    anew each, ~0.6 s per process)."""
+    anew each, ~0.6 s per process). The workers do not load pandas (pyarrow imports it when
+    it converts a list: ~55 MB each), and Spark does not start Python processes to search
+    the installed packages for data sources."""
     topic = new_topic(partitions=2)
     produce(brokers, topic, StringCodec(), [(f"u{i}", "/") for i in range(8)])
     result = subprocess.run(
@@ -126,3 +128,6 @@ def test_the_first_tasks_run_in_the_workers_warmed_up_with_the_interpreter_s_pys
     pids = {value.split()[0] for value in values.values()}
     assert pids <= warm_pids, (pids, warm_pids)
     assert {value.split()[1] for value in values.values()} == {pyspark.__file__}, values
+    assert {value.split()[2] for value in values.values()} == {"pandas=False"}, values
+    modules = set(",".join(value.split()[3] for value in values.values()).split(","))
+    assert "pyspark.worker" in modules and "pyspark.sql.worker.lookup_data_sources" not in modules
