@@ -27,54 +27,59 @@ Example::
 Errors all derive from :class:`GokaError` (see :mod:`goka.errors` for the tree).
 """
 
-from goka.codec import (
-    AvroCodec,
-    BytesCodec,
-    Codec,
-    Int64Codec,
-    JsonCodec,
-    ProtobufCodec,
-    StringCodec,
-    codec_by_name,
-)
-from goka.context import Context, ContextError
-from goka.delivery import Delivery, DeliveryFuture
-from goka.emitter import Emitter
-from goka.errors import (
-    BrokerError,
-    CodecError,
-    ConfigurationError,
-    DeliveryError,
-    EmitterClosedError,
-    GokaError,
-    GraphError,
-    MessageTooLargeError,
-    ProcessingError,
-    SnapshotError,
-    StorageCorruptError,
-    StorageError,
-    StorageLockedError,
-    TopicError,
-    TopicRewoundError,
-    ViewUnreachableError,
-)
-from goka.graph import (
-    Group,
-    GroupGraph,
-    NilHandling,
-    Stream,
-    Table,
-    define_group,
-    input,
-    inputs,
-    join,
-    lookup,
-    loop,
-    output,
-    persist,
-)
-from goka.keys import key_bytes, key_str
-from goka.topic_manager import TopicManager, TopicManagerConfig
+from typing import TYPE_CHECKING
+
+from goka._lazy import lazy_exports
+
+if TYPE_CHECKING:  # imported where first used (goka._lazy): one module does not import all
+    from goka.codec import (
+        AvroCodec,
+        BytesCodec,
+        Codec,
+        Int64Codec,
+        JsonCodec,
+        ProtobufCodec,
+        StringCodec,
+        codec_by_name,
+    )
+    from goka.context import Context, ContextError
+    from goka.delivery import Delivery, DeliveryFuture
+    from goka.emitter import Emitter
+    from goka.errors import (
+        BrokerError,
+        CodecError,
+        ConfigurationError,
+        DeliveryError,
+        EmitterClosedError,
+        GokaError,
+        GraphError,
+        MessageTooLargeError,
+        ProcessingError,
+        SnapshotError,
+        StorageCorruptError,
+        StorageError,
+        StorageLockedError,
+        TopicError,
+        TopicRewoundError,
+        ViewUnreachableError,
+    )
+    from goka.graph import (
+        Group,
+        GroupGraph,
+        NilHandling,
+        Stream,
+        Table,
+        define_group,
+        input,
+        inputs,
+        join,
+        lookup,
+        loop,
+        output,
+        persist,
+    )
+    from goka.keys import key_bytes, key_str
+    from goka.topic_manager import TopicManager, TopicManagerConfig
 
 __all__ = [
     "AvroCodec",
@@ -124,3 +129,57 @@ __all__ = [
     "output",
     "persist",
 ]
+
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "goka.codec": (
+            "AvroCodec",
+            "BytesCodec",
+            "Codec",
+            "Int64Codec",
+            "JsonCodec",
+            "ProtobufCodec",
+            "StringCodec",
+            "codec_by_name",
+        ),
+        "goka.context": ("Context", "ContextError"),
+        "goka.delivery": ("Delivery", "DeliveryFuture"),
+        "goka.emitter": ("Emitter",),
+        "goka.errors": (
+            "BrokerError",
+            "CodecError",
+            "ConfigurationError",
+            "DeliveryError",
+            "EmitterClosedError",
+            "GokaError",
+            "GraphError",
+            "MessageTooLargeError",
+            "ProcessingError",
+            "SnapshotError",
+            "StorageCorruptError",
+            "StorageError",
+            "StorageLockedError",
+            "TopicError",
+            "TopicRewoundError",
+            "ViewUnreachableError",
+        ),
+        "goka.graph": (
+            "Group",
+            "GroupGraph",
+            "NilHandling",
+            "Stream",
+            "Table",
+            "define_group",
+            "input",
+            "inputs",
+            "join",
+            "lookup",
+            "loop",
+            "output",
+            "persist",
+        ),
+        "goka.keys": ("key_bytes", "key_str"),
+        "goka.topic_manager": ("TopicManager", "TopicManagerConfig"),
+    },
+)
