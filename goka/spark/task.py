@@ -12,6 +12,7 @@ worker, so a task costs one Python worker process and no record crosses the JVM.
 from __future__ import annotations
 
 import base64
+import logging
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
@@ -25,6 +26,9 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from goka.partition_summary import PartitionSummary
+    from goka.worker import Worker
+
+log = logging.getLogger(__name__)
 
 # the driver imports this module for encode_config: what only tasks run is imported there
 
@@ -99,10 +103,32 @@ def warm_up(config: str, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.Recor
 
     for _ in batches:
         pass
-    decode_config(config)
-    Worker.current()
+    _connect(decode_config(config), Worker.current())
     _rows([])
     yield record_batch([[os.getpid()]], pa.schema([("pid", pa.int32())]))
+
+
+#: How long a warm-up waits for the broker to say where outputs go: it holds task slots the
+#: first epoch needs, and a task finds out anyway.
+_CONNECT_SECONDS = 5.0
+
+
+def _connect(config: TaskConfig, worker: Worker) -> None:
+    """Build the worker's clients for ``config`` and have the producer learn where its
+    outputs go (its first flush waited ~0.4 s for a connection and metadata otherwise). A
+    broker that does not answer costs only this wait: the tasks report it."""
+    from goka.errors import GokaError
+    from goka.options import Clients
+
+    clients = Clients(config, worker)
+    clients.reader()
+    producer = clients.producer()
+    graph = config.graph
+    try:
+        for topic in [*graph.outputs, *([graph.table] if graph.persist else [])]:
+            producer.partition_count(topic, min(config.read_timeout, _CONNECT_SECONDS))
+    except GokaError as exc:
+        log.debug("warm-up: the producer did not learn where %s writes: %s", graph.group, exc)
 
 
 def _rows(summaries: Sequence[PartitionSummary]) -> pa.RecordBatch:

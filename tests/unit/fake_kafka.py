@@ -99,6 +99,10 @@ class RecordingProducer:
         self.poll(timeout)
         return len(self.queued)
 
+    def partition_count(self, topic: str, timeout: float) -> int:
+        self.kafka.events.append(f"metadata {topic}")
+        return len(self.kafka.topic(topic))
+
     def __len__(self) -> int:
         return len(self.queued)
 
