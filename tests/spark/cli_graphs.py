@@ -44,19 +44,17 @@ def note_worker(ctx: Context[str], page: str) -> None:
 def _session_modules() -> set[str]:
     """The modules the JVM's Python processes run (the last word of their command lines;
     this worker's parent is its daemon, whose parent is the JVM)."""
-    with open(f"/proc/{os.getppid()}/stat") as stat:
-        jvm = int(stat.read().rsplit(")", 1)[1].split()[1])
+    from tests.spark.procs import descendants, parent
+
     found = set()
-    for pid in filter(str.isdigit, os.listdir("/proc")):
+    for pid in descendants(parent(os.getppid()) or 0):
         try:
-            with open(f"/proc/{pid}/stat") as stat:
-                parent = int(stat.read().rsplit(")", 1)[1].split()[1])
             with open(f"/proc/{pid}/cmdline") as cmdline:
-                words = cmdline.read().split("\0")
+                words = [w for w in cmdline.read().split("\0") if w]
         except OSError:  # gone meanwhile
             continue
-        if parent == jvm and "-m" in words:
-            found.add([w for w in words if w][-1])
+        if "-m" in words:
+            found.add(words[-1])
     return found
 
 

@@ -12,25 +12,9 @@ from typing import Any
 
 import pytest
 
+from tests.spark.procs import descendants
+
 pytestmark = pytest.mark.spark
-
-
-def _descendants(root: int) -> set[int]:
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:  # exited meanwhile
-                continue
-            parent = int(stat.rsplit(")", 1)[1].split()[1])
-            children.setdefault(parent, []).append(int(entry.name))
-    found, todo = {root}, [root]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.add(child)
-            todo.append(child)
-    return found
 
 
 def _socket_inodes(pids: set[int]) -> set[str]:
@@ -70,7 +54,7 @@ def listening(pids: set[int]) -> list[str]:
 def test_a_local_session_listens_on_loopback_only(spark: Any) -> None:
     spark.sparkContext.parallelize(range(4), 2).map(lambda x: x * 2).collect()  # Python workers
     jvm = spark.sparkContext._gateway.proc.pid
-    sockets = listening(_descendants(jvm))
+    sockets = listening(descendants(jvm))
     assert sockets, "found no listening socket of the Spark JVM: is /proc readable?"
     exposed = [s for s in sockets if not ipaddress.ip_address(s.rsplit(":", 1)[0]).is_loopback]
     assert exposed == [], f"listening beyond loopback: {exposed} (all: {sockets})"
@@ -79,9 +63,10 @@ def test_a_local_session_listens_on_loopback_only(spark: Any) -> None:
 _WITH_UI = """
 import json, sys
 from goka.spark import build_session
-from tests.spark.test_sockets import _descendants, listening
+from tests.spark.procs import descendants
+from tests.spark.test_sockets import listening
 session = build_session("goka-ui", "local[1]")
-print(json.dumps(listening(_descendants(session.sparkContext._gateway.proc.pid))))
+print(json.dumps(listening(descendants(session.sparkContext._gateway.proc.pid))))
 session.stop()
 """
 

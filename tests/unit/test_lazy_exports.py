@@ -4,10 +4,10 @@ of the package imports without the others."""
 from __future__ import annotations
 
 import importlib
-import subprocess
-import sys
 
 import pytest
+
+from .interpreter import fresh_output
 
 
 @pytest.mark.parametrize("package", ["goka", "goka.spark"])
@@ -33,6 +33,4 @@ def test_the_data_source_imports_without_the_processor_the_emitter_or_the_metric
         "print(sorted(m for m in ('goka.spark.processor', 'goka.emitter', 'goka.metrics',"
         " 'goka.view', 'prometheus_client') if m in sys.modules))\n"
     )
-    found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                           check=True, timeout=60)  # fmt: skip
-    assert found.stdout.strip() == "[]"
+    assert fresh_output(code) == "[]"

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pyarrow as pa
 import pytest
 
 from goka.spark.columns import column, record_batch
+
+from .interpreter import fresh_output
 
 
 @pytest.mark.parametrize(
@@ -52,6 +51,4 @@ def test_building_columns_does_not_import_pandas() -> None:
         "record_batch([[1], ['a']], pa.schema([('p', pa.int64()), ('s', pa.string())]))\n"
         "print('pandas' in sys.modules)\n"
     )
-    found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                           check=True, timeout=60)  # fmt: skip
-    assert found.stdout.strip() == "False"
+    assert fresh_output(code) == "False"
