@@ -136,7 +136,9 @@ class Storage(Protocol):
         ...
 
     def clear(self) -> None:
-        """Delete every value and offset (keeping the table name)."""
+        """Delete every value and offset (keeping the table name). Interrupted anywhere (a
+        crash), it leaves a storage that records no offsets: never offsets without the values
+        they stand for."""
         ...
 
     def flush(self) -> None:

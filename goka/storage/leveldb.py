@@ -231,8 +231,8 @@ class LevelDBStorage:
             raise self._failed("counting", exc) from exc
 
     def clear(self) -> None:
-        try:
-            for prefix in (_DATA, _OFFSET):
+        try:  # offsets first: a store without offsets is rebuilt, never taken as current
+            for prefix in (_OFFSET, _DATA):
                 with self._db.write_batch() as wb:
                     for key in self._db.iterator(prefix=prefix, include_value=False):
                         wb.delete(key)

@@ -5,7 +5,9 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
+import plyvel
 import pytest
 
 from goka import StorageCorruptError, StorageError, StorageLockedError, key_bytes, key_str
@@ -148,6 +150,34 @@ def test_readers_see_whole_batches_while_one_writer_writes(
     thread.join()
     assert torn == []
     assert storage.get("a") == b"1999"
+
+
+class _SecondBatchFails:
+    """A LevelDB handle whose second write batch is never written (the process died)."""
+
+    def __init__(self, db: Any) -> None:
+        self.db, self.batches = db, 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.db, name)
+
+    def write_batch(self, **kwargs: Any) -> Any:
+        self.batches += 1
+        if self.batches == 2:
+            raise plyvel.Error(b"the process died")
+        return self.db.write_batch(**kwargs)
+
+
+def test_a_clear_cut_short_leaves_no_offsets_without_their_values(tmp_path: Path) -> None:
+    """A store recording offsets is taken as current: a clear that died halfway must not
+    leave offsets whose values are gone."""
+    with LevelDBStorage(tmp_path / "db", "t-table") as storage:
+        storage.write(batch({"a": b"1", "b": b"2"}, clicks_0=10, t_table_0=2))
+        storage._db = _SecondBatchFails(storage._db)
+        with pytest.raises(StorageError, match="clearing"):
+            storage.clear()
+        storage._db = storage._db.db
+        assert storage.offsets() == {}
 
 
 def test_close_is_idempotent(make_storage: Callable[..., Storage]) -> None:
