@@ -17,7 +17,8 @@ Every error the library raises on purpose derives from :class:`GokaError`::
     ├── StorageError              local state (LevelDB, memory) failed or is foreign
     │   ├── StorageLockedError    the storage is open in another process
     │   ├── StorageCorruptError   its files are damaged (moved aside and rebuilt)
-    │   └── SnapshotError         a state snapshot is missing, truncated or corrupt
+    │   ├── SnapshotError         a state snapshot is missing, truncated or corrupt
+    │   └── OffsetRegressionError a commit would move a store's applied offsets back (a bug)
     └── ProcessingError           a message could not be processed (topic/partition/offset/key)
 
 Errors raised by a dependency are chained with ``raise ... from cause``.
@@ -35,6 +36,7 @@ __all__ = [
     "GokaError",
     "GraphError",
     "MessageTooLargeError",
+    "OffsetRegressionError",
     "ProcessingError",
     "SnapshotError",
     "StorageCorruptError",
@@ -209,6 +211,28 @@ class StorageCorruptError(StorageError):
 
 class SnapshotError(StorageError):
     """A snapshot of a partition's state cannot be used; the message names the file and why."""
+
+
+class OffsetRegressionError(StorageError):
+    """A commit would move a partition store's applied offsets back: the store would then
+    apply its records a second time. A bug in goka-py, refused before anything is written.
+
+    Attributes:
+        store: which store (group, partition, kind).
+        offsets: ``{(topic, partition): (stored offset, offset of the refused commit)}``.
+    """
+
+    def __init__(self, store: str, offsets: dict[tuple[str, int], tuple[int, int]]) -> None:
+        listing = ", ".join(
+            f"topic {t!r} partition {p}: stored {old}, commit {new}"
+            for (t, p), (old, new) in sorted(offsets.items())
+        )
+        super().__init__(
+            f"{store}: a commit would move applied offsets back ({listing}); nothing was "
+            "written (the records below the stored offsets are in the store already). This "
+            "is a bug in goka-py: please report it with the processor's log"
+        )
+        self.store, self.offsets = store, offsets
 
 
 class ProcessingError(GokaError):

@@ -25,6 +25,7 @@ from goka.engine import Engine, Message
 from goka.errors import StorageCorruptError, StorageLockedError
 from goka.keys import key_str
 from goka.options import Clients, TaskConfig
+from goka.partition_applied import commit
 from goka.partition_output import Output
 from goka.partition_processor import PartitionProcessor
 from goka.partition_summary import PartitionSummary, store_bytes
@@ -250,7 +251,11 @@ class Epoch:
     def _join(self, records: list[Message]) -> None:
         batch = WriteBatch(values={key_str(r[2]): r[3] for r in records if r[2] is not None})
         batch.set_offset(records[0][0], self.partition, records[-1][1] + 1)
-        self.joins[records[0][0]].write(batch)
+        commit(
+            self.joins[records[0][0]],
+            batch,
+            who=self.processor._store_name(f"join-{records[0][0]}"),
+        )
         self.summary.table_records += len(records)
 
     def commit(self) -> None:
@@ -263,7 +268,7 @@ class Epoch:
             batch.set_offset(topic, self.partition, self.positions[topic])
         if table_end is not None:
             batch.set_offset(self.graph.table, self.partition, table_end)
-        self.store.write(batch)
+        commit(self.store, batch, who=self.processor._store_name("partition"))
         self.pending.clear()
         self.committed = dict(self.positions)
         self.summary.commits += 1

@@ -47,6 +47,7 @@ from goka.engine import BatchResult, Engine, Message
 from goka.errors import StorageCorruptError
 from goka.keys import key_str
 from goka.options import Clients, PartitionBoard, TaskConfig
+from goka.partition_applied import Applied, commit
 from goka.partition_output import Output
 from goka.partition_summary import Counts, PartitionSummary, store_bytes
 from goka.partition_table import (
@@ -115,33 +116,64 @@ class PartitionProcessor:
         started = time.monotonic()
         summary = PartitionSummary(self.partition, started_at=time.time())
         inputs = [t for t in self.graph.input_topics() if t in ranges]
+        joins = [t for t in self.graph.joins if t in ranges]
         with ExitStack() as stack:
             stores = {"partition": stack.enter_context(self._lease("partition", self.graph.table))}
             for table in self.graph.joins:
                 stores[f"join-{table}"] = stack.enter_context(self._lease(f"join-{table}", table))
-            stored = self._recover(stores["partition"], {t: ranges[t][0] for t in inputs}, summary)
-            self._check_ahead(stored, {t: ranges[t][0] for t in inputs})
+            self._recover(stores["partition"], self._begin_at(
+                {t: ranges[t][0] for t in inputs}), summary)  # fmt: skip
+            for table in joins:
+                self._recover_join(table, stores[f"join-{table}"], ranges[table][0], summary)
+            applied = self._applied(stores, inputs, joins)
+            self._check_ahead(applied.offsets, {t: s for t, (s, _) in ranges.items()})
+            summary.skipped_applied = self._skipped(applied, {t: ranges[t] for t in inputs})
             summary.ready_seconds = time.monotonic() - started
-            messages = self._read(
-                {t: r for t, r in ranges.items() if t in (*inputs, *self.graph.joins)}
-            )
-            for table in self.graph.joins:
-                self._catch_up_join(
-                    table, stores[f"join-{table}"], ranges.get(table), messages, summary
-                )
-            result = self._run(stores, messages, inputs, stored, summary)
+            messages = self._read(applied.todo({t: ranges[t] for t in (*inputs, *joins)}))
+            for table in joins:
+                self._apply_join(table, stores[f"join-{table}"], messages.get(table, []),
+                                 applied.ends({table: ranges[table]})[table], summary)  # fmt: skip
+            result = self._run(stores, messages, inputs)
             table_end = self._produce(result, summary, stores["partition"].storage)
-            self._commit(
-                stores["partition"].storage, result, {t: ranges[t][1] for t in inputs}, table_end
-            )
-            summary.ends = json.dumps({t: ranges[t][1] for t in inputs})
+            ends = applied.ends({t: ranges[t] for t in inputs})
+            self._commit(stores["partition"].storage, result, ends, table_end)
+            summary.ends = json.dumps(ends)
             summary.store_bytes = store_bytes(stores["partition"].storage)
             summary.commits = 1
-            self._commit_to_group({t: ranges[t][1] for t in ranges}, wait=True)
+            self._commit_to_group(ends, wait=True)
             self._maybe_snapshot(stores, summary)
         summary.uploads = json.dumps([asdict(r) for r in self.worker.reports()])
         summary.seconds = time.monotonic() - started
         return summary
+
+    def _begin_at(self, starts: Mapping[str, int]) -> dict[str, int]:
+        """Where processing of the inputs begins: ``starts`` as Spark planned them, or where
+        the group committed if that is further (as Go Goka resumes a group). The group
+        commits after the state, so the table holds the outputs of every record below its
+        commits: Spark plans behind them after a crash, after a continuous run (its epochs'
+        plans lag the tasks), on a new checkpoint. Never processing those records again also
+        keeps the table free of a run's outputs behind those of a run that got further, which
+        no replay of the table could order."""
+        committed = self.clients.reader().committed(self.graph.group, self.partition, list(starts))
+        return {t: max(s, committed[t][0]) if t in committed else s for t, s in starts.items()}
+
+    def _applied(self, stores: Mapping[str, Lease], inputs: list[str], joins: list[str]) -> Applied:
+        """What the group store has applied of ``inputs`` and the joined stores of ``joins``."""
+        found = dict(Applied.of(stores["partition"].storage, self.partition, inputs).offsets)
+        for table in joins:
+            found.update(
+                Applied.of(stores[f"join-{table}"].storage, self.partition, [table]).offsets
+            )
+        return Applied(self.partition, found)
+
+    def _skipped(self, applied: Applied, ranges: Mapping[str, tuple[int, int]]) -> int:
+        """Count (and log) the input records of ``ranges`` the store has applied already."""
+        skipped = applied.skipped(ranges)
+        if skipped:
+            log.info("group %s partition %d: %d records already applied, skipped (store at %s, "
+                     "ranges %s)", self.graph.group, self.partition, skipped,
+                     {t: applied.offsets[t] for t in ranges}, dict(ranges))  # fmt: skip
+        return skipped
 
     def process_epoch(
         self,
@@ -159,16 +191,17 @@ class PartitionProcessor:
         """Lease and recover this partition's stores for an epoch (released by ``stack``)."""
         summary = PartitionSummary(self.partition, started_at=time.time())
         inputs = [t for t in self.graph.input_topics() if t in starts]
-        # Spark runs an epoch planned before a crash again with its old starts: begin where
-        # the group committed if that is further (it commits after the state, never before)
-        committed = self.clients.reader().committed(self.graph.group, self.partition, inputs)
-        starts = {**starts, **{t: max(starts[t], committed[t][0]) for t in committed}}
+        target = self._begin_at({t: starts[t] for t in inputs})
         stores = {"partition": stack.enter_context(self._lease("partition", self.graph.table))}
         for table in self.graph.joins:
             stores[f"join-{table}"] = stack.enter_context(self._lease(f"join-{table}", table))
-        positions = self._recover(stores["partition"], {t: starts[t] for t in inputs}, summary)
+        positions = self._recover(stores["partition"], target, summary)
         for topic in inputs:  # an epoch follows its inputs from here: they must still be there
             self._check(topic, positions[topic])
+        # what the epoch skips: beyond where it begins (the group's commits, where further
+        # than Spark's plan: Spark plans an epoch before the previous one and its bridge end)
+        applied = Applied(self.partition, positions)
+        summary.skipped_applied = self._skipped(applied, applied.behind(target, inputs))
         for table in self.graph.joins:  # current before any input, as Goka recovers them
             lease = stores[f"join-{table}"]
             recovery = self._recovery(lease, f"join-{table}", table)
@@ -217,7 +250,7 @@ class PartitionProcessor:
         )  # fmt: skip
 
     def _recover(
-        self, lease: Lease, target: dict[str, int], summary: PartitionSummary
+        self, lease: Lease, target: Mapping[str, int], summary: PartitionSummary
     ) -> dict[str, int]:
         """Make the group store current; return the input offsets it has applied."""
         topic = self.graph.table if self.graph.persist else None
@@ -249,27 +282,24 @@ class PartitionProcessor:
             )
         return self._manifests
 
-    def _catch_up_join(
-        self,
-        table: str,
-        lease: Lease,
-        batch_range: tuple[int, int] | None,
-        messages: Mapping[str, list[Message]],
-        summary: PartitionSummary,
+    def _recover_join(
+        self, table: str, lease: Lease, start: int, summary: PartitionSummary
     ) -> None:
-        """Bring a joined table's store to the batch's end (its records are in the batch)."""
-        if batch_range is None:
-            return
-        start, end = batch_range
+        """Bring a joined table's store to the batch's start (its records in the batch follow)."""
         recovery = self._recovery(lease, f"join-{table}", table)
         summary.count(recovery.recover({table: start}, end=start), lease)
-        stored = recovery.positions({table: start})[table]
-        self._check_ahead({table: stored}, {table: start})
-        values = {key_str(key): value for _, offset, key, value, _, _ in messages.get(table, [])
-                  if key is not None and offset >= stored}  # fmt: skip
-        batch = WriteBatch(values=values)
+
+    def _apply_join(
+        self, table: str, lease: Lease, rows: list[Message], end: int, summary: PartitionSummary
+    ) -> None:
+        """Apply a joined table's records of the batch (those not applied yet) to its store."""
+        batch = WriteBatch(values={key_str(r[2]): r[3] for r in rows if r[2] is not None})
         batch.set_offset(table, self.partition, end)
-        lease.storage.write(batch)
+        commit(lease.storage, batch, who=self._store_name(f"join-{table}"))
+        summary.table_records += len(rows)
+
+    def _store_name(self, name: str) -> str:
+        return f"group {self.graph.group!r} partition {self.partition} (store {name})"
 
     def _commit(
         self, store: Storage, result: BatchResult, ends: Mapping[str, int], table_end: int | None
@@ -279,7 +309,7 @@ class PartitionProcessor:
             batch.set_offset(topic, self.partition, offset)
         if table_end is not None:
             batch.set_offset(self.graph.table, self.partition, table_end)
-        store.write(batch)
+        commit(store, batch, who=self._store_name("partition"))
 
     def _maybe_snapshot(self, stores: Mapping[str, Lease], summary: PartitionSummary) -> None:
         snapshots = self.clients.snapshots()
@@ -309,15 +339,9 @@ class PartitionProcessor:
         return messages
 
     def _run(
-        self,
-        stores: Mapping[str, Lease],
-        messages: Mapping[str, list[Message]],
-        inputs: list[str],
-        stored: Mapping[str, int],
-        summary: PartitionSummary,
+        self, stores: Mapping[str, Lease], messages: Mapping[str, list[Message]], inputs: list[str]
     ) -> BatchResult:
-        todo = [[m for m in messages.get(t, []) if m[1] >= stored[t]] for t in inputs]
-        summary.replayed = sum(len(messages.get(t, [])) for t in inputs) - sum(map(len, todo))
+        todo = [messages.get(t, []) for t in inputs]
         ordered = todo[0] if len(todo) == 1 else list(heapq.merge(*todo, key=lambda m: m[4]))
         tables = {t: stores[f"join-{t}"].storage.get for t in self.graph.joins}
         engine = Engine(

@@ -24,7 +24,8 @@ class Counts:
     """What processing did, per partition or summed over a micro-batch's partitions.
 
     Attributes:
-        replayed: input records already in the store (skipped).
+        skipped_applied: input records of the planned ranges that the store had applied
+            already (a range run again after a crash, or planned behind the store): skipped.
         table_records: records read from table topics to make stores current.
         restored_bytes, restore_seconds: snapshot files fetched to restore stores.
         corrupt_stores: stores found corrupt on disk, deleted and rebuilt.
@@ -37,7 +38,7 @@ class Counts:
     emits: int = 0
     loopbacks: int = 0
     dead_letters: int = 0
-    replayed: int = 0
+    skipped_applied: int = 0
     table_records: int = 0
     restored_bytes: int = 0
     restore_seconds: float = 0.0

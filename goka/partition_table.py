@@ -17,7 +17,10 @@ its topic offset) and then the topic's tail from that offset:
 
 Replaying the group table leaves out records written by attempts of batches that did not finish
 (their headers name a source offset at or beyond the batch's start): those batches run again.
-Values are written in chunks and the offsets last, so a recovery interrupted anywhere is redone.
+Values are written in chunks and the offsets last, so a recovery interrupted anywhere is redone;
+a replay onto a store that has offsets (a local base, a restored snapshot) first sets them to
+-1 in one write, so that an interrupted one leaves a store claiming nothing (a store whose
+values are beyond its offsets would be taken as current by a batch planned below them).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from pathlib import Path
 
 from goka.errors import SnapshotError, StorageError, TopicRewoundError
 from goka.kafka.ranges import RecordReader, Row
+from goka.partition_applied import commit
 from goka.storage import WriteBatch
 from goka.storage.snapshots import Manifest, SnapshotStore, install, remove_abandoned
 from goka.worker import Lease
@@ -132,11 +136,14 @@ class StoreRecovery:
             return Recovery("reused" if not self.lease.fresh else "opened")
         started = time.monotonic()
         recovery, base = self._base(target)
-        if self.topic is None:
-            self._write(WriteBatch(), target, None)
+        if self.topic is None:  # offsets only: those already further stay where they are
+            stored = self.positions(target)
+            self._write(WriteBatch(), {t: max(o, stored[t]) for t, o in target.items()}, None)
             return Recovery("created")
         if base is None:
             self.lease.storage.clear()
+        else:  # values go onto a store with offsets, in chunks: it claims none until done
+            self._disown()
         low, high = self._check(-1 if base is None else base)
         self._state = "rebuilding" if base is None else "restoring"
         base = low if base is None else base
@@ -185,8 +192,8 @@ class StoreRecovery:
         if self.topic is None:
             return None
         positions = self.positions(target)
-        topic_offset = self.lease.storage.offsets().get((self.topic, self.partition))
-        if topic_offset is None or any(o > target[t] for t, o in positions.items()):
+        topic_offset = self.lease.storage.offsets().get((self.topic, self.partition), -1)
+        if topic_offset < 0 or any(o > target[t] for t, o in positions.items()):
             return None
         return positions, topic_offset
 
@@ -276,12 +283,20 @@ class StoreRecovery:
         self.lease.storage.write(batch)
         return read, skipped
 
+    def _disown(self) -> None:
+        """Set every offset of the store to -1 (none) in one write: a replay interrupted
+        after some of its values leaves a store that is neither current for any batch nor a
+        base for a recovery (its values are beyond its offsets), so it is rebuilt."""
+        storage = self.lease.storage
+        storage.write(WriteBatch(offsets=dict.fromkeys(storage.offsets(), -1)))
+
     def _write(self, batch: WriteBatch, target: Mapping[str, int], topic_end: int | None) -> None:
         for topic, offset in target.items():
             batch.set_offset(topic, self.partition, offset)
         if self.topic is not None and topic_end is not None:
             batch.set_offset(self.topic, self.partition, topic_end)
-        self.lease.storage.write(batch)
+        who = f"group {self.group!r} partition {self.partition} (store {self.name})"
+        commit(self.lease.storage, batch, who=who)
 
 
 def checked_watermarks(

@@ -43,9 +43,11 @@ def _families() -> dict[str, Any]:
                     "Input messages whose callback failed, by --on-error policy",
                     [*labels, "policy"],
                 ),
-                replayed=Counter(
-                    "goka_processor_replayed_messages",
-                    "Input messages skipped as replays of committed ones",
+                skipped_applied=Counter(
+                    "goka_processor_skipped_applied_messages",
+                    "Input messages of planned ranges that the partition stores had applied "
+                    "already (a range run again after a crash or planned behind the store): "
+                    "skipped, not applied again",
                     labels,
                 ),
                 duration=Histogram(
@@ -127,7 +129,7 @@ class ProcessorMetrics:
             f["emitted"].labels(g, topic).inc(count)
         f["loopbacks"].labels(g).inc(summary.loopbacks)
         f["errors"].labels(g, policy).inc(summary.failed)
-        f["replayed"].labels(g).inc(summary.replayed)
+        f["skipped_applied"].labels(g).inc(summary.skipped_applied)
         f["corrupt"].labels(g).inc(summary.corrupt_stores)
         f["duration"].labels(g).observe(summary.seconds)
         for part in summary.partitions:

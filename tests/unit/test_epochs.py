@@ -259,7 +259,7 @@ def test_a_worker_processes_on_between_epochs_and_the_next_epoch_reports_it(
     assert table_of(kafka) == dict(sent)
     (second,) = run_epoch(machine.config, machine.worker, {0: {IN: 10}}, 0.1)
     assert not machine.worker.bridging  # ended by the next task of its process
-    assert second.processed == 7 and second.replayed == 0  # the bridge's work, reported
+    assert second.processed == 7 and second.skipped_applied == 0  # the bridge's work, reported
     assert machine.state(0) == dict(sent) == table_of(kafka)
     assert machine.offsets(0)[(IN, 0)] == 17
 
@@ -310,5 +310,5 @@ def test_stores_stay_open_for_the_bridge_and_the_next_epoch_where_they_were_hand
     _await(lambda: lease.settled, "the housekeeper settles the store")
     assert path in machine.worker.open_stores()  # kept for the next task: not handed over
     (second,) = run_epoch(machine.config, machine.worker, {0: {IN: 10}}, 0.1)
-    assert second.store == "reused" and second.replayed == 0
+    assert second.store == "reused" and second.skipped_applied == 0
     assert table_of(kafka) == dict(sent) and kafka.committed[("counts", IN, 0)][0] == 13

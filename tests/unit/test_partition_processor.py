@@ -205,12 +205,25 @@ def test_a_batch_run_again_after_its_commit_is_recognised_as_a_replay(
     machine = Machine(kafka, tmp_path / "a")
     machine.run(0, {IN: (0, 12)})
     again = machine.run(0, {IN: (0, 12)})  # Spark did not record the batch as done
-    assert (again.replayed, again.table_updates, again.store) == (12, 0, "reused")
+    assert (again.skipped_applied, again.table_updates, again.store) == (12, 0, "reused")
     assert len(kafka.rows(CLICKS.table, 0)) == 12
     assert machine.state(0) == dict(sent)
 
 
 # -- where a store comes from ------------------------------------------------------------------
+def test_a_batch_planned_behind_the_group_s_commits_begins_there_even_on_a_new_machine(
+    kafka: FakeKafka, tmp_path: Path
+) -> None:
+    sent = click(kafka, 30)
+    Machine(kafka, tmp_path / "a").run(0, {IN: (0, 30)})
+    b = Machine(kafka, tmp_path / "b")  # Spark's older plan on another machine (a mode switch)
+    again = b.run(0, {IN: (0, 10)})
+    assert (again.processed, again.skipped_applied, again.store) == (0, 10, "rebuilt")
+    assert len(kafka.rows(CLICKS.table, 0)) == 30  # nothing produced again
+    assert b.state(0) == dict(sent) and b.offsets(0)[(IN, 0)] == 30
+    assert kafka.committed[("counts", IN, 0)][0] == 30  # the group's commits never go back
+
+
 def test_a_store_stays_open_for_the_next_batch_of_its_worker(
     kafka: FakeKafka, tmp_path: Path
 ) -> None:
@@ -343,13 +356,14 @@ def test_a_snapshot_ahead_of_the_batch_is_not_restored(
     a.run(0, {IN: (0, 20)})
     click(kafka, 20, start=20)
     a.run(0, {IN: (20, 40)})  # newest snapshot: input 40
+    kafka.committed.clear()  # the group's offsets expired: only Spark's checkpoint says where
     b = Machine(kafka, tmp_path / "b", snapshots=url)
     again = b.run(0, {IN: (20, 20)})  # Spark's checkpoint says the batch from 20 is not done
     assert (again.store, again.table_records) == ("restored", 20)
     assert b.offsets(0)[(IN, 0)] == 20
     assert b.state(0) == dict(first)  # the batch from 20 left its table records out: it reruns
     redo = b.run(0, {IN: (20, 40)})
-    assert redo.replayed == 0 and b.state(0) == table_of(kafka)
+    assert redo.skipped_applied == 0 and b.state(0) == table_of(kafka)
 
 
 def test_snapshots_are_taken_at_most_every_interval(
