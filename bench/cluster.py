@@ -29,7 +29,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -89,18 +88,26 @@ def drive(args: argparse.Namespace) -> None:
                                     for _ in range(args.batches * args.batch)])  # fmt: skip
     measured = Processor(graph, args.brokers, max_offsets_per_trigger=args.batch, **common)
     began = time.time()
-    batches = measured.run_until_caught_up()
+    run = measured.run_until_caught_up()
     previous, rows = began, []
-    for b in batches:
+    for b in run.recent:
         rows.append({"wall": b.finished_at - previous, "task": b.seconds,
                      "processed": b.processed, "stores": dict(b.stores),
                      "table_records": b.table_records, "restored_bytes": b.restored_bytes,
                      "restore_seconds": b.restore_seconds})  # fmt: skip
         previous = b.finished_at
-    uploads = [u for s in setup for u in s.uploads] + [u for b in batches for u in b.uploads]
-    print("RESULT " + json.dumps({"setup_seconds": setup_seconds, "batches": rows,
-                                  "uploads": uploads, "setup_stores": dict(sum(
-                                      (s.stores for s in setup), Counter[str]()))}))  # fmt: skip
+    uploads = [u for b in [*setup.recent, *run.recent] for u in b.uploads]
+    print(
+        "RESULT "
+        + json.dumps(
+            {
+                "setup_seconds": setup_seconds,
+                "batches": rows,
+                "uploads": uploads,
+                "setup_stores": dict(setup.stores),
+            }
+        )
+    )
     spark.stop()
 
 

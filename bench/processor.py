@@ -120,12 +120,13 @@ def goka_run(spark: object, brokers: str, topic: str, batch: int) -> tuple[float
             state_dir=state, checkpoint_dir=state / "checkpoint", max_offsets_per_trigger=batch,
         )  # fmt: skip
         started = time.time()
-        batches = processor.run_until_caught_up()
-        total = sum(b.processed for b in batches)
-        whole = batches[-1].finished_at - started
-        later = batches[1:]
-        steady = (batches[-1].finished_at - batches[0].finished_at) if later else whole
-        return total / whole, sum(b.processed for b in later) / steady if later else 0.0, total
+        run = processor.run_until_caught_up()
+        whole = run.last_finished_at - started
+        first = run.recent[0] if run.batches == len(run.recent) else None
+        if first is None or run.batches < 2:  # the steady state: from the first batch's end
+            return run.processed / whole, 0.0, run.processed
+        steady = run.last_finished_at - first.finished_at
+        return run.processed / whole, (run.processed - first.processed) / steady, run.processed
     finally:
         shutil.rmtree(state, ignore_errors=True)
 

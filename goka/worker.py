@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import logging
 import os
 import queue
@@ -57,7 +58,7 @@ from goka.logs import configure
 from goka.storage import Storage, StorageBuilder, move_aside
 from goka.storage.snapshots import SnapshotStore, Staged, UploadReport, remove_abandoned
 
-__all__ = ["Lease", "Worker", "frozen", "remove_store"]
+__all__ = ["Lease", "Worker", "frozen", "release_held", "remove_store"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -139,6 +140,7 @@ class Worker:
         self._closed = threading.Event()
         self._pid = os.getpid()
         self._inbox = _inbox() if inbox else None
+        self._address = self._inbox.getsockname() if self._inbox is not None else None
         self._woken = threading.Event()
         self._handovers = 0  # requests for our stores minus reuses, within 0.._HANDOVER_MEMORY
         self._bridge: tuple[threading.Thread, threading.Event] | None = None
@@ -250,8 +252,8 @@ class Worker:
             move_aside(path, str(exc))
             storage = _open_when_released(builder, path, table, deadline, ask)
             discarded = str(exc)
-        if self._inbox is not None:
-            _write_holder(path, self._inbox.getsockname())
+        if self._address is not None:
+            _write_holder(path, self._address)
         lease = Lease(path, table, storage, builder, identity=_identity(path), discarded=discarded)
         lease.lock.acquire()
         with self._lock:
@@ -270,6 +272,8 @@ class Worker:
             log.exception("closing store %s failed", lease.path)
         finally:
             lease.lock.release()
+            if self._address is not None:
+                _forget_holder(lease.path, self._address)
 
     def _start_housekeeper(self) -> None:
         with self._lock:
@@ -488,6 +492,8 @@ class Worker:
         for lease in leases:  # nor under a task still holding it
             if lease.lock.acquire(timeout=timeout):
                 closers.append(lease.storage.close)
+                if self._address is not None:  # once closed
+                    closers.append(functools.partial(_forget_holder, lease.path, self._address))
             else:
                 log.error("store %s still in use after %ss: left open", lease.path, timeout)
         for close in closers:
@@ -558,6 +564,52 @@ def _holder_file(path: Path) -> Path:
     return path.with_name(path.name + ".holder")
 
 
+def _forget_holder(path: Path, address: str | bytes) -> None:
+    """Remove ``<store>.holder`` if it names this process's inbox (the store was closed)."""
+    name = (address.decode() if isinstance(address, bytes) else address).lstrip("\0")
+    holder = _holder_file(path)
+    with contextlib.suppress(OSError):
+        if holder.read_text() == name:
+            holder.unlink()
+
+
+def release_held(directory: Path, timeout: float = 5.0) -> list[Path]:
+    """Ask the processes of this machine that hold stores under ``directory`` open to close
+    them, and wait up to ``timeout`` seconds for them to (a query ended: nothing will use
+    them, and its workers would keep them until their idle timeout). Holders that are gone
+    are forgotten. A holder on another machine (a cluster's executor) is not reached: it
+    closes the stores when they have been idle for its ``idle_timeout``.
+
+    Returns:
+        The stores still held when the time was up.
+    """
+    waiting: dict[Path, str] = {}
+    for holder in directory.glob("*.holder"):
+        store = holder.with_name(holder.name.removesuffix(".holder"))
+        try:
+            name = holder.read_text()
+            with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as out:
+                out.setblocking(False)
+                out.sendto(os.fsencode(store), "\0" + name)
+            waiting[store] = name
+        except (ConnectionRefusedError, FileNotFoundError):  # its process is gone
+            _forget_holder(store, name)
+        except OSError:  # another network namespace, a full inbox: it closes when idle
+            continue
+    deadline = time.monotonic() + timeout
+    while waiting and time.monotonic() < deadline:
+        time.sleep(0.01)
+        waiting = {p: n for p, n in waiting.items() if _holder_name(p) == n}
+    return sorted(waiting)
+
+
+def _holder_name(path: Path) -> str | None:
+    try:
+        return _holder_file(path).read_text()
+    except OSError:
+        return None
+
+
 def remove_store(path: Path) -> None:
     """Delete a store's directory so that a crash midway leaves all of it or none: it is first
     renamed into ``.trash`` beside it (a rename is atomic), then deleted there. What processes
@@ -575,6 +627,10 @@ def remove_store(path: Path) -> None:
 
 def _settle(lease: Lease) -> None:
     """Flush an idle store (its lock held), so that whoever opens it next opens it fast."""
+    if lease.identity is not None and _identity(lease.path) != lease.identity:
+        log.debug("store %s was deleted or replaced under this process: not flushed", lease.path)
+        lease.settled = True
+        return
     try:
         lease.storage.flush()
     except Exception as exc:  # an accelerator: the store stays usable, or its next use fails

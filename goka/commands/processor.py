@@ -198,17 +198,9 @@ def _take_signals_back(stop: threading.Event) -> None:
 
 
 def _until_caught_up(processors: list[Any], on_error: str) -> int:
-    from goka.partition_table import ORIGINS
-
     for processor in processors:
-        batches = processor.run_until_caught_up()
-        processed = sum(b.processed for b in batches)
-        failed = sum(b.failed for b in batches)
-        dead = sum(b.dead_letters for b in batches)
-        stores: Counter[str] = sum((b.stores for b in batches), Counter())
-        listing = ", ".join(f"{stores[o]} {o}" for o in ORIGINS)
-        outcome = {"fail": "", "skip": f" ({failed} skipped)",
-                   "dead_letter": f" ({dead} dead-lettered)"}[on_error]  # fmt: skip
-        print(f"caught up: {processed} messages{outcome} in {len(batches)} batches; "
-              f"stores: {listing}", flush=True)  # fmt: skip
+        run = processor.run_until_caught_up()
+        outcome = {"fail": "", "skip": f" ({run.failed} skipped)",
+                   "dead_letter": f" ({run.dead_letters} dead-lettered)"}[on_error]  # fmt: skip
+        print(f"caught up: {run.describe(outcome)}", flush=True)
     return 0

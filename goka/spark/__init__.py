@@ -15,9 +15,16 @@ if TYPE_CHECKING:  # imported where first used (goka._lazy): Spark's Python proc
     from goka.spark.processor import Processor
     from goka.spark.session import build_session
     from goka.spark.source import GokaKafkaSource
-    from goka.spark.summary import BatchSummary, ProcessorFailed
+    from goka.spark.summary import BatchSummary, ProcessorFailed, Totals
 
-__all__ = ["BatchSummary", "GokaKafkaSource", "Processor", "ProcessorFailed", "build_session"]
+__all__ = [
+    "BatchSummary",
+    "GokaKafkaSource",
+    "Processor",
+    "ProcessorFailed",
+    "Totals",
+    "build_session",
+]
 
 __getattr__, __dir__ = lazy_exports(
     __name__,
@@ -25,6 +32,6 @@ __getattr__, __dir__ = lazy_exports(
         "goka.spark.processor": ("Processor",),
         "goka.spark.session": ("build_session",),
         "goka.spark.source": ("GokaKafkaSource",),
-        "goka.spark.summary": ("BatchSummary", "ProcessorFailed"),
+        "goka.spark.summary": ("BatchSummary", "ProcessorFailed", "Totals"),
     },
 )

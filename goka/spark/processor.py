@@ -25,11 +25,12 @@ from goka.partition_processor import PartitionSummary
 from goka.spark.metrics import ProcessorMetrics
 from goka.spark.session import build_session, ui_address
 from goka.spark.source import GokaKafkaSource
-from goka.spark.summary import BatchSummary, ProcessorFailed, translate
+from goka.spark.summary import BatchSummary, ProcessorFailed, Totals, translate
 from goka.spark.task import WARM_UP_DDL, encode_config, warm_up
 from goka.topic_manager import TopicManager, TopicManagerConfig
+from goka.worker import release_held
 
-__all__ = ["MODES", "BatchSummary", "Processor", "ProcessorFailed"]
+__all__ = ["MODES", "BatchSummary", "Processor", "ProcessorFailed", "Totals"]
 
 #: How a processor runs (see :class:`Processor`).
 MODES = ("micro-batch", "continuous", "available-now")
@@ -69,8 +70,10 @@ class Processor:
             JSON ``{"topic": {"0": 42}}``, or ``group``: the offsets committed to the consumer
             group ``<group>`` (by Go Goka, or by an earlier run with another checkpoint;
             ``earliest`` where none). Tasks commit the group's offsets after each commit of
-            their own, so lag tools and Go Goka see them. Continuous epochs always start at
-            least where the group committed.
+            their own, so lag tools and Go Goka see them. In every mode, tasks begin at least
+            where the group committed, as Go Goka does: what it committed is in the group
+            table and is not processed again (to process input again, reset the group's
+            offsets or name a new group).
         kafka_config: librdkafka settings for every client.
         producer_config: librdkafka settings for the tasks' producer only (acks, compression).
         topics: creation settings for the group table, loop and DLQ topics.
@@ -193,7 +196,9 @@ class Processor:
         self._status_clients: tuple[RangeReader, EndOffsets] | None = None
         self._seen: dict[tuple[str, int], tuple[int, float]] = {}  # offset, when first seen
         self._lock = threading.Lock()
-        self.batches: list[BatchSummary] = []
+        #: what every micro-batch (epoch) of this processor did, summed; the last ones kept
+        self.totals = Totals()
+        self._run: Totals | None = None  # the run of run_until_caught_up, if one runs
         self.metrics = ProcessorMetrics(graph.group)
 
     # -- setup -----------------------------------------------------------------------------------
@@ -356,7 +361,10 @@ class Processor:
     def _on_batch(self, frame: DataFrame, batch_id: int) -> None:
         partitions = [PartitionSummary(**row.asDict()) for row in frame.collect()]
         summary = BatchSummary.of(batch_id, partitions)
-        self.batches.append(summary)
+        with self._lock:
+            self.totals.add_batch(summary)
+            if self._run is not None:
+                self._run.add_batch(summary)
         self.metrics.batch(summary, self.on_error)
         with self._lock:
             progress = self._query.lastProgress if self._query is not None else None
@@ -397,7 +405,10 @@ class Processor:
                 partition, offset, key and cause).
             ProcessorFailed: the query stopped with another error.
         """
-        self._wait(self._start(available_now=self.mode == "available-now"), timeout)
+        try:
+            self._wait(self._start(available_now=self.mode == "available-now"), timeout)
+        finally:
+            self._release_stores()
 
     def start(self) -> None:
         """Start processing in the processor's mode and return at once (see :meth:`wait`);
@@ -421,30 +432,38 @@ class Processor:
             error = translate(exc)
             with self._lock:
                 self._query, self.failure = None, str(error)
+            self._release_stores()
             raise error from None
         if ended:
             with self._lock:
                 self._query = None
             with self._status_lock:
                 self.close_status_clients()
+            self._release_stores()
         return ended
 
-    def run_until_caught_up(self, timeout: float | None = None) -> list[BatchSummary]:
+    def run_until_caught_up(self, timeout: float | None = None) -> Totals:
         """Process everything present when called, then stop (Trigger.AvailableNow).
 
         A group with a loop edge runs again while a run looped messages back, so what the
         loop derives from the input is processed too.
 
         Returns:
-            The summaries of the micro-batches of this run.
+            What the micro-batches of this run did, summed (with the last ones' summaries).
         """
-        first = len(self.batches)
-        while True:
-            before = len(self.batches)
-            self._wait(self._start(available_now=True), timeout)
-            looped = sum(b.loopbacks for b in self.batches[before:])
-            if not self.graph.loop or not looped or self._stopping.is_set():
-                return self.batches[first:]
+        run = Totals()
+        with self._lock:
+            self._run = run
+        try:
+            while True:
+                looped = run.loopbacks
+                self._wait(self._start(available_now=True), timeout)
+                if not self.graph.loop or run.loopbacks == looped or self._stopping.is_set():
+                    return run
+        finally:
+            with self._lock:
+                self._run = None
+            self._release_stores()
 
     def _wait(self, query: StreamingQuery, timeout: float | None) -> None:
         try:
@@ -458,6 +477,15 @@ class Processor:
                 self._query = None
             with self._status_lock:
                 self.close_status_clients()
+
+    def _release_stores(self) -> None:
+        """The query ended: ask the Python workers of this machine that hold the group's
+        stores open (for a next task) to close them now, so that the state directory can be
+        used, copied or deleted at once. Executors of a cluster close them when idle."""
+        left = release_held(self.state_dir / self.graph.group)
+        if left:
+            log.debug("group %s: stores still held by Python workers: %s", self.graph.group,
+                      ", ".join(map(str, left)))  # fmt: skip
 
     def stop(self, grace: float = 10.0) -> None:
         """Stop the query after the current micro-batch; in continuous mode, its tasks end
@@ -501,8 +529,9 @@ class Processor:
             "active": query is not None and query.isActive,
             "status": query.status if query is not None else None,
             "progress": query.lastProgress if query is not None else None,
-            "batches": len(self.batches),
-            "processed": sum(b.processed for b in self.batches),
+            "batches": self.totals.batches,
+            "processed": self.totals.processed,
+            "skipped_applied": self.totals.skipped_applied,
             "partitions": self.partition_status() if self._partitions else [],
         }
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,7 +15,12 @@ from pyspark.errors import StreamingQueryException
 from goka.errors import GokaError
 from goka.partition_summary import Counts, PartitionSummary
 
-__all__ = ["BatchSummary", "ProcessorFailed", "translate"]
+__all__ = ["HISTORY", "BatchSummary", "ProcessorFailed", "Totals", "translate"]
+
+#: How many micro-batch (or epoch) summaries a processor keeps (its monitor shows the last).
+HISTORY = 100
+#: How many error messages :class:`Totals` keeps.
+ERRORS_KEPT = 20
 
 _GOKA_ERROR = re.compile(r"goka\.errors\.(\w+): (.*)")
 
@@ -52,11 +57,6 @@ class BatchSummary(Counts):
     emitted: Counter[str] = field(default_factory=Counter)
     partitions: list[PartitionSummary] = field(default_factory=list)
 
-    @property
-    def rebuilt_partitions(self) -> int:
-        """Partition stores rebuilt from the whole table topic."""
-        return self.stores["rebuilt"]
-
     @classmethod
     def of(cls, batch_id: int, partitions: list[PartitionSummary]) -> BatchSummary:
         """Sum the partitions' summaries."""
@@ -79,6 +79,8 @@ class BatchSummary(Counts):
             f"batch {self.batch_id}: {self.processed:,} records, {rate:,.0f}/s, "
             f"{self.seconds:.2f} s; stores: {stores or 'none'}"
         )
+        if self.skipped_applied:
+            text += f"; {self.skipped_applied:,} already applied, skipped"
         if self.table_records:
             text += f"; {self.table_records} table records replayed"
         if self.restored_bytes:
@@ -91,6 +93,61 @@ class BatchSummary(Counts):
         if self.failed:
             text += f"; {self.failed} failed messages ({self.dead_letters} dead-lettered)"
         return text
+
+
+@dataclass
+class Totals(Counts):
+    """Running sums over micro-batches or epochs: of one run (what
+    :meth:`~goka.spark.Processor.run_until_caught_up` returns) or of a processor's life
+    (:attr:`~goka.spark.Processor.totals`). Its size does not grow with the number of
+    batches: only the last :data:`HISTORY` summaries and :data:`ERRORS_KEPT` errors are kept.
+    Not thread-safe: one thread adds (Spark's batch callback), others read.
+
+    Attributes:
+        batches: micro-batches (or epochs) summed.
+        stores: how the partition stores were made current, summed (see ``BatchSummary``).
+        emitted: emitted messages per output topic.
+        uploads, failed_uploads: snapshots published, and uploads that failed.
+        errors: the last error messages of failed records.
+        first_finished_at, last_finished_at: when the first and the last batch ended (unix s).
+        recent: the last batches' summaries, oldest first.
+    """
+
+    batches: int = 0
+    stores: Counter[str] = field(default_factory=Counter)
+    emitted: Counter[str] = field(default_factory=Counter)
+    uploads: int = 0
+    failed_uploads: int = 0
+    errors: deque[str] = field(default_factory=lambda: deque(maxlen=ERRORS_KEPT))
+    first_finished_at: float = 0.0
+    last_finished_at: float = 0.0
+    recent: deque[BatchSummary] = field(default_factory=lambda: deque(maxlen=HISTORY))
+
+    def add_batch(self, batch: BatchSummary) -> None:
+        """Add one batch's summary."""
+        self.add(batch)
+        self.batches += 1
+        self.stores.update(batch.stores)
+        self.emitted.update(batch.emitted)
+        failed = sum(1 for upload in batch.uploads if upload.get("error"))
+        self.uploads += len(batch.uploads) - failed
+        self.failed_uploads += failed
+        self.errors.extend(batch.errors)
+        self.first_finished_at = self.first_finished_at or batch.finished_at
+        self.last_finished_at = batch.finished_at
+        self.recent.append(batch)
+
+    def describe(self, failed: str = "") -> str:
+        """One line: what was processed (``failed``: what became of failed records, e.g.
+        ``" (2 skipped)"``), what was skipped as applied already, how stores were made
+        current."""
+        from goka.partition_table import ORIGINS
+
+        skipped = f" ({self.skipped_applied} already applied, skipped)" if self.skipped_applied \
+            else ""  # fmt: skip
+        stores = ", ".join(f"{self.stores[o]} {o}" for o in ORIGINS)
+        return (f"{self.processed} messages{failed} in {self.batches} batches{skipped}; "
+                f"stores: {stores}")  # fmt: skip
 
 
 def translate(exc: StreamingQueryException) -> GokaError:

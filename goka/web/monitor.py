@@ -135,8 +135,9 @@ class ProcessorMonitor(Monitor):
             parts = processor.partition_status() if processor.prepared else []
         except Exception as exc:  # brokers unreachable: show it, keep sampling
             parts, failure = [], failure or f"partition status: {exc}"
-        batches = processor.batches
-        sizes = {part.partition: part.store_bytes for b in batches[-3:] for part in b.partitions}
+        totals = processor.totals
+        recent = list(totals.recent)[-3:]
+        sizes = {part.partition: part.store_bytes for b in recent for part in b.partitions}
         board = processor.board.read() if hasattr(processor, "board") else {}
         rows = []
         for part in parts:
@@ -154,15 +155,13 @@ class ProcessorMonitor(Monitor):
             rows.append([part["partition"], part["topic"], offset, part["lag"], state,
                          _clock(part["committed_at"]), round(rate, 1),
                          _megabytes(size)])  # fmt: skip
-        errors = [err for b in batches[-20:] for err in b.errors][-20:]
         return {
             "group": processor.graph.group, "mode": processor.mode, "active": active,
             "failure": failure, "edges": [edge.describe() for edge in processor.graph.edges()],
-            "partitions": rows, "batches": len(batches),
-            "processed": sum(b.processed for b in batches),
-            "dead_letters": sum(b.dead_letters for b in batches),
-            "failed": sum(b.failed for b in batches), "errors": errors,
-            "last_batch": _clock(batches[-1].finished_at) if batches else "",
+            "partitions": rows, "batches": totals.batches, "processed": totals.processed,
+            "skipped_applied": totals.skipped_applied, "dead_letters": totals.dead_letters,
+            "failed": totals.failed, "errors": list(totals.errors),
+            "last_batch": _clock(totals.last_finished_at) if totals.batches else "",
         }  # fmt: skip
 
     def page(self) -> str:
@@ -207,8 +206,10 @@ every(2000, '/api/monitor', doc => {
 });
 function summary(g) {
   return (g.failure ? 'FAILED: ' + g.failure + '; ' : (g.active ? 'running; ' : 'stopped; ')) +
-    g.batches + ' batches, ' + g.processed + ' records, ' + g.failed + ' failed, ' +
-    g.dead_letters + ' dead letters' + (g.last_batch ? ', last batch ' + g.last_batch : '');
+    g.batches + ' batches, ' + g.processed + ' records, ' +
+    (g.skipped_applied ? g.skipped_applied + ' already applied (skipped), ' : '') +
+    g.failed + ' failed, ' + g.dead_letters + ' dead letters' +
+    (g.last_batch ? ', last batch ' + g.last_batch : '');
 }
 """
 
@@ -217,7 +218,9 @@ def _summary(group: dict[str, Any]) -> str:
     head = f"FAILED: {group['failure']}; " if group["failure"] else (
         "running; " if group["active"] else "stopped; ")  # fmt: skip
     tail = f", last batch {group['last_batch']}" if group["last_batch"] else ""
-    return (f"{head}{group['batches']} batches, {group['processed']} records, "
+    skipped = group.get("skipped_applied", 0)
+    applied = f"{skipped} already applied (skipped), " if skipped else ""
+    return (f"{head}{group['batches']} batches, {group['processed']} records, {applied}"
             f"{group['failed']} failed, {group['dead_letters']} dead letters{tail}")  # fmt: skip
 
 

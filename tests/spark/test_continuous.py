@@ -79,12 +79,12 @@ def test_records_are_processed_as_they_arrive_and_stop_ends_the_epoch(
         REGISTRY.get_sample_value("goka_processor_lag_records", label) == 0 for label in labels
     )
     assert len(status) == 2 and all(p["committed_at"] for p in processor.partition_status())
-    assert processor.batches == []  # all of it within the first epoch
+    assert processor.totals.batches == 0  # all of it within the first epoch
     assert running.stop(within=30) < 15  # not the 600 s epoch
-    (epoch,) = processor.batches
+    (epoch,) = processor.totals.recent
     assert epoch.processed == 800 and epoch.commits >= 2
     again = make_processor(graph).run_until_caught_up(timeout=300)  # micro-batches after it
-    assert sum(b.processed for b in again) == 0
+    assert again.processed == 0
     assert table_of(brokers, graph.table, Int64Codec()) == dict(sent)
 
 
@@ -115,10 +115,10 @@ def test_joins_lookups_and_loops_stay_current_across_epochs(
         wait_for(lambda: view.get("visits-de") == 1, 10, "the looped visit")
         produce(brokers, profiles, JsonCodec(), [("u1", {"country": "fr"})])  # while running
         produce(brokers, devices, StringCodec(), [("d2", "laptop")])
-        wait_for(lambda: len(processor.batches) >= 2, 60, "two more epochs")
+        wait_for(lambda: processor.totals.batches >= 2, 60, "two more epochs")
         produce(brokers, topic, StringCodec(), [("u1", "d2"), ("u1", "d2")])
         wait_for(lambda: view.get("visits-fr") == 2, 30, "visits after the profile changed")
         assert view.get("u1") == {"country": "fr", "device": "laptop"}
         assert view.get("visits-de") == 1
     running.stop(within=30)
-    assert sum(b.processed for b in processor.batches) == 6  # 3 visits, 3 looped
+    assert processor.totals.processed == 6  # 3 visits, 3 looped

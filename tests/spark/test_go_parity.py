@@ -47,8 +47,8 @@ def test_a_graph_ported_from_go_counts_as_go_does_with_nil_values_and_any_key_by
     written_as_go_does(brokers, topic, records)
     expected = Counter(k for k, v in records if v is not None)  # NilIgnore, Goka's default
     graph = define_group(f"{topic}-g", input(topic, StringCodec(), count), persist(Int64Codec()))
-    batches = make_processor(graph).run_until_caught_up(timeout=300)
-    assert sum(b.processed for b in batches) == len(records)  # nil messages count as processed
+    run = make_processor(graph).run_until_caught_up(timeout=300)
+    assert run.processed == len(records)  # nil messages count as processed
     table = read_back(brokers, graph.table, 4)
     assert {k: int(v or b"0") for _, k, v in table} == expected
     assert all(p == partition_for(k, 4) for p, k, _ in table)  # where Go keeps these keys
@@ -80,8 +80,8 @@ def test_offsets_a_go_processor_committed_are_picked_up_with_starting_offsets_gr
     go = confluent_kafka.Consumer({"bootstrap.servers": brokers, "group.id": graph.group})
     go.commit(offsets=[confluent_kafka.TopicPartition(topic, 0, 6)], asynchronous=False)
     go.close()
-    batches = make_processor(graph, starting_offsets="group").run_until_caught_up(timeout=300)
-    assert sum(b.processed for b in batches) == ends[0] - 6 + ends[1]
+    run = make_processor(graph, starting_offsets="group").run_until_caught_up(timeout=300)
+    assert run.processed == ends[0] - 6 + ends[1]
     table = {k: int(v or b"0") for _, k, v in read_back(brokers, graph.table, 2)}
     assert table == {b"a": 10 - 3, b"b": 10, b"c": 10 - 3, b"d": 10}  # a, c: partition 0
     # and goka-py committed where it stopped, as Go Goka would read it to take the group back

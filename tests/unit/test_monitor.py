@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 from goka import Int64Codec, StringCodec, define_group, input, persist
 from goka.options import PartitionBoard
+from goka.partition_summary import PartitionSummary
+from goka.spark.summary import BatchSummary, Totals
 from goka.web.monitor import ProcessorMonitor
 
 
@@ -17,10 +19,11 @@ class FakeProcessor:
         self.graph = define_group("clicks", input("user-clicks", StringCodec(), lambda c, m: None),
                                   persist(Int64Codec()))  # fmt: skip
         self.mode, self.active, self.prepared, self.failure = "continuous", True, True, None
-        self.board, self.batches = board, [SimpleNamespace(
-            errors=["boom at offset 3"], processed=10, dead_letters=0, failed=1,
-            finished_at=time.time(), partitions=[SimpleNamespace(partition=1, store_bytes=2e6)],
-        )]  # fmt: skip
+        self.board, self.totals = board, Totals()
+        self.totals.add_batch(BatchSummary.of(0, [PartitionSummary(
+            1, processed=10, failed=1, skipped_applied=4, store_bytes=2_000_000,
+            errors=json.dumps(["boom at offset 3"]),
+        )]))  # fmt: skip
         self.offsets = {0: None, 1: 100}
 
     def partition_status(self) -> list[dict[str, Any]]:
@@ -39,6 +42,7 @@ def test_states_progress_sizes_rates_and_errors(tmp_path: Path) -> None:
     assert [row[4] for row in first["partitions"]] == ["rebuilding 120,000 of 400,000", "running"]
     assert first["partitions"][1][7] == "2.0 MB" and first["partitions"][0][7] == ""
     assert first["errors"] == ["boom at offset 3"] and first["failed"] == 1
+    assert first["skipped_applied"] == 4
     processor.offsets[1] = 300
     time.sleep(0.05)
     second = monitor.sample()["groups"][0]
@@ -49,3 +53,4 @@ def test_states_progress_sizes_rates_and_errors(tmp_path: Path) -> None:
     monitor._refresh()
     page = monitor.handle("/")
     assert page is not None and b"FAILED: ProcessingError: boom" in page.body
+    assert b"4 already applied (skipped)" in page.body
