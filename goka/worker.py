@@ -305,8 +305,8 @@ class Worker:
     def _after_task(self, lease: Lease) -> None:
         """Flush a store whose task ended; hand it over (close it) if this worker's stores
         are wanted elsewhere more often than they are reused here."""
-        if not lease.lock.acquire(blocking=False):
-            return  # a task took it again (it is settled when that task ends)
+        if not self._take(lease):
+            return  # a task took it again (it is settled when that task ends), or it closed
         _settle(lease)
         if self._handovers > 0 and not self._holding:
             self._drop(lease)
@@ -324,10 +324,21 @@ class Worker:
         now = time.monotonic()
         for lease in leases:
             idle = now - lease.idle_since > self.idle_timeout
-            if idle and lease.lock.acquire(blocking=False):
+            if idle and self._take(lease):
                 _settle(lease)
                 self._drop(lease)
                 log.debug("closed idle store %s", lease.path)
+
+    def _take(self, lease: Lease) -> bool:
+        """Take ``lease``'s lock if no task holds it and the store is still open here (a
+        release request may have closed it since the caller listed the leases)."""
+        if not lease.lock.acquire(blocking=False):
+            return False
+        with self._lock:
+            held = self._stores.get(lease.path) is lease
+        if not held:
+            lease.lock.release()
+        return held
 
     def _release(self, paths: set[Path]) -> None:
         """Close the stores at ``paths`` that no task uses; mark the others to be closed when
