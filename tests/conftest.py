@@ -1,26 +1,30 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import settings
 
 import goka.emitter
+
+#: ``pytest --hypothesis-profile search``: generated tests search ten times longer (minutes).
+settings.register_profile("search", max_examples=1_000)
 
 pytest_plugins = ["goka.dev.pytest_plugin"]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--crash-trials", type=int, default=0,
-                     help="run tests/spark/test_crash.py's random series of N trials")  # fmt: skip
-    parser.addoption("--crash-seed", type=int, default=1, help="seed of the random series")
-    parser.addoption("--crash-mode", default="micro-batch", choices=("micro-batch", "continuous"),
-                     help="the processing mode of the random crash series")  # fmt: skip
+    parser.addoption("--crash-sequences", type=int, default=0,
+                     help="play tests/spark/test_crash.py's series of N generated crash "
+                     "sequences")  # fmt: skip
+    parser.addoption("--crash-seed", type=int, default=1,
+                     help="seed of the first sequence of the crash series")  # fmt: skip
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """A random crash series takes about two minutes a trial: give it the time."""
-    trials = config.getoption("--crash-trials")
+    """A crash series takes up to a few minutes a sequence: give it the time."""
+    sequences = config.getoption("--crash-sequences")
     for item in items:
-        if trials and item.name == "test_random_crash_series":
-            item.add_marker(pytest.mark.timeout(240 * trials))
+        if sequences and item.name == "test_a_series_of_generated_sequences_ends_exact":
+            item.add_marker(pytest.mark.timeout(600 * sequences))
 
 
 @pytest.fixture(params=["c", "python"])

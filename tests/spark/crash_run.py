@@ -1,10 +1,13 @@
-"""The processor under test of the crash tests: click count until caught up (micro-batches) or
-until SIGTERM (``--mode continuous``), killed where ``--kill`` says (through the builders of
-``tests/spark/crash.py``, imported from there so that Spark pickles them by reference and a
-worker's counts last across tasks).
+"""The processor under test of the crash tests: click count in the mode and configuration the
+command line gives, until caught up (``--mode available-now``) or until SIGTERM (it prints
+``running`` once its query started), killed where
+``--kill`` says (through the builders of ``tests/spark/crash.py``, imported from there so that
+Spark pickles them by reference and a worker's counts last across tasks). Prints what it did
+as one JSON line when it ends.
 
-    python -m tests.spark.crash_run BROKERS TOPIC GROUP STATE CHECKPOINT [--kill POINT --nth N]
-        [--mode continuous]
+    python -m tests.spark.crash_run BROKERS TOPIC GROUP STATE CHECKPOINT [--mode MODE]
+        [--max-offsets N] [--epoch S] [--trigger S] [--commit-interval S]
+        [--snapshot-interval S] [--kill POINT --nth N --marker FILE]
 """
 
 from __future__ import annotations
@@ -12,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import signal
-from collections import Counter
 
 from examples.click_count.group import count
 from goka import Int64Codec, StringCodec, define_group, input, persist
@@ -24,27 +26,37 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     for name in ("brokers", "topic", "group", "state", "checkpoint"):
         parser.add_argument(name)
+    parser.add_argument("--mode", choices=("micro-batch", "continuous", "available-now"),
+                        default="available-now")  # fmt: skip
+    parser.add_argument("--max-offsets", type=int, default=None)
+    parser.add_argument("--epoch", type=float, default=5.0)
+    parser.add_argument("--trigger", type=float, default=0.0)
+    parser.add_argument("--commit-interval", type=float, default=0.1)
+    parser.add_argument("--snapshot-interval", type=float, default=0.5)
     parser.add_argument("--kill", choices=POINTS)
     parser.add_argument("--nth", type=int, default=1)
     parser.add_argument("--marker", default="")
-    parser.add_argument("--snapshot-interval", type=float, default=0.5)
-    parser.add_argument("--mode", choices=("micro-batch", "continuous"), default="micro-batch")
     args = parser.parse_args()
     graph = define_group(args.group, input(args.topic, StringCodec(), count), persist(Int64Codec()))
     kill = Kill(args.kill, args.nth, args.marker) if args.kill else None
     processor = Processor(
         graph, args.brokers, state_dir=args.state, checkpoint_dir=args.checkpoint,
-        max_offsets_per_trigger=400, snapshot_interval=args.snapshot_interval,
-        builders=builders(kill), mode=args.mode, epoch=5,
+        max_offsets_per_trigger=args.max_offsets, snapshot_interval=args.snapshot_interval,
+        builders=builders(kill), mode=args.mode, epoch=args.epoch,
+        trigger=f"{round(args.trigger * 1000)} milliseconds",
+        commit_interval=args.commit_interval,
     )  # fmt: skip
-    if args.mode == "continuous":
+    if args.mode == "available-now":
+        totals = processor.run_until_caught_up(timeout=300)
+    else:  # until SIGTERM
         signal.signal(signal.SIGTERM, lambda *_: processor.stop())
-        processor.run()
-        batches = processor.batches
-    else:
-        batches = processor.run_until_caught_up(timeout=300)
-    stores = sum((b.stores for b in batches), Counter[str]())
-    print(json.dumps({"processed": sum(b.processed for b in batches), "stores": stores}))
+        processor.start()
+        print("running", flush=True)
+        while not processor.wait(0.5):
+            pass
+        totals = processor.totals
+    print(json.dumps({"processed": totals.processed, "skipped_applied": totals.skipped_applied,
+                      "stores": totals.stores}))  # fmt: skip
 
 
 if __name__ == "__main__":

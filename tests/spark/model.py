@@ -1,0 +1,371 @@
+"""Model-based crash sequences: generated runs of a click-count processor, each with its own
+random configuration, SIGKILLed (the whole session: driver, JVM, Python workers) at a random
+moment or at a named point, then restarted with another configuration, until a last run
+catches up. After every sequence the group table topic, the partition stores and a view must
+all equal the truth computed from what was emitted.
+
+What a run's configuration draws from:
+
+* mode: ``continuous`` (epochs), ``micro-batch`` (a streaming query), ``available-now``
+  (``--until-caught-up``: bounded batches, then exit);
+* ``max_offsets_per_trigger``: none, small or large; epoch, trigger and commit interval
+  lengths; snapshots off or every fraction of a second to a few seconds;
+* the machine: the previous run's state directory, or a new one (stores restored from
+  snapshots or rebuilt from the table);
+* where it is killed: ``first-epoch`` (in continuous mode, as soon as its stores applied
+  records while Spark has not committed the epoch: the defect of the mode-switch issue),
+  ``timer`` (a random moment, often before Spark has even started), ``produce``, ``flush``
+  (between the flush and the state commit), ``commit`` (after a state commit), ``upload``
+  (during a snapshot upload), ``restore`` (during a snapshot restore, on a new machine).
+
+Clicks are either a backlog emitted before the first run, or also a live flow while the killed
+runs run. A kill point that a run does not reach within its time is replaced by a kill at
+that moment (streaming runs), or the run ends caught up (``available-now``): the outcome says
+which kills were reached.
+
+``generate(seed)`` is deterministic: a failing sequence is replayed from the seed it prints.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from goka import StringCodec
+from goka.emitter import Emitter
+from goka.partitioner import partition_for
+
+from ..helpers import produce, wait_for
+from .crash import kill_session
+from .truth import committed, ends, seen
+
+__all__ = ["KILLS", "Outcome", "Run", "Sequence", "generate", "play"]
+
+ROOT = Path(__file__).resolve().parents[2]
+MODES = ("continuous", "micro-batch", "available-now")
+#: Where runs are killed (see the module docstring).
+KILLS = ("first-epoch", "timer", "produce", "flush", "commit", "upload", "restore")
+#: The longest a killed streaming run may take to reach its kill point.
+RUN_SECONDS = 45.0
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run of the processor: its configuration, and where it is killed (None: the last
+    run, which must catch up)."""
+
+    mode: str
+    max_offsets: int | None
+    epoch: float
+    trigger: float
+    commit_interval: float
+    snapshot_interval: float
+    new_machine: bool
+    kill: str | None = None
+    nth: float = 0.0
+
+    def args(self) -> list[str]:
+        """The processor's command-line options (``tests/spark/crash_run.py``)."""
+        args = ["--mode", self.mode, "--epoch", f"{self.epoch:g}",
+                "--trigger", f"{self.trigger:g}", "--commit-interval", f"{self.commit_interval:g}",
+                "--snapshot-interval", f"{self.snapshot_interval:g}"]  # fmt: skip
+        if self.max_offsets:
+            args += ["--max-offsets", str(self.max_offsets)]
+        if self.kill not in (None, "timer", "first-epoch"):
+            args += ["--kill", str(self.kill), "--nth", str(int(self.nth))]
+        return args
+
+    def describe(self) -> str:
+        how = {"continuous": f"continuous epoch {self.epoch:g}s commit {self.commit_interval:g}s",
+               "micro-batch": f"micro-batch trigger {self.trigger:g}s",
+               "available-now": "until caught up"}[self.mode]  # fmt: skip
+        limit = f", limit {self.max_offsets}" if self.max_offsets else ""
+        snapshots = f", snapshots {self.snapshot_interval:g}s" if self.snapshot_interval else ""
+        machine = ", new machine" if self.new_machine else ""
+        kill = "" if self.kill is None else f"; kill {self.kill}#{self.nth:g}"
+        return f"{how}{limit}{snapshots}{machine}{kill}"
+
+
+@dataclass(frozen=True)
+class Sequence:
+    """Runs of one processor group on one topic; the last is not killed."""
+
+    seed: int
+    partitions: int
+    backlog: int
+    users: int
+    live: int  # clicks per second while the killed runs run (0: none)
+    runs: tuple[Run, ...]
+
+    def describe(self) -> str:
+        flow = f", {self.live}/s live" if self.live else ""
+        return (f"seed {self.seed}: {self.partitions} partitions, {self.backlog} clicks of "
+                f"{self.users} users{flow}")  # fmt: skip
+
+
+def generate(seed: int, first_kill: str | None = None, *, most_kills: int = 3) -> Sequence:
+    """A random sequence (see the module docstring) of one to ``most_kills`` killed runs, and
+    one more before a kill during a restore; ``first_kill`` fixes where its first run is
+    killed (a short series covers the kill points this way)."""
+    rng = random.Random(seed)
+    partitions, backlog = rng.choice((2, 3)), rng.randint(800, 3000)
+    users, live = rng.randint(50, 300), rng.choice((0, 0, 150, 300))
+    kills = [first_kill or rng.choice(KILLS)]
+    kills += [rng.choice(KILLS) for _ in range(rng.randint(0, most_kills - 1))]
+    runs: list[Run] = []
+    for kill in kills:
+        if kill == "restore" and (not runs or runs[-1].kill != "upload"):
+            runs.append(_run(rng, "upload", runs[-1] if runs else None, backlog, live))
+        runs.append(_run(rng, kill, runs[-1] if runs else None, backlog, live))
+    runs.append(_run(rng, None, runs[-1], backlog, live))
+    return Sequence(seed, partitions, backlog, users, live, tuple(runs))
+
+
+def _run(rng: random.Random, kill: str | None, previous: Run | None, backlog: int,
+         live: int) -> Run:  # fmt: skip
+    """A run killed at ``kill`` with a configuration unlike ``previous``'s."""
+    while True:
+        mode = "continuous" if kill == "first-epoch" else rng.choice(MODES)
+        run = Run(
+            mode=mode,
+            max_offsets=rng.choice((None, rng.randint(40, 200), rng.randint(1000, 5000))),
+            epoch=rng.choice((2.0, 4.0, 8.0, 30.0)),
+            trigger=rng.choice((0.0, 0.5, 2.0)),
+            commit_interval=rng.choice((0.05, 0.1, 0.5)),
+            snapshot_interval=rng.choice((0.0, 0.3, 1.0, 5.0)),
+            new_machine=kill == "restore" or rng.random() < 0.3,
+            kill=kill,
+        )
+        if kill in ("upload", "restore"):  # snapshots are taken and restored only if on
+            run = replace(run, snapshot_interval=rng.choice((0.2, 0.5)))
+        run = replace(run, nth=_nth(rng, run, backlog, live))
+        if previous is None or (run.mode, run.max_offsets) != (previous.mode, previous.max_offsets):
+            return run
+
+
+def _nth(rng: random.Random, run: Run, backlog: int, live: int) -> float:
+    """When a run is killed: after seconds (``timer``), or at the nth time a worker process
+    (one of two) reaches the point, drawn from what a run can reach: a continuous run
+    commits (and flushes and snapshots) only while records arrive."""
+    many = run.mode != "continuous" or live > 0
+    if run.kill == "timer":
+        return round(rng.uniform(3, 25), 1)
+    if run.kill == "restore":  # a worker restores each of its partitions once
+        return 1
+    if run.kill == "upload":
+        return rng.randint(1, 2 if many else 1)
+    if run.kill == "produce":  # a worker produces for about half of the records
+        return rng.randint(1, max(1, backlog // 3))
+    if run.kill in ("flush", "commit"):
+        if run.mode == "continuous":
+            return rng.randint(1, 30) if live else rng.randint(1, 2)
+        return rng.randint(1, 4 if run.max_offsets and run.max_offsets < 1000 else 2)
+    return 0
+
+
+@dataclass
+class Outcome:
+    """What a played sequence did: per killed run whether its kill was reached, and the
+    table records beyond one per click (outputs are at-least-once)."""
+
+    log: list[str] = field(default_factory=list)
+    kills: int = 0
+    duplicates: int = 0
+
+    def line(self, sequence: Sequence) -> str:
+        return (f"{sequence.describe()}: {' -> '.join(self.log)}; {self.kills} kills, "
+                f"{self.duplicates} duplicate table records")  # fmt: skip
+
+
+class Flow:
+    """Clicks emitted at ``rate`` per second on a thread until :meth:`stop`."""
+
+    def __init__(self, brokers: str, topic: str, rate: int, users: int, seed: int) -> None:
+        self.brokers, self.topic, self.rate, self.users = brokers, topic, rate, users
+        self.sent: Counter[str] = Counter()
+        self._rng = random.Random(seed)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        began, count = time.monotonic(), 0
+        with Emitter(self.brokers, self.topic, StringCodec()) as emitter:
+            while not self._stop.is_set():
+                user = f"user-{self._rng.randrange(self.users)}"
+                emitter.emit(user, "/page")
+                self.sent[user] += 1
+                count += 1
+                self._stop.wait(max(0.0, began + count / self.rate - time.monotonic()))
+            assert emitter.flush(60) == 0
+
+    def stop(self) -> Counter[str]:
+        """Stop emitting; return what was sent (every click acknowledged)."""
+        self._stop.set()
+        self._thread.join(90)
+        assert not self._thread.is_alive(), "the flow did not stop"
+        return self.sent
+
+
+class Player:
+    """Plays one sequence on ``topic`` against the broker, in ``work`` (state directories of
+    the machines, one Spark checkpoint shared by all runs as on a cluster)."""
+
+    def __init__(self, sequence: Sequence, brokers: str, topic: str, work: Path) -> None:
+        self.sequence, self.brokers, self.topic, self.work = sequence, brokers, topic, work
+        self.group = f"{topic}-g"
+        self.outcome = Outcome()
+        self.machine = 0
+
+    def state(self) -> Path:
+        return self.work / f"machine-{self.machine}"
+
+    def command(self, run: Run, marker: Path) -> list[str]:
+        return [sys.executable, "-m", "tests.spark.crash_run", self.brokers, self.topic,
+                self.group, str(self.state()), str(self.work / "checkpoint"), "--marker",
+                str(marker), *run.args()]  # fmt: skip
+
+    def start(self, run: Run, number: int) -> tuple[subprocess.Popen[str], Path]:
+        self.machine += run.new_machine
+        marker = self.work / f"killed-{number}"
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "GOKA_LOG_LEVEL": "WARNING"}
+        process = subprocess.Popen(self.command(run, marker), env=env, cwd=ROOT, text=True,
+                                   start_new_session=True, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE)  # fmt: skip
+        return process, marker
+
+    def killed_run(self, run: Run, number: int) -> None:
+        """Run until killed where ``run`` says (or caught up, or killed at its time limit)."""
+        began = time.monotonic()
+        process, marker = self.start(run, number)
+        with process:
+            if run.kill == "first-epoch":
+                reached = self._kill_in_first_epoch(process)
+            else:
+                limit = run.nth if run.kill == "timer" else RUN_SECONDS
+                if run.mode == "available-now" and run.kill != "timer":
+                    limit = 300.0  # it ends caught up if the point is not reached
+                try:
+                    process.wait(timeout=limit)
+                except subprocess.TimeoutExpired:
+                    kill_session(process.pid)  # a random moment, or a point not reached
+                reached = run.kill == "timer" or marker.exists()
+            _, err = process.communicate()
+        if process.returncode not in (0, -signal.SIGKILL):
+            raise AssertionError(f"run {number} ({run.describe()}) exited with "
+                                 f"{process.returncode}:\n{err[-4000:]}")  # fmt: skip
+        killed = process.returncode == -signal.SIGKILL
+        took = time.monotonic() - began
+        how = ("caught up" if not killed else "killed" if reached else
+               f"not reached, killed at {took:.0f}s")  # fmt: skip
+        self.outcome.kills += killed
+        self.outcome.log.append(f"[{run.describe()}: {how}]")
+
+    def _kill_in_first_epoch(self, process: subprocess.Popen[str]) -> bool:
+        """Kill as soon as this run's stores applied records (the group's commits moved) while
+        the epoch planned last has no commit in Spark's checkpoint."""
+        before = committed(self.brokers, self.group, self.topic, self.sequence.partitions)
+        checkpoint = self.work / "checkpoint"
+
+        def in_first_epoch() -> bool:
+            moved = committed(self.brokers, self.group, self.topic,
+                              self.sequence.partitions) > before  # fmt: skip
+            return moved and not _epoch_committed(checkpoint)
+
+        try:
+            wait_for(lambda: process.poll() is not None or in_first_epoch(), RUN_SECONDS,
+                     "records applied in an epoch")  # fmt: skip
+            reached = process.poll() is None
+        except AssertionError:
+            reached = False
+        kill_session(process.pid)
+        return reached
+
+    def final_run(self, run: Run, number: int, flow: Flow | None, sent: Counter[str]) -> None:
+        """Run until caught up: exit by itself (available-now), or stopped with SIGTERM once
+        the group committed every click. Clicks on every partition are emitted for it (before
+        it starts, or once its query runs), so that it works on every partition's store."""
+        if flow is not None:
+            sent.update(flow.stop())
+        if run.mode == "available-now":
+            sent.update(self.last_clicks())
+        process, _ = self.start(run, number)
+        out = err = ""
+        with process:
+            try:
+                if run.mode != "available-now":
+                    assert process.stdout is not None
+                    assert process.stdout.readline().strip() == "running", "the run ended"
+                    sent.update(self.last_clicks())
+                    total = sum(sent.values())
+                    wait_for(lambda: process.poll() is not None or committed(
+                        self.brokers, self.group, self.topic, self.sequence.partitions
+                    ) == total, 300, "the last run to commit every click")  # fmt: skip
+                    assert process.poll() is None, "the last run exited"
+                    process.send_signal(signal.SIGTERM)
+                out, err = process.communicate(timeout=300)
+            except BaseException:
+                kill_session(process.pid)
+                out, err = process.communicate()
+                raise AssertionError(f"{' -> '.join(self.outcome.log)}\nthe last run's log "
+                                     f"ends:\n{err[-4000:]}") from None  # fmt: skip
+        assert process.returncode == 0, f"exit {process.returncode}: {out[-2000:]}\n{err[-4000:]}"
+        result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+        self.outcome.log.append(f"[{run.describe()}: processed {result['processed']}, "
+                                f"skipped {result['skipped_applied']}, stores "
+                                f"{result['stores']}]")  # fmt: skip
+
+    def last_clicks(self) -> Counter[str]:
+        """Emit one click on each partition; return them."""
+        clicks: Counter[str] = Counter()
+        for p in range(self.sequence.partitions):
+            user = next(u for u in (f"last-{i}" for i in range(10_000))
+                        if partition_for(u.encode(), self.sequence.partitions) == p)  # fmt: skip
+            clicks[user] += 1
+        produce(self.brokers, self.topic, StringCodec(), [(u, "/page") for u in clicks])
+        return clicks
+
+
+def _epoch_committed(checkpoint: Path) -> bool:
+    """Whether Spark committed the newest batch (epoch) it planned."""
+    planned = [int(p.name) for p in (checkpoint / "offsets").glob("[0-9]*")]
+    return not planned or (checkpoint / "commits" / str(max(planned))).exists()
+
+
+def play(sequence: Sequence, brokers: str, new_topic: Callable[..., str], work: Path) -> Outcome:
+    """Play ``sequence``; fail unless the table topic, the partition stores and a view all
+    equal the truth afterwards."""
+    topic = new_topic(f"model-{sequence.seed}", partitions=sequence.partitions)
+    rng = random.Random(sequence.seed)
+    sent: Counter[str] = Counter()
+    items = [(f"user-{rng.randrange(sequence.users)}", "/page") for _ in range(sequence.backlog)]
+    sent.update(user for user, _ in items)
+    produce(brokers, topic, StringCodec(), items)
+    flow = (Flow(brokers, topic, sequence.live, sequence.users, sequence.seed)
+            if sequence.live else None)  # fmt: skip
+    player = Player(sequence, brokers, topic, work)
+    try:
+        for number, run in enumerate(sequence.runs[:-1]):
+            player.killed_run(run, number)
+    except BaseException:
+        if flow is not None:
+            flow.stop()
+        raise
+    player.final_run(sequence.runs[-1], len(sequence.runs) - 1, flow, sent)
+    assert ends(brokers, topic, sequence.partitions) == sum(sent.values())
+    state = seen(brokers, f"{player.group}-table", player.state(), player.group, sent)
+    player.outcome.duplicates = state.duplicates
+    wrong = state.wrong(sent)
+    assert not wrong, f"{player.outcome.line(sequence)}\n" + "\n".join(wrong)
+    return player.outcome
