@@ -42,7 +42,7 @@ COPY services ./services
 USER goka
 WORKDIR /home/goka
 # the driver JVM's class-data archive and the Spark home of local sessions: processors start
-# about 7 s sooner (goka.spark.warmup, goka.spark.session.spark_home)
-RUN python -m goka.spark.warmup
+# about 7 s sooner (goka.spark.class_data, goka.spark.session.spark_home)
+RUN python -m goka.commands.class_data
 ENTRYPOINT ["goka"]
 CMD ["--help"]

@@ -14,8 +14,8 @@ $(STAMP): pyproject.toml setup.py goka/_speedups.c
 
 # the driver JVM's class-data archive, for the classpath the session code gives it
 CDS := $(VENV)/.cds
-$(CDS): $(STAMP) goka/spark/session.py goka/spark/warmup.py
-	$(PY) -m goka.spark.warmup || echo "processors will start without a class-data archive"
+$(CDS): $(STAMP) goka/spark/session.py goka/spark/class_data.py goka/commands/class_data.py
+	$(PY) -m goka.commands.class_data || echo "processors will start without a class-data archive"
 	touch $(CDS)
 
 demo: $(STAMP) $(CDS)

@@ -160,7 +160,7 @@ def goka_continuous(spark: object, brokers: str, topic: str, messages: int,
         done = 0
         while done < messages and runner.is_alive():
             time.sleep(0.2)
-            if not processor._partitions:  # topics not prepared yet
+            if not processor.prepared:  # topics not prepared yet
                 continue
             done = sum(p["offset"] or 0 for p in processor.partition_status())
             if first is None and done:

@@ -77,7 +77,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
     except UsageError as exc:  # a bad $GOKA_ value, found while building the parser
         return _fail(exc, 2, debug)
-    os.environ["GOKA_LOG_LEVEL"], os.environ["GOKA_LOG_FORMAT"] = args.log_level, args.log_format
     from goka.logs import configure
 
     configure(args.log_level, args.log_format)

@@ -1,15 +1,14 @@
 """Log set-up for goka's commands and Spark workers, and the filter that folds repeated lines.
 
-``GOKA_LOG_LEVEL`` (``INFO``) and ``GOKA_LOG_FORMAT`` (``text`` or ``json``) choose the level and
-format; the command line sets them from ``--log-level`` / ``--log-format`` so Spark's Python
-workers, which inherit the environment, log the same way.
+The command line takes the level and format from ``--log-level`` / ``--log-format`` (or
+``GOKA_LOG_LEVEL`` / ``GOKA_LOG_FORMAT``), and a processor's tasks carry them to Spark's Python
+workers (:attr:`goka.processing.config.TaskConfig.log_level`), which then log the same way.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import threading
 import time
@@ -34,11 +33,10 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry)
 
 
-def configure(level: str | None = None, fmt: str | None = None) -> None:
-    """Log to stderr at ``level`` in ``fmt`` (text or json; defaults from the environment),
-    replacing earlier handlers; py4j's chatter is kept to warnings."""
-    level = (level or os.environ.get("GOKA_LOG_LEVEL") or "INFO").upper()
-    fmt = fmt or os.environ.get("GOKA_LOG_FORMAT") or "text"
+def configure(level: str = "INFO", fmt: str = "text") -> None:
+    """Log to stderr at ``level`` in ``fmt`` (text or json), replacing earlier handlers;
+    py4j's chatter is kept to warnings."""
+    level = level.upper()
     handler = logging.StreamHandler()
     handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(TEXT_FORMAT))
     logging.basicConfig(level=level, handlers=[handler], force=True)

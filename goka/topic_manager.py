@@ -5,13 +5,16 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from goka.errors import ConfigurationError, TopicError
 from goka.kafka.admin import KafkaAdmin
 from goka.kafka.config import Brokers
 
-__all__ = ["TopicManager", "TopicManagerConfig"]
+if TYPE_CHECKING:
+    from goka.graph import GroupGraph
+
+__all__ = ["TopicManager", "TopicManagerConfig", "prepare_group"]
 
 log = logging.getLogger(__name__)
 
@@ -158,3 +161,40 @@ class TopicManager:
     def delete(self, topic: str) -> None:
         """Delete ``topic`` (tests and tools)."""
         self._admin.delete_topic(topic)
+
+
+def prepare_group(
+    manager: TopicManager, graph: GroupGraph, *, dead_letters: bool = False,
+    create_outputs: bool = False,
+) -> int:  # fmt: skip
+    """Check a group's topics, then create its table, loop and dead-letter (if
+    ``dead_letters``) topics, and its output topics with the group's partition count if
+    ``create_outputs``. Nothing is created unless every check passed.
+
+    Returns:
+        The partition count.
+
+    Raises:
+        TopicError: an input, join, lookup or (unless created) output topic is missing, or
+            the topics are not co-partitioned (with counts).
+    """
+    partitions = manager.ensure_copartitioned([*graph.inputs, *graph.joins])
+    lookups = [t for t in graph.lookups if not manager.exists(t)]
+    outputs = [t for t in graph.outputs if not manager.exists(t)]
+    if lookups:
+        raise TopicError(f"group {graph.group!r}: lookup tables do not exist: {lookups}")
+    if outputs and not create_outputs:
+        raise TopicError(
+            f"group {graph.group!r}: output topics do not exist: {outputs}; create them "
+            f"with `goka topics create {' '.join(outputs)} --partitions {partitions}`, "
+            "or let the processor create them (--create-topics, Processor.create_topics())"
+        )
+    if graph.persist:
+        manager.ensure_table_exists(graph.table, partitions)
+    if graph.loop:
+        manager.ensure_stream_exists(graph.loop_topic, partitions)
+    if dead_letters:
+        manager.ensure_stream_exists(f"{graph.group}-dlq", partitions)
+    for topic in outputs:
+        manager.ensure_stream_exists(topic, partitions)
+    return manager.ensure_copartitioned(graph.copartitioned_topics())

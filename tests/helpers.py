@@ -53,3 +53,43 @@ def http_status(url: str) -> int:
         return int(error.code)
     except OSError:
         return 0
+
+
+class TrackedStores:
+    """A storage builder (``leveldb_store`` unless given another) that knows which of its
+    stores are open and how often each was flushed: tests see a worker keep, flush, hand over
+    or close a store through the builder, the seam a processor takes its storage from."""
+
+    def __init__(self, inner: Any = None) -> None:
+        from goka.processing.config import leveldb_store
+
+        self.inner = inner or leveldb_store
+        self.opened: dict[Any, int] = {}
+        self.flushes: dict[Any, int] = {}
+
+    def __call__(self, path: Any, table: str) -> Any:
+        storage = self.inner(path, table)
+        self.opened[path] = self.opened.get(path, 0) + 1
+        return _Tracked(storage, path, self)
+
+    def open(self) -> list[Any]:
+        """The paths of the stores open now."""
+        return sorted(p for p, n in self.opened.items() if n > 0)
+
+
+class _Tracked:
+    def __init__(self, inner: Any, path: Any, stores: TrackedStores) -> None:
+        self.inner, self.path, self.stores, self._closed = inner, path, stores, False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def flush(self) -> None:
+        self.inner.flush()
+        self.stores.flushes[self.path] = self.stores.flushes.get(self.path, 0) + 1
+
+    def close(self) -> None:
+        self.inner.close()
+        if not self._closed:
+            self._closed = True
+            self.stores.opened[self.path] -= 1

@@ -94,13 +94,28 @@ def _dirs(args: argparse.Namespace, group: str, several: bool) -> tuple[str | No
     return state, checkpoint
 
 
+def _session(args: argparse.Namespace) -> Any:
+    """The session's settings: ``--master`` and ``--spark-ui``, and the ``GOKA_SPARK_*``
+    variables (docs/operations.md)."""
+    import os
+
+    from goka.spark.session import JAVA_OPTIONS, LOG4J, SessionSettings
+
+    class_data = os.environ.get("GOKA_SPARK_CDS", "")
+    return SessionSettings(
+        master=args.master or os.environ.get("GOKA_SPARK_MASTER") or None,
+        ui=bool(args.spark_ui or os.environ.get("GOKA_SPARK_UI")),
+        java_options=os.environ.get("GOKA_SPARK_JAVA_OPTIONS", JAVA_OPTIONS),
+        class_data=None if class_data == "off" else class_data,
+        log4j=os.environ.get("GOKA_SPARK_LOG4J", LOG4J),
+    )
+
+
 def _processors(args: argparse.Namespace) -> list[Any]:
     import os
 
     from goka.graph import load_graph
 
-    if args.spark_ui:
-        os.environ["GOKA_SPARK_UI"] = "1"
     specs = args.graphs or [s for s in os.environ.get("GOKA_GRAPHS", "").split(",") if s]
     if not specs:
         raise UsageError("no group graph: pass module:attribute (or set GOKA_GRAPHS)")
@@ -110,17 +125,19 @@ def _processors(args: argparse.Namespace) -> list[Any]:
         raise UsageError(f"a group is given twice: {sorted(g for g, n in groups.items() if n > 1)}")
     from goka.spark import Processor
 
+    session = _session(args)
     made = []
     for graph in graphs:
         state, checkpoint = _dirs(args, graph.group, len(graphs) > 1)
         made.append(Processor(
-            graph, brokers(args), master=args.master, state_dir=state, checkpoint_dir=checkpoint,
+            graph, brokers(args), session=session, state_dir=state, checkpoint_dir=checkpoint,
             mode=args.mode, trigger=args.trigger, epoch=args.epoch,
             commit_interval=args.commit_interval, on_error=args.on_error,
             max_offsets_per_trigger=args.max_offsets_per_trigger,
             starting_offsets=args.starting_offsets, snapshot_interval=args.snapshot_interval,
             snapshot_dir=None if args.snapshot_dir.startswith("<") else args.snapshot_dir,
             snapshots_kept=args.snapshots_kept, broker_timeout=args.broker_timeout,
+            log_level=args.log_level, log_format=args.log_format,
         ))  # fmt: skip
     return made
 
@@ -136,7 +153,7 @@ def _run(args: argparse.Namespace, stop: threading.Event) -> int:
     started = threading.Event()
 
     def spark_ui() -> str | None:
-        return processors[0].spark().sparkContext.uiWebUrl if args.spark_ui and \
+        return processors[0].spark().sparkContext.uiWebUrl if processors[0].config.session.ui and \
             started.is_set() else None  # fmt: skip
 
     monitor = ProcessorMonitor(processors, spark_ui=spark_ui)

@@ -12,8 +12,9 @@ except ImportError as exc:  # pragma: no cover - depends on what is installed
 
 if TYPE_CHECKING:  # imported where first used (goka._lazy): Spark's Python processes import
     # goka.spark.source alone
+    from goka.spark.config import ProcessorConfig
     from goka.spark.processor import Processor
-    from goka.spark.session import build_session
+    from goka.spark.session import SessionSettings, build_session
     from goka.spark.source import GokaKafkaSource
     from goka.spark.summary import BatchSummary, ProcessorFailed, Totals
 
@@ -21,7 +22,9 @@ __all__ = [
     "BatchSummary",
     "GokaKafkaSource",
     "Processor",
+    "ProcessorConfig",
     "ProcessorFailed",
+    "SessionSettings",
     "Totals",
     "build_session",
 ]
@@ -29,8 +32,9 @@ __all__ = [
 __getattr__, __dir__ = lazy_exports(
     __name__,
     {
+        "goka.spark.config": ("ProcessorConfig",),
         "goka.spark.processor": ("Processor",),
-        "goka.spark.session": ("build_session",),
+        "goka.spark.session": ("SessionSettings", "build_session"),
         "goka.spark.source": ("GokaKafkaSource",),
         "goka.spark.summary": ("BatchSummary", "ProcessorFailed", "Totals"),
     },

@@ -1,11 +1,12 @@
-"""Run a group graph as a Spark Structured Streaming job (the processor of Go Goka)."""
+"""Run a group graph as a Spark Structured Streaming job (the processor of Go Goka): the
+query's lifecycle. Its settings are :class:`~goka.spark.config.ProcessorConfig`, its tasks
+run :mod:`goka.spark.task`, the group's standing is read by :mod:`goka.spark.status`."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-import json
 import logging
-import os
 import threading
 import time
 from pathlib import Path
@@ -15,29 +16,26 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
-from goka.engine import POLICIES, ErrorPolicy
-from goka.errors import ConfigurationError, GokaError, TopicError
+from goka.engine import ErrorPolicy
+from goka.errors import GokaError
 from goka.graph import GroupGraph
 from goka.kafka.config import Brokers, bootstrap_servers
-from goka.kafka.ranges import EndOffsets, RangeReader
-from goka.options import Builders, PartitionBoard, StopSignal, TaskConfig
-from goka.partition_processor import PartitionSummary
+from goka.processing.config import Builders, TaskConfig
+from goka.processing.holders import release_held
+from goka.processing.signals import PartitionBoard, StopSignal
+from goka.processing.summary import PartitionSummary
+from goka.spark.config import MODES, ProcessorConfig
 from goka.spark.metrics import ProcessorMetrics
-from goka.spark.session import build_session, ui_address
+from goka.spark.session import SessionSettings, build_session, ui_address
 from goka.spark.source import GokaKafkaSource
+from goka.spark.status import PartitionStatus
 from goka.spark.summary import BatchSummary, ProcessorFailed, Totals, translate
-from goka.spark.task import WARM_UP_DDL, encode_config, warm_up
-from goka.topic_manager import TopicManager, TopicManagerConfig
-from goka.worker import release_held
+from goka.spark.task import READY_DDL, encode_config, ready_worker
+from goka.topic_manager import TopicManager, TopicManagerConfig, prepare_group
 
 __all__ = ["MODES", "BatchSummary", "Processor", "ProcessorFailed", "Totals"]
 
-#: How a processor runs (see :class:`Processor`).
-MODES = ("micro-batch", "continuous", "available-now")
-
 log = logging.getLogger(__name__)
-#: Seconds a partition status answers every caller (the metrics and the monitor page).
-_STATUS_FRESH = 0.1
 
 
 class Processor:
@@ -45,8 +43,8 @@ class Processor:
 
     Args:
         graph: the group to run.
-        brokers: bootstrap servers (default: ``$GOKA_BROKERS``).
-        spark: a session to use; by default one is built (``local[*]`` unless ``master``).
+        brokers: bootstrap servers.
+        spark: a session to use; by default one is built (see ``session``).
         master: Spark master URL for the session built here (``local[2]``, ``spark://...``).
         checkpoint_dir: Spark's checkpoint (shared storage on a cluster).
         state_dir: where tasks keep partition stores, ``<state_dir>/<group>/partition-N``; a
@@ -85,13 +83,18 @@ class Processor:
         snapshots_kept: snapshots kept per partition.
         snapshot_options: fsspec storage options for ``snapshot_dir`` (credentials...).
         builders: where partition processors get their storage, producer, reader, snapshot
-            store and lookup tables (tests swap them; see :class:`goka.options.Builders`).
+            store and lookup tables (tests swap them; see
+            :class:`goka.processing.config.Builders`).
         progress_interval: in continuous mode, seconds between updates of the lag, committed
             offset and commit time metrics and status from the group's commits while an epoch
             runs (batch counts and durations are reported when each epoch ends).
         broker_timeout: seconds a task's read may get nothing before it fails the batch
             (naming the brokers if librdkafka could not reach them); a read that progresses
             goes on however long it takes.
+        session: how the session built here is built (UI, JVM options; ``master`` wins over
+            its master).
+        log_level, log_format: how the Python workers that run the tasks log (None: they
+            configure nothing).
 
     Raises:
         ConfigurationError: invalid settings (at construction, not mid-stream).
@@ -100,7 +103,7 @@ class Processor:
     def __init__(
         self,
         graph: GroupGraph,
-        brokers: Brokers | None = None,
+        brokers: Brokers,
         *,
         spark: SparkSession | None = None,
         master: str | None = None,
@@ -124,77 +127,38 @@ class Processor:
         builders: Builders | None = None,
         progress_interval: float = 5.0,
         broker_timeout: float = 30.0,
+        session: SessionSettings | None = None,
+        log_level: str | None = None,
+        log_format: str = "text",
     ) -> None:
-        if on_error not in POLICIES:
-            raise ConfigurationError(f"on_error must be one of {POLICIES}, got {on_error!r}")
-        if max_offsets_per_trigger is not None and max_offsets_per_trigger < 1:
-            raise ConfigurationError("max_offsets_per_trigger must be at least 1")
-        if trigger == "available-now":
-            mode = "available-now"
-        if mode not in MODES:
-            raise ConfigurationError(f"mode must be one of {MODES}, got {mode!r}")
-        if not 0 < commit_interval < epoch:
-            raise ConfigurationError(
-                f"need 0 < commit_interval < epoch, got commit_interval={commit_interval}, "
-                f"epoch={epoch}"
-            )
-        if epoch_tasks is not None and epoch_tasks < 1:
-            raise ConfigurationError(f"epoch_tasks must be at least 1, got {epoch_tasks}")
-        if snapshot_interval < 0:
-            raise ConfigurationError(f"snapshot_interval must be >= 0, got {snapshot_interval}")
-        if progress_interval <= 0:
-            raise ConfigurationError(f"progress_interval must be > 0, got {progress_interval}")
-        if broker_timeout <= 0:
-            raise ConfigurationError(f"broker_timeout must be > 0, got {broker_timeout}")
-        self.broker_timeout = broker_timeout
-        _check_starting_offsets(starting_offsets)
-        found = brokers or os.environ.get("GOKA_BROKERS")
-        if not found:
-            raise ConfigurationError("no Kafka brokers: pass brokers= or set GOKA_BROKERS")
-        self.graph = graph
-        self.brokers = bootstrap_servers(found)
-        # a relative state_dir is resolved by each executor in its own working directory: on a
-        # cluster every executor keeps its stores on its own disk
-        self.state_dir = Path(state_dir or "goka-state")
-        self.checkpoint_dir = str(
-            checkpoint_dir or (self.state_dir / graph.group / "checkpoint").resolve()
-        )
-        self.mode, self.trigger = mode, trigger
-        self.epoch, self.commit_interval = epoch, commit_interval
-        self.epoch_tasks = epoch_tasks
-        self._warm = False  # warm the Python workers up at the first start (a session we built)
-        self.on_error = on_error
-        self.max_offsets_per_trigger = max_offsets_per_trigger
-        self.starting_offsets = starting_offsets
-        self.kafka_config = dict(kafka_config or {})
-        self.producer_config = dict(producer_config or {})
-        self._topics = topics or TopicManagerConfig()
-        self.snapshot_interval = snapshot_interval
-        self.snapshot_dir = str(snapshot_dir or f"{self.checkpoint_dir.rstrip('/')}/state")
-        self.snapshots_kept = snapshots_kept
-        self.snapshot_options = dict(snapshot_options or {})
-        self.builders = builders or Builders()
-        self.progress_interval = progress_interval
-        if snapshot_interval:  # the location must be usable now, not in the first snapshot
-            self.builders.snapshots(
-                self.snapshot_dir, keep=snapshots_kept, storage_options=self.snapshot_options
-            )
+        settings = session or SessionSettings()
+        self.config = ProcessorConfig(
+            graph, bootstrap_servers(brokers), state_dir=str(state_dir or "goka-state"),
+            checkpoint_dir=str(checkpoint_dir or ""), mode=mode, trigger=trigger, epoch=epoch,
+            commit_interval=commit_interval, epoch_tasks=epoch_tasks, on_error=on_error,
+            max_offsets_per_trigger=max_offsets_per_trigger, starting_offsets=starting_offsets,
+            kafka_config=dict(kafka_config or {}), producer_config=dict(producer_config or {}),
+            topics=topics or TopicManagerConfig(), snapshot_interval=snapshot_interval,
+            snapshot_dir=str(snapshot_dir or ""), snapshots_kept=snapshots_kept,
+            snapshot_options=dict(snapshot_options or {}), builders=builders or Builders(),
+            progress_interval=progress_interval, broker_timeout=broker_timeout,
+            session=settings if master is None else dataclasses.replace(settings, master=master),
+            log_level=log_level, log_format=log_format,
+        )  # fmt: skip
+        self.graph, self.mode = graph, self.config.mode
         self._spark = spark
-        self._master = master
+        self._ready_workers = False  # start Python workers at the first start (a session we built)
         self._query: StreamingQuery | None = None
         self._stopping = threading.Event()
         self._epoch_ended = threading.Event()
         self._continuous = False  # the running query is continuous
-        self._stop_signal = StopSignal(f"{self.checkpoint_dir.rstrip('/')}/goka-stop")
+        self._stop_signal = StopSignal(self.config.stop_url)
         #: what the tasks say their partitions are doing while they recover (the monitor)
-        self.board = PartitionBoard(f"{self.checkpoint_dir.rstrip('/')}/goka-partitions")
+        self.board = PartitionBoard(self.config.board_url)
         self._partitions = 0
         self._reported = False  # the first commit was logged
         self.failure: str | None = None  # why the query failed (see wait)
-        self._status_lock = threading.Lock()
-        self._status: tuple[list[dict[str, Any]] | None, float] = (None, 0.0)
-        self._status_clients: tuple[RangeReader, EndOffsets] | None = None
-        self._seen: dict[tuple[str, int], tuple[int, float]] = {}  # offset, when first seen
+        self._status = PartitionStatus(graph, self.config.brokers, dict(self.config.kafka_config))
         self._lock = threading.Lock()
         #: what every micro-batch (epoch) of this processor did, summed; the last ones kept
         self.totals = Totals()
@@ -204,38 +168,19 @@ class Processor:
     # -- setup -----------------------------------------------------------------------------------
     def prepare_topics(self, *, create_outputs: bool = False) -> int:
         """Check the topics, then create the table, loop and DLQ topics (and the output
-        topics, with the group's partition count, if ``create_outputs``). Nothing is created
-        unless every check passed.
+        topics, with the group's partition count, if ``create_outputs``): see
+        :func:`goka.topic_manager.prepare_group`.
 
         Returns:
             The partition count.
 
         Raises:
-            TopicError: an input, join, lookup or (unless created) output topic is missing,
-                or the topics are not co-partitioned (with counts).
+            TopicError: a topic is missing, or the topics are not co-partitioned.
         """
-        manager = TopicManager(self.brokers, self._topics, **self.kafka_config)
-        graph = self.graph
-        partitions = manager.ensure_copartitioned([*graph.inputs, *graph.joins])
-        lookups = [t for t in graph.lookups if not manager.exists(t)]
-        outputs = [t for t in graph.outputs if not manager.exists(t)]
-        if lookups:
-            raise TopicError(f"group {graph.group!r}: lookup tables do not exist: {lookups}")
-        if outputs and not create_outputs:
-            raise TopicError(
-                f"group {graph.group!r}: output topics do not exist: {outputs}; create them "
-                f"with `goka topics create {' '.join(outputs)} --partitions {partitions}`, "
-                "or let the processor create them (--create-topics, Processor.create_topics())"
-            )
-        if graph.persist:
-            manager.ensure_table_exists(graph.table, partitions)
-        if graph.loop:
-            manager.ensure_stream_exists(graph.loop_topic, partitions)
-        if self.on_error == "dead_letter":
-            manager.ensure_stream_exists(f"{graph.group}-dlq", partitions)
-        for topic in outputs:
-            manager.ensure_stream_exists(topic, partitions)
-        self._partitions = manager.ensure_copartitioned(graph.copartitioned_topics())
+        config = self.config
+        manager = TopicManager(config.brokers, config.topics, **config.kafka_config)
+        self._partitions = prepare_group(manager, self.graph, create_outputs=create_outputs,
+                                         dead_letters=config.on_error == "dead_letter")  # fmt: skip
         return self._partitions
 
     def create_topics(self) -> int:
@@ -259,58 +204,66 @@ class Processor:
         """The session (built on first use)."""
         if self._spark is None:
             started = time.monotonic()
+            settings = self.config.session
             log.info("group %s: starting Spark (%s)", self.graph.group,
-                     self._master or os.environ.get("GOKA_SPARK_MASTER", "local[2]"))  # fmt: skip
-            self._spark = build_session(self.graph.group, self._master)
-            self._warm = (self._spark.sparkContext.master or "").startswith("local")
+                     settings.master or "local[2]")  # fmt: skip
+            self._spark = build_session(self.graph.group, settings=settings)
+            self._ready_workers = (self._spark.sparkContext.master or "").startswith("local")
             log.info("group %s: Spark ready in %.1f s%s", self.graph.group,
                      time.monotonic() - started, ui_address(self._spark))  # fmt: skip
         return self._spark
 
+    def task_config(self, *, continuous: bool = False) -> TaskConfig:
+        """What the tasks of this processor are given (for epochs if ``continuous``)."""
+        return self.config.task_config(continuous=continuous)
+
     def _start(self, available_now: bool) -> StreamingQuery:
         self.prepare_topics()
-        continuous = self.mode == "continuous" and not available_now
+        config = self.config
+        continuous = config.mode == "continuous" and not available_now
         self._stop_signal.clear()
         spark = self.spark()
-        task = encode_config(self.task_config(continuous=continuous))
-        slots = self.epoch_tasks or spark.sparkContext.defaultParallelism
-        if self._warm:
-            self._warm = False
-            self._warm_up(spark, task, min(slots, spark.sparkContext.defaultParallelism))
+        task = encode_config(config.task_config(continuous=continuous))
+        slots = config.epoch_tasks or spark.sparkContext.defaultParallelism
+        if self._ready_workers:
+            self._ready_workers = False
+            self._start_python_workers(
+                spark, task, min(slots, spark.sparkContext.defaultParallelism)
+            )
         spark.dataSource.register(GokaKafkaSource)
         reader = (
             spark.readStream.format("goka-kafka")
-            .option("brokers", self.brokers)
+            .option("brokers", config.brokers)
             .option("topics", ",".join([*self.graph.input_topics(), *self.graph.joins]))
-            .option("startingOffsets", self.starting_offsets)
+            .option("startingOffsets", config.starting_offsets)
             .option("group", self.graph.group)
             .option("payload", "process")  # tasks read and process their partitions
             .option("task", task)
         )
-        if self.max_offsets_per_trigger:
-            reader = reader.option("maxOffsetsPerTrigger", str(self.max_offsets_per_trigger))
-        for key, value in self.kafka_config.items():
+        if config.max_offsets_per_trigger:
+            reader = reader.option("maxOffsetsPerTrigger", str(config.max_offsets_per_trigger))
+        for key, value in config.kafka_config.items():
             reader = reader.option(f"kafka.{key}", str(value))
         if continuous:
             reader = (
                 reader.option("epochs", self.graph.group)
                 .option("epochTasks", str(slots))
-                .option("epochSeconds", str(self.epoch))
+                .option("epochSeconds", str(config.epoch))
             )
         writer = (
             reader.load()
             .writeStream.foreachBatch(self._on_batch)
-            .option("checkpointLocation", self.checkpoint_dir)
+            .option("checkpointLocation", config.checkpoint_dir)
             .queryName(f"goka-{self.graph.group}")
         )
         if available_now:
             writer = writer.trigger(availableNow=True)
         else:  # epochs follow each other at once
-            writer = writer.trigger(processingTime="0 seconds" if continuous else self.trigger)
+            writer = writer.trigger(processingTime="0 seconds" if continuous else config.trigger)
         query = writer.start()
         with self._lock:
             self._query, self._continuous = query, continuous
-        how = f"epochs of {self.epoch:g} s" if continuous else f"every {self.trigger}"
+        how = f"epochs of {config.epoch:g} s" if continuous else f"every {config.trigger}"
         log.info("group %s: query started (%s)", self.graph.group,
                  "available now" if available_now else how)  # fmt: skip
         if continuous:  # Spark reports an epoch at its end: follow the tasks' commits meanwhile
@@ -320,43 +273,27 @@ class Processor:
             query.stop()
         return query
 
-    def _warm_up(self, spark: SparkSession, task: str, workers: int) -> None:
+    def _start_python_workers(self, spark: SparkSession, task: str, workers: int) -> None:
         """Start the Python workers the first tasks will reuse, in the background while the
-        query is planned: a job of ``workers`` tasks that only import what a task runs (see
-        :func:`goka.spark.task.warm_up`; their process ids are logged). Only in a local
+        query is planned: a job of ``workers`` tasks that only ready their worker (see
+        :func:`goka.spark.task.ready_worker`; their process ids are logged). Only in a local
         session that goka built: a cluster has many executors, and a session of the caller's
-        is theirs to use. A warm-up that fails costs only its time: tasks then start their
+        is theirs to use. A job that fails costs only its time: tasks then start their
         workers as usual."""
 
-        def warm() -> None:
+        def start() -> None:
             started = time.monotonic()
             try:
                 frame = spark.range(0, workers, 1, workers)
-                rows = frame.mapInArrow(functools.partial(warm_up, task), WARM_UP_DDL).collect()
+                rows = frame.mapInArrow(functools.partial(ready_worker, task), READY_DDL).collect()
             except Exception as exc:  # only time is at stake
-                log.debug("group %s: warming Python workers up failed: %s", self.graph.group, exc)
+                log.debug("group %s: starting Python workers failed: %s", self.graph.group, exc)
             else:
                 log.info("group %s: Python workers %s ready for the first tasks in %.1f s",
                          self.graph.group, ", ".join(str(row.pid) for row in rows),
                          time.monotonic() - started)  # fmt: skip
 
-        threading.Thread(target=warm, name="goka-warm-up", daemon=True).start()
-
-    def task_config(self, *, continuous: bool = False) -> TaskConfig:
-        """What the tasks of this processor are given (for epochs if ``continuous``)."""
-        producer_config = self.producer_config
-        if continuous:  # outputs leave at once, not in 10 ms batches
-            producer_config = {"linger.ms": 1, **producer_config}
-        return TaskConfig(
-            self.graph, self.brokers, str(self.state_dir), self.on_error, self.kafka_config,
-            producer_config, snapshot_url=self.snapshot_dir,
-            snapshot_interval=self.snapshot_interval, snapshots_kept=self.snapshots_kept,
-            snapshot_options=self.snapshot_options, builders=self.builders,
-            epoch=self.epoch if continuous else 0.0, commit_interval=self.commit_interval,
-            stop_url=self._stop_signal.url if continuous else None,
-            board_url=self.board.url,
-            read_timeout=self.broker_timeout,
-        )  # fmt: skip
+        threading.Thread(target=start, name="goka-python-workers", daemon=True).start()
 
     def _on_batch(self, frame: DataFrame, batch_id: int) -> None:
         partitions = [PartitionSummary(**row.asDict()) for row in frame.collect()]
@@ -365,7 +302,7 @@ class Processor:
             self.totals.add_batch(summary)
             if self._run is not None:
                 self._run.add_batch(summary)
-        self.metrics.batch(summary, self.on_error)
+        self.metrics.batch(summary, self.config.on_error)
         with self._lock:
             progress = self._query.lastProgress if self._query is not None else None
         if self._continuous:  # Spark's offsets lag an epoch behind: take the group's commits
@@ -378,7 +315,7 @@ class Processor:
     def _follow(self, query: StreamingQuery) -> None:
         """Update the lag and offset metrics every ``progress_interval`` while ``query`` runs
         (every second until the first commit, which the log announces)."""
-        while not self._stopping.wait(self.progress_interval if self._reported else 1.0):
+        while not self._stopping.wait(self.config.progress_interval if self._reported else 1.0):
             if not query.isActive:
                 return
             self._update_lag()
@@ -432,14 +369,12 @@ class Processor:
             error = translate(exc)
             with self._lock:
                 self._query, self.failure = None, str(error)
-            self._release_stores()
+            self._ended()
             raise error from None
         if ended:
             with self._lock:
                 self._query = None
-            with self._status_lock:
-                self.close_status_clients()
-            self._release_stores()
+            self._ended()
         return ended
 
     def run_until_caught_up(self, timeout: float | None = None) -> Totals:
@@ -475,14 +410,18 @@ class Processor:
         finally:
             with self._lock:
                 self._query = None
-            with self._status_lock:
-                self.close_status_clients()
+            self._status.close()
+
+    def _ended(self) -> None:
+        """The query ended: close the status clients, release the stores."""
+        self._status.close()
+        self._release_stores()
 
     def _release_stores(self) -> None:
         """The query ended: ask the Python workers of this machine that hold the group's
         stores open (for a next task) to close them now, so that the state directory can be
         used, copied or deleted at once. Executors of a cluster close them when idle."""
-        left = release_held(self.state_dir / self.graph.group)
+        left = release_held(Path(self.config.state_dir) / self.graph.group)
         if left:
             log.debug("group %s: stores still held by Python workers: %s", self.graph.group,
                       ", ".join(map(str, left)))  # fmt: skip
@@ -537,75 +476,10 @@ class Processor:
 
     def partition_status(self) -> list[dict[str, Any]]:
         """Per partition and input topic: the group's committed offset, the lag behind the
-        partition's end and when the offset was committed (unix seconds; None: never). The
-        time is the commit's own (its metadata) where the broker keeps commit metadata, else
-        when this processor first saw the offset (the embedded broker drops metadata).
+        partition's end and when the offset was committed (see
+        :meth:`goka.spark.status.PartitionStatus.read`).
 
-        Callers within ``fresh`` seconds of each other (the metrics, the monitor page) share
-        one answer, and the clients that ask the brokers are kept between calls."""
-        with self._status_lock:
-            cached, at = self._status
-            if cached is not None and time.monotonic() - at < _STATUS_FRESH:
-                return cached
-            try:
-                found = self._read_partition_status()
-            except BaseException:
-                self.close_status_clients()
-                raise
-            self._status = (found, time.monotonic())
-            return found
-
-    def close_status_clients(self) -> None:
-        """Close the clients :meth:`partition_status` keeps (it makes new ones when asked).
-        Called when the query ended."""
-        clients, self._status_clients = self._status_clients, None
-        if clients is not None:
-            clients[0].close()
-            clients[1].close()
-
-    def _read_partition_status(self) -> list[dict[str, Any]]:
-        topics = self.graph.input_topics()
-        if self._status_clients is None:
-            self._status_clients = (
-                RangeReader(self.brokers, self.kafka_config),
-                EndOffsets(self.brokers, self.kafka_config),
-            )
-        reader, ends = self._status_clients
-        high = ends.high([(t, p) for t in topics for p in range(self._partitions)])
-        found = []
-        for p in range(self._partitions):
-            committed = reader.committed(self.graph.group, p, topics)
-            for topic in topics:
-                offset, note = committed.get(topic, (None, ""))
-                lag = high[(topic, p)] - offset if offset is not None else None
-                seen = self._seen.get((topic, p))
-                if offset is not None and (seen is None or seen[0] != offset):
-                    self._seen[(topic, p)] = seen = (offset, time.time())
-                at = _commit_time(note) or (seen[1] if offset is not None and seen else None)
-                found.append({"topic": topic, "partition": p, "offset": offset,
-                              "lag": lag, "committed_at": at})  # fmt: skip
-        return found
-
-
-def _check_starting_offsets(starting: str) -> None:
-    if starting in ("earliest", "latest", "group"):
-        return
-    try:
-        given = json.loads(starting)
-        valid = isinstance(given, dict) and all(
-            isinstance(p, dict) and all(int(o) >= 0 for o in p.values()) for p in given.values()
-        )
-    except (ValueError, TypeError):
-        valid = False
-    if not valid:
-        raise ConfigurationError(
-            "starting_offsets must be earliest, latest, group or JSON like "
-            f'{{"topic": {{"0": 42}}}}, got {starting!r}'
-        )
-
-
-def _commit_time(note: str) -> float | None:
-    try:
-        return float(json.loads(note)["time"])
-    except (ValueError, KeyError, TypeError):
-        return None
+        Raises:
+            BrokerError: the brokers did not answer.
+        """
+        return self._status.read(self._partitions)

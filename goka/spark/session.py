@@ -1,4 +1,9 @@
-"""The SparkSession a processor runs in when none is given."""
+"""The SparkSession a processor runs in when none is given, and how it is built
+(:class:`SessionSettings`; the command line takes them from flags and ``GOKA_SPARK_*``).
+
+Spark's own environment is respected as Spark defines it (``SPARK_HOME``, ``PYSPARK_PYTHON``,
+``PYSPARK_DRIVER_PYTHON``, ``SPARK_LOCAL_IP``, and spark-submit's ``PYSPARK_GATEWAY_PORT``):
+it is how Spark is launched, not a goka setting."""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyspark
@@ -19,6 +25,7 @@ __all__ = [
     "JAVA_OPTIONS",
     "LOG4J",
     "NO_DATA_SOURCE_LOOKUP",
+    "SessionSettings",
     "build_session",
     "cds_archive",
     "java_options",
@@ -26,12 +33,12 @@ __all__ = [
     "ui_address",
 ]
 
-#: Spark's logging: warnings, without its start-up chatter (replace with $GOKA_SPARK_LOG4J).
+#: Spark's logging: warnings, without its start-up chatter.
 LOG4J = str(Path(__file__).with_name("log4j2.properties"))
 #: JVM options that keep the class-data archive's own messages quiet (an archive that does not
 #: fit this JVM or classpath is then ignored silently, and classes load as usual).
 CDS_QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
-#: The driver JVM's options unless ``$GOKA_SPARK_JAVA_OPTIONS`` replaces them: the quick JIT
+#: The driver JVM's options unless settings replace them: the quick JIT
 #: tier only (it starts seconds sooner), and the serial collector from a 32 MB heap (G1's own
 #: structures and a heap started at 1/64 of the machine's memory made it ~55 MB larger; it
 #: moves only summaries: its collections are short).
@@ -87,15 +94,35 @@ def spark_home() -> Path:
     return home if (home / "jars").is_dir() else install
 
 
-def cds_archive(home: Path | None = None) -> Path | None:
-    """Where the driver JVM's class-data archive (AppCDS) is for this pyspark install:
-    ``$GOKA_SPARK_CDS``, else ``~/.cache/goka-py/spark-<version>-<install>-<home>.jsa`` (an
-    archive fits one classpath: ``home``'s, by default a local session's,
-    :func:`spark_home`); None when
-    ``GOKA_SPARK_CDS=off``. ``python -m goka.spark.warmup`` writes it; a driver JVM that finds
-    it maps Spark's classes instead of loading them (start-up about 4.5 s shorter here)."""
-    setting = os.environ.get("GOKA_SPARK_CDS", "")
-    if setting == "off":
+@dataclass(frozen=True)
+class SessionSettings:
+    """How goka builds a session (the command line: ``--master``, ``--spark-ui`` and the
+    ``GOKA_SPARK_*`` variables).
+
+    Attributes:
+        master: the master; None: ``local[2]``, or spark-submit's where it launched this.
+        ui: turn the Spark UI on.
+        java_options: the driver JVM's options (default :data:`JAVA_OPTIONS`).
+        class_data: the driver JVM's class-data archive: ``""`` (default) the one for this
+            install and classpath (:func:`cds_archive`), a path, or None: none.
+        log4j: Spark's log4j2 configuration file.
+    """
+
+    master: str | None = None
+    ui: bool = False
+    java_options: str = JAVA_OPTIONS
+    class_data: str | None = ""
+    log4j: str = LOG4J
+
+
+def cds_archive(home: Path | None = None, setting: str | None = "") -> Path | None:
+    """Where the driver JVM's class-data archive (AppCDS) is for this pyspark install: the
+    path ``setting`` names, else ``~/.cache/goka-py/spark-<version>-<install>-<home>.jsa`` (an
+    archive fits one classpath: ``home``'s, by default a local session's, :func:`spark_home`);
+    None when ``setting`` is None. ``python -m goka.commands.class_data`` writes it; a driver
+    JVM that finds it maps Spark's classes instead of loading them (start-up seconds
+    shorter)."""
+    if setting is None:
         return None
     if setting:
         return Path(setting)
@@ -103,55 +130,63 @@ def cds_archive(home: Path | None = None) -> Path | None:
     return _cache() / f"spark-{_install()}-{digest}.jsa"
 
 
-def java_options(home: Path | None = None) -> str:
-    """The driver JVM's options: ``$GOKA_SPARK_JAVA_OPTIONS`` (default :data:`JAVA_OPTIONS`),
-    the class-data archive for ``home`` if there is one, and goka's log4j configuration."""
-    options = os.environ.get("GOKA_SPARK_JAVA_OPTIONS", JAVA_OPTIONS)
-    archive = cds_archive(home)
+def java_options(home: Path | None = None, settings: SessionSettings | None = None) -> str:
+    """The driver JVM's options: the settings' options, the class-data archive for ``home``
+    if there is one (and the options do not write one), and the log4j configuration."""
+    settings = settings or SessionSettings()
+    options = settings.java_options
+    archive = cds_archive(home, settings.class_data)
     if archive is not None and archive.is_file() and "Archive" not in options:
         options += f" -XX:SharedArchiveFile={archive} {CDS_QUIET}"
-    return f"{options} -Dlog4j2.configurationFile={os.environ.get('GOKA_SPARK_LOG4J', LOG4J)}"
+    return f"{options} -Dlog4j2.configurationFile={settings.log4j}"
 
 
-def build_session(group: str, master: str | None = None) -> SparkSession:
-    """Build the session a processor runs in when none is given.
+def build_session(
+    group: str, master: str | None = None, *, settings: SessionSettings | None = None
+) -> SparkSession:
+    """Build the session a processor runs in when none is given (``master`` overrides the
+    settings' master).
 
     Speculative execution stays off (two attempts of a task would contend for one store), the
-    Python workers run this interpreter, and the UI is off unless ``GOKA_SPARK_UI`` is set.
-    The driver JVM runs with :data:`JAVA_OPTIONS` (``GOKA_SPARK_JAVA_OPTIONS`` replaces them):
-    it moves only summaries, and starts seconds sooner; it maps Spark's classes from the
-    class-data archive where ``python -m goka.spark.warmup`` wrote one (:func:`cds_archive`).
+    Python workers run this interpreter, and the UI is off unless the settings turn it on.
+    The driver JVM runs with :data:`JAVA_OPTIONS` unless the settings say otherwise: it moves
+    only summaries, and starts seconds sooner; it maps Spark's classes from the class-data
+    archive where ``python -m goka.commands.class_data`` wrote one (:func:`cds_archive`).
     In local mode the driver and its block manager listen on 127.0.0.1 only (Spark's default
     is the host's address), the JVM's ``SPARK_HOME`` is :func:`spark_home`, and Spark does not
     search the installed packages for Python data sources (:data:`NO_DATA_SOURCE_LOOKUP`).
     """
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    settings = settings or SessionSettings()
+    master = master or settings.master
     if not master and not os.environ.get("PYSPARK_GATEWAY_PORT"):  # spark-submit's --master rules
-        master = os.environ.get("GOKA_SPARK_MASTER", "local[2]")
+        master = "local[2]"
     local = bool(master and master.startswith("local"))
     home = spark_home() if local else Path(os.environ.get("SPARK_HOME") or pyspark.__path__[0])
     builder = (
         SparkSession.builder.appName(f"goka-{group}")
         .config("spark.speculation", "false")
         .config("spark.sql.shuffle.partitions", "4")
-        .config("spark.ui.enabled", "true" if os.environ.get("GOKA_SPARK_UI") else "false")
+        .config("spark.ui.enabled", "true" if settings.ui else "false")
         .config("spark.sql.streaming.stopGracefullyOnShutdown", "true")
         .config("spark.python.worker.reuse", "true")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.adaptive.enabled", "false")  # streaming queries cannot use it
-        .config("spark.driver.extraJavaOptions", java_options(home))
+        .config("spark.driver.extraJavaOptions", java_options(home, settings))
     )
     if master:
         builder = builder.master(master)
+    # the Python workers run this interpreter (pyspark reads it once, as the context starts)
+    python = os.environ.get("PYSPARK_PYTHON", sys.executable)
     if not local:
-        return builder.getOrCreate()
+        with _environment(PYSPARK_PYTHON=python):
+            return builder.getOrCreate()
     # nothing but this machine needs to reach a local session: driver and block manager bind
     # to loopback, and so does the UI, which reads SPARK_LOCAL_IP from the JVM's environment
     builder = builder.config("spark.driver.bindAddress", "127.0.0.1")
     builder = builder.config("spark.driver.host", "127.0.0.1")
     local_ip = os.environ.get("SPARK_LOCAL_IP", "127.0.0.1")
     driver_python = os.environ.get("PYSPARK_DRIVER_PYTHON", NO_DATA_SOURCE_LOOKUP)
-    with _environment(SPARK_LOCAL_IP=local_ip, SPARK_HOME=str(home),
+    with _environment(SPARK_LOCAL_IP=local_ip, SPARK_HOME=str(home), PYSPARK_PYTHON=python,
                       PYSPARK_DRIVER_PYTHON=driver_python):  # fmt: skip
         return builder.getOrCreate()
 

@@ -20,11 +20,11 @@ Options:
         DataFrame that reads the records itself in the same task, or ``process``: the task
         runs a processor's partition processors on its ranges (the ``task`` option, see
         :func:`goka.spark.task.encode_config`) and the rows are their summaries (schema
-        :data:`goka.partition_summary.SUMMARY_DDL`). The processor reads with ``process``: a
+        :data:`goka.processing.summary.SUMMARY_DDL`). The processor reads with ``process``: a
         task then costs one Python worker, and no record moves through the JVM.
     kafka.<setting>: librdkafka settings, e.g. ``kafka.security.protocol``.
     epochs: a consumer group: plan *epochs* instead of ranges (continuous processing, see
-        :meth:`goka.partition_processor.PartitionProcessor.process_epoch`). Each micro-batch
+        :func:`goka.processing.epoch.run_epoch`). Each micro-batch
         then has an input partition for every partition number, whose range is empty and
         starts where the group's committed offsets are (or where the previous epoch was
         planned to start, if that is further): its task reads on from there for the epoch.
@@ -140,7 +140,7 @@ class GokaKafkaSource(DataSource):
         return "goka-kafka"
 
     def schema(self) -> str:
-        from goka.partition_summary import SUMMARY_DDL
+        from goka.processing.summary import SUMMARY_DDL
 
         return SUMMARY_DDL if self.options.get("payload") == "process" else SCHEMA
 
@@ -328,7 +328,7 @@ class GokaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         assert isinstance(partition, KafkaPartition)
         if self.payload == "records":
             from goka.kafka.ranges import RangeReader
-            from goka.worker import Worker, frozen
+            from goka.processing.worker import Worker, frozen
 
             reader = Worker.current().client(
                 ("source-reader", self.brokers, frozen(self.kafka)),

@@ -13,7 +13,7 @@ from typing import Any
 from pyspark.errors import StreamingQueryException
 
 from goka.errors import GokaError
-from goka.partition_summary import Counts, PartitionSummary
+from goka.processing.summary import Counts, PartitionSummary
 
 __all__ = ["HISTORY", "BatchSummary", "ProcessorFailed", "Totals", "translate"]
 
@@ -43,7 +43,7 @@ class BatchSummary(Counts):
 
     Attributes:
         stores: how many partition stores were reused, opened, caught_up, restored, rebuilt or
-            created (see :mod:`goka.partition_table`).
+            created (see :mod:`goka.processing.recovery`).
         uploads: snapshot uploads that finished during the batch (of any partition).
         partitions: each partition's own summary.
     """
@@ -141,7 +141,7 @@ class Totals(Counts):
         """One line: what was processed (``failed``: what became of failed records, e.g.
         ``" (2 skipped)"``), what was skipped as applied already, how stores were made
         current."""
-        from goka.partition_table import ORIGINS
+        from goka.processing.recovery import ORIGINS
 
         skipped = f" ({self.skipped_applied} already applied, skipped)" if self.skipped_applied \
             else ""  # fmt: skip

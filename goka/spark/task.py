@@ -2,8 +2,8 @@
 
 The source (:mod:`goka.spark.source`, payload ``process``) plans one input partition per
 partition number (per group of them for an epoch) and, in the task's Python worker, hands its
-offset ranges to :func:`process_ranges` (a micro-batch: :class:`~goka.partition_processor.
-PartitionProcessor`) or its starts to :func:`process_epoch` (:func:`~goka.partition_epoch.
+offset ranges to :func:`process_ranges` (a micro-batch: :class:`~goka.processing.batch.
+PartitionProcessor`) or its starts to :func:`process_epoch` (:func:`~goka.processing.epoch.
 run_epoch`), which return the partitions' summaries, one row each. The task's configuration
 travels as a source option (:func:`encode_config`): the reading worker is the processing
 worker, so a task costs one Python worker process and no record crosses the JVM.
@@ -19,26 +19,26 @@ from typing import TYPE_CHECKING
 
 from pyspark import cloudpickle
 
-from goka.options import StopSignal, TaskConfig
+from goka.processing.config import TaskConfig
 from goka.spark.columns import record_batch
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from goka.partition_summary import PartitionSummary
-    from goka.worker import Worker
+    from goka.processing.summary import PartitionSummary
+    from goka.processing.worker import Worker
 
 log = logging.getLogger(__name__)
 
 # the driver imports this module for encode_config: what only tasks run is imported there
 
 __all__ = [
-    "WARM_UP_DDL",
+    "READY_DDL",
     "decode_config",
     "encode_config",
     "process_epoch",
     "process_ranges",
-    "warm_up",
+    "ready_worker",
 ]
 
 
@@ -59,10 +59,9 @@ def process_ranges(
 ) -> pa.RecordBatch:
     """Process ``{partition: {topic: (start, end)}}`` (a micro-batch); one summary row per
     partition."""
-    from goka.partition_processor import PartitionProcessor
-    from goka.worker import Worker
+    from goka.processing.batch import PartitionProcessor
 
-    worker = Worker.current()
+    worker = _worker(config)
     worker.end_bridge()  # an epoch's, if the group ran continuously here: the clients are shared
     return _rows([PartitionProcessor(config, p, worker).process(r) for p, r in ranges.items()])
 
@@ -73,52 +72,62 @@ def process_epoch(
     """Process ``{partition: {topic: start}}`` continuously until ``deadline_ms`` (unix ms; at
     most ``config.epoch`` seconds: clocks may differ), and on in the background until the
     process's next task (a bridge over the gap between epochs, see
-    :mod:`goka.partition_epoch`); one summary row per partition."""
-    from goka.partition_epoch import run_epoch
-    from goka.worker import Worker
+    :mod:`goka.processing.epoch`); one summary row per partition."""
+    from goka.processing.epoch import run_epoch
+    from goka.processing.signals import StopSignal
 
     stop = StopSignal(config.stop_url) if config.stop_url else lambda: False
     seconds = min(config.epoch, max(0.0, deadline_ms / 1000 - time.time()))
-    return _rows(run_epoch(config, Worker.current(), starts, seconds, stop, bridge=True))
+    return _rows(run_epoch(config, _worker(config), starts, seconds, stop, bridge=True))
 
 
-#: The rows of :func:`warm_up`.
-WARM_UP_DDL = "pid int"
+def _worker(config: TaskConfig) -> Worker:
+    """This process's worker; its logging is set up as the task says, the first time."""
+    from goka.logs import configure
+    from goka.processing.worker import Worker
+
+    if config.log_level and not logging.getLogger().handlers:
+        configure(config.log_level, config.log_format)  # log as `goka processor run` does
+    return Worker.current()
 
 
-def warm_up(config: str, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+#: The rows of :func:`ready_worker`.
+READY_DDL = "pid int"
+
+
+def ready_worker(config: str, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """A ``mapInArrow`` function that readies its Python worker for a processor's tasks and
-    yields its process id (schema :data:`WARM_UP_DDL`): it imports what they run, the graph's
-    modules through ``config`` (encoded, as the source's ``task`` option), and starts the
-    worker's resources. Spark lends the same workers to the source's reads, so the first
-    tasks begin at once."""
+    yields its process id (schema :data:`READY_DDL`): it imports what they run, the graph's
+    modules through ``config`` (encoded, as the source's ``task`` option), and builds the
+    worker's clients. Spark lends the same workers to the source's reads, so the first tasks
+    begin at once."""
     import os
 
     import pyarrow as pa
 
-    from goka import partition_epoch, partition_processor  # noqa: F401
     from goka.kafka import producer, ranges  # noqa: F401 (confluent-kafka)
+    from goka.processing import batch, epoch  # noqa: F401
     from goka.storage import leveldb  # noqa: F401 (plyvel)
-    from goka.worker import Worker
 
     for _ in batches:
         pass
-    _connect(decode_config(config), Worker.current())
+    task = decode_config(config)
+    _prime_clients(task, _worker(task))
     _rows([])
     yield record_batch([[os.getpid()]], pa.schema([("pid", pa.int32())]))
 
 
-#: How long a warm-up waits for the broker to say where outputs go: it holds task slots the
-#: first epoch needs, and a task finds out anyway.
+#: How long readying a worker waits for the broker to say where outputs go: it holds task slots
+#: the first epoch needs, and a task finds out anyway.
 _CONNECT_SECONDS = 5.0
 
 
-def _connect(config: TaskConfig, worker: Worker) -> None:
+def _prime_clients(config: TaskConfig, worker: Worker) -> None:
     """Build the worker's clients for ``config`` and have the producer learn where its
     outputs go (its first flush waited ~0.4 s for a connection and metadata otherwise). A
     broker that does not answer costs only this wait: the tasks report it."""
     from goka.errors import GokaError
-    from goka.options import Clients
+    from goka.processing.clients import Clients
 
     clients = Clients(config, worker)
     clients.reader()
@@ -128,11 +137,12 @@ def _connect(config: TaskConfig, worker: Worker) -> None:
         for topic in [*graph.outputs, *([graph.table] if graph.persist else [])]:
             producer.partition_count(topic, min(config.read_timeout, _CONNECT_SECONDS))
     except GokaError as exc:
-        log.debug("warm-up: the producer did not learn where %s writes: %s", graph.group, exc)
+        log.debug("readying a worker: the producer did not learn where %s writes: %s",
+                  graph.group, exc)  # fmt: skip
 
 
 def _rows(summaries: Sequence[PartitionSummary]) -> pa.RecordBatch:
-    from goka.partition_summary import summary_schema
+    from goka.processing.summary import summary_schema
 
     schema = summary_schema()
     return record_batch([[getattr(s, name) for s in summaries] for name in schema.names], schema)

@@ -36,6 +36,7 @@ from typing import Any
 
 from goka.errors import ConfigurationError, SnapshotError
 from goka.storage.base import Storage
+from goka.storage.urls import filesystem
 
 __all__ = [
     "Manifest",
@@ -307,18 +308,16 @@ class SnapshotStore:
         storage_options: Mapping[str, Any] | None = None,
         grace: float = 600.0,
     ) -> None:
-        import fsspec.core  # imported here: only processors with snapshots need it
-
         if keep < 1:
             raise ConfigurationError(f"snapshots to keep must be at least 1, got {keep}")
         self.url = url
         self.keep = keep
         self.grace = grace
         try:
-            self.fs, root = fsspec.core.url_to_fs(_fsspec_url(url), **dict(storage_options or {}))
-        except (ImportError, ValueError) as exc:
+            self.fs, root = filesystem(url, storage_options)
+        except ConfigurationError as exc:
             raise ConfigurationError(f"snapshot location {url!r} is not usable: {exc}") from exc
-        self.root = str(root).rstrip("/")
+        self.root = root.rstrip("/")
 
     def __reduce__(self) -> tuple[Any, ...]:  # the file system client is rebuilt, not pickled
         return (_rebuild, (type(self), self.url, self.keep, self.grace, self.fs.storage_options))
@@ -449,13 +448,6 @@ def _rebuild(
     cls: type[SnapshotStore], url: str, keep: int, grace: float, options: dict[str, Any]
 ) -> SnapshotStore:
     return cls(url, keep=keep, grace=grace, storage_options=options)
-
-
-def _fsspec_url(url: str) -> str:
-    for hadoop in ("s3a://", "s3n://"):
-        if url.startswith(hadoop):
-            return "s3://" + url[len(hadoop) :]
-    return url
 
 
 def _crc32(path: Path) -> int:

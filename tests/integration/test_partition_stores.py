@@ -13,13 +13,14 @@ from pathlib import Path
 import pytest
 
 from goka.errors import StorageCorruptError, StorageError, StorageLockedError
-from goka.options import Builders, TaskConfig, leveldb_store
-from goka.partition_processor import PartitionProcessor
+from goka.processing.batch import PartitionProcessor
+from goka.processing.config import Builders, TaskConfig, leveldb_store
+from goka.processing.leases import remove_store
+from goka.processing.worker import Worker
 from goka.storage import LevelDBStorage, WriteBatch
 from goka.storage.snapshots import SnapshotStore, StoreState
-from goka.worker import Worker, remove_store
 
-from ..helpers import wait_for
+from ..helpers import TrackedStores, wait_for
 from ..unit.fake_kafka import FakeKafka
 from ..unit.test_partition_processor import CLICKS, IN, table_of
 
@@ -79,7 +80,7 @@ class LevelDBMachine:
 
     def run(self, start: int, end: int) -> tuple[object, list[dict[str, object]]]:
         summary = PartitionProcessor(self.config, 0, self.worker).process({IN: (start, end)})
-        assert self.worker.wait_for_uploads(30)
+        assert self.worker.uploads.wait(30)
         reports = [r.__dict__ for r in self.worker.reports()]
         return summary, reports
 
@@ -142,16 +143,17 @@ def test_a_store_held_by_another_process_is_released_when_asked(
 HOLDER = """
 import json, sys
 from pathlib import Path
-from goka.options import leveldb_store
 from goka.storage import WriteBatch
-from goka.worker import Worker
+from goka.processing.worker import Worker
+from tests.helpers import TrackedStores
 
+stores = TrackedStores()
 worker = Worker(poll_interval=float(sys.argv[2]), inbox=sys.argv[3] == "1")
-with worker.lease(leveldb_store, Path(sys.argv[1]), "t") as lease:
+with worker.lease(stores, Path(sys.argv[1]), "t") as lease:
     lease.storage.write(WriteBatch({"from": b"holder"}))
 print("holding", flush=True)
 sys.stdin.readline()
-print(json.dumps([str(p) for p in worker.open_stores()]), flush=True)
+print(json.dumps([str(p) for p in stores.open()]), flush=True)
 """
 
 
@@ -170,32 +172,29 @@ def test_a_busy_store_is_not_taken_and_the_wait_is_bounded(tmp_path: Path) -> No
 
 
 def test_a_store_whose_task_failed_is_closed_and_reopened_from_disk(tmp_path: Path) -> None:
-    worker = Worker()
-    with worker.lease(leveldb_store, tmp_path / "p", "t") as lease:
+    worker, stores = Worker(), TrackedStores()
+    with worker.lease(stores, tmp_path / "p", "t") as lease:
         lease.storage.write(WriteBatch({"k": b"v"}))
     reused: list[bool] = []
 
     def failing_task() -> None:
-        with worker.lease(leveldb_store, tmp_path / "p", "t") as lease:
+        with worker.lease(stores, tmp_path / "p", "t") as lease:
             reused.append(not lease.fresh)
             raise RuntimeError("task failed")
 
     with pytest.raises(RuntimeError, match="task failed"):
         failing_task()
-    assert reused == [True] and worker.open_stores() == []
-    with worker.lease(leveldb_store, tmp_path / "p", "t") as lease:
+    assert reused == [True] and stores.open() == []
+    with worker.lease(stores, tmp_path / "p", "t") as lease:
         assert lease.fresh and lease.storage.get("k") == b"v"
     worker.close()
 
 
 def test_idle_stores_are_closed_and_a_lost_directory_is_not_reused(tmp_path: Path) -> None:
-    worker = Worker(idle_timeout=0.2)
-    with worker.lease(leveldb_store, tmp_path / "p", "t") as lease:
+    worker, stores = Worker(idle_timeout=0.2), TrackedStores()
+    with worker.lease(stores, tmp_path / "p", "t") as lease:
         lease.storage.write(WriteBatch({"k": b"v"}))
-    deadline = time.monotonic() + 5
-    while worker.open_stores() and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert worker.open_stores() == []
+    wait_for(lambda: stores.open() == [], 5, "the idle store to be closed")
     with worker.lease(leveldb_store, tmp_path / "p", "t") as lease:
         assert lease.fresh and lease.storage.get("k") == b"v"
     for entry in (tmp_path / "p").iterdir():  # the disk is lost while the store is open
@@ -249,18 +248,19 @@ def test_a_worker_whose_stores_are_wanted_elsewhere_hands_them_over_after_each_t
     tmp_path: Path,
 ) -> None:
     worker, other = Worker(), Worker()  # as two worker processes of one executor
-    with worker.lease(leveldb_store, tmp_path / "p0", "t"):
+    mine, theirs = TrackedStores(), TrackedStores()
+    with worker.lease(mine, tmp_path / "p0", "t"):
         pass
-    with worker.lease(leveldb_store, tmp_path / "p0", "t") as lease:
+    with worker.lease(mine, tmp_path / "p0", "t") as lease:
         assert not lease.fresh  # not wanted elsewhere yet: kept open and reused
-    with other.lease(leveldb_store, tmp_path / "p0", "t", timeout=5) as lease:
+    with other.lease(theirs, tmp_path / "p0", "t", timeout=5) as lease:
         assert lease.fresh  # taken over on request
-    with worker.lease(leveldb_store, tmp_path / "p1", "t") as lease:
+    with worker.lease(mine, tmp_path / "p1", "t") as lease:
         lease.storage.write(WriteBatch({"k": b"v"}))
-    wait_for(lambda: worker.open_stores() == [], 5, "p1 to be handed over without a request")
-    with other.lease(leveldb_store, tmp_path / "p1", "t", timeout=5) as lease:
+    wait_for(lambda: mine.open() == [], 5, "p1 to be handed over without a request")
+    with other.lease(theirs, tmp_path / "p1", "t", timeout=5) as lease:
         assert lease.storage.get("k") == b"v"
-    assert other.open_stores() == [tmp_path / "p0", tmp_path / "p1"]  # never asked: kept open
+    assert theirs.open() == [tmp_path / "p0", tmp_path / "p1"]  # never asked: kept open
     worker.close()
     other.close()
 
@@ -343,7 +343,7 @@ def test_a_store_deleted_by_a_process_killed_midway_is_gone_whole(tmp_path: Path
 KILLED_WHILE_DELETING = """
 import os, shutil, signal, sys
 from pathlib import Path
-from goka.worker import remove_store
+from goka.processing.leases import remove_store
 
 def rmtree(path, *args, **kwargs):
     first = sorted(Path(path).iterdir())[0]

@@ -239,7 +239,7 @@ class Player:
     def start(self, run: Run, number: int) -> tuple[subprocess.Popen[str], Path]:
         self.machine += run.new_machine
         marker = self.work / f"killed-{number}"
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "GOKA_LOG_LEVEL": "WARNING"}
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
         process = subprocess.Popen(self.command(run, marker), env=env, cwd=ROOT, text=True,
                                    start_new_session=True, stdout=subprocess.PIPE,
                                    stderr=subprocess.PIPE)  # fmt: skip

@@ -25,12 +25,12 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from goka.errors import DeliveryError, OffsetRegressionError
-from goka.options import Builders, TaskConfig, leveldb_store
-from goka.partition_applied import Applied, commit
-from goka.partition_epoch import run_epoch
-from goka.partition_processor import PartitionProcessor
+from goka.processing.applied import Applied, commit
+from goka.processing.batch import PartitionProcessor
+from goka.processing.config import Builders, TaskConfig, leveldb_store
+from goka.processing.epoch import run_epoch
+from goka.processing.worker import Worker
 from goka.storage import MemoryStorage, Storage, WriteBatch
-from goka.worker import Worker
 
 from .fake_kafka import FakeKafka
 from .test_partition_processor import CLICKS, IN, table_of

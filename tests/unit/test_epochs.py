@@ -14,11 +14,13 @@ import pytest
 
 from goka import Context, Int64Codec, StringCodec, define_group, input, loop, persist
 from goka.errors import DeliveryError
-from goka.options import Builders, TaskConfig, leveldb_store
-from goka.partition_epoch import run_epoch
-from goka.partition_processor import PartitionProcessor, PartitionSummary
 from goka.partitioner import partition_for
+from goka.processing.config import Builders, TaskConfig, leveldb_store
+from goka.processing.epoch import run_epoch
+from goka.processing.summary import PartitionSummary
+from goka.processing.worker import Worker
 
+from ..helpers import TrackedStores
 from .fake_kafka import FakeKafka
 from .test_partition_processor import (
     CLICKS,
@@ -52,9 +54,8 @@ class Script:
 def epoch(
     machine: Machine, starts: dict[str, int], stop: Callable[[], bool], seconds: float = HOUR
 ) -> PartitionSummary:
-    return PartitionProcessor(machine.config, 0, machine.worker).process_epoch(
-        starts, seconds, stop
-    )
+    (summary,) = run_epoch(machine.config, machine.worker, {0: starts}, seconds, stop)
+    return summary
 
 
 def test_an_epoch_processes_records_as_they_arrive_and_commits_each_interval(
@@ -253,12 +254,10 @@ def test_a_worker_processes_on_between_epochs_and_the_next_epoch_reports_it(
     sent = click(kafka, 10)
     first = run_epoch(machine.config, machine.worker, {0: {IN: 0}}, 0.2, bridge=True)
     assert [s.processed for s in first] == [10]
-    assert machine.worker.bridging  # the epoch reached its deadline: the worker goes on
-    sent += click(kafka, 7, start=10)
+    sent += click(kafka, 7, start=10)  # the epoch reached its deadline: the worker goes on
     _await(lambda: kafka.committed[("counts", IN, 0)][0] == 17, "the bridge commits")
     assert table_of(kafka) == dict(sent)
     (second,) = run_epoch(machine.config, machine.worker, {0: {IN: 10}}, 0.1)
-    assert not machine.worker.bridging  # ended by the next task of its process
     assert second.processed == 7 and second.skipped_applied == 0  # the bridge's work, reported
     assert machine.state(0) == dict(sent) == table_of(kafka)
     assert machine.offsets(0)[(IN, 0)] == 17
@@ -269,7 +268,10 @@ def test_an_epoch_that_was_stopped_leaves_no_bridge(kafka: FakeKafka, tmp_path: 
     click(kafka, 4)
     script = Script(kafka, lambda: None)
     run_epoch(machine.config, machine.worker, {0: {IN: 0}}, HOUR, script.done, bridge=True)
-    assert not machine.worker.bridging
+    click(kafka, 3, start=4)
+    time.sleep(0.5)  # a bridge would have committed these within a poll (commit interval 0)
+    assert kafka.committed[("counts", IN, 0)][0] == 4
+    assert machine.worker.take_carried("counts") == []
 
 
 def test_a_bridge_gives_its_stores_to_another_process_that_asks(
@@ -282,12 +284,11 @@ def test_a_bridge_gives_its_stores_to_another_process_that_asks(
     there.config = dataclasses.replace(there.config, builders=builders)
     sent = click(kafka, 5)
     run_epoch(here.config, here.worker, {0: {IN: 0}}, 0.2, bridge=True)
-    assert here.worker.bridging
     sent += click(kafka, 5, start=5)
     started = time.monotonic()
     (summary,) = run_epoch(there.config, there.worker, {0: {IN: 5}}, 0.5)
     assert time.monotonic() - started < 5  # asked, the bridge let go at once
-    _await(lambda: not here.worker.bridging, "the bridge ends")
+    here.worker.end_bridge()  # as its next task would (it ended already, asked)
     assert table_of(kafka) == dict(sent)
     assert kafka.committed[("counts", IN, 0)][0] == 10
     assert summary.processed + sum(s.processed for s in here.worker.take_carried("counts")) == 5
@@ -297,18 +298,26 @@ def test_stores_stay_open_for_the_bridge_and_the_next_epoch_where_they_were_hand
     kafka: FakeKafka, tmp_path: Path
 ) -> None:
     machine = Machine(kafka, tmp_path, commit_interval=0, epoch=HOUR)
-    machine.worker._handovers = 4  # its stores were asked for more often than reused
+    stores = TrackedStores()
+    machine.config = dataclasses.replace(
+        machine.config, builders=dataclasses.replace(machine.builders, storage=stores)
+    )
     path = tmp_path / "counts" / "partition-0"
     sent = click(kafka, 10)
+    run_epoch(machine.config, machine.worker, {0: {IN: 0}}, 0.2)
+    other = Worker()  # another process asks for the store: this worker hands its stores over
+    with other.lease(stores, path, CLICKS.table, timeout=5):
+        pass
+    other.close()
     run_epoch(machine.config, machine.worker, {0: {IN: 0}}, 0.2, bridge=True)
     sent += click(kafka, 3, start=10)
     _await(lambda: kafka.committed[("counts", IN, 0)][0] == 13, "the bridge commits")
+    flushed = stores.flushes.get(path, 0)
     machine.worker.end_bridge(hold=True)  # as the next epoch's task in this process does
     (bridged,) = machine.worker.take_carried("counts")
     assert bridged.store == "reused"  # not closed and reopened between the epoch and the bridge
-    lease = machine.worker._stores[path]
-    _await(lambda: lease.settled, "the housekeeper settles the store")
-    assert path in machine.worker.open_stores()  # kept for the next task: not handed over
+    _await(lambda: stores.flushes.get(path, 0) > flushed, "the housekeeper settles the store")
+    assert path in stores.open()  # kept for the next task: not handed over
     (second,) = run_epoch(machine.config, machine.worker, {0: {IN: 10}}, 0.1)
     assert second.store == "reused" and second.skipped_applied == 0
     assert table_of(kafka) == dict(sent) and kafka.committed[("counts", IN, 0)][0] == 13

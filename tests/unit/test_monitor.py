@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from goka import Int64Codec, StringCodec, define_group, input, persist
-from goka.options import PartitionBoard
-from goka.partition_summary import PartitionSummary
+from goka.processing.signals import PartitionBoard
+from goka.processing.summary import PartitionSummary
 from goka.spark.summary import BatchSummary, Totals
 from goka.web.monitor import ProcessorMonitor
 

@@ -28,13 +28,14 @@ from goka import (
     persist,
 )
 from goka.graph import GroupGraph
-from goka.options import Builders, TaskConfig
-from goka.partition_output import ORIGINAL_SIZE, TRUNCATED
-from goka.partition_processor import PartitionProcessor, PartitionSummary
-from goka.partition_table import SRC_OFFSET, SRC_PARTITION, SRC_TOPIC
+from goka.processing.batch import PartitionProcessor
+from goka.processing.config import Builders, TaskConfig
+from goka.processing.output import ORIGINAL_SIZE, TRUNCATED
+from goka.processing.recovery import SRC_OFFSET, SRC_PARTITION, SRC_TOPIC
+from goka.processing.summary import PartitionSummary
+from goka.processing.worker import Worker
 from goka.storage import MemoryStorage, WriteBatch
 from goka.storage.snapshots import SnapshotStore
-from goka.worker import Worker
 
 from .fake_kafka import FakeKafka
 
@@ -81,7 +82,7 @@ class Machine:
 
     def run(self, partition: int, ranges: dict[str, tuple[int, int]]) -> PartitionSummary:
         summary = PartitionProcessor(self.config, partition, self.worker).process(ranges)
-        assert self.worker.wait_for_uploads(10)
+        assert self.worker.uploads.wait(10)
         return summary
 
     def catch_up(self, partition: int, starts: dict[str, int]) -> PartitionSummary:
@@ -491,7 +492,7 @@ def test_a_state_too_large_for_the_producer_is_skipped_and_counted(
 
 def test_recovering_partitions_say_so_on_the_board(kafka: FakeKafka, tmp_path: Path) -> None:
     """What the monitor shows: rebuilding (how many of how many records), then running."""
-    from goka.options import PartitionBoard
+    from goka.processing.signals import PartitionBoard
 
     board_url = str(tmp_path / "board")
     a = Machine(kafka, tmp_path / "a", board_url=board_url)

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from goka.errors import TopicRewoundError
-from goka.options import Builders, TaskConfig
+from goka.processing.config import Builders, TaskConfig
 from goka.storage import MemoryStorage, WriteBatch
 
 from .fake_kafka import FakeKafka

@@ -8,32 +8,59 @@ from pathlib import Path
 import pyspark
 import pytest
 
-from goka.spark.session import JAVA_OPTIONS, LOG4J, cds_archive, java_options, spark_home
-from goka.spark.warmup import prune
+from goka.cli import build_parser
+from goka.commands.processor import _session
+from goka.spark.class_data import prune
+from goka.spark.session import (
+    JAVA_OPTIONS,
+    LOG4J,
+    SessionSettings,
+    cds_archive,
+    java_options,
+    spark_home,
+)
 
 
-def test_the_archive_is_used_where_it_exists(monkeypatch: pytest.MonkeyPatch,
-                                             tmp_path: Path) -> None:  # fmt: skip
+def test_the_archive_is_used_where_it_exists(tmp_path: Path) -> None:
     archive = tmp_path / "classes.jsa"
-    monkeypatch.setenv("GOKA_SPARK_CDS", str(archive))
-    monkeypatch.delenv("GOKA_SPARK_JAVA_OPTIONS", raising=False)
-    assert cds_archive() == archive
-    assert "SharedArchiveFile" not in java_options()  # not written yet
+    settings = SessionSettings(class_data=str(archive))
+    assert cds_archive(setting=settings.class_data) == archive
+    assert "SharedArchiveFile" not in java_options(settings=settings)  # not written yet
     archive.write_bytes(b"x")
-    options = java_options()
+    options = java_options(settings=settings)
     assert f"-XX:SharedArchiveFile={archive} -Xlog:cds=off" in options
     assert options.startswith(JAVA_OPTIONS) and f"={LOG4J}" in options
-    monkeypatch.setenv("GOKA_SPARK_JAVA_OPTIONS", f"-XX:ArchiveClassesAtExit={tmp_path}/new")
-    assert "SharedArchiveFile" not in java_options()  # writing one: not reading one too
+    writing = SessionSettings(class_data=str(archive),
+                              java_options=f"-XX:ArchiveClassesAtExit={tmp_path}/new")  # fmt: skip
+    assert "SharedArchiveFile" not in java_options(settings=writing)  # not reading one too
 
 
-def test_the_archive_can_be_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("GOKA_SPARK_CDS", "off")
-    assert cds_archive() is None and "SharedArchiveFile" not in java_options()
+def test_the_archive_can_be_turned_off() -> None:
+    off = SessionSettings(class_data=None)
+    assert cds_archive(setting=None) is None
+    assert "SharedArchiveFile" not in java_options(settings=off)
 
 
-def test_each_pyspark_install_has_its_own_archive(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("GOKA_SPARK_CDS", raising=False)
+def test_the_command_line_takes_the_session_s_settings_from_flags_and_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    variables = {"GOKA_SPARK_CDS": "off", "GOKA_SPARK_JAVA_OPTIONS": "-Xmx1g",
+                 "GOKA_SPARK_LOG4J": "/etc/log4j2.xml", "GOKA_SPARK_UI": "1",
+                 "GOKA_SPARK_MASTER": "local[3]"}  # fmt: skip
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    args = build_parser().parse_args(["processor", "run", "g:graph"])
+    assert _session(args) == SessionSettings("local[3]", True, "-Xmx1g", None, "/etc/log4j2.xml")
+    args = build_parser().parse_args(["processor", "run", "g:graph", "--master", "local[1]"])
+    assert _session(args).master == "local[1]"
+    for name in variables:
+        monkeypatch.delenv(name)
+    assert _session(build_parser().parse_args(["processor", "run", "g:graph"])) == (
+        SessionSettings()
+    )
+
+
+def test_each_pyspark_install_has_its_own_archive() -> None:
     found = cds_archive()
     assert found is not None and found.parent == Path.home() / ".cache" / "goka-py"
     assert found.name.startswith("spark-") and found.suffix == ".jsa"
@@ -70,8 +97,7 @@ def test_where_no_spark_home_can_be_made_the_install_is_the_home(
     assert spark_home() == Path(pyspark.__file__).parent
 
 
-def test_an_archive_fits_one_spark_home(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("GOKA_SPARK_CDS", raising=False)
+def test_an_archive_fits_one_spark_home() -> None:
     first, second = cds_archive(Path("/a")), cds_archive(Path("/b"))
     assert first is not None and second is not None
     assert first != second and first.parent == second.parent

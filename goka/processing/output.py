@@ -13,9 +13,9 @@ from goka.engine import BatchResult
 from goka.errors import DeliveryError, TopicRewoundError
 from goka.kafka.producer import ProduceError, Producer
 from goka.keys import key_bytes
-from goka.options import TaskConfig
-from goka.partition_summary import PartitionSummary
-from goka.partition_table import SRC_OFFSET, SRC_PARTITION, SRC_TOPIC
+from goka.processing.config import TaskConfig
+from goka.processing.recovery import SRC_OFFSET, SRC_PARTITION, SRC_TOPIC
+from goka.processing.summary import PartitionSummary
 from goka.storage import Storage
 
 __all__ = ["ORIGINAL_SIZE", "TRUNCATED", "Output"]

@@ -36,10 +36,10 @@ from pathlib import Path
 
 from goka.errors import SnapshotError, StorageError, TopicRewoundError
 from goka.kafka.ranges import RecordReader, Row
-from goka.partition_applied import commit
+from goka.processing.applied import commit
+from goka.processing.leases import Lease
 from goka.storage import WriteBatch
 from goka.storage.snapshots import Manifest, SnapshotStore, install, remove_abandoned
-from goka.worker import Lease
 
 __all__ = ["ORIGINS", "Recovery", "StoreRecovery", "checked_watermarks"]
 

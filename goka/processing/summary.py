@@ -1,5 +1,6 @@
 """What partition processors did: counts per partition, per micro-batch or epoch, summed by
-the driver (:class:`goka.spark.summary.BatchSummary`)."""
+the driver (:class:`goka.spark.summary.BatchSummary`). One definition of the summary row: the
+Spark DDL and the Arrow schema are derived from :class:`PartitionSummary`."""
 
 from __future__ import annotations
 
@@ -10,11 +11,11 @@ from dataclasses import dataclass, fields
 from functools import cache
 from typing import TYPE_CHECKING
 
-from goka.partition_table import Recovery
-from goka.worker import Lease
-
 if TYPE_CHECKING:
     import pyarrow as pa
+
+    from goka.processing.leases import Lease
+    from goka.processing.recovery import Recovery
 
 __all__ = ["SUMMARY_DDL", "Counts", "PartitionSummary", "summary_schema"]
 
@@ -56,7 +57,7 @@ class PartitionSummary(Counts):
     """What one partition processor did in one micro-batch (one row of the batch's result).
 
     ``store`` says how the group store was made current: reused, opened, caught_up, restored,
-    rebuilt or created (see :mod:`goka.partition_table`). ``started_at`` is when the task began
+    rebuilt or created (see :mod:`goka.processing.recovery`). ``started_at`` is when the task began
     (unix seconds), ``ready_seconds`` how long it took to lease and recover its stores.
     ``emitted`` counts the emitted messages per output topic (JSON). ``store_bytes`` is the
     size of the group store's files when the task ended (0 for stores kept in memory).
@@ -78,7 +79,7 @@ class PartitionSummary(Counts):
 
     def absorb(self, other: PartitionSummary) -> None:
         """Add the counts, errors, uploads and emits of ``other`` (work of the same group that
-        no task reported: see :func:`goka.partition_epoch.run_epoch`) to this summary."""
+        no task reported: see :func:`goka.processing.epoch.run_epoch`) to this summary."""
         self.add(other)
         for name in ("errors", "uploads"):
             found = json.loads(getattr(self, name) or "[]") + json.loads(

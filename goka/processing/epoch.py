@@ -1,5 +1,13 @@
 """Continuous epochs: partition processors that follow their inputs for ``epoch`` seconds,
-produce at once and commit every ``commit_interval`` (see :mod:`goka.partition_processor`).
+produce at once and commit every ``commit_interval``.
+
+Each partition begins as a micro-batch does (its stores leased and made current by
+:class:`~goka.processing.stores.PartitionStores`; its joined tables current up to their end
+before any input, as Goka recovers them), then follows its inputs and joined tables from the
+stores' offsets: it runs the engine on each group of records as they arrive (joined tables'
+records are applied in time order between them), produces at once, and every
+``commit_interval`` commits what it processed since, through the same owner of commits as a
+micro-batch (changes not committed yet are read through an overlay on the store).
 
 Between two epochs Spark ends the query's batch, writes its checkpoint and plans the next one:
 about a second in which no task runs. So that records arriving then are not held back, a task
@@ -23,15 +31,12 @@ from dataclasses import asdict
 
 from goka.engine import Engine, Message
 from goka.errors import StorageCorruptError, StorageLockedError
-from goka.keys import key_str
-from goka.options import Clients, TaskConfig
-from goka.partition_applied import commit
-from goka.partition_output import Output
-from goka.partition_processor import PartitionProcessor
-from goka.partition_summary import PartitionSummary, store_bytes
-from goka.partition_table import CHUNK
-from goka.storage import WriteBatch
-from goka.worker import Lease, Worker
+from goka.processing.clients import Clients
+from goka.processing.config import TaskConfig
+from goka.processing.recovery import CHUNK
+from goka.processing.stores import PartitionStores
+from goka.processing.summary import PartitionSummary, store_bytes
+from goka.processing.worker import Worker
 
 __all__ = ["BRIDGE_SECONDS", "Epoch", "run_epoch"]
 
@@ -141,16 +146,14 @@ def _run_epoch(
     until, interval = started + seconds, config.commit_interval
     with ExitStack() as stack:
         epochs = {
-            p: PartitionProcessor(config, p, worker, ask_holders=not bridging)._begin_epoch(
-                stack, offsets
-            )
+            p: Epoch.begin(PartitionStores(config, p, worker, stack, ask=not bridging), offsets)
             for p, offsets in sorted(starts.items())
         }
         reader = Clients(config, worker).reader()
         tail = reader.tail({p: epoch.positions for p, epoch in epochs.items()})
         for epoch in epochs.values():
             epoch.summary.ready_seconds = time.monotonic() - started
-        leases = [lease for e in epochs.values() for lease in e.stores.values()] if bridging else []
+        leases = [lease for e in epochs.values() for lease in e.stores.leased] if bridging else []
         next_commit = time.monotonic() + interval
         size = _MIN_CHUNK  # records per poll: as many as half a commit interval processes
         deadline = False
@@ -186,41 +189,55 @@ class Epoch:
     has not committed yet."""
 
     def __init__(
-        self,
-        processor: PartitionProcessor,
-        stores: Mapping[str, Lease],
-        positions: dict[str, int],
-        summary: PartitionSummary,
+        self, stores: PartitionStores, positions: dict[str, int], summary: PartitionSummary
     ) -> None:
-        self.processor, self.config, self.graph = processor, processor.config, processor.graph
-        self.partition, self.clients = processor.partition, processor.clients
         self.stores, self.positions, self.summary = stores, positions, summary
-        self.store = stores["partition"].storage
+        self.config, self.graph, self.partition = stores.config, stores.graph, stores.partition
         self.inputs = [t for t in self.graph.input_topics() if t in positions]
-        self.joins = {t: stores[f"join-{t}"].storage for t in self.graph.joins}
+        self.joins = {t: stores.leases[f"join-{t}"].storage for t in self.graph.joins}
         self.pending: dict[str, bytes | None] = {}  # state changes not committed yet
-        get, pending = self.store.get, self.pending
+        get, pending = stores.store.get, self.pending
 
         def read(key: str) -> bytes | None:
             return pending[key] if key in pending else get(key)
 
         self.engine = Engine(
             self.graph, self.partition, store=read,
-            tables={**{t: s.get for t, s in self.joins.items()}, **self.clients.lookups()},
+            tables={**{t: s.get for t, s in self.joins.items()}, **stores.clients.lookups()},
             on_error=self.config.on_error, max_message_bytes=self.config.max_message_bytes,
         )  # fmt: skip
-        self.output = Output(self.clients.producer(), self.partition, self.config, self.store,
-                             self.clients.discard_producer)  # fmt: skip
+        self.output = stores.output()
         self.committed = dict(positions)
+
+    @classmethod
+    def begin(cls, stores: PartitionStores, starts: Mapping[str, int]) -> Epoch:
+        """Make ``stores`` current for an epoch planned from ``starts`` (inputs and joined
+        tables): inputs from where the group committed if that is further, joined tables up
+        to their end (current before any input, as Goka recovers them)."""
+        summary = PartitionSummary(stores.partition, started_at=time.time())
+        inputs = [t for t in stores.graph.input_topics() if t in starts]
+        target = stores.begin({t: starts[t] for t in inputs}, summary)
+        applied = stores.applied(inputs)
+        for topic in inputs:  # an epoch follows its inputs from here: they must still be there
+            stores.check(topic, applied.offsets[topic])
+        # what it skips: beyond where it begins (the group's commits, where further than
+        # Spark's plan: Spark plans an epoch before the previous one and its bridge end)
+        stores.skip(applied, applied.behind(target, inputs), summary, check=False)
+        positions = dict(applied.offsets)
+        for table in stores.graph.joins:
+            reflected = stores.applied([table]).offsets[table]
+            high = stores.check(table, max(starts[table], reflected))
+            positions[table] = stores.recover_join(table, high, summary)
+        return cls(stores, positions, summary)
 
     def finish(self, started: float) -> PartitionSummary:
         """Snapshot the stores if due; return the epoch's summary."""
         summary = self.summary
         summary.ends = json.dumps({t: self.positions[t] for t in self.inputs})
-        summary.store_bytes = store_bytes(self.store)
-        self.processor._commit_to_group(self.committed, wait=True)
-        self.processor._maybe_snapshot(self.stores, summary)
-        summary.uploads = json.dumps([asdict(r) for r in self.processor.worker.reports()])
+        summary.store_bytes = store_bytes(self.stores.store)
+        self.stores.commit_to_group(self.committed, wait=True)
+        self.stores.snapshot(summary)
+        summary.uploads = json.dumps([asdict(r) for r in self.stores.worker.reports()])
         summary.seconds = time.monotonic() - started
         return summary
 
@@ -249,28 +266,14 @@ class Epoch:
         self.pending.update(result.changes())
 
     def _join(self, records: list[Message]) -> None:
-        batch = WriteBatch(values={key_str(r[2]): r[3] for r in records if r[2] is not None})
-        batch.set_offset(records[0][0], self.partition, records[-1][1] + 1)
-        commit(
-            self.joins[records[0][0]],
-            batch,
-            who=self.processor._store_name(f"join-{records[0][0]}"),
-        )
-        self.summary.table_records += len(records)
+        self.stores.apply_join(records[0][0], records, records[-1][1] + 1, self.summary)
 
     def commit(self) -> None:
         """Wait for every output so far, then write the state changes with the offsets."""
         if self.positions == self.committed and not self.pending:
             return
-        table_end = self.output.flush()
-        batch = WriteBatch(values=dict(self.pending))
-        for topic in self.inputs:
-            batch.set_offset(topic, self.partition, self.positions[topic])
-        if table_end is not None:
-            batch.set_offset(self.graph.table, self.partition, table_end)
-        commit(self.store, batch, who=self.processor._store_name("partition"))
+        positions = {t: self.positions[t] for t in self.inputs}
+        self.stores.commit(self.output, self.pending, positions, self.summary)
         self.pending.clear()
         self.committed = dict(self.positions)
-        self.summary.commits += 1
-        self.processor._commit_to_group(self.committed)
-        self.processor._maybe_snapshot(self.stores, self.summary)  # if due: a long epoch too
+        self.stores.snapshot(self.summary)  # if due: a long epoch too

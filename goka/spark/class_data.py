@@ -1,5 +1,6 @@
 """Write the driver JVM's class-data archive (AppCDS) for this pyspark install, so processors
-start seconds sooner: ``python -m goka.spark.warmup`` (``make`` and the Docker image run it).
+start seconds sooner (``python -m goka.commands.class_data``: ``make`` and the Docker image run
+it).
 
 It runs a small group once, until caught up, on the embedded broker (the ``broker`` extra),
 with ``-XX:ArchiveClassesAtExit``: the JVM writes the classes it loaded when it exits (about
@@ -9,7 +10,6 @@ an older one only once complete. A JVM or classpath it does not fit is ignored s
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import subprocess
@@ -20,20 +20,21 @@ from pathlib import Path
 
 from goka import Context, Int64Codec, StringCodec, TopicManager, define_group, input, persist
 
-__all__ = ["graph", "main", "prune", "warm_up"]
+__all__ = ["graph", "prune", "write_archive"]
 
-TOPIC = os.environ.get("GOKA_WARMUP_TOPIC", "goka-warmup")
+#: The topic of the run (on an embedded broker of its own).
+TOPIC = "goka-class-data"
 
 
 def _count(ctx: Context[int], page: str) -> None:
     ctx.set_value((ctx.value() or 0) + 1)
 
 
-#: The group the warm-up runs (``goka processor run goka.spark.warmup:graph``).
+#: The group the run runs (``goka processor run goka.spark.class_data:graph``).
 graph = define_group(f"{TOPIC}-g", input(TOPIC, StringCodec(), _count), persist(Int64Codec()))
 
 
-def warm_up(archive: Path, timeout: float = 300.0) -> float:
+def write_archive(archive: Path, timeout: float = 300.0) -> float:
     """Run the group once with the archive being written at the JVM's exit; return seconds."""
     from goka.dev import EmbeddedBroker
     from goka.emitter import Emitter
@@ -41,15 +42,15 @@ def warm_up(archive: Path, timeout: float = 300.0) -> float:
 
     archive.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    with EmbeddedBroker() as broker, tempfile.TemporaryDirectory(prefix="goka-warmup-") as work:
+    with EmbeddedBroker() as broker, tempfile.TemporaryDirectory(prefix="goka-cds-") as work:
         TopicManager(broker.bootstrap).ensure_stream_exists(TOPIC, 2)
         with Emitter(broker.bootstrap, TOPIC, StringCodec()) as emitter:
-            emitter.emit_sync("warm-up", "/", timeout=30)
+            emitter.emit_sync("class-data", "/", timeout=30)
         partial = Path(work) / "archive.jsa"
         options = f"{JAVA_OPTIONS} -XX:ArchiveClassesAtExit={partial} {CDS_QUIET}"
         env = {**os.environ, "GOKA_SPARK_CDS": "off", "GOKA_LOG_LEVEL": "WARNING",
                "GOKA_SPARK_JAVA_OPTIONS": options}  # fmt: skip
-        command = [sys.executable, "-m", "goka", "processor", "run", "goka.spark.warmup:graph",
+        command = [sys.executable, "-m", "goka", "processor", "run", "goka.spark.class_data:graph",
                    "--brokers", broker.bootstrap, "--state-dir", str(Path(work) / "state"),
                    "--until-caught-up", "--http-port", "0"]  # fmt: skip
         subprocess.run(command, env=env, check=True, timeout=timeout, capture_output=True)
@@ -83,27 +84,3 @@ def prune(archive: Path) -> None:
     for home in archive.parent.glob("spark-home-*"):
         if home.is_dir() and not (home / "jars").is_dir():  # its links lead nowhere now
             shutil.rmtree(home, ignore_errors=True)
-
-
-def main(argv: list[str] | None = None) -> int:
-    from goka.spark.session import cds_archive
-
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--archive", type=Path, default=cds_archive(),
-                        help="where to write it (default: %(default)s)")  # fmt: skip
-    args = parser.parse_args(argv)
-    if args.archive is None:
-        print("GOKA_SPARK_CDS=off: no class-data archive written")
-        return 0
-    try:
-        took = warm_up(args.archive)
-    except (OSError, subprocess.SubprocessError, ImportError) as exc:
-        print(f"goka: no class-data archive (processors start as usual): {exc}", file=sys.stderr)
-        return 1
-    size = args.archive.stat().st_size / 1e6
-    print(f"class-data archive for processors: {args.archive} ({size:.0f} MB, {took:.0f} s)")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

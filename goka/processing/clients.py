@@ -1,0 +1,99 @@
+"""The clients of one group's partition processors: built from the task's builders on first
+use, kept by the worker process for the next tasks, closed when it closes."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Hashable
+from typing import Any
+
+from goka.kafka.config import producer_config
+from goka.kafka.producer import Producer
+from goka.kafka.ranges import RecordReader
+from goka.processing.config import TaskConfig
+from goka.processing.worker import Worker, frozen
+from goka.storage.snapshots import SnapshotStore
+
+__all__ = ["Clients"]
+
+
+class Clients:
+    """The clients of ``config``'s group in ``worker``'s process. Not thread-safe: the tasks of
+    a process run one at a time (a bridge ends before the next task begins)."""
+
+    def __init__(self, config: TaskConfig, worker: Worker) -> None:
+        self.config, self.worker = config, worker
+
+    def reader(self) -> RecordReader:
+        """The record reader (ranges, tails, watermarks, the group's offsets)."""
+        builder, brokers, settings = (
+            self.config.builders.reader,
+            self.config.brokers,
+            self.config.kafka_config,
+        )
+        return self.worker.client(
+            ("reader", builder, brokers, frozen(settings)),
+            lambda: builder(brokers, settings),
+            lambda reader: reader.close(),
+        )
+
+    def _producer_settings(self) -> tuple[Hashable, dict[str, Any]]:
+        """The worker's key of this group's producer, and the settings it is built with."""
+        overrides = {"linger.ms": 10, **self.config.kafka_config, **self.config.producer_config}
+        key = ("producer", self.config.builders.producer, self.config.brokers, frozen(overrides))
+        return key, producer_config(self.config.brokers, overrides)
+
+    def producer(self) -> Producer:
+        """The producer of table updates, emits, loopbacks and dead letters."""
+        builder = self.config.builders.producer
+        key, settings = self._producer_settings()
+        return self.worker.client(
+            key,
+            lambda: builder(settings),
+            lambda producer: producer.flush(self.config.flush_timeout),
+        )
+
+    def discard_producer(self) -> None:
+        """Build a new producer for the next task: this one failed to deliver (an idempotent
+        producer whose broker was replaced, say, never delivers again)."""
+        self.worker.discard(self._producer_settings()[0])
+
+    def snapshots(self) -> SnapshotStore | None:
+        """The snapshot store (None: snapshots are off)."""
+        config = self.config
+        if config.snapshot_url is None or config.snapshot_interval <= 0:
+            return None
+        builder = config.builders.snapshots
+        return self.worker.client(
+            (
+                "snapshots",
+                builder,
+                config.snapshot_url,
+                config.snapshots_kept,
+                frozen(config.snapshot_options),
+            ),
+            lambda: builder(
+                config.snapshot_url,
+                keep=config.snapshots_kept,
+                storage_options=config.snapshot_options,
+            ),
+            lambda store: None,
+        )
+
+    def lookups(self) -> dict[str, Callable[[str], bytes | None]]:
+        """Readers of the looked-up tables, each caught up with its table."""
+        readers: dict[str, Callable[[str], bytes | None]] = {}
+        builder, brokers, settings = (
+            self.config.builders.lookup,
+            self.config.brokers,
+            self.config.kafka_config,
+        )
+        for table in self.config.graph.lookups:
+            view = self.worker.client(
+                ("lookup", builder, brokers, table, frozen(settings)),
+                functools.partial(builder, brokers, table, settings),
+                lambda view: view.close(),
+            )
+            view.wait_recovered(self.config.read_timeout)
+            readers[table] = view.get_raw
+        return readers

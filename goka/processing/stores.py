@@ -1,0 +1,250 @@
+"""One partition's stores for one task, and the one owner of what is applied and of commits.
+
+A micro-batch (:mod:`goka.processing.batch`) and an epoch (:mod:`goka.processing.epoch`) both
+go through :class:`PartitionStores`: it leases the group store and the joined tables' stores
+from the worker, makes them current for where the task begins (at least where the group
+committed), says what of a planned range the stores have applied (:mod:`goka.processing.
+applied`), and commits: wait for every output, then write the state changes with the input
+offsets and the group table's end in one write (offsets only forward), then tell Kafka the
+group's offsets; at most every ``snapshot_interval``, it stages a snapshot for upload.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Mapping
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+from goka.engine import Message
+from goka.keys import key_str
+from goka.processing.applied import Applied, commit
+from goka.processing.clients import Clients
+from goka.processing.config import TaskConfig
+from goka.processing.leases import Lease
+from goka.processing.output import Output
+from goka.processing.recovery import StoreRecovery, checked_watermarks
+from goka.processing.signals import PartitionBoard
+from goka.processing.summary import PartitionSummary
+from goka.processing.worker import Worker
+from goka.storage import Storage, WriteBatch
+from goka.storage.snapshots import Manifest, StoreState, remove_abandoned, stage
+
+__all__ = ["PartitionStores"]
+
+log = logging.getLogger(__name__)
+
+
+class PartitionStores:
+    """The stores of ``partition`` for one task, leased until ``stack`` closes (see the module
+    docstring). Not thread-safe.
+
+    Args:
+        config: the group's task configuration.
+        partition: the partition number.
+        worker: the process's shared resources.
+        stack: releases the leases when the task ends.
+        ask: ask another process that holds a store to release it (False: a bridge, which
+            never waits for others).
+
+    Raises:
+        StorageLockedError: a store is held elsewhere (for ``store_timeout``, or at once when
+            not ``ask``).
+        StorageError: a store cannot be opened.
+    """
+
+    def __init__(
+        self, config: TaskConfig, partition: int, worker: Worker, stack: ExitStack, *,
+        ask: bool = True,
+    ) -> None:  # fmt: skip
+        self.config, self.graph, self.partition, self.worker = (
+            config, config.graph, partition, worker,
+        )  # fmt: skip
+        self.clients = Clients(config, worker)
+        self.root = Path(config.state_dir) / self.graph.group
+        self._inputs = frozenset(self.graph.input_topics())
+        self._manifests: list[Manifest] | None = None
+        url = config.board_url
+        self._board: PartitionBoard | None = None if url is None else worker.client(
+            ("board", url), lambda: PartitionBoard(url), lambda board: None)  # fmt: skip
+        self.leases: dict[str, Lease] = {
+            "partition": stack.enter_context(self._lease("partition", self.graph.table, ask))
+        }
+        for table in self.graph.joins:
+            self.leases[f"join-{table}"] = stack.enter_context(
+                self._lease(f"join-{table}", table, ask)
+            )
+
+    @property
+    def store(self) -> Storage:
+        """The group store (a restore replaces it: read it anew each time)."""
+        return self.leases["partition"].storage
+
+    @property
+    def leased(self) -> list[Lease]:
+        """Every lease of this task's stores."""
+        return list(self.leases.values())
+
+    # -- beginning -------------------------------------------------------------------------------
+    def begin(self, starts: Mapping[str, int], summary: PartitionSummary) -> dict[str, int]:
+        """Make the group store current for processing the inputs from ``starts`` as Spark
+        planned them, or from where the group committed if that is further (as Go Goka
+        resumes a group: the group commits after the state, so the table holds the outputs
+        of every record below its commits; Spark plans behind them after a crash, after a
+        continuous run, on a new checkpoint). Never processing those again also keeps the
+        table free of a run's outputs behind those of a run that got further, which no
+        replay of the table could order.
+
+        Returns:
+            Where processing begins (the target the store was made current for).
+        """
+        committed = self.clients.reader().committed(self.graph.group, self.partition, list(starts))
+        target = {t: max(s, committed[t][0]) if t in committed else s for t, s in starts.items()}
+        recovery = self._recovery("partition", self.graph.table if self.graph.persist else None)
+        if self._board is not None:
+            board, partition = self._board, self.partition
+            recovery.report = lambda state, records, of: board.report(partition, state,
+                                                                      records, of)  # fmt: skip
+        done = recovery.recover(target, unfinished=True)
+        if self._board is not None:
+            self._board.report(self.partition, "running")
+        summary.count(done, self.leases["partition"])
+        summary.store = done.origin
+        return target
+
+    def recover_join(self, table: str, to: int, summary: PartitionSummary) -> int:
+        """Make a joined table's store reflect its table up to ``to`` at least; return the
+        offset it reflects."""
+        lease = self.leases[f"join-{table}"]
+        summary.count(self._recovery(f"join-{table}", table).recover({table: to}, end=to), lease)
+        return self.applied([table]).offsets[table]
+
+    def applied(self, topics: list[str]) -> Applied:
+        """What the stores have applied of ``topics``: the group store's offsets of inputs and
+        loop, a joined store's offset of its table (-1: none)."""
+        offsets = self.store.offsets()
+        found = {t: offsets.get((t, self.partition), -1) for t in topics if t in self._inputs}
+        for table in (t for t in topics if t in self.graph.joins):
+            stored = self.leases[f"join-{table}"].storage.offsets()
+            found[table] = stored.get((table, self.partition), -1)
+        return Applied(self.partition, found)
+
+    def check(self, topic: str, position: int) -> int:
+        """Fail unless ``topic`` still holds ``position`` of this partition; return its high
+        watermark.
+
+        Raises:
+            TopicRewoundError: the topic ends before ``position`` or starts after it.
+        """
+        who = f"group {self.graph.group!r} (partition store)"
+        return checked_watermarks(self.clients.reader(), topic, self.partition, position, who)[1]
+
+    def skip(self, applied: Applied, ranges: Mapping[str, tuple[int, int]],
+             summary: PartitionSummary, *, check: bool = True) -> None:  # fmt: skip
+        """Count (and log) the records of ``ranges`` the stores have applied already, after
+        checking (unless not ``check``) that each topic still reaches the store's offset where
+        it skips to it."""
+        for topic, (start, _) in ranges.items():
+            if check and applied.offsets[topic] > start:
+                self.check(topic, applied.offsets[topic])
+        skipped = applied.skipped({t: r for t, r in ranges.items() if t in self._inputs})
+        if skipped:
+            log.info("group %s partition %d: %d records already applied, skipped (stores at %s, "
+                     "ranges %s)", self.graph.group, self.partition, skipped,
+                     dict(applied.offsets), dict(ranges))  # fmt: skip
+        summary.skipped_applied += skipped
+
+    # -- applying and committing -----------------------------------------------------------------
+    def output(self) -> Output:
+        """An output for this task's effects, on the worker's producer."""
+        return Output(self.clients.producer(), self.partition, self.config, self.store,
+                      self.clients.discard_producer)  # fmt: skip
+
+    def apply_join(self, table: str, rows: list[Message], end: int,
+                   summary: PartitionSummary) -> None:  # fmt: skip
+        """Apply a joined table's records (not applied yet) to its store, up to ``end``."""
+        batch = WriteBatch(values={key_str(r[2]): r[3] for r in rows if r[2] is not None})
+        batch.set_offset(table, self.partition, end)
+        commit(self.leases[f"join-{table}"].storage, batch, who=self._who(f"join-{table}"))
+        summary.table_records += len(rows)
+
+    def commit(
+        self, output: Output, changes: Mapping[str, bytes | None], positions: Mapping[str, int],
+        summary: PartitionSummary, *, wait: bool = False,
+    ) -> None:  # fmt: skip
+        """Wait for every output so far, then write ``changes`` with the input ``positions``
+        and the group table's end in one write, then tell Kafka the group's offsets (if
+        ``wait``, until the broker answered).
+
+        Raises:
+            DeliveryError: an output was not acknowledged (nothing is written).
+            TopicRewoundError: the group table went back (nothing is written).
+            OffsetRegressionError: an offset would go back (a bug; nothing is written).
+            StorageError: the write failed.
+        """
+        table_end = output.flush()
+        batch = WriteBatch(values=dict(changes))
+        for topic, offset in positions.items():
+            batch.set_offset(topic, self.partition, offset)
+        if table_end is not None:
+            batch.set_offset(self.graph.table, self.partition, table_end)
+        commit(self.store, batch, who=self._who("partition"))
+        summary.commits += 1
+        self.commit_to_group(positions, wait=wait)
+
+    def commit_to_group(self, positions: Mapping[str, int], *, wait: bool = False) -> None:
+        """Tell Kafka how far the group got in its inputs and loop (asynchronously, as Go Goka
+        does; not in joined tables, which no group consumes): for lag tools, for tasks, which
+        begin there, and for a Go processor taking the group over. At the end of a batch or
+        epoch, ``wait`` for the broker: a stopped processor has left its offsets."""
+        note = json.dumps({"time": round(time.time(), 3)})
+        inputs = {t: o for t, o in positions.items() if t in self._inputs}
+        self.clients.reader().commit(self.graph.group, self.partition, inputs, note, wait=wait)
+
+    def snapshot(self, summary: PartitionSummary) -> None:
+        """Stage a snapshot of the stores for the worker to upload, if one is due (at most
+        every ``snapshot_interval``)."""
+        snapshots = self.clients.snapshots()
+        if snapshots is None or not (self.graph.persist or self.graph.joins):
+            return
+        main = self.leases["partition"]
+        if time.time() - StoreState.read(main.path).staged_at < self.config.snapshot_interval:
+            return
+        started = time.monotonic()
+        staging = self.root / ".staging"
+        remove_abandoned(staging)
+        staged = stage(
+            self.graph.group, self.partition,
+            {name: (lease.storage, lease.path) for name, lease in self.leases.items()}, staging,
+        )  # fmt: skip
+        self.worker.upload(snapshots, staged)
+        summary.snapshot_seconds += time.monotonic() - started
+
+    # -- helpers ---------------------------------------------------------------------------------
+    def _lease(self, name: str, table: str, ask: bool) -> Any:
+        return self.worker.lease(
+            self.config.builders.storage, self.root / f"{name}-{self.partition}", table,
+            timeout=self.config.store_timeout, discard_corrupt=True, ask=ask,
+        )  # fmt: skip
+
+    def _recovery(self, name: str, topic: str | None) -> StoreRecovery:
+        return StoreRecovery(
+            self.leases[name], name, group=self.graph.group, partition=self.partition,
+            topic=topic, reader=self.clients.reader(), manifests=self._list_manifests,
+            snapshots=self.clients.snapshots(), scratch=self.root / ".restore",
+            read_timeout=self.config.read_timeout,
+        )  # fmt: skip
+
+    def _list_manifests(self) -> list[Manifest]:
+        if self._manifests is None:
+            store = self.clients.snapshots()
+            self._manifests = (
+                [] if store is None else store.manifests(self.graph.group, self.partition)
+            )
+        return self._manifests
+
+    def _who(self, name: str) -> str:
+        return f"group {self.graph.group!r} partition {self.partition} (store {name})"

@@ -1,0 +1,83 @@
+"""Snapshot uploads in the background of a worker process: staged by tasks (a hard-link copy
+taken in milliseconds), published by one thread, newest first per partition (a staged snapshot
+superseded before its upload started is dropped); what finished is reported to the next task's
+summary."""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+
+from goka.storage.snapshots import SnapshotStore, Staged, UploadReport
+
+__all__ = ["Uploads"]
+
+log = logging.getLogger(__name__)
+
+
+class Uploads:
+    """The upload queue of one process. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._queue: queue.Queue[tuple[SnapshotStore, Staged] | None] = queue.Queue()
+        self._pending: dict[tuple[str, str, int], Staged] = {}
+        self._thread: threading.Thread | None = None
+        self._reports: list[UploadReport] = []
+
+    def upload(self, store: SnapshotStore, staged: Staged) -> None:
+        """Publish ``staged`` in the background; a newer one of the same partition replaces it
+        if its upload has not started."""
+        key = (store.url, staged.group, staged.partition)
+        with self._lock:
+            older = self._pending.get(key)
+            self._pending[key] = staged
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="goka-snapshots",
+                                                daemon=True)  # fmt: skip
+                self._thread.start()
+        if older is not None:
+            older.discard()
+        else:
+            self._queue.put((store, staged))
+
+    def _run(self) -> None:
+        while (item := self._queue.get()) is not None:
+            store, queued = item
+            with self._lock:
+                staged = self._pending.pop((store.url, queued.group, queued.partition), queued)
+            try:
+                report = store.publish(staged)
+            except Exception as exc:  # a snapshot is an accelerator: report, never fail a task
+                log.warning(
+                    "snapshot %s of group %s partition %d not published: %s",
+                    staged.id, staged.group, staged.partition, exc,
+                )  # fmt: skip
+                report = UploadReport(staged.group, staged.partition, staged.id, error=str(exc))
+            finally:
+                staged.discard()
+                self._queue.task_done()
+            with self._lock:
+                self._reports.append(report)
+
+    def wait(self, timeout: float) -> bool:
+        """Wait until queued uploads are done; return False on timeout."""
+        deadline = time.monotonic() + timeout
+        while self._queue.unfinished_tasks:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.01)
+        return True
+
+    def reports(self) -> list[UploadReport]:
+        """Return and forget the reports of uploads finished since the last call."""
+        with self._lock:
+            found, self._reports = self._reports, []
+        return found
+
+    def close(self, timeout: float) -> None:
+        """Finish the queued uploads (up to ``timeout``), then end the thread. Idempotent."""
+        self.wait(timeout)
+        self._queue.put(None)
