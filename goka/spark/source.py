@@ -297,8 +297,9 @@ class GokaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self.epochs is not None:  # every partition, from the epoch's start onwards
             tasks = min(self.partitions_count, self.epoch_tasks or self.partitions_count)
             deadline_ms = int((time.time() + self.epoch_seconds) * 1000)  # one end for all
+            begin = _epoch_starts(start, end)
             return [
-                EpochPartition(i, {p: {t: end[t][str(p)] for t in self.topics}
+                EpochPartition(i, {p: {t: begin[t][str(p)] for t in self.topics}
                                    for p in range(i, self.partitions_count, tasks)}, deadline_ms)
                 for i in range(tasks)
             ]  # fmt: skip
@@ -347,6 +348,15 @@ class GokaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._end_offsets.close()
         if self._committed is not None:
             self._committed.close()
+
+
+def _epoch_starts(start: Offsets, end: Offsets) -> Offsets:
+    """Where an epoch's tasks begin: an epoch planned as one ends where the group's commits
+    were (processed: :meth:`GokaStreamReader._next_epoch`, which marks it with ``~epoch``);
+    a batch planned by a micro-batch run that a continuous run replays after a crash ends
+    where that batch would have ended, which nothing may have processed: it begins at its
+    start. (Tasks then begin where the group committed if that is further.)"""
+    return end if EPOCH in end else start
 
 
 def _limit(start: Offsets, end: Offsets, budget: int) -> Offsets:

@@ -1,10 +1,15 @@
-"""A continuous run SIGKILLed inside its first epoch, resumed in another mode: the partition
-stores have applied every click while Spark's checkpoint holds the epoch's offsets and no
-commit, so the resumed run is planned behind the stores. It must skip what they applied (and
-say so), whatever range Spark plans and whatever the rate limit.
+"""Runs killed in one mode and resumed in another, both ways.
 
-This is how the defect was found, with ``goka processor run`` as a user runs it: resumed with
-``--until-caught-up --max-offsets-per-trigger 5000``, the counts nearly doubled and it exited 0.
+A continuous run SIGKILLed inside its first epoch: the partition stores have applied every
+click while Spark's checkpoint holds the epoch's offsets and no commit, so the resumed run is
+planned behind the stores. It must skip what they applied (and say so), whatever range Spark
+plans and whatever the rate limit. This is how the defect was found, with ``goka processor
+run`` as a user runs it: resumed with ``--until-caught-up --max-offsets-per-trigger 5000``, the
+counts nearly doubled and it exited 0.
+
+A bounded run killed inside a micro-batch, resumed continuously on a new machine: Spark replays
+the batch as an epoch, whose end nothing processed; an epoch that began there lost the batch's
+records (found by the model-based crash series, seed 11).
 """
 
 from __future__ import annotations
@@ -16,12 +21,14 @@ import subprocess
 import sys
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from ..helpers import wait_for
 from .crash import kill_session
+from .model import Run, Sequence, play
 from .test_processor import clicks
 from .truth import committed, seen, view_of
 
@@ -94,3 +101,17 @@ def _resume_continuously(brokers: str, state: Path, env: dict[str, str], cwd: Pa
         process.send_signal(signal.SIGTERM)
         _, err = process.communicate(timeout=120)
     assert process.returncode == 0, err[-3000:]
+
+
+def test_a_bounded_run_killed_inside_a_batch_resumes_exactly_as_epochs_on_a_new_machine(
+    brokers: str, new_topic: Callable[..., str], tmp_path: Path
+) -> None:
+    bounded = Run(mode="available-now", max_offsets=300, epoch=30.0, trigger=0.0,
+                  commit_interval=0.1, snapshot_interval=0.0, new_machine=True)  # fmt: skip
+    sequence = Sequence(
+        seed=9011, partitions=4, backlog=4_000, users=300, live=0,
+        runs=(replace(bounded, kill="commit", nth=3), replace(bounded, mode="continuous")),
+    )  # fmt: skip
+    outcome = play(sequence, brokers, new_topic, tmp_path)
+    print(f"\n{outcome.line(sequence)}")
+    assert outcome.kills == 1, outcome.line(sequence)
