@@ -67,8 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``goka`` command; return its exit code."""
-    from goka.commands.options import UsageError
-    from goka.errors import ConfigurationError, GokaError
+    from goka.errors import ConfigurationError, GokaError, UsageError
 
     if "" not in sys.path and os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())  # module:attribute from the current directory

@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar
+from collections.abc import Callable, Mapping
+from typing import Any, Generic, NoReturn, TypeVar
 
-from goka.errors import GokaError, MessageTooLargeError
+from goka.errors import Abort, ContextError, GokaError, MessageTooLargeError
 from goka.keys import key_str
-
-if TYPE_CHECKING:
-    from goka.engine import Engine
 
 __all__ = ["Context", "ContextError", "Headers"]
 
@@ -40,14 +37,6 @@ class Raw:
         self.data = data
 
 
-class ContextError(GokaError):
-    """A callback used the context in a way the group graph does not allow."""
-
-
-class Abort(Exception):
-    """Raised by :meth:`Context.fail`: stop processing, whatever the error policy."""
-
-
 class Context(Generic[V]):
     """What a callback knows about the current message, and what it may do.
 
@@ -63,26 +52,45 @@ class Context(Generic[V]):
     """
 
     __slots__ = (
-        "_cache", "_decode_state", "_effects", "_encode_state", "_engine", "_max_bytes",
-        "_message", "_saved", "_store_get", "_table", "_undo", "group", "key", "partition",
+        "_cache", "_decode_state", "_effects", "_encode_state", "_loop", "_max_bytes",
+        "_message", "_outputs", "_read_table", "_saved", "_store_get", "_table", "_undo",
+        "group", "key", "partition",
     )  # fmt: skip
 
-    def __init__(self, engine: Engine, partition: int, *, undo: bool) -> None:
-        self._engine = engine
-        self.group = engine.graph.group
+    def __init__(
+        self,
+        group: str,
+        partition: int,
+        *,
+        table: str,
+        store_get: Callable[[str], bytes | None],
+        state: tuple[Callable[[bytes], Any], Callable[[Any], bytes]] | None,
+        outputs: Mapping[str, Callable[[Any], bytes]],
+        loop: tuple[str, Callable[[Any], bytes]] | None,
+        read_table: Callable[[str, str, str], Any],
+        max_bytes: int,
+        undo: bool,
+    ) -> None:
+        """Built by the engine, which gives the context what it may use and nothing more: the
+        group table's name and a reader of its committed state, the state codec's
+        ``(decode, encode)`` (None: no persist edge), the encoders of the output topics, the
+        loop topic and its encoder (None: no loop edge), a reader of joined and looked-up
+        tables ``(kind, table, key)``, the largest encoded message, and whether a failed
+        message's changes must be undone (the skip and dead-letter policies)."""
+        self.group = group
         self.partition = partition
         self.key = ""
         self._message: Any = ("", -1, None, None, 0, None)
         self._saved: Any = NOT_SAVED
         self._undo = undo
-        self._max_bytes = engine.max_message_bytes
-        self._store_get = engine.store_get
-        self._table = engine.table
-        persist = engine.graph.persist
+        self._max_bytes = max_bytes
+        self._store_get = store_get
+        self._table = table
         self._decode_state: Callable[[bytes], Any] | None = None
         self._encode_state: Callable[[Any], bytes] | None = None
-        if persist is not None:
-            self._decode_state, self._encode_state = persist.codec.decode, persist.codec.encode
+        if state is not None:
+            self._decode_state, self._encode_state = state
+        self._outputs, self._loop, self._read_table = outputs, loop, read_table
         self._bind({}, [])
 
     def _bind(self, cache: dict[str, Any], effects: list[Any]) -> None:
@@ -225,19 +233,16 @@ class Context(Generic[V]):
             CodecError: the output codec cannot encode ``value``.
             MessageTooLargeError: it encodes to more than the producer may send.
         """
-        engine = self._engine
-        encode = engine.output_encoders.get(topic)
+        encode = self._outputs.get(topic)
         if encode is None:
             raise ContextError(
                 f"group {self.group!r} cannot emit to {topic!r}: not an output edge "
-                f"(outputs: {', '.join(engine.output_encoders) or 'none'})"
+                f"(outputs: {', '.join(self._outputs) or 'none'})"
             )
         data = None if value is None else encode(value)
         if data is not None and len(data) > self._max_bytes:
             raise MessageTooLargeError(topic, key, len(data), self._max_bytes)
-        engine.effects.append(
-            (EMIT, topic, _check_key(key), data, _headers(headers), self._message)
-        )
+        self._effects.append((EMIT, topic, _check_key(key), data, _headers(headers), self._message))
 
     def loopback(
         self, key: str | bytes, value: Any, headers: dict[str, bytes] | Headers | None = None
@@ -249,15 +254,13 @@ class Context(Generic[V]):
             CodecError: the loop codec cannot encode ``value``.
             MessageTooLargeError: it encodes to more than the producer may send.
         """
-        engine = self._engine
-        if engine.loop_encode is None:
+        if self._loop is None:
             raise ContextError(f"group {self.group!r} has no loop edge; declare loop(codec, cb)")
-        data = engine.loop_encode(value)
+        topic, encode = self._loop
+        data = encode(value)
         if len(data) > self._max_bytes:
-            raise MessageTooLargeError(engine.loop_topic, key, len(data), self._max_bytes)
-        self._effects.append(
-            (LOOP, engine.loop_topic, _check_key(key), data, _headers(headers), self._message)
-        )
+            raise MessageTooLargeError(topic, key, len(data), self._max_bytes)
+        self._effects.append((LOOP, topic, _check_key(key), data, _headers(headers), self._message))
 
     def join(self, table: str) -> Any:
         """Return the current key's value in a joined table, or None.
@@ -265,7 +268,7 @@ class Context(Generic[V]):
         Raises:
             ContextError: ``table`` is not a join edge of the group.
         """
-        return self._engine.read_table("join", table, self.key)
+        return self._read_table("join", table, self.key)
 
     def lookup(self, table: str, key: str | bytes) -> Any:
         """Return ``key``'s value in a lookup table, or None.
@@ -273,7 +276,7 @@ class Context(Generic[V]):
         Raises:
             ContextError: ``table`` is not a lookup edge of the group.
         """
-        return self._engine.read_table("lookup", table, _check_key(key))
+        return self._read_table("lookup", table, _check_key(key))
 
     def fail(self, error: BaseException | str) -> NoReturn:
         """Stop processing with ``error``, whatever the group's error policy says.

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import functools
 import logging
 import threading
 import time
 from collections.abc import Callable
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from goka._accel import speedups
 from goka.codec import Codec
@@ -25,119 +24,27 @@ from goka.errors import (
 )
 from goka.kafka.config import Brokers, producer_config
 from goka.kafka.producer import (
-    DeliveredMessage,
     Headers,
-    KafkaErrorLike,
     ProduceError,
     Producer,
     ProducerBuilder,
-    delivery_error,
+    Timestamp,
     kafka_producer,
-    probe_message,
+    timestamp_ms,
 )
 from goka.keys import key_bytes
-from goka.metrics import LATENCY_BUCKETS, EmitterStats, PyEmitterStats, emitter_stats, register
+from goka.metrics import delivery_figures, emitter_stats, register
+from goka.pending import CPending, DeliveryServer, EmitterFuture, PyPending, future_class
+
+if speedups is not None:
+    from goka._speedups import Counters, Sender
 
 __all__ = ["Emitter"]
 
 V = TypeVar("V")
-Timestamp = int | dt.datetime  # int: milliseconds since the epoch
 
 log = logging.getLogger(__name__)
 _monotonic = time.monotonic
-
-
-class _EmitterFuture(DeliveryFuture):
-    """What both kinds of emitter futures share: failing, and building the Delivery lazily.
-
-    A future keeps two ints (not the message, which holds a copy of key and value) and builds
-    the :class:`Delivery` only if asked for. The emitter makes one subclass per emitter holding
-    its topic and stats as class attributes, so creating a future takes no arguments.
-    """
-
-    if not TYPE_CHECKING:
-        __slots__ = ()
-    _topic: str
-    _stats: EmitterStats
-    _partition: int
-    _offset: int
-    _interest: Callable[[], None]  # wakes the emitter's poll thread: someone waits for a result
-
-    if TYPE_CHECKING:
-
-        def __call__(self, error: KafkaErrorLike | None, message: DeliveredMessage) -> None:
-            """The producer's delivery callback."""
-
-    def _fail(self, error: KafkaErrorLike, message: DeliveredMessage) -> None:
-        self.set_exception(delivery_error(self._topic, message.key(), error))
-
-    def _wait(self, timeout: float | None) -> None:
-        if not self._done:
-            self._interest()  # the poll thread serves at once, even while others emit
-        super()._wait(timeout)
-
-    def add_done_callback(self, fn: Callable[[DeliveryFuture], object]) -> None:
-        if not self._done:
-            self._interest()
-        super().add_done_callback(fn)
-
-    def _delivery(self) -> Delivery:
-        if self._result is None:
-            self._result = Delivery(self._topic, self._partition, self._offset)
-        return self._result
-
-
-class _PyPending(_EmitterFuture):
-    """The pure-Python future: the future itself is the producer's delivery callback, so
-    emitting allocates no bound method."""
-
-    _partition = -1
-    _offset = -1
-    _record: Callable[[float], None]  # the stats' record, bound
-
-    def __call__(self, error: KafkaErrorLike | None, message: DeliveredMessage) -> None:
-        if error is None:
-            self._partition = message.partition()  # type: ignore[assignment]  # set once delivered
-            self._offset = message.offset()  # type: ignore[assignment]
-            self._record(message.latency() or 0.0)
-            self._done = True
-            if self._event is not None or self._callbacks is not None:
-                self._complete()
-        else:
-            self._stats.add_failed()
-            self._fail(error, message)
-
-
-if speedups is not None:
-    from goka._speedups import Counters, DeliveryState, Sender, calibrate
-
-    def _calibrate() -> bool:
-        """Let the C callback read confluent-kafka's Message fields directly, if a probe built
-        with the public constructor reads back right (else it calls the Message methods)."""
-        partition, offset, latency_us = 123_457, 9_876_543_210_123, 375_000
-        probe = probe_message(partition, offset, latency_us / 1e6)
-        return probe is not None and calibrate(probe, partition, offset, latency_us)
-
-    MESSAGE_FIELDS_READ_DIRECTLY = _calibrate()
-
-    class _CPending(DeliveryState, _EmitterFuture):
-        """The C future: goka._speedups.DeliveryState records the outcome in C and calls
-        ``_complete`` only when someone waits or added a done-callback."""
-
-        __slots__ = ()
-
-
-F = TypeVar("F", bound=_EmitterFuture)
-
-
-def _future_class(
-    base: type[F], topic: str, stats: EmitterStats, interest: Callable[[], None]
-) -> type[F]:
-    """An emitter's own future class: its topic, stats and poll-thread wake-up as class
-    attributes, so creating a future takes no arguments."""
-    attributes = {"_topic": topic, "_stats": stats, "_record": stats.record,
-                  "_interest": interest, "__slots__": ()}  # fmt: skip
-    return type("_Pending", (base,), attributes)
 
 
 class Emitter(Generic[V]):
@@ -193,7 +100,6 @@ class Emitter(Generic[V]):
         self.topic = topic
         self.codec = codec
         self.max_block = max_block
-        self._wake = threading.Event()  # set when someone waits for a delivery
         self._encode = codec.encode
         self._producer: Producer = producer_builder(producer_config(brokers, kafka_config))
         self._produce = self._producer.produce
@@ -202,26 +108,28 @@ class Emitter(Generic[V]):
             self._producer.partition_count(topic, connect_timeout)
         register()
         self._stats = stats = emitter_stats(topic)
+        self._deliveries = DeliveryServer(topic, self._producer.poll, stats)
         self._sender: Sender | None = None
-        self._new_future: Callable[[], _EmitterFuture]
+        self._new_future: Callable[[], EmitterFuture]
         if speedups is not None and isinstance(stats, Counters):  # C futures count in C only
-            c_type = _future_class(_CPending, topic, stats, self._wake.set)
+            c_type = future_class(CPending, topic, stats, self._deliveries.wake.set)
             self._new_future = functools.partial(c_type, stats)
             if type(self).emit is Emitter.emit:  # not overridden: the C fast path serves emit()
                 self._sender = self._c_sender(c_type, stats)
                 self.__dict__["emit"] = self._sender.emit
         else:
-            self._new_future = _future_class(_PyPending, topic, stats, self._wake.set)
+            self._new_future = future_class(PyPending, topic, stats, self._deliveries.wake.set)
         self._served = 0  # how often emit() served due deliveries itself (Python path)
         self._closed = False
-        self._space = threading.Event()
         self._close_lock = threading.Lock()
-        self._poller = threading.Thread(
-            target=self._poll_loop, name=f"goka-emitter-{topic}", daemon=True
+        sender = self._sender
+        self._deliveries.start(
+            served=lambda: self._served + (sender.served if sender is not None else 0),
+            serving=lambda: sender is not None and bool(sender.serving),
+            closed=lambda: self._closed,
         )
-        self._poller.start()
 
-    def _c_sender(self, future_type: type[_CPending], counters: Counters) -> Sender:
+    def _c_sender(self, future_type: type[CPending], counters: Counters) -> Sender:
         """emit()'s C fast path; it hands anything unusual to the Python code below."""
         return Sender(
             self.topic,
@@ -266,7 +174,7 @@ class Emitter(Generic[V]):
                 self._produce(self.topic, data, key, on_delivery=future)
             else:
                 self._produce(self.topic, data, key, on_delivery=future,
-                              headers=headers, timestamp=_millis(timestamp))  # fmt: skip
+                              headers=headers, timestamp=timestamp_ms(timestamp))  # fmt: skip
         except BufferError:
             self._produce_when_space(future, key, data, headers, timestamp)
         except UnicodeEncodeError:  # a str key standing for bytes that are not UTF-8
@@ -279,8 +187,8 @@ class Emitter(Generic[V]):
         return future
 
     def _produce_failed(
-        self, future: _EmitterFuture, key: str | bytes, data: bytes | None, error: BaseException
-    ) -> _EmitterFuture:
+        self, future: EmitterFuture, key: str | bytes, data: bytes | None, error: BaseException
+    ) -> EmitterFuture:
         """The C fast path's produce() raised: wait for space or raise what emit() raises."""
         if isinstance(error, UnicodeEncodeError):  # a key standing for bytes that are not UTF-8
             self._produce_when_space(future, key_bytes(key), data, None, None)
@@ -369,7 +277,7 @@ class Emitter(Generic[V]):
 
     def _try_produce(
         self,
-        future: _EmitterFuture,
+        future: EmitterFuture,
         key: str | bytes,
         data: bytes | None,
         headers: Headers | None,
@@ -378,7 +286,7 @@ class Emitter(Generic[V]):
         """Queue the message; return False if the local queue is full."""
         try:
             self._produce(self.topic, data, key, on_delivery=future,
-                          headers=headers, timestamp=_millis(timestamp))  # fmt: skip
+                          headers=headers, timestamp=timestamp_ms(timestamp))  # fmt: skip
         except BufferError:
             return False
         except UnicodeEncodeError:  # a str key standing for bytes that are not UTF-8
@@ -389,7 +297,7 @@ class Emitter(Generic[V]):
 
     def _produce_when_space(
         self,
-        future: _EmitterFuture,
+        future: EmitterFuture,
         key: str | bytes,
         data: bytes | None,
         headers: Headers | None,
@@ -397,12 +305,12 @@ class Emitter(Generic[V]):
     ) -> None:
         deadline = _monotonic() + self.max_block
         while True:
-            self._space.clear()
+            self._deliveries.space.clear()
             if self._try_produce(future, key, data, headers, timestamp):
                 return
             self._check_deadline(deadline)
             if _USER_CALLBACKS_RUNNING[0]:  # poll() must not be re-entered from a callback
-                self._space.wait(0.01)  # set by the poll thread when acknowledgements free space
+                self._deliveries.space.wait(0.01)  # set when acknowledgements free space
             else:
                 self._served += 1
                 self._serve(0.001)  # serve acknowledgements here, as a bare producer loop does
@@ -417,34 +325,6 @@ class Emitter(Generic[V]):
             )
 
     # -- lifecycle -------------------------------------------------------------------------------
-    def _poll_loop(self) -> None:
-        """Serve delivery reports unless application threads are doing it.
-
-        Threads calling emit() serve due reports themselves (a bare producer loop's poll(0)).
-        While they keep doing so and nobody waits for a result, this thread stands back, looking
-        every 5 ms: two threads serving at once fight over the GIL, which cost ~20% of emit
-        throughput. A thread that starts waiting on a future (result(), emit_sync, await) wakes
-        it at once, so waiting costs no extra latency.
-        """
-        poll, space, wake, stats = self._producer.poll, self._space, self._wake, self._stats
-        py_stats = stats if isinstance(stats, PyEmitterStats) else None
-        sender = self._sender
-        last = -1
-        while not self._closed:
-            served = self._served + (sender.served if sender is not None else 0)
-            if (served != last or (sender is not None and sender.serving)) and not wake.is_set():
-                last = served
-                wake.wait(0.005)
-                continue
-            wake.clear()
-            try:
-                if poll(0.1):
-                    space.set()
-                if py_stats is not None and py_stats.pending > 100_000:
-                    py_stats.fold()
-            except Exception:  # a user's done-callback raised; keep serving the others
-                log.exception("emitter %s: a delivery callback raised", self.topic)
-
     def flush(self, timeout: float | None = None) -> int:
         """Wait until every queued message is acknowledged or failed.
 
@@ -478,7 +358,7 @@ class Emitter(Generic[V]):
             self._closed = True
             if self._sender is not None:
                 self._sender.close()  # later emit() calls take the Python path, which refuses
-        self._poller.join()
+        self._deliveries.join()
         if remaining:
             log.warning("emitter %s: purging %d unacknowledged messages", self.topic, remaining)
             self._producer.purge()
@@ -488,16 +368,9 @@ class Emitter(Generic[V]):
         """What a status page shows: topic, messages delivered and failed (of every emitter of
         this topic in the process), queued now, delivery latency percentiles (upper bucket
         bounds, seconds) and whether this emitter is closed."""
-        counts = self._stats.bucket_counts()
-        return {
-            "topic": self.topic,
-            "delivered": self._stats.delivered,
-            "failed": self._stats.failed,
-            "queued": 0 if self._closed else len(self._producer),
-            "latency_p50_seconds": _percentile(counts, 0.50),
-            "latency_p99_seconds": _percentile(counts, 0.99),
-            "closed": self._closed,
-        }
+        queued = 0 if self._closed else len(self._producer)
+        return {"topic": self.topic, **delivery_figures(self._stats), "queued": queued,
+                "closed": self._closed}  # fmt: skip
 
     @property
     def closed(self) -> bool:
@@ -522,25 +395,3 @@ class Emitter(Generic[V]):
 
 def _key_error(key: object) -> CodecError:
     return CodecError("key", f"expected str or bytes, got {type(key).__name__}")
-
-
-def _millis(timestamp: Timestamp | None) -> int:
-    """Kafka timestamps are milliseconds since the epoch; 0 lets the producer stamp the time."""
-    if timestamp is None:
-        return 0
-    if isinstance(timestamp, dt.datetime):
-        return int(timestamp.timestamp() * 1000)
-    return int(timestamp)
-
-
-def _percentile(counts: list[int], q: float) -> float | None:
-    """The upper bound of the latency bucket holding the ``q`` quantile (None: no data)."""
-    total = sum(counts)
-    if not total:
-        return None
-    running = 0
-    for bound, count in zip((*LATENCY_BUCKETS, float("inf")), counts, strict=True):
-        running += count
-        if running >= q * total:
-            return bound
-    return float("inf")

@@ -14,8 +14,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from goka.context import MISSING, NOT_SAVED, TABLE, Abort, Context, ContextError, Headers
-from goka.errors import ConfigurationError, ProcessingError, StorageError
+from goka.context import MISSING, NOT_SAVED, TABLE, Context, Headers
+from goka.errors import Abort, ConfigurationError, ContextError, ProcessingError, StorageError
 from goka.graph import Callback, Edge, GroupGraph
 from goka.keys import decode_text, key_str
 
@@ -103,11 +103,6 @@ class Engine:
         self.pause_gc = pause_gc
         self.max_message_bytes = sys.maxsize if max_message_bytes is None else max_message_bytes
         self.nil_handling = graph.nil_handling
-        self.store_get = store
-        self.table = graph.table
-        self.loop_topic = graph.loop_topic
-        self.loop_encode = graph.loop.codec.encode if graph.loop else None
-        self.output_encoders = {t: e.codec.encode for t, e in graph.outputs.items()}
         self._readers = {
             kind: {t: (tables[t], e.codec.decode) for t, e in edges.items()}
             for kind, edges in (("join", graph.joins), ("lookup", graph.lookups))
@@ -117,7 +112,15 @@ class Engine:
         if graph.loop:
             self._routes[graph.loop_topic] = _route(graph.loop)
             self._codecs[graph.loop_topic] = graph.loop.codec
-        self.context: Context[Any] = Context(self, partition, undo=on_error != "fail")
+        persist = graph.persist
+        self.context: Context[Any] = Context(
+            graph.group, partition, table=graph.table, store_get=store,
+            state=(persist.codec.decode, persist.codec.encode) if persist else None,
+            outputs={t: e.codec.encode for t, e in graph.outputs.items()},
+            loop=(graph.loop_topic, graph.loop.codec.encode) if graph.loop else None,
+            read_table=self.read_table, max_bytes=self.max_message_bytes,
+            undo=on_error != "fail",
+        )  # fmt: skip
         self._reset()
 
     def _reset(self) -> None:

@@ -4,7 +4,9 @@ Every error the library raises on purpose derives from :class:`GokaError`::
 
     GokaError
     ├── ConfigurationError        invalid settings, found when they are declared
-    │   └── GraphError            an invalid group graph (names the offending edge)
+    │   ├── GraphError            an invalid group graph (names the offending edge)
+    │   └── UsageError            a wrong command line (the ``goka`` command exits with 2)
+    ├── ContextError              a callback used its context as its graph does not allow
     ├── CodecError                a value that cannot be encoded or decoded
     ├── MessageTooLargeError      an encoded state, emit or loopback over the producer's limit
     ├── BrokerError               talking to Kafka failed
@@ -13,24 +15,32 @@ Every error the library raises on purpose derives from :class:`GokaError`::
     │   │   └── TopicRewoundError a topic ends before, or starts after, what was read of it
     │   └── DeliveryError         a produced message was not acknowledged
     ├── EmitterClosedError        emit() after close()
+    ├── ViewError                 a view stopped: its table topic cannot be followed
+    ├── ViewNotReadyError         a read before the view recovered
     ├── ViewUnreachableError      a view service cannot be reached (refused, TLS, timeout)
+    ├── TableNotServedError       a view service does not serve the table asked for
     ├── StorageError              local state (LevelDB, memory) failed or is foreign
     │   ├── StorageLockedError    the storage is open in another process
     │   ├── StorageCorruptError   its files are damaged (moved aside and rebuilt)
     │   ├── SnapshotError         a state snapshot is missing, truncated or corrupt
     │   └── OffsetRegressionError a commit would move a store's applied offsets back (a bug)
-    └── ProcessingError           a message could not be processed (topic/partition/offset/key)
+    ├── ProcessingError           a message could not be processed (topic/partition/offset/key)
+    └── ProcessorFailed           a processor's streaming query stopped with an error
 
-Errors raised by a dependency are chained with ``raise ... from cause``.
+Errors raised by a dependency are chained with ``raise ... from cause``. :class:`Abort` is not
+an error the library reports: ``ctx.fail()`` raises it to stop processing, and the engine turns
+it into a :class:`ProcessingError`.
 """
 
 from __future__ import annotations
 
 __all__ = [
+    "Abort",
     "BrokerError",
     "BrokerNotFoundError",
     "CodecError",
     "ConfigurationError",
+    "ContextError",
     "DeliveryError",
     "EmitterClosedError",
     "GokaError",
@@ -38,12 +48,16 @@ __all__ = [
     "MessageTooLargeError",
     "OffsetRegressionError",
     "ProcessingError",
+    "ProcessorFailed",
     "SnapshotError",
     "StorageCorruptError",
     "StorageError",
     "StorageLockedError",
+    "TableNotServedError",
     "TopicError",
     "TopicRewoundError",
+    "UsageError",
+    "ViewError",
     "ViewNotReadyError",
     "ViewUnreachableError",
     "describe_key",
@@ -185,6 +199,39 @@ class ViewUnreachableError(GokaError, ConnectionError):
 
 class ViewNotReadyError(GokaError):
     """A read before the view recovered (and stale reads are not allowed)."""
+
+
+class ViewError(GokaError):
+    """The view stopped: its table topic cannot be followed (see the message)."""
+
+
+class TableNotServedError(GokaError, KeyError):
+    """The view server does not serve the table asked for (gRPC NOT_FOUND)."""
+
+
+class ContextError(GokaError):
+    """A callback used the context in a way the group graph does not allow."""
+
+
+class Abort(Exception):
+    """Raised by :meth:`goka.Context.fail`: stop processing, whatever the error policy (the
+    engine reports it as a :class:`ProcessingError`)."""
+
+
+class UsageError(ConfigurationError):
+    """The command line is wrong (the ``goka`` command exits with status 2)."""
+
+
+class ProcessorFailed(GokaError):
+    """A processor's streaming query stopped with an error (the message says where and why).
+
+    Attributes:
+        cause: the class name of the task's goka error (e.g. ``ProcessingError``), or "".
+    """
+
+    def __init__(self, message: str, cause: str = "") -> None:
+        super().__init__(message)
+        self.cause = cause
 
 
 class StorageError(GokaError):

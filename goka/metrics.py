@@ -24,7 +24,9 @@ __all__ = [
     "EmitterStats",
     "PyEmitterStats",
     "ViewMetrics",
+    "delivery_figures",
     "emitter_stats",
+    "latency_percentile",
     "new_emitter_stats",
     "register",
     "view_metrics",
@@ -242,3 +244,29 @@ class ViewMetrics:
 def view_metrics(table: str) -> ViewMetrics:
     """Return the metrics of the view of ``table``."""
     return ViewMetrics(table)
+
+
+def latency_percentile(counts: list[int], q: float) -> float | None:
+    """The upper bound of the :data:`LATENCY_BUCKETS` bucket holding the ``q`` quantile of
+    ``counts`` (per bucket, and a last +Inf one; None: no data)."""
+    total = sum(counts)
+    if not total:
+        return None
+    running = 0
+    for bound, count in zip((*LATENCY_BUCKETS, float("inf")), counts, strict=True):
+        running += count
+        if running >= q * total:
+            return bound
+    return float("inf")
+
+
+def delivery_figures(stats: EmitterStats) -> dict[str, Any]:
+    """An emitter status page's figures: messages delivered and failed (by every emitter of
+    the topic in the process) and delivery latency percentiles (upper bucket bounds, s)."""
+    counts = stats.bucket_counts()
+    return {
+        "delivered": stats.delivered,
+        "failed": stats.failed,
+        "latency_p50_seconds": latency_percentile(counts, 0.50),
+        "latency_p99_seconds": latency_percentile(counts, 0.99),
+    }

@@ -14,12 +14,18 @@ from types import TracebackType
 from typing import Any, Generic, TypeVar
 
 from goka.codec import Codec
-from goka.errors import GokaError, StorageCorruptError, StorageError, ViewNotReadyError
+from goka.errors import (
+    StorageCorruptError,
+    StorageError,
+    ViewError,
+    ViewNotReadyError,
+)
 from goka.kafka.config import Brokers
-from goka.kafka.table_consumer import Polled, TableConsumer
+from goka.kafka.table_consumer import TableConsumer
 from goka.keys import key_str
 from goka.metrics import view_metrics
-from goka.storage import LevelDBStorage, MemoryStorage, Storage, WriteBatch, move_aside
+from goka.storage import LevelDBStorage, MemoryStorage, Storage, move_aside
+from goka.table_copy import PartitionStats, TableCopy
 
 __all__ = ["PartitionStats", "View", "ViewError", "ViewNotReadyError", "ViewState", "ViewStats"]
 
@@ -37,19 +43,6 @@ class ViewState(enum.Enum):
     REBUILDING = "rebuilding"  # its store was damaged: rebuilt from the table topic
     FAILED = "failed"
     CLOSED = "closed"
-
-
-class ViewError(GokaError):
-    """The view stopped: its table topic cannot be followed (see the message)."""
-
-
-@dataclass(frozen=True)
-class PartitionStats:
-    """Where a view is in one partition."""
-
-    offset: int
-    high_watermark: int | None
-    lag: int | None
 
 
 @dataclass(frozen=True)
@@ -124,10 +117,8 @@ class View(Generic[V]):
         self._stopping = threading.Event()
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
-        self._offsets: dict[int, int] = {}
-        self._high: dict[int, int | None] = {}
-        self._applied = self._skipped = 0
         self._metrics = view_metrics(table)
+        self._copy = TableCopy(table, self._metrics)
 
     def _open_storage(self) -> Storage:
         """Open the store at the view's path; a damaged one is moved aside and a new one
@@ -221,8 +212,7 @@ class View(Generic[V]):
             partitions = consumer.partitions(self.connect_timeout)
             while True:
                 try:
-                    stored = self._stored_offsets(partitions)
-                    self._offsets = {p: stored.get(p, 0) for p in range(partitions)}
+                    stored = self._copy.resume(self._storage, partitions)
                     consumer.assign({p: stored.get(p) for p in range(partitions)})
                     self._set_state(
                         ViewState.REBUILDING if self._rebuilding else ViewState.CATCHING_UP
@@ -234,16 +224,6 @@ class View(Generic[V]):
         finally:
             consumer.close()
 
-    def _stored_offsets(self, partitions: int) -> dict[int, int]:
-        stored = {p: o for (t, p), o in self._storage.offsets().items() if t == self.table}
-        beyond = [p for p in stored if p >= partitions]
-        if beyond:
-            raise ViewError(
-                f"storage of table {self.table!r} has offsets for partitions {beyond}, but the "
-                f"topic has {partitions} partitions; delete the storage to rebuild it"
-            )
-        return stored
-
     def _loop(self, consumer: TableConsumer, not_at_end: set[int]) -> None:
         last_probe = last_check = 0.0
         while not self._stopping.is_set():
@@ -253,11 +233,10 @@ class View(Generic[V]):
             if polled.fatal:
                 raise ViewError(polled.fatal)
             if polled.records:
-                self._apply(polled)
+                self._copy.apply(self._storage, polled)
             not_at_end.difference_update(polled.eof)
             for partition in {row[0] for row in polled.records} | set(polled.eof):
-                self._high[partition] = consumer.high_watermark(partition)
-                self._check_not_truncated(partition)
+                self._copy.saw_end(partition, consumer.high_watermark(partition))
             if polled.transient:
                 log.warning("view %s: %s", self.table, "; ".join(polled.transient))
                 self._set_state(ViewState.RECONNECTING)
@@ -268,63 +247,14 @@ class View(Generic[V]):
                 last_probe = now
             if time.monotonic() - last_check > 1.0:  # partitions without traffic, too
                 last_check = time.monotonic()
-                for partition in self._offsets:
-                    self._high[partition] = consumer.high_watermark(partition)
-                    self._check_not_truncated(partition)
+                for partition in self._copy.offsets:
+                    self._copy.saw_end(partition, consumer.high_watermark(partition))
             if not not_at_end and not self.recovered and self._damage is None:
                 self._recovered.set()
                 self._rebuilding = False
                 if self._state in (ViewState.CATCHING_UP, ViewState.REBUILDING):
                     self._set_state(ViewState.RUNNING)
-            self._metrics.lag(self._lags())
-
-    def _check_not_truncated(self, partition: int) -> None:
-        """A table topic that ends before our offset lost data (recreated or truncated)."""
-        high = self._high.get(partition)
-        if high is not None and high < self._offsets[partition]:
-            raise ViewError(
-                f"table topic {self.table!r} partition {partition} ends at offset {high}, before "
-                f"the view's offset {self._offsets[partition]}: the topic was truncated or "
-                "recreated; delete the view's storage to rebuild it"
-            )
-
-    def _apply(self, polled: Polled) -> None:
-        batch = WriteBatch()
-        values, last = batch.values, {}
-        try:
-            for partition, offset, key, value in polled.records:
-                # goka.keys.key_str, inlined: any bytes, no loss
-                values[key.decode("utf-8", "surrogateescape")] = value  # type: ignore[union-attr]  # None: slow path
-                last[partition] = offset
-        except AttributeError:
-            values.clear()
-            last = self._apply_checked(polled, values)
-        for partition, offset in last.items():
-            batch.set_offset(self.table, partition, offset + 1)
-        self._storage.write(batch)
-        self._offsets.update((p, o + 1) for p, o in last.items())
-        self._applied += len(polled.records)
-        self._metrics.applied(len(polled.records))
-
-    def _apply_checked(self, polled: Polled, values: dict[str, bytes | None]) -> dict[int, int]:
-        last = {}
-        for partition, offset, key, value in polled.records:
-            last[partition] = offset
-            if key is None:
-                self._skipped += 1
-                log.warning(
-                    "view %s: skipping partition %d offset %d: a table record without a key",
-                    self.table, partition, offset,
-                )  # fmt: skip
-            else:
-                values[key_str(key)] = value
-        return last
-
-    def _lags(self) -> dict[int, int | None]:
-        return {
-            p: None if self._high.get(p) is None else max(0, (self._high[p] or 0) - o)
-            for p, o in self._offsets.items()
-        }
+            self._metrics.lag(self._copy.lags())
 
     def wait_recovered(self, timeout: float | None = None) -> None:
         """Wait until the view recovered.
@@ -454,13 +384,9 @@ class View(Generic[V]):
 
     def stats(self) -> ViewStats:
         """Return the view's state, progress and lag per partition."""
-        lags = self._lags()
-        partitions = {
-            p: PartitionStats(o, self._high.get(p), lags[p])
-            for p, o in sorted(self._offsets.items())
-        }
-        return ViewStats(self.table, self._state, self.recovered, self._applied, self._skipped,
-                         partitions)  # fmt: skip
+        copy = self._copy
+        return ViewStats(self.table, self._state, self.recovered, copy.applied, copy.skipped,
+                         copy.partition_stats())  # fmt: skip
 
     def __repr__(self) -> str:
         return f"View({self.table!r}, {self._state.value})"

@@ -7,13 +7,9 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from goka.errors import ConfigurationError
+from goka.errors import UsageError
 
-__all__ = ["UsageError", "add", "add_brokers", "add_http", "brokers", "env_name"]
-
-
-class UsageError(ConfigurationError):
-    """The command line is wrong (exit status 2)."""
+__all__ = ["add", "add_brokers", "add_http", "brokers", "env_name"]
 
 
 def env_name(flag: str) -> str:

@@ -10,7 +10,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from goka.commands.options import UsageError, add, add_brokers, add_http, brokers
+from goka.commands.options import add, add_brokers, add_http, brokers
+from goka.errors import UsageError
 
 __all__ = ["register"]
 

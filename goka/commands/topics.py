@@ -8,7 +8,8 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from goka.commands.options import UsageError, add, add_brokers, brokers
+from goka.commands.options import add, add_brokers, brokers
+from goka.errors import UsageError
 
 if TYPE_CHECKING:
     from goka.kafka import KafkaAdmin

@@ -1,22 +1,26 @@
 """The gRPC view service: server, client and (in ``v1``) the code generated from ``proto/``.
 
 The client is part of the core install; the server (``goka.grpc.server``) needs the ``view``
-extra and loads when :class:`ViewServer` or :class:`TlsConfig` is first used.
+extra. Both load when first used (the package imports nothing itself: its modules import the
+generated code through it).
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from goka.grpc.client import ClientTls, TableNotServedError, ViewClient, ViewInfo
+from goka._lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from goka.errors import TableNotServedError
+    from goka.grpc.client import ClientTls, ViewClient, ViewInfo
     from goka.grpc.server import TlsConfig, ViewServer
 
 __all__ = ["ClientTls", "TableNotServedError", "TlsConfig", "ViewClient", "ViewInfo", "ViewServer"]
 
-
-def __getattr__(name: str) -> Any:
-    if name in ("TlsConfig", "ViewServer"):
-        from goka.grpc import server
-
-        return getattr(server, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "goka.errors": ("TableNotServedError",),
+        "goka.grpc.client": ("ClientTls", "ViewClient", "ViewInfo"),
+        "goka.grpc.server": ("TlsConfig", "ViewServer"),
+    },
+)

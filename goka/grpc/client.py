@@ -10,7 +10,13 @@ from typing import Any
 import grpc
 
 from goka.codec import Codec, codec_by_name
-from goka.errors import ConfigurationError, GokaError, ViewNotReadyError, ViewUnreachableError
+from goka.errors import (
+    ConfigurationError,
+    GokaError,
+    TableNotServedError,
+    ViewNotReadyError,
+    ViewUnreachableError,
+)
 from goka.grpc.v1 import view_pb2, view_pb2_grpc
 from goka.keys import key_bytes, key_str
 
@@ -18,10 +24,6 @@ __all__ = ["REASON", "ClientTls", "TableNotServedError", "ViewClient", "ViewInfo
 
 #: The trailing metadata key with which the server says why a table is UNAVAILABLE.
 REASON = "goka-reason"
-
-
-class TableNotServedError(GokaError, KeyError):
-    """The server does not serve the table asked for (NOT_FOUND)."""
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ how tests and the tester swap in an in-memory implementation.
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
@@ -22,8 +23,13 @@ __all__ = [
     "ProduceError",
     "Producer",
     "ProducerBuilder",
+    "Timestamp",
     "delivery_error",
+    "timestamp_ms",
 ]
+
+#: A message's time: milliseconds since the epoch, or a datetime.
+Timestamp = int | dt.datetime
 
 #: Message headers, as confluent-kafka takes them.
 Headers = dict[str, str | bytes | None] | list[tuple[str, str | bytes | None]]
@@ -154,3 +160,12 @@ def probe_message(partition: int, offset: int, latency: float) -> DeliveredMessa
 def kafka_producer(config: dict[str, Any]) -> Producer:
     """The default producer builder."""
     return KafkaProducer(config)
+
+
+def timestamp_ms(timestamp: Timestamp | None) -> int:
+    """Kafka timestamps are milliseconds since the epoch; 0 lets the producer stamp the time."""
+    if timestamp is None:
+        return 0
+    if isinstance(timestamp, dt.datetime):
+        return int(timestamp.timestamp() * 1000)
+    return int(timestamp)

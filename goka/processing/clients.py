@@ -9,7 +9,7 @@ from typing import Any
 
 from goka.kafka.config import producer_config
 from goka.kafka.producer import Producer
-from goka.kafka.ranges import RecordReader
+from goka.kafka.reader import RecordReader
 from goka.processing.config import TaskConfig
 from goka.processing.worker import Worker, frozen
 from goka.storage.snapshots import SnapshotStore

@@ -17,7 +17,8 @@ from goka.codec import BytesCodec
 from goka.engine import ErrorPolicy
 from goka.graph import GroupGraph
 from goka.kafka.producer import ProducerBuilder, kafka_producer
-from goka.kafka.ranges import RangeReader, RecordReader
+from goka.kafka.ranges import RangeReader
+from goka.kafka.reader import RecordReader
 from goka.storage import LevelDBStorage, MemoryStorage, Storage, StorageBuilder
 from goka.storage.snapshots import SnapshotStore
 from goka.view import View

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from goka.errors import SnapshotError, StorageError, TopicRewoundError
-from goka.kafka.ranges import RecordReader, Row
+from goka.kafka.reader import RecordReader, Row
 from goka.processing.applied import commit
 from goka.processing.leases import Lease
 from goka.storage import WriteBatch

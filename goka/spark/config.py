@@ -26,8 +26,61 @@ MODES = ("micro-batch", "continuous", "available-now")
 
 @dataclass(frozen=True)
 class ProcessorConfig:
-    """Every setting of a processor (each is described at :class:`goka.spark.Processor`),
-    checked when built. ``checkpoint_dir`` and ``snapshot_dir`` are derived where not given.
+    """Every setting of a processor (:class:`goka.spark.Processor` takes them as keyword
+    arguments), checked when built: invalid settings fail at declaration, not mid-stream.
+
+    Attributes:
+        graph: the group to run.
+        brokers: bootstrap servers.
+        checkpoint_dir: Spark's checkpoint (shared storage on a cluster).
+        state_dir: where tasks keep partition stores, ``<state_dir>/<group>/partition-N``; a
+            relative path is taken in each executor's working directory (its local disk).
+        mode: ``micro-batch`` (default): each micro-batch processes the records that arrived
+            since the previous one, every ``trigger``; ``continuous``: each micro-batch is an
+            *epoch* of ``epoch`` seconds in which every task processes its partition as
+            records arrive and commits every ``commit_interval`` (latency in milliseconds
+            instead of about a second); ``available-now``: what is there, then stop.
+        trigger: the micro-batch interval, ``"1 second"`` (``"available-now"``: as the mode).
+        epoch: seconds of each epoch in continuous mode (between them, Spark plans the next
+            one: a pause of a few hundred milliseconds).
+        commit_interval: seconds between a task's commits in continuous mode (a crash repeats
+            at most this much of the outputs).
+        epoch_tasks: tasks per epoch in continuous mode, each running some partitions (the
+            tasks of an epoch must all run at once: default, the job's task slots, Spark's
+            default parallelism, or one per partition if there are fewer partitions).
+        on_error: ``fail`` (default), ``skip`` or ``dead_letter`` (to ``<group>-dlq``).
+        max_offsets_per_trigger: most input records per micro-batch.
+        starting_offsets: where a new checkpoint starts: ``earliest`` (default), ``latest``,
+            JSON ``{"topic": {"0": 42}}``, or ``group``: the offsets committed to the consumer
+            group ``<group>`` (by Go Goka, or by an earlier run with another checkpoint;
+            ``earliest`` where none). Tasks commit the group's offsets after each commit of
+            their own, so lag tools and Go Goka see them. In every mode, tasks begin at least
+            where the group committed, as Go Goka does: what it committed is in the group
+            table and is not processed again (to process input again, reset the group's
+            offsets or name a new group).
+        kafka_config: librdkafka settings for every client.
+        producer_config: librdkafka settings for the tasks' producer only (acks, compression).
+        topics: creation settings for the group table, loop and DLQ topics.
+        snapshot_interval: seconds between snapshots of each partition's stores (0: none). A
+            partition that moves to another executor restores its newest snapshot and replays
+            only the table records written since, instead of the whole table.
+        snapshot_dir: where snapshots go: a path or fsspec URL (``s3://``, ``gs://``,
+            ``hdfs://``; shared by all executors). Default: ``<checkpoint_dir>/state``.
+        snapshots_kept: snapshots kept per partition.
+        snapshot_options: fsspec storage options for ``snapshot_dir`` (credentials...).
+        builders: where partition processors get their storage, producer, reader, snapshot
+            store and lookup tables (tests swap them; see
+            :class:`goka.processing.config.Builders`).
+        progress_interval: in continuous mode, seconds between updates of the lag, committed
+            offset and commit time metrics and status from the group's commits while an epoch
+            runs (batch counts and durations are reported when each epoch ends).
+        broker_timeout: seconds a task's read may get nothing before it fails the batch
+            (naming the brokers if librdkafka could not reach them); a read that progresses
+            goes on however long it takes.
+        session: how the session built here is built (its master, ``local[2]`` unless
+            spark-submit gives one; the UI; JVM options).
+        log_level, log_format: how the Python workers that run the tasks log (None: they
+            configure nothing).
 
     Raises:
         ConfigurationError: an invalid setting, or a snapshot location that cannot be used.

@@ -17,7 +17,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
 from goka.engine import ErrorPolicy
-from goka.errors import GokaError
+from goka.errors import ProcessorFailed
 from goka.graph import GroupGraph
 from goka.kafka.config import Brokers, bootstrap_servers
 from goka.processing.config import Builders, TaskConfig
@@ -26,11 +26,11 @@ from goka.processing.signals import PartitionBoard, StopSignal
 from goka.processing.summary import PartitionSummary
 from goka.spark.config import MODES, ProcessorConfig
 from goka.spark.metrics import ProcessorMetrics
+from goka.spark.query import start_query
 from goka.spark.session import SessionSettings, build_session, ui_address
-from goka.spark.source import GokaKafkaSource
 from goka.spark.status import PartitionStatus
-from goka.spark.summary import BatchSummary, ProcessorFailed, Totals, translate
-from goka.spark.task import READY_DDL, encode_config, ready_worker
+from goka.spark.summary import BatchSummary, Totals, translate
+from goka.spark.task import encode_config, start_python_workers
 from goka.topic_manager import TopicManager, TopicManagerConfig, prepare_group
 
 __all__ = ["MODES", "BatchSummary", "Processor", "ProcessorFailed", "Totals"]
@@ -44,57 +44,11 @@ class Processor:
     Args:
         graph: the group to run.
         brokers: bootstrap servers.
-        spark: a session to use; by default one is built (see ``session``).
+        spark: a session to use; by default one is built (as ``session`` and ``master`` say).
         master: Spark master URL for the session built here (``local[2]``, ``spark://...``).
-        checkpoint_dir: Spark's checkpoint (shared storage on a cluster).
-        state_dir: where tasks keep partition stores, ``<state_dir>/<group>/partition-N``; a
-            relative path is taken in each executor's working directory (its local disk).
-        mode: ``micro-batch`` (default): each micro-batch processes the records that arrived
-            since the previous one, every ``trigger``; ``continuous``: each micro-batch is an
-            *epoch* of ``epoch`` seconds in which every task processes its partition as
-            records arrive and commits every ``commit_interval`` (latency in milliseconds
-            instead of about a second); ``available-now``: what is there, then stop.
-        trigger: the micro-batch interval, ``"1 second"`` (``"available-now"``: as the mode).
-        epoch: seconds of each epoch in continuous mode (between them, Spark plans the next
-            one: a pause of a few hundred milliseconds).
-        commit_interval: seconds between a task's commits in continuous mode (a crash repeats
-            at most this much of the outputs).
-        epoch_tasks: tasks per epoch in continuous mode, each running some partitions (the
-            tasks of an epoch must all run at once: default, the job's task slots, Spark's
-            default parallelism, or one per partition if there are fewer partitions).
-        on_error: ``fail`` (default), ``skip`` or ``dead_letter`` (to ``<group>-dlq``).
-        max_offsets_per_trigger: most input records per micro-batch.
-        starting_offsets: where a new checkpoint starts: ``earliest`` (default), ``latest``,
-            JSON ``{"topic": {"0": 42}}``, or ``group``: the offsets committed to the consumer
-            group ``<group>`` (by Go Goka, or by an earlier run with another checkpoint;
-            ``earliest`` where none). Tasks commit the group's offsets after each commit of
-            their own, so lag tools and Go Goka see them. In every mode, tasks begin at least
-            where the group committed, as Go Goka does: what it committed is in the group
-            table and is not processed again (to process input again, reset the group's
-            offsets or name a new group).
-        kafka_config: librdkafka settings for every client.
-        producer_config: librdkafka settings for the tasks' producer only (acks, compression).
-        topics: creation settings for the group table, loop and DLQ topics.
-        snapshot_interval: seconds between snapshots of each partition's stores (0: none). A
-            partition that moves to another executor restores its newest snapshot and replays
-            only the table records written since, instead of the whole table.
-        snapshot_dir: where snapshots go: a path or fsspec URL (``s3://``, ``gs://``,
-            ``hdfs://``; shared by all executors). Default: ``<checkpoint_dir>/state``.
-        snapshots_kept: snapshots kept per partition.
-        snapshot_options: fsspec storage options for ``snapshot_dir`` (credentials...).
-        builders: where partition processors get their storage, producer, reader, snapshot
-            store and lookup tables (tests swap them; see
-            :class:`goka.processing.config.Builders`).
-        progress_interval: in continuous mode, seconds between updates of the lag, committed
-            offset and commit time metrics and status from the group's commits while an epoch
-            runs (batch counts and durations are reported when each epoch ends).
-        broker_timeout: seconds a task's read may get nothing before it fails the batch
-            (naming the brokers if librdkafka could not reach them); a read that progresses
-            goes on however long it takes.
-        session: how the session built here is built (UI, JVM options; ``master`` wins over
-            its master).
-        log_level, log_format: how the Python workers that run the tasks log (None: they
-            configure nothing).
+        settings: how it runs, keyword arguments: see :class:`~goka.spark.config.
+            ProcessorConfig` (``mode``, ``checkpoint_dir``, ``state_dir``, ``epoch``,
+            ``max_offsets_per_trigger``, ``starting_offsets``, snapshots, ...).
 
     Raises:
         ConfigurationError: invalid settings (at construction, not mid-stream).
@@ -156,7 +110,6 @@ class Processor:
         #: what the tasks say their partitions are doing while they recover (the monitor)
         self.board = PartitionBoard(self.config.board_url)
         self._partitions = 0
-        self._reported = False  # the first commit was logged
         self.failure: str | None = None  # why the query failed (see wait)
         self._status = PartitionStatus(graph, self.config.brokers, dict(self.config.kafka_config))
         self._lock = threading.Lock()
@@ -227,73 +180,23 @@ class Processor:
         slots = config.epoch_tasks or spark.sparkContext.defaultParallelism
         if self._ready_workers:
             self._ready_workers = False
-            self._start_python_workers(
-                spark, task, min(slots, spark.sparkContext.defaultParallelism)
-            )
-        spark.dataSource.register(GokaKafkaSource)
-        reader = (
-            spark.readStream.format("goka-kafka")
-            .option("brokers", config.brokers)
-            .option("topics", ",".join([*self.graph.input_topics(), *self.graph.joins]))
-            .option("startingOffsets", config.starting_offsets)
-            .option("group", self.graph.group)
-            .option("payload", "process")  # tasks read and process their partitions
-            .option("task", task)
-        )
-        if config.max_offsets_per_trigger:
-            reader = reader.option("maxOffsetsPerTrigger", str(config.max_offsets_per_trigger))
-        for key, value in config.kafka_config.items():
-            reader = reader.option(f"kafka.{key}", str(value))
-        if continuous:
-            reader = (
-                reader.option("epochs", self.graph.group)
-                .option("epochTasks", str(slots))
-                .option("epochSeconds", str(config.epoch))
-            )
-        writer = (
-            reader.load()
-            .writeStream.foreachBatch(self._on_batch)
-            .option("checkpointLocation", config.checkpoint_dir)
-            .queryName(f"goka-{self.graph.group}")
-        )
-        if available_now:
-            writer = writer.trigger(availableNow=True)
-        else:  # epochs follow each other at once
-            writer = writer.trigger(processingTime="0 seconds" if continuous else config.trigger)
-        query = writer.start()
+            start_python_workers(spark, task, min(slots, spark.sparkContext.defaultParallelism),
+                                 self.graph.group)  # fmt: skip
+        query = start_query(spark, config, task, self._on_batch, continuous=continuous,
+                            available_now=available_now, slots=slots)  # fmt: skip
         with self._lock:
             self._query, self._continuous = query, continuous
         how = f"epochs of {config.epoch:g} s" if continuous else f"every {config.trigger}"
         log.info("group %s: query started (%s)", self.graph.group,
                  "available now" if available_now else how)  # fmt: skip
         if continuous:  # Spark reports an epoch at its end: follow the tasks' commits meanwhile
-            threading.Thread(target=self._follow, args=(query,), name="goka-progress",
-                             daemon=True).start()  # fmt: skip
+            follow = functools.partial(self._status.follow, lambda: bool(query.isActive),
+                                       self._partitions, self.metrics,
+                                       config.progress_interval, self._stopping)  # fmt: skip
+            threading.Thread(target=follow, name="goka-progress", daemon=True).start()
         if self._stopping.is_set():
             query.stop()
         return query
-
-    def _start_python_workers(self, spark: SparkSession, task: str, workers: int) -> None:
-        """Start the Python workers the first tasks will reuse, in the background while the
-        query is planned: a job of ``workers`` tasks that only ready their worker (see
-        :func:`goka.spark.task.ready_worker`; their process ids are logged). Only in a local
-        session that goka built: a cluster has many executors, and a session of the caller's
-        is theirs to use. A job that fails costs only its time: tasks then start their
-        workers as usual."""
-
-        def start() -> None:
-            started = time.monotonic()
-            try:
-                frame = spark.range(0, workers, 1, workers)
-                rows = frame.mapInArrow(functools.partial(ready_worker, task), READY_DDL).collect()
-            except Exception as exc:  # only time is at stake
-                log.debug("group %s: starting Python workers failed: %s", self.graph.group, exc)
-            else:
-                log.info("group %s: Python workers %s ready for the first tasks in %.1f s",
-                         self.graph.group, ", ".join(str(row.pid) for row in rows),
-                         time.monotonic() - started)  # fmt: skip
-
-        threading.Thread(target=start, name="goka-python-workers", daemon=True).start()
 
     def _on_batch(self, frame: DataFrame, batch_id: int) -> None:
         partitions = [PartitionSummary(**row.asDict()) for row in frame.collect()]
@@ -306,31 +209,12 @@ class Processor:
         with self._lock:
             progress = self._query.lastProgress if self._query is not None else None
         if self._continuous:  # Spark's offsets lag an epoch behind: take the group's commits
-            threading.Thread(target=self._update_lag, name="goka-lag", daemon=True).start()
+            update = functools.partial(self._status.update_lag, self._partitions, self.metrics)
+            threading.Thread(target=update, name="goka-lag", daemon=True).start()
         elif progress:
             self.metrics.lag(progress)
         self._epoch_ended.set()
         log.info("group %s %s", self.graph.group, summary.describe())
-
-    def _follow(self, query: StreamingQuery) -> None:
-        """Update the lag and offset metrics every ``progress_interval`` while ``query`` runs
-        (every second until the first commit, which the log announces)."""
-        while not self._stopping.wait(self.config.progress_interval if self._reported else 1.0):
-            if not query.isActive:
-                return
-            self._update_lag()
-
-    def _update_lag(self) -> None:
-        """Set the lag metrics from the group's commits (off the path between epochs)."""
-        try:
-            status = self.partition_status()
-            self.metrics.partition_lag(status)
-            if not self._reported and any(s["offset"] is not None for s in status):
-                self._reported = True
-                lag = sum(s["lag"] or 0 for s in status)
-                log.info("group %s: processing; lag %s records", self.graph.group, f"{lag:,}")
-        except GokaError as exc:
-            log.warning("group %s: lag not updated: %s", self.graph.group, exc)
 
     # -- running ---------------------------------------------------------------------------------
     def run(self, timeout: float | None = None) -> None:

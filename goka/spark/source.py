@@ -44,7 +44,6 @@ import json
 import logging
 import time
 from collections.abc import Iterator, Mapping
-from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
@@ -56,80 +55,28 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from goka.errors import BrokerError, ConfigurationError, TopicError, TopicRewoundError
-from goka.spark.columns import column
+from goka.spark.plan import EPOCH, EpochPartition, KafkaPartition, Offsets, epoch_starts, limit
+from goka.spark.rows import SCHEMA, range_rows, record_rows
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from goka.kafka.ranges import EndOffsets, RangeReader, Row
+    from goka.kafka.offsets import EndOffsets
+    from goka.kafka.ranges import RangeReader
 
 # Spark unpickles the source in a planning process that only asks its name and schema, and
 # the processor's driver only names it: Arrow, Kafka clients and stores are imported where
 # they are used (about 40 MB less in each of those processes).
 
-__all__ = [
-    "SCHEMA",
-    "EpochPartition",
-    "GokaKafkaSource",
-    "KafkaPartition",
-    "arrow_schema",
-    "kafka_options",
-]
-
-SCHEMA = (
-    "partition int, topic string, offset long, key binary, value binary, timestamp long, "
-    "headers array<struct<key:string,value:binary>>, range_end long"
-)
-
-
-@cache
-def arrow_schema() -> pa.Schema:
-    """:data:`SCHEMA` in Arrow."""
-    import pyarrow as pa
-
-    return pa.schema(
-        [
-            ("partition", pa.int32()),
-            ("topic", pa.string()),
-            ("offset", pa.int64()),
-            ("key", pa.binary()),
-            ("value", pa.binary()),
-            ("timestamp", pa.int64()),
-            ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
-            ("range_end", pa.int64()),
-        ]
-    )
-
+__all__ = ["EPOCH", "GokaKafkaSource", "GokaStreamReader", "kafka_options"]
 
 CHUNK = 50_000
 log = logging.getLogger(__name__)
-
-#: The key of the epoch counter in the offsets of an epochs source.
-EPOCH = "~epoch"
-
-Offsets = dict[str, dict[str, int]]
 
 
 def kafka_options(options: Mapping[str, str]) -> dict[str, str]:
     """The ``kafka.``-prefixed options, without the prefix."""
     return {k[len("kafka.") :]: v for k, v in options.items() if k.startswith("kafka.")}
-
-
-class KafkaPartition(InputPartition):
-    """One partition number: ``{topic: (start, end)}``."""
-
-    def __init__(self, partition: int, ranges: dict[str, tuple[int, int]]) -> None:
-        super().__init__(partition)
-        self.partition = partition
-        self.ranges = ranges
-
-
-class EpochPartition(InputPartition):
-    """Some partition numbers of an epoch: ``{partition: {topic: start}}``."""
-
-    def __init__(self, index: int, starts: dict[int, dict[str, int]], deadline_ms: int) -> None:
-        super().__init__(index)
-        self.starts, self.deadline_ms = starts, deadline_ms
 
 
 class GokaKafkaSource(DataSource):
@@ -189,7 +136,7 @@ class GokaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _ends(self) -> EndOffsets:
         """The driver's offset consumer, created on first use (never pickled to tasks)."""
         if self._end_offsets is None:
-            from goka.kafka.ranges import EndOffsets
+            from goka.kafka.offsets import EndOffsets
 
             self._end_offsets = EndOffsets(self.brokers, self.kafka)
         return self._end_offsets
@@ -254,7 +201,7 @@ class GokaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = self._as_offsets(self._ends.high(self._all()))
 
-    def latestOffset(self, start: Offsets, limit: ReadLimit) -> Offsets:
+    def latestOffset(self, start: Offsets, read_limit: ReadLimit) -> Offsets:
         if self.epochs is not None:
             return self._next_epoch(start)
         marks = self._ends.watermarks(self._all())
@@ -262,8 +209,8 @@ class GokaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             TopicRewoundError.check(topic, p, start[topic][str(p)], low, high, reader=self._who)
         ends = self._target or self._as_offsets({tp: high for tp, (_, high) in marks.items()})
         end = {t: {p: max(start[t][p], ends[t][p]) for p in ends[t]} for t in self.topics}
-        if isinstance(limit, ReadMaxRows):
-            end = _limit(start, end, limit.max_rows)
+        if isinstance(read_limit, ReadMaxRows):
+            end = limit(start, end, read_limit.max_rows)
         return end
 
     def reportLatestOffset(self) -> Offsets | None:
@@ -297,7 +244,7 @@ class GokaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self.epochs is not None:  # every partition, from the epoch's start onwards
             tasks = min(self.partitions_count, self.epoch_tasks or self.partitions_count)
             deadline_ms = int((time.time() + self.epoch_seconds) * 1000)  # one end for all
-            begin = _epoch_starts(start, end)
+            begin = epoch_starts(start, end)
             return [
                 EpochPartition(i, {p: {t: begin[t][str(p)] for t in self.topics}
                                    for p in range(i, self.partitions_count, tasks)}, deadline_ms)
@@ -324,7 +271,7 @@ class GokaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if isinstance(partition, EpochPartition):
             for number, starts in partition.starts.items():
                 ranges = {t: (o, o) for t, o in starts.items()}
-                yield _ranges(number, ranges, partition.deadline_ms)
+                yield range_rows(number, ranges, partition.deadline_ms)
             return
         assert isinstance(partition, KafkaPartition)
         if self.payload == "records":
@@ -337,8 +284,8 @@ class GokaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 lambda reader: reader.close(),
             )
             for rows in reader.read(partition.partition, partition.ranges, self.timeout, CHUNK):
-                yield _batch(partition.partition, rows)
-        yield _ranges(partition.partition, partition.ranges)
+                yield record_rows(partition.partition, rows)
+        yield range_rows(partition.partition, partition.ranges)
 
     def commit(self, end: Offsets) -> None:
         """Nothing to do: offsets live in Spark's checkpoint and in the partition stores."""
@@ -348,71 +295,3 @@ class GokaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._end_offsets.close()
         if self._committed is not None:
             self._committed.close()
-
-
-def _epoch_starts(start: Offsets, end: Offsets) -> Offsets:
-    """Where an epoch's tasks begin: an epoch planned as one ends where the group's commits
-    were (processed: :meth:`GokaStreamReader._next_epoch`, which marks it with ``~epoch``);
-    a batch planned by a micro-batch run that a continuous run replays after a crash ends
-    where that batch would have ended, which nothing may have processed: it begins at its
-    start. (Tasks then begin where the group committed if that is further.)"""
-    return end if EPOCH in end else start
-
-
-def _limit(start: Offsets, end: Offsets, budget: int) -> Offsets:
-    """Cut ``end`` so that at most ``budget`` records are read, shared in proportion."""
-    available = {(t, p): end[t][p] - start[t][p] for t in end for p in end[t]}
-    total = sum(available.values())
-    if total <= budget:
-        return end
-    limited = {t: dict(start[t]) for t in start}
-    left = budget
-    for (t, p), count in sorted(available.items(), key=lambda item: -item[1]):
-        take = min(count, max(1, budget * count // total), left)
-        limited[t][p] += take
-        left -= take
-    return limited
-
-
-def _batch(partition: int, rows: list[Row]) -> pa.RecordBatch:
-    import pyarrow as pa
-
-    topics, offsets, keys, values, timestamps, headers = (list(c) for c in zip(*rows, strict=True))
-    header_values = [None if h is None else [{"key": k, "value": v} for k, v in h] for h in headers]
-    return pa.RecordBatch.from_arrays(
-        [
-            pa.array([partition] * len(rows), pa.int32()),
-            pa.array(topics, pa.string()),
-            pa.array(offsets, pa.int64()),
-            pa.array(keys, pa.binary()),
-            pa.array(values, pa.binary()),
-            pa.array(timestamps, pa.int64()),
-            pa.array(header_values, arrow_schema().field("headers").type),
-            pa.nulls(len(rows), pa.int64()),
-        ],
-        schema=arrow_schema(),
-    )
-
-
-def _ranges(
-    partition: int, ranges: Mapping[str, tuple[int, int]], deadline_ms: int | None = None
-) -> pa.RecordBatch:
-    """Range rows; an epoch's carry its deadline (unix ms) as their timestamp."""
-    import pyarrow as pa
-
-    n = len(ranges)
-    return pa.RecordBatch.from_arrays(
-        [
-            column([partition] * n, pa.int32()),
-            column(list(ranges), pa.string()),
-            column([s for s, _ in ranges.values()], pa.int64()),
-            pa.nulls(n, pa.binary()),
-            pa.nulls(n, pa.binary()),
-            pa.nulls(n, pa.int64())
-            if deadline_ms is None
-            else column([deadline_ms] * n, pa.int64()),
-            pa.nulls(n, arrow_schema().field("headers").type),
-            column([e for _, e in ranges.values()], pa.int64()),
-        ],
-        schema=arrow_schema(),
-    )

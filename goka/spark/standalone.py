@@ -67,9 +67,10 @@ class StandaloneCluster:
     @property
     def env(self) -> dict[str, str]:
         """The environment the cluster and ``spark-submit`` run with."""
-        path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
-        return {**os.environ, "SPARK_HOME": str(SPARK_HOME), "SPARK_LOCAL_IP": "127.0.0.1",
-                "PYSPARK_PYTHON": sys.executable, "PATH": path}  # fmt: skip
+        env = {**os.environ, "SPARK_HOME": str(SPARK_HOME), "SPARK_LOCAL_IP": "127.0.0.1",
+               "PYSPARK_PYTHON": sys.executable}  # fmt: skip
+        env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+        return env
 
     def spark_submit(self, *args: str) -> list[str]:
         """A ``spark-submit`` command line for this cluster (one core per executor)."""

@@ -5,14 +5,21 @@ when, and its lag (the monitor page, the lag metrics, :meth:`Processor.partition
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
+from goka.errors import GokaError
 from goka.graph import GroupGraph
-from goka.kafka.ranges import EndOffsets, RangeReader
+from goka.kafka.offsets import EndOffsets
+from goka.kafka.ranges import RangeReader
+from goka.spark.metrics import ProcessorMetrics
 
 __all__ = ["PartitionStatus"]
+
+log = logging.getLogger(__name__)
 
 #: Seconds an answer serves every caller (the metrics and the monitor page).
 _FRESH = 0.1
@@ -35,6 +42,7 @@ class PartitionStatus:
         self._answer: tuple[list[dict[str, Any]] | None, float] = (None, 0.0)
         self._clients: tuple[RangeReader, EndOffsets] | None = None
         self._seen: dict[tuple[str, int], tuple[int, float]] = {}  # offset, when first seen
+        self.reported = False  # the first commit was logged
 
     def read(self, partitions: int) -> list[dict[str, Any]]:
         """Per partition and input topic: ``offset`` the group committed, ``lag`` behind the
@@ -56,6 +64,29 @@ class PartitionStatus:
                 raise
             self._answer = (found, time.monotonic())
             return found
+
+    def update_lag(self, partitions: int, metrics: ProcessorMetrics) -> None:
+        """Set ``metrics``' lag from the group's commits, and log the first commit (a broker
+        that does not answer is logged: the next update tries again)."""
+        try:
+            status = self.read(partitions)
+            metrics.partition_lag(status)
+            if not self.reported and any(s["offset"] is not None for s in status):
+                self.reported = True
+                lag = sum(s["lag"] or 0 for s in status)
+                log.info("group %s: processing; lag %s records", self.graph.group, f"{lag:,}")
+        except GokaError as exc:
+            log.warning("group %s: lag not updated: %s", self.graph.group, exc)
+
+    def follow(self, active: Callable[[], bool], partitions: int, metrics: ProcessorMetrics,
+               every: float, stopping: threading.Event) -> None:  # fmt: skip
+        """Update the lag every ``every`` seconds (every second until the first commit) while
+        ``active()`` and not ``stopping`` (a continuous query: Spark reports an epoch only at
+        its end, so the group's commits tell how far its tasks are)."""
+        while not stopping.wait(every if self.reported else 1.0):
+            if not active():
+                return
+            self.update_lag(partitions, metrics)
 
     def close(self) -> None:
         """Close the clients (the next :meth:`read` makes new ones). Idempotent."""

@@ -12,7 +12,7 @@ from typing import Any
 
 from pyspark.errors import StreamingQueryException
 
-from goka.errors import GokaError
+from goka.errors import GokaError, ProcessorFailed
 from goka.processing.summary import Counts, PartitionSummary
 
 __all__ = ["HISTORY", "BatchSummary", "ProcessorFailed", "Totals", "translate"]
@@ -23,18 +23,6 @@ HISTORY = 100
 ERRORS_KEPT = 20
 
 _GOKA_ERROR = re.compile(r"goka\.errors\.(\w+): (.*)")
-
-
-class ProcessorFailed(GokaError):
-    """The streaming query stopped with an error (the message says where and why).
-
-    Attributes:
-        cause: the class name of the task's goka error (e.g. ``ProcessingError``), or "".
-    """
-
-    def __init__(self, message: str, cause: str = "") -> None:
-        super().__init__(message)
-        self.cause = cause
 
 
 @dataclass

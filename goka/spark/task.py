@@ -12,7 +12,9 @@ worker, so a task costs one Python worker process and no record crosses the JVM.
 from __future__ import annotations
 
 import base64
+import functools
 import logging
+import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
@@ -24,6 +26,7 @@ from goka.spark.columns import record_batch
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    from pyspark.sql import SparkSession
 
     from goka.processing.summary import PartitionSummary
     from goka.processing.worker import Worker
@@ -39,6 +42,7 @@ __all__ = [
     "process_epoch",
     "process_ranges",
     "ready_worker",
+    "start_python_workers",
 ]
 
 
@@ -115,6 +119,28 @@ def ready_worker(config: str, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.
     _prime_clients(task, _worker(task))
     _rows([])
     yield record_batch([[os.getpid()]], pa.schema([("pid", pa.int32())]))
+
+
+def start_python_workers(spark: SparkSession, task: str, workers: int, group: str) -> None:
+    """Start the Python workers the first tasks will reuse, in the background while the
+    query is planned: a job of ``workers`` tasks that only ready their worker (see
+    :func:`ready_worker`; their process ids are logged). For a local session that goka built:
+    a cluster has many executors, and a session of the caller's is theirs to use. A job that
+    fails costs only its time: tasks then start their workers as usual."""
+
+    def start() -> None:
+        started = time.monotonic()
+        try:
+            frame = spark.range(0, workers, 1, workers)
+            rows = frame.mapInArrow(functools.partial(ready_worker, task), READY_DDL).collect()
+        except Exception as exc:  # only time is at stake
+            log.debug("group %s: starting Python workers failed: %s", group, exc)
+        else:
+            pids = ", ".join(str(row.pid) for row in rows)
+            log.info("group %s: Python workers %s ready for the first tasks in %.1f s", group,
+                     pids, time.monotonic() - started)  # fmt: skip
+
+    threading.Thread(target=start, name="goka-python-workers", daemon=True).start()
 
 
 #: How long readying a worker waits for the broker to say where outputs go: it holds task slots

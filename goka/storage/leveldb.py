@@ -26,7 +26,7 @@ except ImportError as exc:  # pragma: no cover - depends on what is installed
 
 from goka.errors import StorageCorruptError, StorageError, StorageLockedError
 from goka.storage.base import FORMAT, CheckpointFile, StorageInfo, WriteBatch, prefix_end
-from goka.storage.snapshots import STATE_FILE
+from goka.storage.manifests import STATE_FILE
 
 __all__ = ["LevelDBStorage"]
 

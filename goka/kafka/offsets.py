@@ -1,0 +1,134 @@
+"""Where partitions begin and end: end offsets from fetch responses, not from offset queries
+(the embedded broker answers ``ListOffsets(latest)`` with the base offset of the last record
+batch + 1, while the high watermark in a fetch response is right there as on Kafka), and the
+consumer settings and errors every reader of ranges shares."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import confluent_kafka
+
+from goka.errors import BrokerError, TopicError
+from goka.kafka.admin import topic_partitions
+from goka.kafka.config import Brokers, consumer_config
+
+__all__ = ["EOF", "OUT_OF_RANGE", "TP", "Deadline", "EndOffsets", "fast_fetch", "out_of_range"]
+
+TP = tuple[str, int]
+EOF = confluent_kafka.KafkaError._PARTITION_EOF
+OUT_OF_RANGE = {
+    confluent_kafka.KafkaError._AUTO_OFFSET_RESET, confluent_kafka.KafkaError.OFFSET_OUT_OF_RANGE
+}  # fmt: skip
+
+#: A fetch waits this long for records (kafka_config may say otherwise: on Kafka, which answers
+#: as soon as records are there, a longer wait costs nothing; the embedded broker always waits it).
+FETCH_WAIT = {"fetch.wait.max.ms": 10}
+
+
+def fast_fetch(brokers: Brokers, kafka_config: Mapping[str, Any] | None) -> dict[str, Any]:
+    config = consumer_config(brokers, {**FETCH_WAIT, **(kafka_config or {})})
+    config["enable.partition.eof"] = True  # how reads know they reached the end
+    config["auto.offset.reset"] = "error"  # never jump over records: see TopicRewoundError
+    return config
+
+
+def out_of_range(topic: str, partition: int, offset: int, error: Any) -> TopicError:
+    """Kafka's answer to a fetch from an offset the partition no longer holds."""
+    return TopicError(
+        f"topic {topic!r} partition {partition}: offset {offset} is out of range "
+        f"({error.str()}): the topic was truncated or recreated, or its records were deleted "
+        "before they were read. Nothing was skipped"
+    )
+
+
+class EndOffsets:
+    """Finds the low and high watermarks of partitions. Not thread-safe; reuse it.
+
+    Args:
+        brokers: bootstrap servers.
+        kafka_config: extra librdkafka settings.
+        timeout: seconds for each round of requests.
+    """
+
+    def __init__(
+        self, brokers: Brokers, kafka_config: Mapping[str, Any] | None = None, timeout: float = 30
+    ) -> None:
+        self.timeout = timeout
+        self._consumer = confluent_kafka.Consumer(fast_fetch(brokers, kafka_config))
+
+    def partition_counts(self, topics: list[str]) -> dict[str, int]:
+        """Return the partition count of each topic.
+
+        Raises:
+            TopicError: naming the topics that do not exist.
+        """
+        counts = topic_partitions(self._consumer, self.timeout)
+        missing = [t for t in topics if t not in counts]
+        if missing:
+            raise TopicError(f"topics do not exist: {', '.join(map(repr, missing))}")
+        return {t: counts[t] for t in topics}
+
+    def low(self, partitions: list[TP]) -> dict[TP, int]:
+        """Return the first offset of each partition."""
+        return {tp: self._query(tp)[0] for tp in partitions}
+
+    def high(self, partitions: list[TP]) -> dict[TP, int]:
+        """Return the high watermark (the next offset to be written) of each partition."""
+        return {tp: high for tp, (_, high) in self.watermarks(partitions).items()}
+
+    def watermarks(self, partitions: list[TP]) -> dict[TP, tuple[int, int]]:
+        """Return the first offset and the high watermark of each partition."""
+        queried = {tp: self._query(tp) for tp in partitions}
+        probe = {tp: hi for tp, (lo, hi) in queried.items() if hi > lo}
+        found = self._fetch_high(probe) if probe else {}
+        return {tp: (lo, found.get(tp, hi)) for tp, (lo, hi) in queried.items()}
+
+    def _query(self, tp: TP) -> tuple[int, int]:
+        try:
+            lo, hi = self._consumer.get_watermark_offsets(
+                confluent_kafka.TopicPartition(*tp), timeout=self.timeout, cached=False
+            )
+        except confluent_kafka.KafkaException as exc:
+            raise BrokerError(
+                f"cannot read the offsets of {tp[0]!r} partition {tp[1]}: {exc}"
+            ) from exc
+        return int(lo), int(hi)
+
+    def _fetch_high(self, queried: dict[TP, int]) -> dict[TP, int]:
+        """Fetch the last record each partition reported, to learn the fetch response's HWM."""
+        self._consumer.assign(
+            [confluent_kafka.TopicPartition(t, p, hi - 1) for (t, p), hi in queried.items()]
+        )
+        waiting = set(queried)
+        deadline = Deadline(self.timeout)
+        while waiting and not deadline.passed():
+            # ask for as many events as partitions wait: consume() returns as soon as it has them
+            for msg in self._consumer.consume(len(waiting), 0.1):
+                waiting.discard((msg.topic(), msg.partition()))
+        if waiting:
+            raise BrokerError(f"no fetch response for {sorted(waiting)} within {self.timeout:g}s")
+        ends = {}
+        for (topic, partition), hi in queried.items():
+            _, cached = self._consumer.get_watermark_offsets(
+                confluent_kafka.TopicPartition(topic, partition), cached=True
+            )
+            ends[(topic, partition)] = max(hi, int(cached))
+        self._consumer.unassign()
+        return ends
+
+    def close(self) -> None:
+        """Close the consumer."""
+        self._consumer.close()
+
+
+class Deadline:
+    """A point in time ``seconds`` from now."""
+
+    def __init__(self, seconds: float) -> None:
+        self._end = time.monotonic() + seconds
+
+    def passed(self) -> bool:
+        return time.monotonic() > self._end

@@ -1,0 +1,70 @@
+"""The seam partition processors read Kafka through: :class:`RecordReader` (offset ranges of
+one partition number in several topics, watermarks, the group's offsets) and :class:`Tail`
+(following partitions as records arrive). On Kafka: :class:`goka.kafka.ranges.RangeReader`;
+tests use readers over lists."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Protocol
+
+__all__ = ["RecordReader", "Row", "Tail"]
+
+#: ``(topic, offset, key, value, timestamp_ms, headers)``.
+Row = tuple[str, int, bytes | None, bytes | None, int, list[tuple[str, bytes]] | None]
+
+
+class RecordReader(Protocol):
+    """Reads records of one partition number (the reader seam of partition processors)."""
+
+    def read(
+        self, partition: int, ranges: Mapping[str, tuple[int, int]], timeout: float, chunk: int
+    ) -> Iterator[list[Row]]:
+        """Yield chunks of rows of ``[start, end)`` of each topic, in offset order per topic."""
+        ...
+
+    def watermarks(self, topic: str, partition: int) -> tuple[int, int]:
+        """Return the first offset and the high watermark (next offset to be written)."""
+        ...
+
+    def tail(self, starts: Mapping[int, Mapping[str, int]]) -> Tail:
+        """Follow ``{partition: {topic: start offset}}`` as records arrive."""
+        ...
+
+    def commit(
+        self,
+        group: str,
+        partition: int,
+        offsets: Mapping[str, int],
+        note: str,
+        *,
+        wait: bool = False,
+    ) -> None:
+        """Record the next offset of ``partition`` of each topic that ``group`` has processed
+        (Kafka's committed offsets), with ``note`` as metadata: asynchronously, or if ``wait``
+        until the broker answered (a failure is logged: these offsets inform, the stores
+        hold the truth)."""
+        ...
+
+    def committed(
+        self, group: str, partition: int, topics: list[str]
+    ) -> dict[str, tuple[int, str]]:
+        """The committed ``{topic: (offset, note)}`` of ``group`` (topics without one left out)."""
+        ...
+
+    def close(self) -> None:
+        """Release the reader's connections. Idempotent."""
+        ...
+
+
+class Tail(Protocol):
+    """Records of one partition number as they arrive (see :meth:`RecordReader.tail`)."""
+
+    def poll(self, max_rows: int, timeout: float) -> dict[int, list[Row]]:
+        """Return the records that arrived by partition, at most ``max_rows``; wait up to
+        ``timeout`` seconds for the first one (return as soon as there is one)."""
+        ...
+
+    def close(self) -> None:
+        """Stop following."""
+        ...

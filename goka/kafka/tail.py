@@ -1,0 +1,85 @@
+"""Following partitions as records arrive (a :class:`~goka.kafka.reader.Tail` on Kafka)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+
+import confluent_kafka
+
+from goka.errors import BrokerError, TopicRewoundError
+from goka.kafka.offsets import EOF, OUT_OF_RANGE, TP, out_of_range
+from goka.kafka.reader import Row
+
+__all__ = ["KafkaTail"]
+
+
+class KafkaTail:
+    """A :class:`Tail` over an assigned consumer: ``consume`` would wait for ``max_rows``
+    records, so it takes what is there without waiting, and waits for one record only when
+    there was none. About every second it compares the high watermarks of the last fetch
+    responses with how far it read: a topic that went back fails the tail (Kafka answers a
+    fetch beyond the end with an error, the embedded broker with nothing)."""
+
+    #: Seconds between checks of the fetched high watermarks.
+    CHECK_SECONDS = 1.0
+
+    def __init__(
+        self, consumer: confluent_kafka.Consumer, starts: Mapping[int, Mapping[str, int]]
+    ) -> None:
+        self._consumer = consumer
+        self._starts = {(t, p): o for p, offsets in starts.items() for t, o in offsets.items()}
+        self._checked = time.monotonic()
+
+    def _next(self) -> dict[TP, int]:
+        """The next offset of each followed partition (its start until a record came)."""
+        found = self._consumer.position(
+            [confluent_kafka.TopicPartition(t, p) for t, p in self._starts]
+        )
+        return {(tp.topic, tp.partition): tp.offset if tp.offset >= 0 else self._starts[
+            (tp.topic, tp.partition)] for tp in found}  # fmt: skip
+
+    def _check(self) -> None:
+        self._checked = time.monotonic()
+        for (topic, partition), offset in self._next().items():
+            _, high = self._consumer.get_watermark_offsets(
+                confluent_kafka.TopicPartition(topic, partition), cached=True
+            )
+            if high is not None and 0 <= high < offset:
+                raise TopicRewoundError(topic, partition, offset, 0, high, reader="this processor")
+
+    def poll(self, max_rows: int, timeout: float) -> dict[int, list[Row]]:
+        """Raises: BrokerError: the broker reported an error for a followed partition;
+        TopicError: a followed topic went back (truncated, recreated)."""
+        if time.monotonic() - self._checked > self.CHECK_SECONDS:
+            self._check()
+        messages = self._consumer.consume(max_rows, 0)
+        if not messages:
+            first = self._consumer.poll(timeout)
+            if first is None:
+                return {}
+            messages = (
+                [first, *self._consumer.consume(max_rows - 1, 0)] if max_rows > 1 else [first]
+            )
+        rows: dict[int, list[Row]] = {}
+        for msg in messages:
+            error = msg.error()
+            if error is not None:
+                if error.code() in OUT_OF_RANGE:
+                    tp = (msg.topic() or "", msg.partition() or 0)
+                    raise out_of_range(*tp, self._next().get(tp, -1), error)
+                if error.code() != EOF:
+                    raise BrokerError(f"reading {msg.topic()!r}: {error.str()}")
+                continue
+            row = (msg.topic(), msg.offset(), msg.key(), msg.value(), msg.timestamp()[1],
+                   msg.headers())  # fmt: skip
+            partition: int = msg.partition()  # type: ignore[assignment]  # set on records
+            found = rows.get(partition)
+            if found is None:
+                rows[partition] = found = []
+            found.append(row)  # type: ignore[arg-type]  # topic and offset are set on records
+        return rows
+
+    def close(self) -> None:
+        """Stop following (the consumer stays open for its reader)."""
+        self._consumer.unassign()
