@@ -13,31 +13,13 @@ import pytest
 from goka import BytesCodec, Emitter, Int64Codec, key_bytes, key_str
 from goka.grpc import ViewClient, ViewServer
 from goka.grpc.v1 import view_pb2, view_pb2_grpc
-from goka.kafka.config import consumer_config, producer_config
+from goka.kafka.config import consumer_config
 from goka.partitioner import partition_for
 from goka.view import View
 
+from .go_keys import GO_KEYS, written_as_go_does
+
 pytestmark = pytest.mark.kafka
-
-#: What a Go service may use as keys: Latin-1 text, binary ids, a cut UTF-8 sequence, an
-#: encoded surrogate, NUL bytes, and ordinary text.
-GO_KEYS = [
-    b"caf\xe9",
-    b"\x00\x01\xff\xfe",
-    b"\xc3",
-    b"\xed\xa0\x80",
-    b"a\x00b",
-    b"user-1",
-    b"\xf0\x9f\x98\x80",
-]
-
-
-def written_as_go_does(brokers: str, topic: str, records: list[tuple[bytes, bytes | None]]) -> None:
-    """Produce raw key bytes with librdkafka's FNV-1a partitioner (Sarama's hash partitioner)."""
-    producer = confluent_kafka.Producer(producer_config(brokers, {"partitioner": "fnv1a"}))
-    for key, value in records:
-        producer.produce(topic, value, key)
-    assert producer.flush(30) == 0
 
 
 def read_back(brokers: str, topic: str, partitions: int) -> list[tuple[int, bytes, bytes | None]]:

@@ -14,9 +14,8 @@ import pytest
 from goka.storage import LevelDBStorage
 
 from ..unit.fake_kafka import FakeKafka
-from ..unit.test_partition_processor import CLICKS, IN, Machine, click, table_of
-from ..unit.test_rewound_topics import with_builders
-from .test_corrupt_stores import DAMAGE
+from ..unit.machines import CLICKS, IN, Machine, click, table_of, with_builders
+from .damage import DAMAGE
 
 pytestmark = pytest.mark.slow
 

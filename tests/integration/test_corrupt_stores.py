@@ -7,10 +7,8 @@ went and the seconds until the exact table was served again (``-s`` shows them).
 
 from __future__ import annotations
 
-import random
 import shutil
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -20,6 +18,7 @@ from goka.storage import LevelDBStorage, WriteBatch
 from goka.view import View, ViewNotReadyError, ViewState
 
 from ..helpers import produce
+from .damage import DAMAGE
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -46,43 +45,6 @@ def pristine(brokers: str, table: str, tmp_path_factory: pytest.TempPathFactory)
         storage.flush()
         storage.write(WriteBatch(values=dict(list(EXPECTED.items())[-2_000:])))
     return path
-
-
-def _table_file(store: Path) -> Path:
-    return max(store.glob("*.ldb"), key=lambda f: f.stat().st_size)
-
-
-def _flip_bits(store: Path, seed: int, count: int, *, byte: bool = False) -> None:
-    target = _table_file(store)
-    data = bytearray(target.read_bytes())
-    rng = random.Random(seed)
-    for _ in range(count):
-        position = rng.randrange(len(data))
-        data[position] ^= rng.randrange(1, 256) if byte else 1 << rng.randrange(8)
-    target.write_bytes(bytes(data))
-
-
-def _truncate(file: Path) -> None:
-    file.write_bytes(file.read_bytes()[: file.stat().st_size // 2])
-
-
-def _one(store: Path, pattern: str) -> Path:
-    (found,) = store.glob(pattern)
-    return found
-
-
-DAMAGE: dict[str, Callable[[Path], None]] = {
-    **{f"bit flip {i}": (lambda s, i=i: _flip_bits(s, seed=i, count=1)) for i in range(10)},
-    "20 flipped bytes": lambda s: _flip_bits(s, seed=99, count=20, byte=True),
-    "truncated table file": lambda s: _truncate(_table_file(s)),
-    "truncated log": lambda s: _truncate(_one(s, "*.log")),
-    "deleted table file": lambda s: _table_file(s).unlink(),
-    "garbage CURRENT": lambda s: (s / "CURRENT").write_bytes(b"\x00\xffgarbage\n"),
-    "missing CURRENT": lambda s: (s / "CURRENT").unlink(),
-    "garbage MANIFEST": lambda s: _one(s, "MANIFEST-*").write_bytes(b"\x13" * 300),
-    "missing MANIFEST": lambda s: _one(s, "MANIFEST-*").unlink(),
-    "empty directory": lambda s: [f.unlink() for f in s.iterdir()],
-}
 
 
 def _read_everything(view: View[bytes]) -> dict[str, bytes] | None:

@@ -11,7 +11,7 @@ from goka.dev.broker import EmbeddedBroker
 from goka.errors import BrokerError
 from goka.kafka.ranges import RangeReader
 
-from .test_rewound_topics import write
+from .rewinds import write
 
 pytestmark = pytest.mark.kafka
 

@@ -22,7 +22,7 @@ from goka.storage.snapshots import SnapshotStore, StoreState
 
 from ..helpers import TrackedStores, wait_for
 from ..unit.fake_kafka import FakeKafka
-from ..unit.test_partition_processor import CLICKS, IN, table_of
+from ..unit.machines import CLICKS, IN, table_of
 
 ROOT = Path(__file__).resolve().parents[2]
 

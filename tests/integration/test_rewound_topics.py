@@ -14,13 +14,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from goka import StringCodec
 from goka.dev.broker import EmbeddedBroker
 from goka.errors import TopicRewoundError
-from goka.kafka.ranges import EndOffsets, RangeReader, Tail
-from goka.topic_manager import TopicManager
+from goka.kafka.offsets import EndOffsets
+from goka.kafka.ranges import RangeReader
+from goka.kafka.reader import Tail
 
-from ..helpers import produce
+from .rewinds import write
 
 pytestmark = pytest.mark.kafka
 
@@ -30,15 +30,6 @@ def broker() -> Iterator[EmbeddedBroker]:
     """A broker of this test's own, to be replaced."""
     with EmbeddedBroker() as started:
         yield started
-
-
-def write(broker: EmbeddedBroker, topic: str, records: int, *, replace: bool = False) -> None:
-    """Create ``topic`` (one partition) with ``records`` records, on a new broker if
-    ``replace`` (every topic is gone: a broker replaced without its data)."""
-    if replace:
-        broker.restart()
-    TopicManager(broker.bootstrap).ensure_stream_exists(topic, 1)
-    produce(broker.bootstrap, topic, StringCodec(), [(f"k{i}", "v") for i in range(records)])
 
 
 def follow(tail: Tail, seconds: float) -> None:

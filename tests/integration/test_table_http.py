@@ -19,7 +19,7 @@ from goka.view import View
 from goka.web import TableReads
 from goka.web.http import HttpService
 
-from .test_any_key_bytes import GO_KEYS, written_as_go_does
+from .go_keys import GO_KEYS, written_as_go_does
 
 pytestmark = pytest.mark.kafka
 

@@ -19,7 +19,7 @@ from goka.spark.standalone import StandaloneCluster
 from goka.view import View
 
 from ..helpers import wait_for
-from .test_processor import clicks
+from .fixtures import clicks
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]

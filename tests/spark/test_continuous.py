@@ -3,8 +3,6 @@ process records as they arrive."""
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -26,33 +24,9 @@ from goka import (
 from goka.view import View
 
 from ..helpers import produce, wait_for
-from .test_processor import clicks, count, table_of
+from .fixtures import Running, clicks, count, table_of
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
-
-
-class Running:
-    """A processor's ``run()`` on a thread."""
-
-    def __init__(self, processor: Any) -> None:
-        self.processor, self.error = processor, None
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        try:
-            self.processor.run()
-        except BaseException as exc:  # reported by stop()
-            self.error = exc
-
-    def stop(self, within: float) -> float:
-        """Stop it; return how long it took."""
-        started = time.monotonic()
-        self.processor.stop()
-        self.thread.join(within)
-        assert not self.thread.is_alive(), f"still running {within}s after stop()"
-        assert self.error is None, self.error
-        return time.monotonic() - started
 
 
 def test_records_are_processed_as_they_arrive_and_stop_ends_the_epoch(

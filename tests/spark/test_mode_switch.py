@@ -28,8 +28,8 @@ import pytest
 
 from ..helpers import wait_for
 from .crash import kill_session
+from .fixtures import clicks
 from .model import Run, Sequence, play
-from .test_processor import clicks
 from .truth import committed, seen, view_of
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import random
 import shutil
 from collections import Counter
 from collections.abc import Callable
@@ -31,34 +30,12 @@ from goka import (
 )
 from goka.kafka.consumer import read_to_end
 from goka.spark import ProcessorFailed
-from goka.view import View
 
 from ..helpers import produce, wait_for
+from .fixtures import clicks, count, table_of
 from .truth import stores
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
-
-
-def count(ctx: Context[int], msg: Any) -> None:
-    ctx.set_value((ctx.value() or 0) + 1)
-
-
-def table_of(brokers: str, table: str, codec: Any) -> dict[str, Any]:
-    with View(brokers, table, codec) as view:
-        view.wait_recovered(60)
-        return dict(view.items())
-
-
-def clicks(brokers: str, topic: str, n: int, users: int = 40, seed: int = 1) -> Counter[str]:
-    rng = random.Random(seed)
-    sent: Counter[str] = Counter()
-    items = []
-    for _ in range(n):
-        user = f"user-{rng.randrange(users)}"
-        sent[user] += 1
-        items.append((user, "/page"))
-    produce(brokers, topic, StringCodec(), items)
-    return sent
 
 
 def test_click_count_restart_from_checkpoint(

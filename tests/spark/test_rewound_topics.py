@@ -16,8 +16,7 @@ from goka.spark import Processor, ProcessorFailed
 from goka.topic_manager import TopicManager
 
 from ..helpers import wait_for
-from .test_continuous import Running
-from .test_processor import clicks, count, table_of
+from .fixtures import Running, clicks, count, table_of
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 

@@ -14,7 +14,8 @@ from pathlib import Path
 
 from goka import Int64Codec
 from goka.kafka.consumer import read_to_end
-from goka.kafka.ranges import EndOffsets, RangeReader
+from goka.kafka.offsets import EndOffsets
+from goka.kafka.ranges import RangeReader
 from goka.storage import LevelDBStorage
 from goka.view import View
 

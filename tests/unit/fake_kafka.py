@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from goka.errors import BrokerError
-from goka.kafka.ranges import Row
+from goka.kafka.reader import Row
 from goka.partitioner import partition_for
 
 from .fake_producer import FakeError, FakeMessage

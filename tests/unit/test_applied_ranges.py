@@ -33,7 +33,7 @@ from goka.processing.worker import Worker
 from goka.storage import MemoryStorage, Storage, WriteBatch
 
 from .fake_kafka import FakeKafka
-from .test_partition_processor import CLICKS, IN, table_of
+from .machines import CLICKS, IN, table_of
 
 USERS = 4
 

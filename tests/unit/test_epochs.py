@@ -17,45 +17,11 @@ from goka.errors import DeliveryError
 from goka.partitioner import partition_for
 from goka.processing.config import Builders, TaskConfig, leveldb_store
 from goka.processing.epoch import run_epoch
-from goka.processing.summary import PartitionSummary
 from goka.processing.worker import Worker
 
 from ..helpers import TrackedStores
 from .fake_kafka import FakeKafka
-from .test_partition_processor import (
-    CLICKS,
-    ENRICH,
-    IN,
-    Machine,
-    click,
-    devices,
-    table_of,
-)
-
-HOUR = 3600.0
-
-
-class Script:
-    """Runs ``steps[i]`` before poll ``i``; stops the epoch after the last step."""
-
-    def __init__(self, kafka: FakeKafka, *steps: Callable[[], object]) -> None:
-        self.steps, self.polls = list(steps), 0
-        kafka.on_poll.append(self._next)
-
-    def _next(self) -> None:
-        if self.polls < len(self.steps):
-            self.steps[self.polls]()
-        self.polls += 1
-
-    def done(self) -> bool:
-        return self.polls > len(self.steps)
-
-
-def epoch(
-    machine: Machine, starts: dict[str, int], stop: Callable[[], bool], seconds: float = HOUR
-) -> PartitionSummary:
-    (summary,) = run_epoch(machine.config, machine.worker, {0: starts}, seconds, stop)
-    return summary
+from .machines import CLICKS, ENRICH, HOUR, IN, Machine, Script, click, devices, epoch, table_of
 
 
 def test_an_epoch_processes_records_as_they_arrive_and_commits_each_interval(

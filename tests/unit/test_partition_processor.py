@@ -5,12 +5,9 @@ own state directory and its own worker process resources."""
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import logging
-from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import fsspec
 import pytest
@@ -19,118 +16,18 @@ from goka import (
     Context,
     DeliveryError,
     Int64Codec,
-    JsonCodec,
     StringCodec,
     define_group,
     input,
-    join,
-    lookup,
     persist,
 )
-from goka.graph import GroupGraph
-from goka.processing.batch import PartitionProcessor
 from goka.processing.config import Builders, TaskConfig
 from goka.processing.output import ORIGINAL_SIZE, TRUNCATED
 from goka.processing.recovery import SRC_OFFSET, SRC_PARTITION, SRC_TOPIC
-from goka.processing.summary import PartitionSummary
-from goka.processing.worker import Worker
-from goka.storage import MemoryStorage, WriteBatch
 from goka.storage.snapshots import SnapshotStore
 
 from .fake_kafka import FakeKafka
-
-IN = "clicks"
-_urls = itertools.count()
-
-
-def count(ctx: Context[int], page: str) -> None:
-    ctx.set_value((ctx.value() or 0) + 1)
-
-
-CLICKS = define_group("counts", input(IN, StringCodec(), count), persist(Int64Codec()))
-
-
-class RecordingStore(MemoryStorage):
-    """Memory storage that notes writes of input offsets (``write clicks 30``) in the events."""
-
-    events: list[str]
-
-    def write(self, batch: WriteBatch) -> None:
-        self.events += [f"write {t} {o}" for (t, _), o in batch.offsets.items() if t == IN]
-        super().write(batch)
-
-
-class Machine:
-    """An executor: a state directory and a worker process's resources (closed after the test
-    by :func:`close_machines`: a worker holds a socket and threads)."""
-
-    made: ClassVar[list[Machine]] = []
-
-    def __init__(self, kafka: FakeKafka, root: Path, graph: GroupGraph = CLICKS, *,
-                 snapshots: str | None = None, interval: float = 1e-9, **config: Any) -> None:  # fmt: skip
-        self.kafka, self.graph, self.worker = kafka, graph, Worker()
-        Machine.made.append(self)
-
-        def storage(path: Path, table: str) -> MemoryStorage:
-            store = RecordingStore.at(path, table)
-            store.events = kafka.events
-            return store
-
-        self.builders = Builders(storage=storage, producer=kafka.producer, reader=kafka.reader)
-        self.config = TaskConfig(graph, "fake:9092", str(root), snapshot_url=snapshots,
-                                 snapshot_interval=interval, builders=self.builders, **config)  # fmt: skip
-
-    def run(self, partition: int, ranges: dict[str, tuple[int, int]]) -> PartitionSummary:
-        summary = PartitionProcessor(self.config, partition, self.worker).process(ranges)
-        assert self.worker.uploads.wait(10)
-        return summary
-
-    def catch_up(self, partition: int, starts: dict[str, int]) -> PartitionSummary:
-        return self.run(partition, self.kafka.ranges(starts, partition))
-
-    def state(self, partition: int) -> dict[str, int]:
-        path = Path(self.config.state_dir) / self.graph.group / f"partition-{partition}"
-        with self.worker.lease(self.builders.storage, path, self.graph.table) as lease:
-            return {k: int(v) for k, v in lease.storage.items()}
-
-    def offsets(self, partition: int) -> dict[tuple[str, int], int]:
-        path = Path(self.config.state_dir) / self.graph.group / f"partition-{partition}"
-        with self.worker.lease(self.builders.storage, path, self.graph.table) as lease:
-            return lease.storage.offsets()
-
-    def close(self) -> None:
-        self.worker.close()
-
-
-@pytest.fixture
-def url() -> Iterator[str]:
-    location = f"memory://snapshots-{next(_urls)}"
-    yield location
-    fs = fsspec.filesystem("memory")
-    if fs.exists(location):
-        fs.rm(location, recursive=True)
-
-
-def click(kafka: FakeKafka, n: int, *, users: int = 5, start: int = 0) -> Counter[str]:
-    """Write ``n`` clicks of ``users`` users into partition 0; return the counts."""
-    sent: Counter[str] = Counter()
-    for i in range(start, start + n):
-        user = f"u{i % users}"
-        kafka.append(IN, user, b"/page", partition=0)
-        sent[user] += 1
-    return sent
-
-
-def table_of(kafka: FakeKafka, partition: int = 0) -> dict[str, int]:
-    """The group table's content, read as a view would (last value wins, tombstones delete)."""
-    found: dict[str, int] = {}
-    for _, _, key, value, _, _ in kafka.rows(CLICKS.table, partition):
-        assert key is not None
-        if value is None:
-            found.pop(key.decode(), None)
-        else:
-            found[key.decode()] = int(value)
-    return found
+from .machines import CLICKS, ENRICH, IN, Machine, click, count, devices, table_of
 
 
 # -- one batch ---------------------------------------------------------------------------------
@@ -390,33 +287,6 @@ def test_old_snapshots_are_pruned_to_the_kept_number(
     store = SnapshotStore(url, grace=0)
     manifests = store.manifests(CLICKS.group, 0)
     assert [m.stores["partition"].offsets[(IN, 0)] for m in manifests] == [20, 15]
-
-
-# -- joins, lookups, errors --------------------------------------------------------------------
-def _enrich(ctx: Context[Any], page: str) -> None:
-    profile = ctx.join("profiles") or {}
-    ctx.set_value({"page": page, "country": profile.get("country"),
-                   "device": ctx.lookup("devices", "d1")})  # fmt: skip
-
-
-ENRICH = define_group("enrich", input(IN, StringCodec(), _enrich), join("profiles", JsonCodec()),
-                      lookup("devices", StringCodec()), persist(JsonCodec()))  # fmt: skip
-
-
-class Devices:
-    def get_raw(self, key: str) -> bytes | None:
-        return {"d1": b"phone"}.get(key)
-
-    def wait_recovered(self, timeout: float | None = None) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
-def devices(brokers: str, table: str, settings: Any) -> Devices:
-    assert table == "devices"
-    return Devices()
 
 
 def test_a_joined_table_store_follows_its_partition_too(

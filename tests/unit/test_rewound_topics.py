@@ -10,19 +10,20 @@ from typing import Any
 import pytest
 
 from goka.errors import TopicRewoundError
-from goka.processing.config import Builders, TaskConfig
 from goka.storage import MemoryStorage, WriteBatch
 
 from .fake_kafka import FakeKafka
-from .test_epochs import Script, epoch
-from .test_partition_processor import (
+from .machines import (
     CLICKS,
     ENRICH,
     IN,
     Machine,
+    Script,
     click,
     devices,
+    epoch,
     table_of,
+    with_builders,
 )
 
 
@@ -43,12 +44,6 @@ def machines() -> Iterator[list[Machine]]:
     yield made
     for machine in made:
         machine.close()
-
-
-def with_builders(machine: Machine, **builders: object) -> Machine:
-    machine.builders = Builders(**{**machine.builders.__dict__, **builders})
-    machine.config = TaskConfig(**{**machine.config.__dict__, "builders": machine.builders})
-    return machine
 
 
 def disk(found: dict[Path, MemoryStorage] | None = None) -> Callable[[Path, str], MemoryStorage]:

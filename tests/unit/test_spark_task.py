@@ -11,7 +11,7 @@ from goka.processing.config import Builders
 from goka.spark.task import _prime_clients
 
 from .fake_kafka import FakeKafka, RecordingProducer
-from .test_partition_processor import CLICKS, IN, Machine, click, table_of
+from .machines import CLICKS, IN, Machine, click, table_of
 
 
 def test_readying_a_worker_builds_the_first_task_s_clients_and_asks_where_its_outputs_go(
