@@ -44,11 +44,7 @@ _current_lock = threading.Lock()
 class Worker:
     """The resources of one worker process (see the module docstring). Thread-safe.
 
-    Args:
-        idle_timeout: seconds after which an unused store is closed.
-        poll_interval: how often idle stores are checked for ``.release`` files (requests by
-            datagram are seen at once).
-        inbox: take release requests by datagram (on Linux; False: ``.release`` files only).
+    The keyword arguments are :class:`~goka.processing.leases.StoreHolder`'s.
     """
 
     def __init__(
