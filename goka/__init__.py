@@ -6,9 +6,12 @@ The pieces, named as Goka names them:
 * A processor group is declared with :func:`define_group` and edges: :func:`input` /
   :func:`inputs` (streams to consume with a callback), :func:`output` (streams to emit to),
   :func:`loop` (re-key through ``<group>-loop``), :func:`join` (a co-partitioned table),
-  :func:`lookup` (any key of a table) and :func:`persist` (per-key state in ``<group>-table``).
+  :func:`lookup` (any key of a table), :func:`persist` (per-key state in ``<group>-table``,
+  optionally with a TTL), :func:`window` (windowed tables: :class:`Tumbling`,
+  :class:`Hopping`, :class:`Session`, :class:`Calendar`) and :func:`timers` (durable timers).
   The callback ``fn(ctx, msg)`` gets a :class:`Context`: ``value``, ``set_value``, ``delete``,
-  ``emit``, ``loopback``, ``join``, ``lookup``, ``fail``.
+  ``emit``, ``loopback``, ``join``, ``lookup``, ``window``, ``schedule``, ``cancel``,
+  ``fail``.
 * :class:`goka.tester.Tester` runs groups in-process for unit tests, through the same engine
   core (:mod:`goka.engine`) as the Spark processor.
 * Codecs (:mod:`goka.codec`) turn values into bytes, wire compatible with Go Goka.
@@ -54,6 +57,7 @@ if TYPE_CHECKING:  # imported where first used (goka._lazy): one module does not
         ContextError,
         DeliveryError,
         EmitterClosedError,
+        EventTimeError,
         GokaError,
         GraphError,
         MessageTooLargeError,
@@ -86,9 +90,12 @@ if TYPE_CHECKING:  # imported where first used (goka._lazy): one module does not
         loop,
         output,
         persist,
+        timers,
+        window,
     )
     from goka.keys import key_bytes, key_str
     from goka.topic_manager import TopicManager, TopicManagerConfig
+    from goka.windows import Calendar, Hopping, Session, Tumbling, Window
 
 __all__ = [
     "Abort",
@@ -96,6 +103,7 @@ __all__ = [
     "BrokerError",
     "BrokerNotFoundError",
     "BytesCodec",
+    "Calendar",
     "Codec",
     "CodecError",
     "ConfigurationError",
@@ -106,10 +114,12 @@ __all__ = [
     "DeliveryFuture",
     "Emitter",
     "EmitterClosedError",
+    "EventTimeError",
     "GokaError",
     "GraphError",
     "Group",
     "GroupGraph",
+    "Hopping",
     "Int64Codec",
     "JsonCodec",
     "MessageTooLargeError",
@@ -118,6 +128,7 @@ __all__ = [
     "ProcessingError",
     "ProcessorFailed",
     "ProtobufCodec",
+    "Session",
     "SnapshotError",
     "StorageCorruptError",
     "StorageError",
@@ -130,10 +141,12 @@ __all__ = [
     "TopicManager",
     "TopicManagerConfig",
     "TopicRewoundError",
+    "Tumbling",
     "UsageError",
     "ViewError",
     "ViewNotReadyError",
     "ViewUnreachableError",
+    "Window",
     "codec_by_name",
     "define_group",
     "input",
@@ -145,6 +158,8 @@ __all__ = [
     "loop",
     "output",
     "persist",
+    "timers",
+    "window",
 ]
 
 __getattr__, __dir__ = lazy_exports(
@@ -172,6 +187,7 @@ __getattr__, __dir__ = lazy_exports(
             "ContextError",
             "DeliveryError",
             "EmitterClosedError",
+            "EventTimeError",
             "GokaError",
             "GraphError",
             "MessageTooLargeError",
@@ -204,8 +220,11 @@ __getattr__, __dir__ = lazy_exports(
             "loop",
             "output",
             "persist",
+            "timers",
+            "window",
         ),
         "goka.keys": ("key_bytes", "key_str"),
         "goka.topic_manager": ("TopicManager", "TopicManagerConfig"),
+        "goka.windows": ("Calendar", "Hopping", "Session", "Tumbling", "Window"),
     },
 )

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Mapping
-from typing import Any, Generic, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar
 
+from goka.context_time import TimeAccess
 from goka.errors import Abort, ContextError, GokaError, MessageTooLargeError
 from goka.keys import key_str
+from goka.timekeeping import TTL_TIMER
+
+if TYPE_CHECKING:
+    from goka.partition_time import PartitionTime
 
 __all__ = ["Context", "ContextError", "Headers"]
 
@@ -24,8 +29,10 @@ NOT_SAVED: Any = object()
 #: ``set_value`` cannot make the cache disagree with the table.
 IMMUTABLE = frozenset({int, float, str, bytes, bool, type(None), tuple, frozenset})
 
-TABLE, EMIT, LOOP = 0, 1, 2
-"""Kinds of the effects a message leaves: table update, emitted message, loopback."""
+TABLE, EMIT, LOOP, TIMER, WINDOW, FINAL = 0, 1, 2, 3, 4, 5
+"""Kinds of the effects a message leaves: table update, emitted message, loopback, a row of
+the timers changelog, a row of a window changelog, a window's final result (an emit that
+must be produced exactly once)."""
 
 
 class Raw:
@@ -37,7 +44,7 @@ class Raw:
         self.data = data
 
 
-class Context(Generic[V]):
+class Context(TimeAccess, Generic[V]):
     """What a callback knows about the current message, and what it may do.
 
     One context object is reused for every message of a partition: read what you need inside
@@ -52,9 +59,9 @@ class Context(Generic[V]):
     """
 
     __slots__ = (
-        "_cache", "_decode_state", "_effects", "_encode_state", "_loop", "_max_bytes",
-        "_message", "_outputs", "_read_table", "_saved", "_store_get", "_table", "_undo",
-        "group", "key", "partition",
+        "_cache", "_decode_state", "_effects", "_encode_state", "_event_time", "_loop",
+        "_max_bytes", "_message", "_outputs", "_read_table", "_saved", "_store_get", "_table",
+        "_time", "_ttl", "_undo", "_value", "group", "key", "partition",
     )  # fmt: skip
 
     def __init__(
@@ -70,13 +77,15 @@ class Context(Generic[V]):
         read_table: Callable[[str, str, str], Any],
         max_bytes: int,
         undo: bool,
+        time: PartitionTime | None = None,
     ) -> None:
         """Built by the engine, which gives the context what it may use and nothing more: the
         group table's name and a reader of its committed state, the state codec's
         ``(decode, encode)`` (None: no persist edge), the encoders of the output topics, the
         loop topic and its encoder (None: no loop edge), a reader of joined and looked-up
         tables ``(kind, table, key)``, the largest encoded message, and whether a failed
-        message's changes must be undone (the skip and dead-letter policies)."""
+        message's changes must be undone (the skip and dead-letter policies), and the
+        partition's time state (None: the group keeps none)."""
         self.group = group
         self.partition = partition
         self.key = ""
@@ -91,6 +100,10 @@ class Context(Generic[V]):
         if state is not None:
             self._decode_state, self._encode_state = state
         self._outputs, self._loop, self._read_table = outputs, loop, read_table
+        self._time = time
+        self._ttl = time is not None and time.graph.ttl is not None
+        self._event_time = -1
+        self._value: Any = None
         self._bind({}, [])
 
     def _bind(self, cache: dict[str, Any], effects: list[Any]) -> None:
@@ -139,6 +152,8 @@ class Context(Generic[V]):
         """
         if self._message[2] is None:
             self._keyless()
+        if self._ttl and self._time.expired(self.key):  # type: ignore[union-attr]  # _ttl: set
+            return None
         cached = self._cache.get(self.key, MISSING)
         if cached is MISSING or type(cached) is Raw:
             return self._load(self.key, cached)
@@ -179,6 +194,8 @@ class Context(Generic[V]):
             self._remember(key)
         self._cache[key] = value if type(value) in IMMUTABLE else Raw(data)
         self._effects.append((TABLE, self._table, key, data, None, self._message))
+        if self._ttl:
+            self._time.touch(key, self._message)  # type: ignore[union-attr]  # _ttl: set
 
     def delete(self) -> None:
         """Remove the state of the current key (a tombstone in the group table).
@@ -195,6 +212,8 @@ class Context(Generic[V]):
             self._remember(key)
         self._cache[key] = None
         self._effects.append((TABLE, self._table, key, None, None, self._message))
+        if self._ttl:
+            self._time.cancel(key, TTL_TIMER, self._message)  # type: ignore[union-attr]
 
     def _keyless(self) -> NoReturn:
         """A message without a key (null) has no state: it is kept apart from the key ``""``

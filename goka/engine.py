@@ -12,12 +12,23 @@ import gc
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from time import time_ns
 from typing import Any, Literal
 
 from goka.context import MISSING, NOT_SAVED, TABLE, Context, Headers
-from goka.errors import Abort, ConfigurationError, ContextError, ProcessingError, StorageError
+from goka.errors import (
+    Abort,
+    ConfigurationError,
+    ContextError,
+    EventTimeError,
+    ProcessingError,
+    StorageError,
+)
+from goka.event_time import EventTimes, fire_due
 from goka.graph import Callback, Edge, GroupGraph
 from goka.keys import decode_text, key_str
+from goka.partition_time import PartitionTime
+from goka.timekeeping import Section
 
 __all__ = ["BatchResult", "Effect", "Engine", "ErrorPolicy", "Message", "TableReader"]
 
@@ -45,11 +56,14 @@ class BatchResult:
         failed: messages skipped under the ``skip``/``dead_letter`` policies, with their errors;
             their effects and state changes were rolled back.
         processed: messages in the batch (including failed ones).
+        late: records dropped as late for a window (those sent to the dead-letter topic are
+            in ``failed``).
     """
 
     effects: list[Effect] = field(default_factory=list)
     failed: list[tuple[ProcessingError, Message]] = field(default_factory=list)
     processed: int = 0
+    late: int = 0
 
     def changes(self) -> dict[str, bytes | None]:
         """Return the final raw state of each changed key (None: deleted), to commit."""
@@ -75,9 +89,13 @@ class Engine:
             made by callbacks are collected after the batch.
         max_message_bytes: a state, emit or loopback that encodes to more bytes raises
             :class:`MessageTooLargeError` in the callback (None: no limit).
+        timers, windows: the committed timers section and window sections of the partition
+            store (required for a timed group: windows, timers or a TTL).
+        clock: the wall clock in ms (default: the system's).
 
     Raises:
-        ConfigurationError: unknown policy, or a join/lookup table without a reader.
+        ConfigurationError: unknown policy, a join/lookup table without a reader, or a timed
+            group without its sections.
     """
 
     def __init__(
@@ -90,6 +108,9 @@ class Engine:
         on_error: ErrorPolicy = "fail",
         pause_gc: bool = True,
         max_message_bytes: int | None = None,
+        timers: Section | None = None,
+        windows: Mapping[str, Section] | None = None,
+        clock: Callable[[], int] | None = None,
     ) -> None:
         if on_error not in POLICIES:
             raise ConfigurationError(f"on_error must be one of {POLICIES}, got {on_error!r}")
@@ -112,6 +133,15 @@ class Engine:
         if graph.loop:
             self._routes[graph.loop_topic] = _route(graph.loop)
             self._codecs[graph.loop_topic] = graph.loop.codec
+        self.time: PartitionTime | None = None
+        if graph.timed:
+            windows = windows or {}
+            if timers is None or any(n not in windows for n in graph.windows):
+                raise ConfigurationError(f"group {graph.group!r} keeps time: its engine needs "
+                                         "the timers section and every window's")  # fmt: skip
+            self.time = PartitionTime(graph, timers=timers, windows=windows,
+                                      clock=clock or _wall_ms, undo=on_error != "fail")  # fmt: skip
+        self._times = EventTimes(graph, self.time.clock if self.time else _wall_ms)
         persist = graph.persist
         self.context: Context[Any] = Context(
             graph.group, partition, table=graph.table, store_get=store,
@@ -119,7 +149,7 @@ class Engine:
             outputs={t: e.codec.encode for t, e in graph.outputs.items()},
             loop=(graph.loop_topic, graph.loop.codec.encode) if graph.loop else None,
             read_table=self.read_table, max_bytes=self.max_message_bytes,
-            undo=on_error != "fail",
+            undo=on_error != "fail", time=self.time,
         )  # fmt: skip
         self._reset()
 
@@ -137,17 +167,52 @@ class Engine:
                 decoded or whose callback raises; after ``ctx.fail()`` under any policy.
         """
         result = BatchResult(self.effects, processed=len(messages))
+        if self.time is not None:  # the sections as committed now (after the last batch)
+            self.time.begin(self.effects)
         pause_gc = self.pause_gc and gc.isenabled()
         if pause_gc:
             gc.disable()
         try:
-            if self.on_error == "fail":
+            if self.time is not None or self._times.custom:
+                self._process_timed(messages, result)
+            elif self.on_error == "fail":
                 self._process(messages, result)
             else:
                 self._process_undoable(messages, result)
+        except BaseException:
+            if self.time is not None:
+                self.time.stream_time = self.time.saved_stream_time
+            raise
         finally:
             if pause_gc:
                 gc.enable()
+            self._reset()
+        return result
+
+    def tick(self, *, stream_time: int | None = None) -> BatchResult:
+        """Fire what is due without a record: wall timers due by the clock, and, if
+        ``stream_time`` moves the partition's stream time forward, what that makes due
+        (stream timers, window closes). Effects are attributed to the timers topic.
+
+        Raises:
+            ContextError: the group keeps no time.
+            ProcessingError: as :meth:`process`.
+        """
+        time = self.time
+        if time is None:
+            raise ContextError(f"group {self.graph.group!r} keeps no time")
+        result = BatchResult(self.effects)
+        time.begin(self.effects)
+        trigger: Message = (time.timers_topic, -1, None, None, time.clock(), None)
+        try:
+            if stream_time is not None and stream_time > time.stream_time:
+                time.stream_time = stream_time
+            fire_due(self, trigger, result)
+            time.finish(trigger)
+        except BaseException:
+            time.stream_time = time.saved_stream_time
+            raise
+        finally:
             self._reset()
         return result
 
@@ -190,6 +255,56 @@ class Engine:
             except Exception as exc:
                 self._failed(exc, message, mark, result)
 
+    def _process_timed(self, messages: Sequence[Message], result: BatchResult) -> None:
+        """Like :meth:`_process_undoable`, with event time, and what is due fired after each
+        record (see :mod:`goka.partition_time`)."""
+        ctx, routes, effects, time = self.context, self._routes, self.effects, self.time
+        nil, text, event_time = self.nil_handling, decode_text, self._times.of
+        last: Message | None = None
+        for message in messages:
+            raw_value = message[3]
+            if raw_value is None and nil == "ignore":
+                continue
+            if time is not None:
+                time.mark()
+            ctx._message, ctx._saved, mark = message, NOT_SAVED, len(effects)
+            try:
+                raw_key = message[2]
+                ctx.key = text(raw_key) if raw_key is not None else ""
+                decode, callback = routes[message[0]]
+                if raw_value is not None:
+                    value = decode(raw_value)
+                else:
+                    value = None if nil == "process" else decode(b"")
+                ctx._event_time = at = event_time(message, value)
+                ctx._value = value
+                if time is not None and at > time.stream_time:
+                    time.stream_time = at
+                callback(ctx, value)
+            except Exception as exc:
+                if time is not None:
+                    time.rollback()
+                self._failed(exc, message, mark, result)
+            if time is not None:
+                fire_due(self, message, result)
+            last = message
+        ctx._event_time, ctx._value = -1, None
+        if time is not None:
+            result.late += time.late_dropped
+            for name, late in time.late_records:
+                result.failed.append((self._late(name, late), late))
+            if last is not None:
+                time.finish(last)
+
+    def _late(self, name: str, message: Message) -> ProcessingError:
+        time = self.time
+        assert time is not None
+        return ProcessingError(
+            f"late for window {name!r}: its windows closed (stream time {time.stream_time})",
+            group=self.graph.group, topic=message[0], partition=self.partition,
+            offset=message[1], key=None if message[2] is None else key_str(message[2]),
+        )  # fmt: skip
+
     def _failed(self, exc: Exception, message: Message, mark: int, result: BatchResult) -> None:
         if isinstance(exc, StorageError):  # the store failed, not the message: no policy
             raise exc
@@ -219,6 +334,8 @@ class Engine:
             return f"cannot decode the value: {value_error}"
         if isinstance(exc, Abort):
             return f"ctx.fail(): {exc}"
+        if isinstance(exc, EventTimeError):
+            return f"no usable event time: {exc}"
         callback = self._routes[topic][1]
         name = getattr(callback, "__qualname__", repr(callback))
         return f"callback {name} raised {type(exc).__name__}: {exc}"
@@ -234,6 +351,10 @@ class Engine:
         reader, decode = found
         raw = reader(key)
         return None if raw is None else decode(raw)
+
+
+def _wall_ms() -> int:
+    return time_ns() // 1_000_000
 
 
 def _route(edge: Edge) -> tuple[Callable[[bytes], Any], Callback]:

@@ -7,6 +7,7 @@ Every error the library raises on purpose derives from :class:`GokaError`::
     │   ├── GraphError            an invalid group graph (names the offending edge)
     │   └── UsageError            a wrong command line (the ``goka`` command exits with 2)
     ├── ContextError              a callback used its context as its graph does not allow
+    ├── EventTimeError            a record without a usable event time
     ├── CodecError                a value that cannot be encoded or decoded
     ├── MessageTooLargeError      an encoded state, emit or loopback over the producer's limit
     ├── BrokerError               talking to Kafka failed
@@ -43,6 +44,7 @@ __all__ = [
     "ContextError",
     "DeliveryError",
     "EmitterClosedError",
+    "EventTimeError",
     "GokaError",
     "GraphError",
     "MessageTooLargeError",
@@ -211,6 +213,13 @@ class TableNotServedError(GokaError, KeyError):
 
 class ContextError(GokaError):
     """A callback used the context in a way the group graph does not allow."""
+
+
+class EventTimeError(GokaError):
+    """A record has no usable event time: its extractor failed or returned something else
+    than a datetime or milliseconds, or the time is negative or too far ahead of the wall
+    clock. The engine reports it as a :class:`ProcessingError` naming the record, under the
+    group's ``on_error`` policy."""
 
 
 class Abort(Exception):

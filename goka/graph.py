@@ -12,18 +12,34 @@ Example::
 
 from __future__ import annotations
 
+import datetime as dt
 import importlib
-import inspect
-import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Literal
 
-from goka.codec import Codec
+from goka.edges import (
+    TOPIC,
+    Callback,
+    Edge,
+    Group,
+    PersistEdge,
+    Stream,
+    Table,
+    WindowEdge,
+    check_callback,
+    input,
+    inputs,
+    join,
+    lookup,
+    loop,
+    output,
+    persist,
+    timers,
+    window,
+)
 from goka.errors import ConfigurationError, GraphError
-
-if TYPE_CHECKING:
-    from goka.context import Context
+from goka.windows import duration_ms
 
 __all__ = [
     "Callback",
@@ -42,94 +58,16 @@ __all__ = [
     "loop",
     "output",
     "persist",
+    "timers",
+    "window",
 ]
-
-#: ``callback(ctx, msg)``: processes one message; its return value is ignored.
-Callback = Callable[["Context[Any]", Any], object]
 
 #: What a group does with messages that have no value; see :func:`define_group`.
 NilHandling = Literal["ignore", "process", "decode"]
 NIL_HANDLING = ("ignore", "process", "decode")
 
-_TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}\Z")
-
-
-class Stream(str):
-    """Name of a stream topic (distinct from tables so they are not mixed up)."""
-
-    __slots__ = ()
-
-
-class Table(str):
-    """Name of a table topic (compacted; the latest value per key)."""
-
-    __slots__ = ()
-
-
-class Group(str):
-    """Name of a processor group; its table is ``<group>-table``, its loop ``<group>-loop``."""
-
-    __slots__ = ()
-
-    @property
-    def table(self) -> Table:
-        """The group table topic."""
-        return Table(f"{self}-table")
-
-    @property
-    def loop(self) -> Stream:
-        """The loop stream topic."""
-        return Stream(f"{self}-loop")
-
-
-@dataclass(frozen=True)
-class Edge:
-    """One edge of a group graph; build them with the functions of this module."""
-
-    kind: str
-    topic: str
-    codec: Codec[Any]
-    callback: Callback | None = field(default=None, compare=False)
-
-    def describe(self) -> str:
-        """One line: ``input user-clicks (string) -> count``."""
-        target = f" -> {_callable_name(self.callback)}" if self.callback else ""
-        return f"{self.kind:<7} {self.topic or '<group>'} ({_codec_name(self.codec)}){target}"
-
-
-def input(topic: str, codec: Codec[Any], callback: Callback) -> Edge:
-    """Consume stream ``topic``, decoding values with ``codec``, calling ``callback(ctx, msg)``."""
-    return Edge("input", Stream(topic), codec, callback)
-
-
-def inputs(topics: Iterable[str], codec: Codec[Any], callback: Callback) -> tuple[Edge, ...]:
-    """Consume several streams with one codec and one callback."""
-    return tuple(input(topic, codec, callback) for topic in topics)
-
-
-def output(topic: str, codec: Codec[Any]) -> Edge:
-    """Declare that callbacks may ``ctx.emit`` to stream ``topic``, encoded with ``codec``."""
-    return Edge("output", Stream(topic), codec)
-
-
-def loop(codec: Codec[Any], callback: Callback) -> Edge:
-    """Declare the loop stream ``<group>-loop``: ``ctx.loopback`` re-keys messages into it."""
-    return Edge("loop", "", codec, callback)
-
-
-def join(table: str, codec: Codec[Any]) -> Edge:
-    """Join a co-partitioned table: ``ctx.join(table)`` reads the value of the current key."""
-    return Edge("join", Table(table), codec)
-
-
-def lookup(table: str, codec: Codec[Any]) -> Edge:
-    """Look up any key of a table (not co-partitioned): ``ctx.lookup(table, key)``."""
-    return Edge("lookup", Table(table), codec)
-
-
-def persist(codec: Codec[Any]) -> Edge:
-    """Keep per-key state in the group table ``<group>-table``, encoded with ``codec``."""
-    return Edge("persist", "", codec)
+#: How far ahead of the wall clock a record's event time may be by default (one day).
+DEFAULT_MAX_FUTURE = 86_400_000
 
 
 @dataclass(frozen=True)
@@ -148,6 +86,23 @@ class GroupGraph:
     loop: Edge | None
     persist: Edge | None
     nil_handling: NilHandling = "ignore"
+    windows: Mapping[str, WindowEdge] = field(default_factory=dict)
+    timers: Edge | None = None
+    max_future: int | None = DEFAULT_MAX_FUTURE
+
+    @property
+    def ttl(self) -> tuple[int, str] | None:
+        """The group table's ``(ttl ms, domain)``, or None."""
+        edge = self.persist
+        if isinstance(edge, PersistEdge) and edge.ttl is not None and edge.ttl_domain:
+            return edge.ttl, edge.ttl_domain
+        return None
+
+    @property
+    def timed(self) -> bool:
+        """Does the group keep time state (windows, timers, a TTL)? Then it has a
+        ``<group>-timers`` changelog."""
+        return bool(self.windows or self.timers or self.ttl)
 
     @property
     def table(self) -> Table:
@@ -163,16 +118,22 @@ class GroupGraph:
         """Topics processed by callbacks: the inputs, then the loop topic if declared."""
         return [*self.inputs, *([self.loop_topic] if self.loop else [])]
 
-    def copartitioned_topics(self) -> list[str]:
-        """Topics that must have the same partition count: inputs, loop, joins, group table."""
+    def changelogs(self) -> list[str]:
+        """The group's own compacted topics: its table, timers and window tables."""
         table = [self.table] if self.persist else []
-        return [*self.input_topics(), *self.joins, *table]
+        timed = [self.group.timers] if self.timed else []
+        return [*table, *timed, *(self.group.window(n) for n in self.windows)]
+
+    def copartitioned_topics(self) -> list[str]:
+        """Topics that must have the same partition count: inputs, loop, joins, the group's
+        table, timers and window tables."""
+        return [*self.input_topics(), *self.joins, *self.changelogs()]
 
     def edges(self) -> list[Edge]:
         """Every edge, in a stable order."""
-        single = [e for e in (self.loop, self.persist) if e is not None]
-        return [*self.inputs.values(), *single, *self.joins.values(), *self.lookups.values(),
-                *self.outputs.values()]  # fmt: skip
+        single = [e for e in (self.loop, self.persist, self.timers) if e is not None]
+        return [*self.inputs.values(), *single, *self.windows.values(), *self.joins.values(),
+                *self.lookups.values(), *self.outputs.values()]  # fmt: skip
 
     def describe(self) -> str:
         """A readable, multi-line description of the graph."""
@@ -191,7 +152,10 @@ class GroupGraph:
 
 
 def define_group(
-    group: str, *edges: Edge | Iterable[Edge], nil_handling: NilHandling = "ignore"
+    group: str,
+    *edges: Edge | Iterable[Edge],
+    nil_handling: NilHandling = "ignore",
+    max_future: dt.timedelta | int | None = DEFAULT_MAX_FUTURE,
 ) -> GroupGraph:
     """Declare and validate a processor group.
 
@@ -218,6 +182,16 @@ def define_group(
     8. Callbacks are plain callables accepting ``(ctx, msg)``, not coroutine functions.
     9. Topic names use only ``A-Z a-z 0-9 . _ -`` and are at most 249 characters.
     10. ``nil_handling`` is one of ``ignore``, ``process``, ``decode``.
+    11. At most one ``timers`` edge; window names are unique; windows, timers and a TTL need
+        a ``persist`` edge (their state lives in the group's partition stores).
+    12. A window's ``output`` is a declared output edge; ``late="dead_letter"`` is allowed
+        (where the dead letters go is the processor's setting).
+    13. ``max_future`` (a record's event time may be at most this far ahead of the wall
+        clock; None: no bound) is not negative.
+
+    A record whose event time cannot be had (its extractor raises or returns something else
+    than a datetime or milliseconds, it is negative, or beyond ``max_future``) fails like a
+    callback would, under the processor's ``on_error`` policy.
 
     Raises:
         GraphError: if a rule is violated.
@@ -227,21 +201,29 @@ def define_group(
         raise GraphError(
             f"group {group!r}: nil_handling must be one of {NIL_HANDLING}, got {nil_handling!r}"
         )
-    flat = _flatten(edges)
+    flat = _name_windows(name, _flatten(edges))
     for edge in flat:
         _check_edge(name, edge)
     _check_counts(name, flat)
     _check_topics(name, flat)
     by_kind: dict[str, dict[str, Edge]] = {"input": {}, "output": {}, "join": {}, "lookup": {}}
     single: dict[str, Edge] = {}
+    windows: dict[str, WindowEdge] = {}
     for edge in flat:
-        if edge.kind in by_kind:
+        if isinstance(edge, WindowEdge):
+            windows[edge.name] = edge
+        elif edge.kind in by_kind:
             by_kind[edge.kind][edge.topic] = edge
         else:
             single[edge.kind] = edge
+    _check_time(name, windows, single, by_kind["output"])
+    future = None if max_future is None else duration_ms(max_future, "max_future")
+    if future is not None and future < 0:
+        raise GraphError(f"group {group!r}: max_future must not be negative, got {future} ms")
     return GroupGraph(
         name, by_kind["input"], by_kind["output"], by_kind["join"], by_kind["lookup"],
-        single.get("loop"), single.get("persist"), nil_handling,
+        single.get("loop"), single.get("persist"), nil_handling, windows, single.get("timers"),
+        future,
     )  # fmt: skip
 
 
@@ -266,7 +248,7 @@ def load_graph(spec: str) -> GroupGraph:
 
 
 def _check_group(group: str) -> Group:
-    if not isinstance(group, str) or not group or not _TOPIC.match(f"{group}-table"):
+    if not isinstance(group, str) or not group or not TOPIC.match(f"{group}-table"):
         raise GraphError(
             f"group name {group!r} is invalid: use 1-243 characters of A-Z a-z 0-9 . _ -"
         )
@@ -287,7 +269,9 @@ def _flatten(edges: Iterable[Edge | Iterable[Edge]]) -> list[Edge]:
 
 def _check_edge(group: Group, edge: Edge) -> None:
     where = f"group {group!r}: {edge.kind} edge {edge.topic or ''}".rstrip()
-    if edge.kind in ("input", "output", "join", "lookup") and not _TOPIC.match(edge.topic or ""):
+    if edge.kind in ("input", "output", "join", "lookup", "window") and not TOPIC.match(
+        edge.topic or ""
+    ):
         raise GraphError(
             f"{where}: topic name {edge.topic!r} is invalid: use 1-249 characters of "
             "A-Z a-z 0-9 . _ -"
@@ -297,35 +281,51 @@ def _check_edge(group: Group, edge: Edge) -> None:
                              and callable(getattr(codec, "decode", None))):  # fmt: skip
         raise GraphError(f"{where}: needs a codec with encode() and decode(), got {codec!r}")
     if edge.kind in ("input", "loop"):
-        _check_callback(where, edge.callback)
+        check_callback(where, edge.callback)
+    if edge.kind == "timers":
+        check_callback(where, edge.callback, ("ctx", "timer"))
 
 
-def _check_callback(where: str, callback: object) -> None:
-    if not callable(callback):
-        raise GraphError(f"{where}: callback must be callable, got {callback!r}")
-    if inspect.iscoroutinefunction(callback):
-        raise GraphError(f"{where}: callback {_callable_name(callback)} is async; use a def")
-    try:
-        inspect.signature(callback).bind(None, None)
-    except TypeError:
+def _name_windows(group: Group, edges: list[Edge]) -> list[Edge]:
+    """Give each window edge its changelog topic, ``<group>-window-<name>``."""
+    return [
+        WindowEdge(**{**e.__dict__, "topic": group.window(e.name)})
+        if isinstance(e, WindowEdge) else e
+        for e in edges
+    ]  # fmt: skip
+
+
+def _check_time(
+    group: Group, windows: Mapping[str, WindowEdge], single: Mapping[str, Edge],
+    outputs: Mapping[str, Edge],
+) -> None:  # fmt: skip
+    persist = single.get("persist")
+    needs = [*(f"window edge {n!r}" for n in windows), *(["timers edge"] if "timers" in single
+                                                          else [])]  # fmt: skip
+    if needs and persist is None:
         raise GraphError(
-            f"{where}: callback {_callable_name(callback)} must accept (ctx, msg)"
-        ) from None
-    except ValueError:  # builtins without signatures: accept, they fail loudly when called
-        pass
+            f"group {group!r}: {needs[0]} needs a persist edge (time state lives in the "
+            "group's partition stores)"
+        )
+    for edge in windows.values():
+        if edge.output is not None and edge.output not in outputs:
+            raise GraphError(
+                f"group {group!r}: window edge {edge.name!r} writes to {edge.output!r}, which "
+                f"is not an output edge; declare output({edge.output!r}, codec)"
+            )
 
 
 def _check_counts(group: Group, edges: list[Edge]) -> None:
     kinds = [edge.kind for edge in edges]
     if "input" not in kinds:
         raise GraphError(f"group {group!r}: needs at least one input edge")
-    for kind in ("persist", "loop"):
+    for kind in ("persist", "loop", "timers"):
         if kinds.count(kind) > 1:
             raise GraphError(f"group {group!r}: {kinds.count(kind)} {kind} edges, at most one")
 
 
 def _check_topics(group: Group, edges: list[Edge]) -> None:
-    own = {group.table: "persist", group.loop: "loop"}
+    own = {group.table: "persist", group.loop: "loop", group.timers: "timers"}
     declared = {own[t]: t for t in own if own[t] in {e.kind for e in edges}}
     seen: dict[str, Edge] = {}
     for edge in edges:
@@ -353,11 +353,3 @@ def _check_topics(group: Group, edges: list[Edge]) -> None:
                 f"{edge.kind} edges)"
             )
         seen[topic] = edge
-
-
-def _callable_name(callback: object) -> str:
-    return str(getattr(callback, "__qualname__", None) or getattr(callback, "__name__", callback))
-
-
-def _codec_name(codec: object) -> str:
-    return str(getattr(codec, "name", type(codec).__name__))

@@ -14,6 +14,7 @@ every emit, loopback and table update it causes, across all registered groups, i
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 from collections import deque
 from collections.abc import Iterator, Mapping
@@ -21,12 +22,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from goka.codec import Codec
-from goka.context import EMIT, LOOP, TABLE
-from goka.engine import Effect, Engine, Message
+from goka.context import EMIT, FINAL, LOOP, TABLE, TIMER, WINDOW
+from goka.engine import BatchResult, Effect, Engine, Message
 from goka.errors import ConfigurationError, GokaError
 from goka.graph import GroupGraph
 from goka.keys import key_bytes, key_str
 from goka.partitioner import partition_for
+from goka.storage.base import WriteBatch
+from goka.storage.memory import MemoryStorage
+from goka.timekeeping import decode_composite, section_rows
+from goka.windows import Window
 
 __all__ = ["QueueTracker", "Record", "Tester"]
 
@@ -53,11 +58,17 @@ class Tester:
             join or look up another group's table.
         partitions: partitions of every topic (keys are spread by FNV-1a, like Goka).
         max_messages: stop a :meth:`consume` that causes more messages than this (a loop).
+        now: the tester's wall clock at the start, in ms since the epoch (default: the
+            system's time then). It moves only with :meth:`advance_time`; messages consumed
+            without a timestamp get it.
     """
 
     __test__ = False  # not a pytest test class, though its name starts with "Test"
 
-    def __init__(self, *graphs: GroupGraph, partitions: int = 1, max_messages: int = 100_000):
+    def __init__(
+        self, *graphs: GroupGraph, partitions: int = 1, max_messages: int = 100_000,
+        now: int | None = None,
+    ) -> None:  # fmt: skip
         if partitions < 1:
             raise ConfigurationError(f"partitions must be at least 1, got {partitions}")
         self.partitions = partitions
@@ -70,6 +81,8 @@ class Tester:
         self._tables: dict[str, dict[str, bytes]] = {}
         self._engines: dict[tuple[str, int], Engine] = {}
         self._pending: deque[tuple[GroupGraph, Record]] = deque()
+        self._sections: dict[tuple[str, int], dict[str, MemoryStorage]] = {}
+        self.now = int(time.time() * 1000) if now is None else now
         for graph in graphs:
             self.add(graph)
 
@@ -84,8 +97,10 @@ class Tester:
         self._graphs[graph.group] = graph
         for edge in graph.edges():
             topic = {"loop": graph.loop_topic, "persist": graph.table}.get(edge.kind, edge.topic)
+            if edge.kind == "timers":
+                continue
             self._codecs.setdefault(topic, edge.codec)
-            if edge.kind in ("persist", "join", "lookup"):
+            if edge.kind in ("persist", "join", "lookup", "window"):
                 self._tables.setdefault(topic, {})
         for topic in graph.input_topics():
             self._consumers.setdefault(topic, []).append(graph)
@@ -122,7 +137,7 @@ class Tester:
         timestamp: int | None = None,
     ) -> Record:
         """Like :meth:`consume` with an already encoded value (e.g. to test bad input)."""
-        when = int(time.time() * 1000) if timestamp is None else timestamp
+        when = self.now if timestamp is None else timestamp
         record = self._append(topic, key_str(key), data, tuple((headers or {}).items()), when)
         self._run()
         return record
@@ -162,8 +177,11 @@ class Tester:
             list(record.headers) or None,
         )  # fmt: skip
         result = self._engine(graph, record.partition).process([message])
+        self._apply_all(graph, result, record.partition)
+
+    def _apply_all(self, graph: GroupGraph, result: BatchResult, partition: int) -> None:
         for effect in result.effects:
-            self._apply(effect, record.partition)
+            self._apply(effect, partition, graph)
 
     def _engine(self, graph: GroupGraph, partition: int) -> Engine:
         engine = self._engines.get((graph.group, partition))
@@ -172,21 +190,98 @@ class Tester:
                 t: self._tables.setdefault(t, {}).get for t in (*graph.joins, *graph.lookups)
             }
             store = self._tables.setdefault(graph.table, {}).get
-            engine = Engine(graph, partition, store=store, tables=readers, pause_gc=False)
+            sections = self._sections.setdefault((graph.group, partition), {})
+            if graph.timed:
+                for topic in graph.changelogs()[1:]:
+                    sections[topic] = MemoryStorage(topic)
+            windows = {n: sections[graph.group.window(n)] for n in graph.windows}
+            engine = Engine(
+                graph, partition, store=store, tables=readers, pause_gc=False,
+                timers=sections.get(graph.group.timers), windows=windows,
+                clock=lambda: self.now,
+            )  # fmt: skip
             self._engines[(graph.group, partition)] = engine
         return engine
 
-    def _apply(self, effect: Effect, partition: int) -> None:
+    def _apply(self, effect: Effect, partition: int, graph: GroupGraph) -> None:
         kind, topic, key, data, headers, source = effect
-        if kind == TABLE:
-            table = self._tables.setdefault(topic, {})
-            if data is None:
-                table.pop(key, None)
-            else:
-                table[key] = data
+        if kind in (TIMER, WINDOW):
+            section = self._sections[(graph.group, partition)][topic]
+            grace = None
+            if kind == WINDOW:
+                edge = next(e for e in graph.windows.values() if e.topic == topic)
+                assert edge.spec is not None
+                grace = edge.grace + getattr(edge.spec, "gap", 0)
+            rows = section_rows(section.get, key, data, grace=grace)
+            section.write(WriteBatch(values=rows))
+            if kind == WINDOW:
+                self._set(self._tables.setdefault(topic, {}), key, data)
             self._append(topic, key, data, (), source[4], partition)
-        elif kind in (EMIT, LOOP):
+        elif kind == TABLE:
+            self._set(self._tables.setdefault(topic, {}), key, data)
+            self._append(topic, key, data, (), source[4], partition)
+        elif kind in (EMIT, LOOP, FINAL):
             self._append(topic, key, data, tuple(headers or ()), source[4])
+
+    @staticmethod
+    def _set(table: dict[str, bytes], key: str, data: bytes | None) -> None:
+        if data is None:
+            table.pop(key, None)
+        else:
+            table[key] = data
+
+    # -- time ------------------------------------------------------------------------------------
+    def advance_time(self, delta: int | dt.timedelta) -> None:
+        """Move the wall clock forward by ``delta`` (ms or a timedelta) and fire the wall
+        timers due, in every group and partition, with everything they cause."""
+        step = delta if isinstance(delta, int) else round(delta.total_seconds() * 1000)
+        if step < 0:
+            raise ConfigurationError(f"time only moves forward, not by {step} ms")
+        self.now += step
+        self._tick(None, None)
+
+    def advance_stream_time(self, group: str, to: int | dt.datetime, *,
+                            partition: int | None = None) -> None:  # fmt: skip
+        """Move ``group``'s stream time (of ``partition``, default: every partition) forward
+        to ``to`` without a record, and fire what that makes due (stream timers, windows
+        that close, TTLs), with everything it causes."""
+        at = to if isinstance(to, int) else round(to.timestamp() * 1000)
+        self._tick(group, at, partition)
+
+    def stream_time(self, group: str, partition: int = 0) -> int:
+        """``group``'s stream time in ``partition`` (-1: no record yet)."""
+        engine = self._engine(self._graph(group), partition)
+        return -1 if engine.time is None else engine.time.stream_time
+
+    def _tick(self, group: str | None, at: int | None, partition: int | None = None) -> None:
+        for graph in self._graphs.values():
+            if not graph.timed or (group is not None and graph.group != group):
+                continue
+            for number in range(self.partitions) if partition is None else [partition]:
+                result = self._engine(graph, number).tick(stream_time=at)
+                self._apply_all(graph, result, number)
+        self._run()
+
+    def windows(self, group: str, name: str, key: str | bytes) -> list[tuple[Window, Any]]:
+        """The windows of ``key`` in ``group``'s window table ``name``, earliest first, with
+        their decoded values."""
+        graph = self._graph(group)
+        edge = graph.windows.get(name)
+        if edge is None:
+            raise ConfigurationError(f"group {group!r} has no window {name!r}")
+        key = key_str(key)
+        found = []
+        for row, data in self._table(edge.topic).items():
+            owner, start, end = decode_composite(row)
+            if owner == key:
+                found.append((Window(start, end), edge.codec.decode(data)))
+        return sorted(found)
+
+    def _graph(self, group: str) -> GroupGraph:
+        graph = self._graphs.get(group)
+        if graph is None:
+            raise ConfigurationError(f"group {group!r} is not registered")
+        return graph
 
     # -- tables ------------------------------------------------------------------------------------
     def table_value(self, table: str, key: str | bytes) -> Any:

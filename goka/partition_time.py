@@ -1,0 +1,319 @@
+"""Time in one partition of a timed group: stream time, durable timers, windows and TTL.
+
+The engine (:mod:`goka.engine`) owns one :class:`PartitionTime` per partition of a group with
+windows, timers or a TTL. Every change is an effect, like a table update: ``TIMER`` rows go to
+``<group>-timers`` and ``WINDOW`` rows to ``<group>-window-<name>`` (and, with their derived
+index rows, to the partition store: :func:`goka.timekeeping.section_rows`), so they commit
+with state and offsets and are replayed with the partition.
+
+Order, the same in every runtime and the tester, whatever the batches: after each record, the
+stream timers due by the stream time, the windows to close and expire, and the wall timers due
+by the wall clock fire in time order (at equal times: windows close, then timers fire).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
+
+from goka.context import TIMER, WINDOW
+from goka.edges import WindowEdge
+from goka.errors import ContextError
+from goka.graph import GroupGraph
+from goka.timekeeping import (
+    DIGITS,
+    INTERNAL,
+    MAX_TIME,
+    STREAM_TIME,
+    TTL_TIMER,
+    DueQueue,
+    Journal,
+    Overlay,
+    Section,
+    close_key,
+    composite,
+    decode_composite,
+    decode_timer,
+    due_key,
+    encode_timer,
+    rollback,
+    timer_key,
+)
+from goka.windows import Session, Window
+
+__all__ = ["Due", "PartitionTime", "Timer"]
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
+class Timer(NamedTuple):
+    """A timer that fired: its name, when it was due (ms), its clock and its data."""
+
+    name: str
+    at_ms: int
+    domain: str
+    data: Any
+
+    @property
+    def at(self) -> dt.datetime:
+        """When it was due, in UTC."""
+        return _EPOCH + dt.timedelta(milliseconds=self.at_ms)
+
+
+class Due(NamedTuple):
+    """Something to do at ``at``: ``kind`` is ``close``, ``expire`` (a window: ``name`` is the
+    window table, ``key`` its composite key) or ``timer`` (``name``, ``key``, ``data``)."""
+
+    at: int
+    order: int
+    kind: str
+    name: str
+    key: str
+    data: bytes
+    row: str
+
+
+class PartitionTime:
+    """Stream time, timers and windows of one partition (see the module docstring).
+
+    Args:
+        graph: the group (timed).
+        timers: the committed timers section.
+        windows: the committed section of each window table.
+        clock: the wall clock, in ms.
+        undo: keep a journal so a failed record's changes can be undone (:meth:`rollback`).
+    """
+
+    def __init__(
+        self, graph: GroupGraph, *, timers: Section, windows: Mapping[str, Section],
+        clock: Callable[[], int], undo: bool = False,
+    ) -> None:  # fmt: skip
+        self.graph, self.clock = graph, clock
+        self.journal: Journal | None = [] if undo else None
+        self.timers_topic = graph.group.timers
+        self._timers, self._windows = timers, dict(windows)
+        self._edges = dict(graph.windows)
+        self._decode_data = graph.timers.codec.decode if graph.timers else None
+        self._encode_data = graph.timers.codec.encode if graph.timers else None
+        stored = timers.get(STREAM_TIME)
+        self.stream_time = -1 if stored is None else int(stored)
+        self.effects: list[Any] = []
+        self.begin(self.effects)
+
+    def begin(self, effects: list[Any]) -> None:
+        """Start a batch: read the committed sections afresh, append effects to ``effects``."""
+        self.effects, journal = effects, self.journal
+        self.saved_stream_time = self._mark_stream_time = self.stream_time
+        self.timer_rows = Overlay(self._timers, journal)
+        self.window_rows = {n: Overlay(s, journal) for n, s in self._windows.items()}
+        self._queues = {
+            d: DueQueue(self._timers, f"q{d[0]}", journal=journal) for d in ("stream", "wall")
+        }
+        self._closing = {
+            n: DueQueue(s, "c", after=self._watermark(n), journal=journal)
+            for n, s in self._windows.items() if self._edges[n].emit == "final"
+        }  # fmt: skip
+        self._expiring = {n: DueQueue(s, "c", journal=journal) for n, s in self._windows.items()}
+        self.late_dropped = 0
+        self.late_records: list[tuple[str, Any]] = []
+        self._late_seen: set[str] = set()
+
+    def mark(self) -> None:
+        """A record begins: what :meth:`rollback` returns to."""
+        self._mark_stream_time = self.stream_time
+        self._mark_late = (self.late_dropped, len(self.late_records))
+        self._late_seen.clear()
+        if self.journal is not None:
+            self.journal.clear()
+
+    def rollback(self) -> None:
+        """Undo the time changes of the record since :meth:`mark` (it failed)."""
+        self.stream_time = self._mark_stream_time
+        self.late_dropped, kept = self._mark_late
+        del self.late_records[kept:]
+        if self.journal is not None:
+            rollback(self.journal)
+
+    def late(self, name: str, ctx: Any, window: Window) -> None:
+        """The record of ``ctx`` is late for window table ``name``: apply its policy (once
+        per record and table)."""
+        if name in self._late_seen:
+            return
+        self._late_seen.add(name)
+        policy = self.edge(name).late
+        if policy == "drop":
+            self.late_dropped += 1
+        elif policy == "dead_letter":
+            self.late_records.append((name, ctx._message))
+        else:
+            policy(ctx, ctx._value, window)
+
+    def finish(self, source: Any) -> None:
+        """End a batch: record the stream time if it moved (attributed to ``source``)."""
+        if self.stream_time != self.saved_stream_time:
+            self._row(STREAM_TIME, str(self.stream_time).encode(), source)
+
+    def _watermark(self, name: str) -> str | None:
+        found = self._timers.get(f"c{name}")
+        return None if found is None else found.decode()
+
+    # -- timers ----------------------------------------------------------------------------------
+    def schedule(self, key: str, name: str, at: int, domain: str, data: Any, source: Any) -> None:
+        """Set timer ``name`` of ``key`` (replacing one of that name)."""
+        if self._encode_data is None and not name.startswith(INTERNAL):
+            raise ContextError(f"group {self.graph.group!r} has no timers edge; declare "
+                               "timers(on_timer)")  # fmt: skip
+        encoded = b"" if data is None or self._encode_data is None else self._encode_data(data)
+        self.cancel(key, name, source, quiet=True)
+        value = encode_timer(domain, min(max(at, 0), MAX_TIME), encoded)
+        self._row(timer_key(name, key), value, source)
+        row = due_key(domain, min(max(at, 0), MAX_TIME), name, key)
+        self._queues[domain].add(row, encoded)
+
+    def cancel(self, key: str, name: str, source: Any, *, quiet: bool = False) -> bool:
+        """Delete timer ``name`` of ``key``; return whether there was one."""
+        row = timer_key(name, key)
+        found = self.timer_rows.get(row)
+        if found is None:
+            return False
+        domain, at, _ = decode_timer(found)
+        self._queues[domain].remove(due_key(domain, at, name, key))
+        if not quiet:
+            self._row(row, None, source)
+        return True
+
+    def timer(self, key: str, name: str) -> tuple[str, int] | None:
+        """``(domain, at)`` of timer ``name`` of ``key``, or None."""
+        found = self.timer_rows.get(timer_key(name, key))
+        return None if found is None else decode_timer(found)[:2]
+
+    def touch(self, key: str, source: Any) -> None:
+        """``key`` changed: it expires a TTL after now (by the TTL's clock)."""
+        assert self.graph.ttl is not None
+        ttl, domain = self.graph.ttl
+        now = self.stream_time if domain == "stream" else self.clock()
+        self.schedule(key, TTL_TIMER, max(now, 0) + ttl, domain, None, source)
+
+    def expired(self, key: str) -> bool:
+        """Has ``key`` outlived its TTL (its deletion is due)?"""
+        found = self.timer(key, TTL_TIMER)
+        if found is None:
+            return False
+        domain, at = found
+        return at <= (self.stream_time if domain == "stream" else self.clock())
+
+    def decode_data(self, data: bytes) -> Any:
+        """A fired timer's data, decoded."""
+        return None if not data or self._decode_data is None else self._decode_data(data)
+
+    # -- what is due -------------------------------------------------------------------------------
+    def next_due(self) -> Due | None:
+        """The earliest thing due now (stream time, wall clock), or None."""
+        found: list[Due] = []
+        stream = self.stream_time
+        for name, queue in self._closing.items():
+            row = queue.first()
+            if row is not None and int(row[0][1 : 1 + DIGITS]) <= stream:
+                found.append(Due(int(row[0][1 : 1 + DIGITS]), 0, "close", name,
+                                 row[0][1 + DIGITS :], b"", row[0]))  # fmt: skip
+        for name, queue in self._expiring.items():
+            row = queue.first()
+            retention = self._edges[name].retention
+            if row is not None and int(row[0][1 : 1 + DIGITS]) + retention <= stream:
+                at = int(row[0][1 : 1 + DIGITS]) + retention
+                found.append(Due(at, 1, "expire", name, row[0][1 + DIGITS :], b"", row[0]))
+        for domain, now in (("stream", stream), ("wall", None)):
+            row = self._queues[domain].first()
+            if row is None:
+                continue
+            at = int(row[0][2 : 2 + DIGITS])
+            if at <= (now if now is not None else self.clock()):
+                timer, _, key = row[0][2 + DIGITS :].partition("\x00")
+                found.append(Due(at, 2, "timer", timer, key, row[1], row[0]))
+        return min(found) if found else None
+
+    def fired(self, due: Due, source: Any) -> None:
+        """Remove what ``due`` was (a fired timer, a closed or expired window)."""
+        if due.kind == "timer":
+            self._queues["stream" if due.row[1] == "s" else "wall"].remove(due.row)
+            self._row(timer_key(due.name, due.key), None, source)
+        elif due.kind == "close":
+            self._closing[due.name].remove(due.row)
+            self._row(f"c{due.name}", due.row.encode(), source)
+        else:
+            self._expiring[due.name].remove(due.row)
+            self._window_row(due.name, due.key, None, source)
+
+    # -- windows ---------------------------------------------------------------------------------
+    def edge(self, name: str) -> WindowEdge:
+        """The window edge ``name``.
+
+        Raises:
+            ContextError: the group has no such window.
+        """
+        edge = self._edges.get(name)
+        if edge is None:
+            declared = ", ".join(self._edges) or "none"
+            raise ContextError(f"group {self.graph.group!r} has no window {name!r} "
+                               f"(windows: {declared})")  # fmt: skip
+        return edge
+
+    def close_at(self, edge: WindowEdge, end: int) -> int:
+        """When a window ending at ``end`` closes (sessions: a gap after their last record)."""
+        extra = edge.spec.gap if isinstance(edge.spec, Session) else 0
+        return min(end + extra + edge.grace, MAX_TIME)
+
+    def open_windows(self, name: str, key: str, time: int) -> tuple[list[Window], bool]:
+        """The windows of ``time`` still open, and whether ``time`` was late for all."""
+        edge = self.edge(name)
+        spec = edge.spec
+        if isinstance(spec, Session):
+            late = self.close_at(edge, time + 1) <= self.stream_time
+            return ([] if late else [Window(time, time + 1)]), late
+        assert spec is not None
+        windows = [w for w in spec.windows(time) if self.close_at(edge, w.end) > self.stream_time]
+        return windows, not windows
+
+    def sessions(self, name: str, key: str, time: int) -> list[tuple[Window, bytes]]:
+        """The sessions of ``key`` that a record at ``time`` joins, with their values."""
+        edge = self.edge(name)
+        assert isinstance(edge.spec, Session)
+        gap, found = edge.spec.gap, []
+        for row, value in self.window_rows[name].items(f"w{key}@"):
+            try:
+                owner, start, end = decode_composite(row[1:])
+            except ValueError:
+                continue
+            if owner == key and start - gap <= time < end + gap:
+                found.append((Window(start, end), value))
+        return found
+
+    def window_value(self, name: str, key: str, window: Window) -> bytes | None:
+        """The stored value of ``window`` of ``key``."""
+        return self.window_rows[name].get("w" + composite(key, window.start, window.end))
+
+    def set_window(self, name: str, key: str, window: Window, value: bytes | None,
+                   source: Any) -> None:  # fmt: skip
+        """Write (None: delete) ``window`` of ``key``."""
+        self._window_row(name, composite(key, window.start, window.end), value, source)
+
+    def _window_row(self, name: str, row: str, value: bytes | None, source: Any) -> None:
+        rows = self.window_rows[name]
+        edge = self._edges[name]
+        created = value is not None and rows.get("w" + row) is None
+        rows.put("w" + row, value)
+        index = close_key(self.close_at(edge, decode_composite(row)[2]), row)
+        if value is None:
+            self._expiring[name].remove(index)
+            if name in self._closing:
+                self._closing[name].remove(index)
+        elif created:
+            self._expiring[name].add(index, b"")
+            if name in self._closing:
+                self._closing[name].add(index, b"")
+        self.effects.append((WINDOW, edge.topic, row, value, None, source))
+
+    def _row(self, key: str, value: bytes | None, source: Any) -> None:
+        self.timer_rows.put(key, value)
+        self.effects.append((TIMER, self.timers_topic, key, value, None, source))

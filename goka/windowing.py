@@ -1,0 +1,146 @@
+"""What ``ctx.window(name)`` returns: the open windows of the current record, to aggregate into.
+
+Example (page views per user per hour)::
+
+    def count(ctx, view):
+        ctx.window("hourly").update(lambda n: (n or 0) + 1)
+
+A record belongs to one window (tumbling, calendar, session) or several (hopping). Windows
+closed by stream time (their end plus grace has passed) are left out; a record for which all
+are closed is *late* and follows the window edge's ``late`` policy. A record that falls into
+sessions of its key (less than ``gap`` away) merges them into one, with the edge's ``merge``;
+the sessions merged away are deleted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from goka.windows import Session, Window
+
+if TYPE_CHECKING:
+    from goka.context import Context
+    from goka.partition_time import PartitionTime
+
+__all__ = ["WindowState", "Windows"]
+
+#: Headers of a window's results in its output topic.
+WINDOW_NAME, WINDOW_START, WINDOW_END = "goka-window", "goka-window-start", "goka-window-end"
+
+
+class WindowState:
+    """One window of the current key: ``[start, end)`` and its value."""
+
+    __slots__ = ("_ctx", "_name", "_time", "window")
+
+    def __init__(self, ctx: Context[Any], time: PartitionTime, name: str, window: Window):
+        self._ctx, self._time, self._name, self.window = ctx, time, name, window
+
+    @property
+    def start(self) -> int:
+        """The start, in ms since the epoch."""
+        return self.window.start
+
+    @property
+    def end(self) -> int:
+        """The end (exclusive), in ms since the epoch."""
+        return self.window.end
+
+    def value(self) -> Any:
+        """The window's value, or None."""
+        raw = self._time.window_value(self._name, self._ctx.key, self.window)
+        return None if raw is None else self._time.edge(self._name).codec.decode(raw)
+
+    def set_value(self, value: Any) -> None:
+        """Set the window's value (with ``emit="update"`` and an output, also emitted)."""
+        edge = self._time.edge(self._name)
+        self._time.set_window(self._name, self._ctx.key, self.window, edge.codec.encode(value),
+                              self._ctx._message)  # fmt: skip
+        if edge.emit == "update" and edge.output is not None:
+            self._ctx.emit(edge.output, self._ctx.key, value, headers(self._name, self.window))
+
+    def delete(self) -> None:
+        """Delete the window."""
+        self._time.set_window(self._name, self._ctx.key, self.window, None, self._ctx._message)
+
+    def __repr__(self) -> str:
+        return f"<WindowState {self._name} {self.window!r}>"
+
+
+class Windows:
+    """The open windows of the current record in window table ``name`` (see the module
+    docstring); iterate them, or use :meth:`update`, :meth:`value`, :meth:`set_value`."""
+
+    def __init__(self, ctx: Context[Any], time: PartitionTime, name: str) -> None:
+        self._ctx, self._time, self._name = ctx, time, name
+        edge = time.edge(name)
+        at = ctx.event_time_ms
+        windows, late = time.open_windows(name, ctx.key, at)
+        if late:
+            time.late(name, ctx, Window(at, at + 1))
+        elif isinstance(edge.spec, Session):
+            windows = [self._merge(at)]
+        self._windows = [WindowState(ctx, time, name, w) for w in windows]
+
+    def _merge(self, at: int) -> Window:
+        """The session of a record at ``at``: the sessions it joins, merged into one."""
+        time, key = self._time, self._ctx.key
+        edge = time.edge(self._name)
+        found = time.sessions(self._name, key, at)
+        if not found:
+            return Window(at, at + 1)
+        merged = Window(
+            min(at, *(w.start for w, _ in found)), max(at + 1, *(w.end for w, _ in found))
+        )
+        if len(found) == 1 and found[0][0] == merged:
+            return merged
+        assert edge.merge is not None  # window() requires it for sessions
+        values = [edge.codec.decode(v) for _, v in found]
+        value = values[0]
+        for other in values[1:]:
+            value = edge.merge(value, other)
+        for window, _ in found:
+            time.set_window(self._name, key, window, None, self._ctx._message)
+        time.set_window(self._name, key, merged, edge.codec.encode(value), self._ctx._message)
+        return merged
+
+    def __iter__(self) -> Iterator[WindowState]:
+        return iter(self._windows)
+
+    def __len__(self) -> int:
+        return len(self._windows)
+
+    def update(self, change: Callable[[Any], Any]) -> None:
+        """Set each open window's value to ``change(its value or None)``."""
+        for state in self._windows:
+            state.set_value(change(state.value()))
+
+    def value(self) -> Any:
+        """The value of the one open window (None: none, or late).
+
+        Raises:
+            ValueError: the record is in several windows (hopping): iterate them.
+        """
+        return self._one().value() if self._windows else None
+
+    def set_value(self, value: Any) -> None:
+        """Set the value of the one open window (nothing if the record is late).
+
+        Raises:
+            ValueError: the record is in several windows (hopping): iterate them.
+        """
+        if self._windows:
+            self._one().set_value(value)
+
+    def _one(self) -> WindowState:
+        if len(self._windows) > 1:
+            raise ValueError(f"the record is in {len(self._windows)} windows of "
+                             f"{self._name!r}: iterate ctx.window({self._name!r})")  # fmt: skip
+        return self._windows[0]
+
+
+def headers(name: str, window: Window) -> list[tuple[str, bytes]]:
+    """The headers naming a window, on its results."""
+    return [(WINDOW_NAME, name.encode()), (WINDOW_START, str(window.start).encode()),
+            (WINDOW_END, str(window.end).encode())]  # fmt: skip
