@@ -305,12 +305,15 @@ class Engine:
             offset=message[1], key=None if message[2] is None else key_str(message[2]),
         )  # fmt: skip
 
-    def _failed(self, exc: Exception, message: Message, mark: int, result: BatchResult) -> None:
+    def _failed(
+        self, exc: Exception, message: Message, mark: int, result: BatchResult,
+        reason: str | None = None,
+    ) -> None:  # fmt: skip
         if isinstance(exc, StorageError):  # the store failed, not the message: no policy
             raise exc
         ctx = self.context
         error = ProcessingError(
-            self._describe(exc, message),
+            reason or self._describe(exc, message),
             group=self.graph.group, topic=message[0], partition=self.partition,
             offset=message[1], key=None if message[2] is None else key_str(message[2]),
         )  # fmt: skip

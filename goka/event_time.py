@@ -92,8 +92,13 @@ def fire_due(engine: Engine, trigger: Message, result: BatchResult) -> None:
             _fire(engine, due, key, source)
         except Exception as exc:
             time.rollback()
-            engine._failed(exc, source, mark, result)
+            engine._failed(exc, source, mark, result, _describe(due, exc))
     ctx._event_time = -1
+
+
+def _describe(due: Due, exc: Exception) -> str:
+    what = f"timer {due.name!r}" if due.kind == "timer" else f"{due.kind} of window {due.name!r}"
+    return f"{what} due at {_iso(due.at)} failed: {type(exc).__name__}: {exc}"
 
 
 def _owner(due: Due) -> str:

@@ -30,6 +30,7 @@ from goka.timekeeping import (
     DueQueue,
     Journal,
     Overlay,
+    PendingRows,
     Section,
     close_key,
     composite,
@@ -42,7 +43,7 @@ from goka.timekeeping import (
 )
 from goka.windows import Session, Window
 
-__all__ = ["Due", "PartitionTime", "Timer"]
+__all__ = ["Due", "PartitionTime", "Timer", "apply_effects", "section_graces"]
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
@@ -317,3 +318,20 @@ class PartitionTime:
     def _row(self, key: str, value: bytes | None, source: Any) -> None:
         self.timer_rows.put(key, value)
         self.effects.append((TIMER, self.timers_topic, key, value, None, source))
+
+
+def section_graces(graph: GroupGraph) -> dict[str, int | None]:
+    """The time sections of ``graph`` by changelog topic, with the grace their close index
+    adds to a window's end (None: the timers section)."""
+    graces: dict[str, int | None] = {graph.group.timers: None}
+    for edge in graph.windows.values():
+        gap = edge.spec.gap if isinstance(edge.spec, Session) else 0
+        graces[edge.topic] = edge.grace + gap
+    return graces
+
+
+def apply_effects(pending: PendingRows, effects: list[Any]) -> None:
+    """Add the changelog rows among ``effects`` to ``pending``."""
+    for kind, topic, key, value, _, _ in effects:
+        if kind in (TIMER, WINDOW):
+            pending.apply(topic, key, value)

@@ -21,7 +21,7 @@ yields index rows in order from both.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Protocol
 
 __all__ = [
@@ -229,3 +229,80 @@ class DueQueue:
             if not added or head[0] <= added[0][0]:
                 return head
         return added[0] if added else None
+
+
+class PendingRows:
+    """Section rows written since the last commit, over the committed sections: what the
+    engine reads between commits (an epoch runs many batches per commit), and what the next
+    commit writes. Changelog rows come in with :meth:`apply`, which adds the index rows
+    derived from them (:func:`section_rows`).
+
+    Args:
+        sections: the committed sections, by changelog topic.
+        graces: each topic's window grace (None: the timers section).
+    """
+
+    def __init__(self, sections: Mapping[str, Section], graces: Mapping[str, int | None]):
+        self._sections, self._graces = dict(sections), dict(graces)
+        self.rows: dict[str, dict[str, bytes | None]] = {t: {} for t in self._sections}
+
+    def view(self, topic: str) -> PendingView:
+        """The section of ``topic`` as the engine sees it."""
+        return PendingView(self._sections[topic], self.rows[topic])
+
+    def apply(self, topic: str, key: str, value: bytes | None) -> None:
+        """Changelog row ``key`` = ``value`` of ``topic``, with its derived rows."""
+        pending, section = self.rows[topic], self._sections[topic]
+
+        def old(row: str) -> bytes | None:
+            return pending[row] if row in pending else section.get(row)
+
+        pending.update(section_rows(old, key, value, grace=self._graces[topic]))
+
+    def clear(self) -> None:
+        """Forget the rows (committed)."""
+        for rows in self.rows.values():
+            rows.clear()
+
+
+class PendingView:
+    """A committed section with pending rows on top (reads only)."""
+
+    __slots__ = ("_pending", "_section")
+
+    def __init__(self, section: Section, pending: dict[str, bytes | None]) -> None:
+        self._section, self._pending = section, pending
+
+    def get(self, key: str) -> bytes | None:
+        """The row's value, pending or committed."""
+        pending = self._pending
+        return pending[key] if key in pending else self._section.get(key)
+
+    def items(
+        self, *, start: str | None = None, stop: str | None = None, prefix: str | None = None,
+        reverse: bool = False,
+    ) -> Iterator[tuple[str, bytes]]:  # fmt: skip
+        """Rows in key order, pending ones merged in (lazily: a section may be large)."""
+        committed = self._section.items(start=start, stop=stop, prefix=prefix, reverse=reverse)
+        if not self._pending:
+            yield from committed
+            return
+        pending = sorted(
+            (k, v) for k, v in self._pending.items()
+            if (prefix is None or k.startswith(prefix)) and (start is None or k >= start)
+            and (stop is None or k < stop)
+        )  # fmt: skip
+        if reverse:
+            pending.reverse()
+        first, later = (0, 1) if not reverse else (1, 0)  # at equal keys, the pending row
+        merged = heapq.merge(
+            ((k, first, v) for k, v in pending), ((k, later, v) for k, v in committed),
+            reverse=reverse,
+        )  # fmt: skip
+        last = None
+        for key, _, value in merged:
+            if key == last:
+                continue
+            last = key
+            if value is not None:
+                yield key, value

@@ -112,6 +112,19 @@ class TopicManager:
         self._check_compacted(topic)
         return count
 
+    def ensure_window_exists(self, topic: str, partitions: int | None, retention_ms: int) -> int:
+        """Create window table ``topic`` (compacted, and deleted after ``retention_ms``: a
+        window's changelog expires on its own) unless it exists; return its partition count.
+
+        Raises:
+            TopicError: as :meth:`ensure_table_exists`.
+        """
+        settings = {**self.config.table_config, "cleanup.policy": "compact,delete",
+                    "retention.ms": str(retention_ms)}  # fmt: skip
+        count = self._ensure(topic, partitions, settings)
+        self._check_compacted(topic)
+        return count
+
     def _ensure(self, topic: str, partitions: int | None, settings: dict[str, str]) -> int:
         wanted = partitions or self.config.partitions
         existing = self._admin.topics().get(topic)
@@ -163,13 +176,18 @@ class TopicManager:
         self._admin.delete_topic(topic)
 
 
+#: How much longer a window table's changelog keeps a window than the window table does (a
+#: restore reads it back after a stop of up to this long).
+WINDOW_MARGIN_MS = 86_400_000
+
+
 def prepare_group(
     manager: TopicManager, graph: GroupGraph, *, dead_letters: bool = False,
     create_outputs: bool = False,
 ) -> int:  # fmt: skip
-    """Check a group's topics, then create its table, loop and dead-letter (if
-    ``dead_letters``) topics, and its output topics with the group's partition count if
-    ``create_outputs``. Nothing is created unless every check passed.
+    """Check a group's topics, then create its table, timers, window tables, loop and
+    dead-letter (if ``dead_letters``) topics, and its output topics with the group's
+    partition count if ``create_outputs``. Nothing is created unless every check passed.
 
     Returns:
         The partition count.
@@ -191,6 +209,12 @@ def prepare_group(
         )
     if graph.persist:
         manager.ensure_table_exists(graph.table, partitions)
+    if graph.timed:
+        manager.ensure_table_exists(graph.group.timers, partitions)
+    for edge in graph.windows.values():
+        assert edge.spec is not None
+        kept = edge.spec.longest + edge.grace + edge.retention + WINDOW_MARGIN_MS
+        manager.ensure_window_exists(edge.topic, partitions, kept)
     if graph.loop:
         manager.ensure_stream_exists(graph.loop_topic, partitions)
     if dead_letters:

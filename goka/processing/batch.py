@@ -21,9 +21,11 @@ import time
 from collections.abc import Mapping
 from contextlib import ExitStack
 from dataclasses import asdict
+from typing import Any
 
 from goka.engine import BatchResult, Engine, Message
 from goka.errors import StorageCorruptError
+from goka.partition_time import apply_effects
 from goka.processing.config import TaskConfig
 from goka.processing.recovery import CHUNK
 from goka.processing.stores import PartitionStores
@@ -88,11 +90,15 @@ class PartitionProcessor:
             ends = applied.ends(planned)
             for table in joins:
                 stores.apply_join(table, messages.get(table, []), ends[table], summary)
-            result = self._run(stores, messages, inputs)
+            pending = stores.pending_rows()
+            result = self._run(stores, messages, inputs, stores.engine_sections(pending))
             output = stores.output()
             output.send(result, summary)
             positions = {t: ends[t] for t in inputs}
-            stores.commit(output, result.changes(), positions, summary, wait=True)
+            if pending is not None:
+                apply_effects(pending, result.effects)
+            stores.commit(output, result.changes(), positions, summary, wait=True,
+                          sections=None if pending is None else pending.rows)  # fmt: skip
             summary.ends = json.dumps(positions)
             summary.store_bytes = store_bytes(stores.store)
             stores.snapshot(summary)
@@ -112,14 +118,15 @@ class PartitionProcessor:
         return messages
 
     def _run(
-        self, stores: PartitionStores, messages: Mapping[str, list[Message]], inputs: list[str]
-    ) -> BatchResult:
+        self, stores: PartitionStores, messages: Mapping[str, list[Message]], inputs: list[str],
+        sections: Mapping[str, Any],
+    ) -> BatchResult:  # fmt: skip
         todo = [messages.get(t, []) for t in inputs]
         ordered = todo[0] if len(todo) == 1 else list(heapq.merge(*todo, key=lambda m: m[4]))
         tables = {t: stores.leases[f"join-{t}"].storage.get for t in self.graph.joins}
         engine = Engine(
             self.graph, self.partition, store=stores.store.get,
             tables={**tables, **stores.clients.lookups()}, on_error=self.config.on_error,
-            max_message_bytes=self.config.max_message_bytes,
+            max_message_bytes=self.config.max_message_bytes, **sections,
         )  # fmt: skip
         return engine.process(ordered)

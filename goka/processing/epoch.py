@@ -31,6 +31,7 @@ from dataclasses import asdict
 
 from goka.engine import Engine, Message
 from goka.errors import StorageCorruptError, StorageLockedError
+from goka.partition_time import apply_effects
 from goka.processing.clients import Clients
 from goka.processing.config import TaskConfig
 from goka.processing.recovery import CHUNK
@@ -201,10 +202,12 @@ class Epoch:
         def read(key: str) -> bytes | None:
             return pending[key] if key in pending else get(key)
 
+        self.sections = stores.pending_rows()  # time rows not committed yet
         self.engine = Engine(
             self.graph, self.partition, store=read,
             tables={**{t: s.get for t, s in self.joins.items()}, **stores.clients.lookups()},
             on_error=self.config.on_error, max_message_bytes=self.config.max_message_bytes,
+            **stores.engine_sections(self.sections),
         )  # fmt: skip
         self.output = stores.output()
         self.committed = dict(positions)
@@ -264,16 +267,26 @@ class Epoch:
         result = self.engine.process(messages)
         self.output.send(result, self.summary)
         self.pending.update(result.changes())
+        if self.sections is not None:
+            apply_effects(self.sections, result.effects)
 
     def _join(self, records: list[Message]) -> None:
         self.stores.apply_join(records[0][0], records, records[-1][1] + 1, self.summary)
 
     def commit(self) -> None:
         """Wait for every output so far, then write the state changes with the offsets."""
-        if self.positions == self.committed and not self.pending:
+        sections = self.sections
+        if (
+            self.positions == self.committed
+            and not self.pending
+            and not (sections is not None and any(sections.rows.values()))
+        ):
             return
         positions = {t: self.positions[t] for t in self.inputs}
-        self.stores.commit(self.output, self.pending, positions, self.summary)
+        self.stores.commit(self.output, self.pending, positions, self.summary,
+                           sections=None if sections is None else sections.rows)  # fmt: skip
         self.pending.clear()
+        if sections is not None:
+            sections.clear()
         self.committed = dict(self.positions)
         self.stores.snapshot(self.summary)  # if due: a long epoch too

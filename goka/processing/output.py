@@ -1,5 +1,6 @@
 """The output of a partition processor: its effects and dead letters produced with one
-producer, every delivery checked, and the group table's end after its updates."""
+producer, every delivery checked, and the end of each changelog (the group table, timers,
+window tables) after its updates."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from goka.context import EMIT, LOOP, TABLE
+from goka.context import EMIT, FINAL, LOOP, TABLE, TIMER, WINDOW
 from goka.engine import BatchResult
 from goka.errors import DeliveryError, TopicRewoundError
 from goka.kafka.producer import ProduceError, Producer
@@ -23,9 +24,13 @@ __all__ = ["ORIGINAL_SIZE", "TRUNCATED", "Output"]
 log = logging.getLogger(__name__)
 
 
+#: Effects written to a changelog of the group, in the task's partition, with provenance.
+CHANGELOG_KINDS = (TABLE, TIMER, WINDOW)
+
+
 class Output:
     """Produces a partition's effects and dead letters and checks that each was delivered,
-    and that table updates land after what ``store`` has of the group table."""
+    and that changelog updates land after what ``store`` has of each changelog."""
 
     def __init__(
         self,
@@ -39,8 +44,11 @@ class Output:
         self.producer, self.partition, self.config = producer, partition, config
         self.on_failure = on_failure
         self.failures: list[str] = []
-        self.table_end: int | None = None
-        self.table_offset = store.offsets().get((config.graph.table, partition))
+        self.ends: dict[str, int] = {}  # changelog -> its end after the last update delivered
+        stored = store.offsets()
+        self.stored = {
+            t: stored[(t, partition)] for t in config.graph.changelogs() if (t, partition) in stored
+        }
         self.errors: list[str] = []
         self.emitted: dict[str, int] = {}  # per output topic
 
@@ -48,15 +56,15 @@ class Output:
         if error is not None:
             self.failures.append(f"{message.topic()}: {error.str()}")
 
-    def _on_last_table_update(self, error: Any, message: Any) -> None:
+    def _on_last_update(self, error: Any, message: Any) -> None:
         self._on_delivery(error, message)
         if error is None:  # one partition, in order: the last one ends the batch's updates
-            self.table_end = message.offset() + 1
+            self.ends[message.topic()] = message.offset() + 1
 
     def send(self, result: BatchResult, summary: PartitionSummary) -> None:
         """Produce ``result``'s effects (and its dead letters) and count them in ``summary``."""
         counts = _send_effects(self.producer, result, self.partition, self._on_delivery,
-                               self._on_last_table_update, self.emitted)  # fmt: skip
+                               self._on_last_update, self.emitted)  # fmt: skip
         summary.emitted = json.dumps(self.emitted)
         summary.table_updates += counts[0]
         summary.emits += counts[1]
@@ -72,15 +80,15 @@ class Output:
                 self.producer, result, self.partition, self.config, self._on_delivery
             )
 
-    def flush(self) -> int | None:
-        """Wait for every delivery; return the group table's end after the last table update
-        since the previous flush (None: none).
+    def flush(self) -> dict[str, int]:
+        """Wait for every delivery; return the end of each changelog after its last update
+        since the previous flush (a changelog not updated is left out).
 
         Raises:
             DeliveryError: a message was refused, failed, or not acknowledged in time.
-            TopicRewoundError: the updates landed at or before the store's table offset: the
-                group table was truncated or recreated (nothing may be committed: the table
-                is the truth).
+            TopicRewoundError: updates landed at or before the store's offset of their
+                changelog: it was truncated or recreated (nothing may be committed: the
+                changelogs are the truth).
         """
         remaining = self.producer.flush(self.config.flush_timeout)
         if remaining or self.failures:
@@ -92,15 +100,14 @@ class Output:
                 f"{self.config.flush_timeout:g}s, {len(self.failures)} failed: "
                 f"{self.failures[:3]}",
             )
-        table_end, self.table_end = self.table_end, None
-        if table_end is not None:
-            stored, self.table_offset = self.table_offset, table_end
-            if stored is not None and table_end <= stored:
+        ends, self.ends = self.ends, {}
+        for topic, end in ends.items():
+            stored = self.stored.get(topic)
+            self.stored[topic] = end
+            if stored is not None and end <= stored:
                 who = f"group {self.config.graph.group!r} (partition store)"
-                raise TopicRewoundError(
-                    self.config.graph.table, self.partition, stored, 0, table_end, reader=who
-                )
-        return table_end
+                raise TopicRewoundError(topic, self.partition, stored, 0, end, reader=who)
+        return ends
 
 
 def _send_effects(
@@ -108,25 +115,25 @@ def _send_effects(
     result: BatchResult,
     partition: int,
     on_delivery: Callable[[Any, Any], None],
-    on_last_table_update: Callable[[Any, Any], None],
+    on_last_update: Callable[[Any, Any], None],
     emitted: dict[str, int],
 ) -> tuple[int, int, int]:
-    """Produce the effects in order; return the counts of table updates, emits, loopbacks,
-    and add the emits per topic to ``emitted``."""
-    counts = {TABLE: 0, EMIT: 0, LOOP: 0}
-    last = max((i for i, e in enumerate(result.effects) if e[0] == TABLE), default=-1)
+    """Produce the effects in order; return the counts of table updates, emits (final
+    results included), loopbacks, and add the emits per topic to ``emitted``."""
+    counts = dict.fromkeys((TABLE, EMIT, LOOP, TIMER, WINDOW, FINAL), 0)
+    last = {e[1]: i for i, e in enumerate(result.effects) if e[0] in CHANGELOG_KINDS}
     for index, (kind, topic, key, data, headers, source) in enumerate(result.effects):
         counts[kind] += 1
-        if kind == TABLE:
+        if kind in CHANGELOG_KINDS:
             provenance = [(SRC_TOPIC, source[0].encode()), (SRC_PARTITION, b"%d" % partition),
                           (SRC_OFFSET, b"%d" % source[1])]  # fmt: skip
-            callback = on_last_table_update if index == last else on_delivery
+            callback = on_last_update if last[topic] == index else on_delivery
             _send(producer, topic, data, key, callback, provenance, source[4], partition)
         else:
-            if kind == EMIT:
+            if kind in (EMIT, FINAL):
                 emitted[topic] = emitted.get(topic, 0) + 1
             _send(producer, topic, data, key, on_delivery, headers, source[4], -1)
-    return counts[TABLE], counts[EMIT], counts[LOOP]
+    return counts[TABLE], counts[EMIT] + counts[FINAL], counts[LOOP]
 
 
 #: Headers of a dead letter whose value was cut to fit under the producer's limit.

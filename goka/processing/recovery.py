@@ -36,10 +36,12 @@ from pathlib import Path
 
 from goka.errors import SnapshotError, StorageError, TopicRewoundError
 from goka.kafka.reader import RecordReader, Row
+from goka.keys import key_str
 from goka.processing.applied import commit
 from goka.processing.leases import Lease
 from goka.storage import WriteBatch
 from goka.storage.snapshots import Manifest, SnapshotStore, install, remove_abandoned
+from goka.timekeeping import section_rows
 
 __all__ = ["ORIGINS", "Recovery", "StoreRecovery", "checked_watermarks"]
 
@@ -84,6 +86,9 @@ class StoreRecovery:
         report: told ``(state, records read, records to read)`` while the store is made
             current: ``restoring`` (from a snapshot or an older copy) or ``rebuilding`` (the
             whole topic).
+        sections: the changelogs of the store's sections (a timed group's timers and window
+            tables), each with the grace its index rows derive from (None: timers); they are
+            replayed with ``topic``, by the same rules.
     """
 
     def __init__(
@@ -100,6 +105,7 @@ class StoreRecovery:
         scratch: Path,
         read_timeout: float,
         report: Callable[[str, int, int], None] = lambda state, records, of: None,
+        sections: Mapping[str, int | None] | None = None,
     ) -> None:
         self.lease, self.name, self.group, self.partition = lease, name, group, partition
         self.topic, self.reader, self.manifests, self.snapshots = (
@@ -109,6 +115,7 @@ class StoreRecovery:
             snapshots,
         )
         self.scratch, self.read_timeout, self.report = scratch, read_timeout, report
+        self.sections = dict(sections or {})
         self._state = "restoring"
 
     def positions(self, topics: Mapping[str, int]) -> dict[str, int]:
@@ -136,12 +143,15 @@ class StoreRecovery:
             return Recovery("reused" if not self.lease.fresh else "opened")
         started = time.monotonic()
         recovery, base = self._base(target)
+        offsets = self.lease.storage.offsets()  # the base's: before they are disowned
+        section_bases = {t: offsets.get((t, self.partition), -1) for t in self.sections}
         if self.topic is None:  # offsets only: those already further stay where they are
             stored = self.positions(target)
-            self._write(WriteBatch(), {t: max(o, stored[t]) for t, o in target.items()}, None)
+            self._write(WriteBatch(), {t: max(o, stored[t]) for t, o in target.items()}, {})
             return Recovery("created")
         if base is None:
             self.lease.storage.clear()
+            section_bases = dict.fromkeys(section_bases, -1)
         else:  # values go onto a store with offsets, in chunks: it claims none until done
             self._disown()
         low, high = self._check(-1 if base is None else base)
@@ -149,10 +159,19 @@ class StoreRecovery:
         base = low if base is None else base
         last = end if end is not None else high
         self.report(self._state, 0, max(0, last - base))
-        recovery.records, skipped = self._replay(base, last, target if unfinished else None)
+        starts = target if unfinished else None
+        recovery.records, skipped = self._replay(self.topic, base, last, starts)
         # a store never claims a record it left out: a later recovery to a further target
         # replays the topic from the first one left out (what it applied again is idempotent)
-        self._write(WriteBatch(), target, last if skipped is None else skipped)
+        ends = {self.topic: last if skipped is None else skipped}
+        for topic, from_offset in section_bases.items():
+            low, high = checked_watermarks(self.reader, topic, self.partition, from_offset,
+                                           f"group {self.group!r} (store {self.name})")  # fmt: skip
+            first = max(from_offset, low)
+            read, left_out = self._replay(topic, first, high, starts)
+            recovery.records += read
+            ends[topic] = high if left_out is None else left_out
+        self._write(WriteBatch(), target, ends)
         if not recovery.origin:
             recovery.origin = "rebuilt" if recovery.records else "created"
         log.info(
@@ -256,16 +275,15 @@ class StoreRecovery:
 
     # -- replaying the topic -------------------------------------------------------------------
     def _replay(
-        self, start: int, end: int, starts: Mapping[str, int] | None
+        self, topic: str, start: int, end: int, starts: Mapping[str, int] | None
     ) -> tuple[int, int | None]:
-        """Apply the topic's records ``[start, end)``, leaving out those written for source
-        offsets at or beyond ``starts``; return how many were read and the offset of the first
-        left out (None: none)."""
-        assert self.topic is not None
+        """Apply ``topic``'s records ``[start, end)`` (the store's topic, or a section's
+        changelog), leaving out those written for source offsets at or beyond ``starts``;
+        return how many were read and the offset of the first left out (None: none)."""
+        if start >= end:
+            return 0, None
         batch, read, skipped = WriteBatch(), 0, None
-        rows_of = self.reader.read(
-            self.partition, {self.topic: (start, end)}, self.read_timeout, CHUNK
-        )
+        rows_of = self.reader.read(self.partition, {topic: (start, end)}, self.read_timeout, CHUNK)
         shown = time.monotonic()
         for rows in rows_of:
             read += len(rows)
@@ -275,13 +293,34 @@ class StoreRecovery:
                 log.info("group %s: restoring partition %d (%s): %s of %s records",
                          self.group, self.partition, self.topic, f"{read:,}",
                          f"{end - start:,}")  # fmt: skip
-            first = _apply(batch, rows, starts)
+            if topic in self.sections:
+                first = self._apply_section(batch, topic, rows, starts)
+            else:
+                first = _apply(batch, rows, starts)
             skipped = first if skipped is None else skipped
-            if len(batch.values) >= CHUNK:
+            if len(batch) >= CHUNK:
                 self.lease.storage.write(batch)
                 batch = WriteBatch()
         self.lease.storage.write(batch)
         return read, skipped
+
+    def _apply_section(
+        self, batch: WriteBatch, topic: str, rows: list[Row], starts: Mapping[str, int] | None
+    ) -> int | None:
+        """Add a section changelog's ``rows`` (with their derived index rows) to ``batch``;
+        return the offset of the first left out (None: none)."""
+        pending, section, skipped = batch.section(topic), self.lease.storage.section(topic), None
+        grace = self.sections[topic]
+
+        def old(row: str) -> bytes | None:
+            return pending[row] if row in pending else section.get(row)
+
+        for _, offset, key, value, _, headers in rows:
+            if starts is not None and from_unfinished_batch(headers, starts):
+                skipped = offset if skipped is None else skipped
+            elif key is not None:
+                pending.update(section_rows(old, key_str(key), value, grace=grace))
+        return skipped
 
     def _disown(self) -> None:
         """Set every offset of the store to -1 (none) in one write: a replay interrupted
@@ -290,11 +329,9 @@ class StoreRecovery:
         storage = self.lease.storage
         storage.write(WriteBatch(offsets=dict.fromkeys(storage.offsets(), -1)))
 
-    def _write(self, batch: WriteBatch, target: Mapping[str, int], topic_end: int | None) -> None:
-        for topic, offset in target.items():
+    def _write(self, batch: WriteBatch, target: Mapping[str, int], ends: Mapping[str, int]) -> None:
+        for topic, offset in {**target, **ends}.items():
             batch.set_offset(topic, self.partition, offset)
-        if self.topic is not None and topic_end is not None:
-            batch.set_offset(self.topic, self.partition, topic_end)
         who = f"group {self.group!r} partition {self.partition} (store {self.name})"
         commit(self.lease.storage, batch, who=who)
 

@@ -21,6 +21,7 @@ from typing import Any
 
 from goka.engine import Message
 from goka.keys import key_str
+from goka.partition_time import section_graces
 from goka.processing.applied import Applied, commit
 from goka.processing.clients import Clients
 from goka.processing.config import TaskConfig
@@ -32,6 +33,7 @@ from goka.processing.summary import PartitionSummary
 from goka.processing.worker import Worker
 from goka.storage import Storage, WriteBatch
 from goka.storage.snapshots import Manifest, StoreState, remove_abandoned, stage
+from goka.timekeeping import PendingRows
 
 __all__ = ["PartitionStores"]
 
@@ -158,6 +160,21 @@ class PartitionStores:
         summary.skipped_applied += skipped
 
     # -- applying and committing -----------------------------------------------------------------
+    def pending_rows(self) -> PendingRows | None:
+        """The time sections of the group store (a timed group; else None), to read and
+        change between commits (read it after :meth:`begin`: a restore replaces the store)."""
+        if not self.graph.timed:
+            return None
+        graces = section_graces(self.graph)
+        return PendingRows({t: self.store.section(t) for t in graces}, graces)
+
+    def engine_sections(self, pending: PendingRows | None) -> dict[str, Any]:
+        """The engine's keyword arguments for the time sections of ``pending``."""
+        if pending is None:
+            return {}
+        windows = {n: pending.view(e.topic) for n, e in self.graph.windows.items()}
+        return {"timers": pending.view(self.graph.group.timers), "windows": windows}
+
     def output(self) -> Output:
         """An output for this task's effects, on the worker's producer."""
         return Output(self.clients.producer(), self.partition, self.config, self.store,
@@ -174,10 +191,11 @@ class PartitionStores:
     def commit(
         self, output: Output, changes: Mapping[str, bytes | None], positions: Mapping[str, int],
         summary: PartitionSummary, *, wait: bool = False,
+        sections: Mapping[str, Mapping[str, bytes | None]] | None = None,
     ) -> None:  # fmt: skip
-        """Wait for every output so far, then write ``changes`` with the input ``positions``
-        and the group table's end in one write, then tell Kafka the group's offsets (if
-        ``wait``, until the broker answered).
+        """Wait for every output so far, then write ``changes`` (and the rows of the time
+        ``sections``) with the input ``positions`` and the changelogs' ends in one write, then
+        tell Kafka the group's offsets (if ``wait``, until the broker answered).
 
         Raises:
             DeliveryError: an output was not acknowledged (nothing is written).
@@ -185,12 +203,11 @@ class PartitionStores:
             OffsetRegressionError: an offset would go back (a bug; nothing is written).
             StorageError: the write failed.
         """
-        table_end = output.flush()
-        batch = WriteBatch(values=dict(changes))
-        for topic, offset in positions.items():
+        ends = output.flush()
+        rows = {t: dict(r) for t, r in (sections or {}).items() if r}
+        batch = WriteBatch(values=dict(changes), sections=rows)
+        for topic, offset in {**positions, **ends}.items():
             batch.set_offset(topic, self.partition, offset)
-        if table_end is not None:
-            batch.set_offset(self.graph.table, self.partition, table_end)
         commit(self.store, batch, who=self._who("partition"))
         summary.commits += 1
         self.commit_to_group(positions, wait=wait)
@@ -231,11 +248,13 @@ class PartitionStores:
         )  # fmt: skip
 
     def _recovery(self, name: str, topic: str | None) -> StoreRecovery:
+        timed = name == "partition" and self.graph.timed
         return StoreRecovery(
             self.leases[name], name, group=self.graph.group, partition=self.partition,
             topic=topic, reader=self.clients.reader(), manifests=self._list_manifests,
             snapshots=self.clients.snapshots(), scratch=self.root / ".restore",
             read_timeout=self.config.read_timeout,
+            sections=section_graces(self.graph) if timed else None,
         )  # fmt: skip
 
     def _list_manifests(self) -> list[Manifest]:

@@ -133,11 +133,6 @@ class ProcessorConfig:
             object.__setattr__(self, name, value)
 
     def _check(self) -> None:
-        if self.graph.timed:  # the engine and tester have them; the partition runtime not yet
-            raise ConfigurationError(
-                f"group {self.graph.group!r} declares windows, timers or a TTL: these run in "
-                "goka.tester.Tester for now; the Spark processor does not run them yet"
-            )
         if self.on_error not in POLICIES:
             raise ConfigurationError(f"on_error must be one of {POLICIES}, got {self.on_error!r}")
         if self.max_offsets_per_trigger is not None and self.max_offsets_per_trigger < 1:

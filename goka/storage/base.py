@@ -27,6 +27,7 @@ from typing import NamedTuple, Protocol
 __all__ = [
     "FORMAT",
     "CheckpointFile",
+    "SectionReader",
     "Storage",
     "StorageBuilder",
     "StorageInfo",
@@ -43,13 +44,18 @@ FORMAT = "goka-py-1"
 
 @dataclass
 class WriteBatch:
-    """Changes to apply atomically: values (None deletes) and offsets.
+    """Changes to apply atomically: values (None deletes), offsets, and rows of sections.
 
     Build it, then hand it to :meth:`Storage.write`. Later changes to a key win.
     """
 
     values: dict[str, bytes | None] = field(default_factory=dict)
     offsets: dict[tuple[str, int], int] = field(default_factory=dict)
+    sections: dict[str, dict[str, bytes | None]] = field(default_factory=dict)
+
+    def section(self, name: str) -> dict[str, bytes | None]:
+        """The changes to section ``name`` (add to it)."""
+        return self.sections.setdefault(name, {})
 
     def set(self, key: str, value: bytes) -> None:
         """Set ``key`` to ``value``."""
@@ -65,7 +71,7 @@ class WriteBatch:
         self.offsets[(topic, partition)] = offset
 
     def __len__(self) -> int:
-        return len(self.values) + len(self.offsets)
+        return len(self.values) + len(self.offsets) + sum(map(len, self.sections.values()))
 
 
 @dataclass(frozen=True)
@@ -85,11 +91,29 @@ class CheckpointFile(NamedTuple):
     immutable: bool
 
 
+class SectionReader(Protocol):
+    """Reads one section of a storage: rows kept beside the table's values (a processor
+    keeps its timers and window tables there), written with them by :meth:`Storage.write`."""
+
+    def get(self, key: str) -> bytes | None:
+        """Return the value of ``key``, or None."""
+        ...
+
+    def items(
+        self, *, start: str | None = None, stop: str | None = None, prefix: str | None = None,
+        reverse: bool = False,
+    ) -> Iterator[tuple[str, bytes]]:  # fmt: skip
+        """Yield ``(key, value)`` in key order (as :meth:`Storage.items`)."""
+        ...
+
+
 class Storage(Protocol):
     """One table's local state. See the module docstring for the concurrency contract.
 
     Keys are ``str`` in :mod:`goka.keys`'s form: stored as the key's bytes (surrogate escapes
-    back to the bytes they stand for), ordered and prefix-matched by those bytes.
+    back to the bytes they stand for), ordered and prefix-matched by those bytes. Besides the
+    table's values a storage holds named *sections* of rows (:meth:`section`), which
+    :meth:`count` and :meth:`items` leave out and :meth:`clear` and :meth:`checkpoint` include.
     """
 
     @property
@@ -125,6 +149,10 @@ class Storage(Protocol):
 
     def offsets(self) -> dict[tuple[str, int], int]:
         """Return the recorded ``{(topic, partition): next offset}``."""
+        ...
+
+    def section(self, name: str) -> SectionReader:
+        """A reader of section ``name`` (empty if never written); it sees later writes."""
         ...
 
     def write(self, batch: WriteBatch) -> None:

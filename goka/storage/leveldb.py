@@ -1,8 +1,9 @@
 """LevelDB storage (plyvel): the default for views and processors.
 
 On-disk layout, one LevelDB directory per storage: ``m<name>`` metadata (table, format),
-``o<topic>\\0<partition, 4 bytes big-endian>`` offsets (decimal), ``d<key>`` values. The ``d``
-prefix keeps values contiguous and in key order for range scans.
+``o<topic>\\0<partition, 4 bytes big-endian>`` offsets (decimal), ``d<key>`` values,
+``x<section>\\0<key>`` rows of sections. The ``d`` prefix keeps values contiguous and in key
+order for range scans.
 
 A checkpoint closes the database (so no compaction runs), hard-links its table files (LevelDB
 never rewrites a table file, and never reuses a live file's number), copies the files LevelDB
@@ -30,7 +31,7 @@ from goka.storage.manifests import STATE_FILE
 
 __all__ = ["LevelDBStorage"]
 
-_DATA, _OFFSET, _META = b"d", b"o", b"m"
+_DATA, _OFFSET, _META, _SECTION = b"d", b"o", b"m", b"x"
 #: flush() leaves logs smaller than this alone; its range holds no key (only the memtable moves).
 _FLUSH_BYTES, _FLUSH_RANGE = 64 << 10, b"\x00"
 _PARTITION = struct.Struct(">I")
@@ -184,10 +185,27 @@ class LevelDBStorage:
         prefix: str | None = None,
         reverse: bool = False,
     ) -> Iterator[tuple[str, bytes]]:
-        low = _DATA + _key(start or "")
-        high = _DATA + _key(stop) if stop is not None else prefix_end(_DATA)
+        return self._items(_DATA, start, stop, prefix, reverse)
+
+    def section(self, name: str) -> _Section:
+        return _Section(self, _SECTION + name.encode() + b"\x00")
+
+    def _get(self, key: bytes) -> bytes | None:
+        try:
+            value: bytes | None = self._db.get(key, verify_checksums=True)
+        except plyvel.Error as exc:
+            raise self._failed("reading", exc) from exc
+        return value
+
+    def _items(
+        self, space: bytes, start: str | None, stop: str | None, prefix: str | None,
+        reverse: bool,
+    ) -> Iterator[tuple[str, bytes]]:  # fmt: skip
+        low = space + _key(start or "")
+        high = space + _key(stop) if stop is not None else prefix_end(space)
+        skip = len(space)
         if prefix:
-            scoped = _DATA + _key(prefix)
+            scoped = space + _key(prefix)
             low = max(low, scoped)
             end = prefix_end(scoped)
             high = end if high is None else min(high, end) if end is not None else high
@@ -195,7 +213,7 @@ class LevelDBStorage:
         try:
             with iterator:
                 for key, value in iterator:
-                    yield key[1:].decode("utf-8", "surrogateescape"), value
+                    yield key[skip:].decode("utf-8", "surrogateescape"), value
         except plyvel.Error as exc:
             raise self._failed("reading", exc) from exc
 
@@ -220,6 +238,13 @@ class LevelDBStorage:
                         put(_DATA + key.encode("utf-8", "surrogateescape"), value)
                 for (topic, partition), offset in batch.offsets.items():
                     put(_offset_key(topic, partition), b"%d" % offset)
+                for name, rows in batch.sections.items():
+                    space = _SECTION + name.encode() + b"\x00"
+                    for key, value in rows.items():
+                        if value is None:
+                            delete(space + _key(key))
+                        else:
+                            put(space + _key(key), value)
         except plyvel.Error as exc:
             raise self._failed("writing to", exc) from exc
 
@@ -232,7 +257,7 @@ class LevelDBStorage:
 
     def clear(self) -> None:
         try:  # offsets first: a store without offsets is rebuilt, never taken as current
-            for prefix in (_OFFSET, _DATA):
+            for prefix in (_OFFSET, _DATA, _SECTION):
                 with self._db.write_batch() as wb:
                     for key in self._db.iterator(prefix=prefix, include_value=False):
                         wb.delete(key)
@@ -277,6 +302,24 @@ class LevelDBStorage:
 
     def __repr__(self) -> str:
         return f"LevelDBStorage({str(self.path)!r}, table={self.table!r})"
+
+
+class _Section:
+    """A section of a LevelDB storage (see :meth:`LevelDBStorage.section`)."""
+
+    __slots__ = ("_space", "_storage")
+
+    def __init__(self, storage: LevelDBStorage, space: bytes) -> None:
+        self._storage, self._space = storage, space
+
+    def get(self, key: str) -> bytes | None:
+        return self._storage._get(self._space + _key(key))
+
+    def items(
+        self, *, start: str | None = None, stop: str | None = None, prefix: str | None = None,
+        reverse: bool = False,
+    ) -> Iterator[tuple[str, bytes]]:  # fmt: skip
+        return self._storage._items(self._space, start, stop, prefix, reverse)
 
 
 def _reason(exc: Exception) -> str:

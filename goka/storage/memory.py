@@ -30,6 +30,7 @@ class MemoryStorage:
         self.table = table
         self._values: dict[str, bytes] = {}
         self._offsets: dict[tuple[str, int], int] = {}
+        self._sections: dict[str, dict[str, bytes]] = {}
         self._lock = threading.Lock()
         self._closed = False
 
@@ -54,12 +55,16 @@ class MemoryStorage:
             data = json.loads(file.read_bytes())
             values = {k: bytes.fromhex(v) for k, v in data["values"].items()}
             offsets = {(t, int(p)): int(o) for t, p, o in data["offsets"]}
+            sections = {
+                name: {k: bytes.fromhex(v) for k, v in rows.items()}
+                for name, rows in data.get("sections", {}).items()
+            }
             table = data["table"]
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise StorageError(f"memory checkpoint {file} is unreadable: {exc}") from exc
         if table != self.table:
             raise StorageError(f"memory checkpoint {file} holds {table!r}, not {self.table!r}")
-        self._values, self._offsets = values, offsets
+        self._values, self._offsets, self._sections = values, offsets, sections
 
     @property
     def info(self) -> StorageInfo:
@@ -79,8 +84,19 @@ class MemoryStorage:
         prefix: str | None = None,
         reverse: bool = False,
     ) -> Iterator[tuple[str, bytes]]:
+        return self._items(self._values, start, stop, prefix, reverse)
+
+    def section(self, name: str) -> _Section:
+        with self._lock:
+            rows = self._sections.setdefault(name, {})
+        return _Section(self, rows)
+
+    def _items(
+        self, rows: dict[str, bytes], start: str | None, stop: str | None, prefix: str | None,
+        reverse: bool,
+    ) -> Iterator[tuple[str, bytes]]:  # fmt: skip
         with self._lock:  # a consistent snapshot, as a LevelDB iterator has
-            snapshot = dict(self._values)
+            snapshot = dict(rows)
         keys = sorted(snapshot, key=key_bytes)  # byte order, like LevelDB
         encoded = [key_bytes(k) for k in keys]
         low = bisect_left(encoded, max(key_bytes(start or ""), key_bytes(prefix or "")))
@@ -103,6 +119,13 @@ class MemoryStorage:
                 else:
                     self._values[key] = value
             self._offsets.update(batch.offsets)
+            for name, changes in batch.sections.items():
+                rows = self._sections.setdefault(name, {})
+                for key, value in changes.items():
+                    if value is None:
+                        rows.pop(key, None)
+                    else:
+                        rows[key] = value
 
     def count(self) -> int:
         return len(self._values)
@@ -111,6 +134,8 @@ class MemoryStorage:
         with self._lock:
             self._values.clear()
             self._offsets.clear()
+            for rows in self._sections.values():
+                rows.clear()
 
     def flush(self) -> None:
         """Nothing to do: memory has no log."""
@@ -121,6 +146,11 @@ class MemoryStorage:
                 "table": self.table,
                 "values": {k: v.hex() for k, v in self._values.items()},
                 "offsets": [[t, p, o] for (t, p), o in self._offsets.items()],
+                "sections": {
+                    name: {k: v.hex() for k, v in rows.items()}
+                    for name, rows in self._sections.items()
+                    if rows
+                },
             }
         data = json.dumps(content, sort_keys=True).encode()
         name = f"{_PREFIX}{hashlib.sha256(data).hexdigest()[:32]}.json"
@@ -144,3 +174,21 @@ class MemoryStorage:
 
     def __repr__(self) -> str:
         return f"MemoryStorage(table={self.table!r}, {len(self._values)} keys)"
+
+
+class _Section:
+    """A section of a memory storage (see :meth:`MemoryStorage.section`)."""
+
+    __slots__ = ("_rows", "_storage")
+
+    def __init__(self, storage: MemoryStorage, rows: dict[str, bytes]) -> None:
+        self._storage, self._rows = storage, rows
+
+    def get(self, key: str) -> bytes | None:
+        return self._rows.get(key)
+
+    def items(
+        self, *, start: str | None = None, stop: str | None = None, prefix: str | None = None,
+        reverse: bool = False,
+    ) -> Iterator[tuple[str, bytes]]:  # fmt: skip
+        return self._storage._items(self._rows, start, stop, prefix, reverse)

@@ -27,6 +27,7 @@ from goka.engine import BatchResult, Effect, Engine, Message
 from goka.errors import ConfigurationError, GokaError
 from goka.graph import GroupGraph
 from goka.keys import key_bytes, key_str
+from goka.partition_time import section_graces
 from goka.partitioner import partition_for
 from goka.storage.base import WriteBatch
 from goka.storage.memory import MemoryStorage
@@ -207,12 +208,7 @@ class Tester:
         kind, topic, key, data, headers, source = effect
         if kind in (TIMER, WINDOW):
             section = self._sections[(graph.group, partition)][topic]
-            grace = None
-            if kind == WINDOW:
-                edge = next(e for e in graph.windows.values() if e.topic == topic)
-                assert edge.spec is not None
-                grace = edge.grace + getattr(edge.spec, "gap", 0)
-            rows = section_rows(section.get, key, data, grace=grace)
+            rows = section_rows(section.get, key, data, grace=section_graces(graph)[topic])
             section.write(WriteBatch(values=rows))
             if kind == WINDOW:
                 self._set(self._tables.setdefault(topic, {}), key, data)

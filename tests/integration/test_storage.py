@@ -59,6 +59,38 @@ def test_values_and_offsets_are_written_together(make_storage: Callable[..., Sto
     assert storage.offsets() == {("clicks", 0): 12, ("clicks", 3): 7}
 
 
+def test_sections_are_written_with_values_and_offsets_and_kept_apart_from_them(
+    make_storage: Callable[..., Storage], tmp_path: Path
+) -> None:
+    storage = make_storage()
+    wb = batch({"k": b"v"}, clicks_0=3)
+    wb.section("g-timers").update({"q1": b"a", "q2": b"b", "s": b"9"})
+    wb.section("g-window-w").update({"k@1": b"x"})
+    storage.write(wb)
+    timers = storage.section("g-timers")
+    assert timers.get("q1") == b"a" and storage.section("other").get("q1") is None
+    assert list(timers.items(prefix="q")) == [("q1", b"a"), ("q2", b"b")]
+    assert list(timers.items(prefix="q", start="q1\x00")) == [("q2", b"b")]
+    assert next(iter(timers.items(reverse=True))) == ("s", b"9")
+    assert dict(storage.items()) == {"k": b"v"} and storage.count() == 1  # values only
+    assert storage.get("q1") is None
+    deletion = WriteBatch()
+    deletion.section("g-timers")["q1"] = None
+    storage.write(deletion)
+    assert timers.get("q1") is None  # a reader sees later writes
+    storage.checkpoint(tmp_path / "copy")
+    copied = (LevelDBStorage if isinstance(storage, LevelDBStorage) else MemoryStorage.at)(
+        tmp_path / "copy", "t-table"
+    )
+    try:
+        assert dict(copied.section("g-timers").items()) == {"q2": b"b", "s": b"9"}
+        assert dict(copied.section("g-window-w").items()) == {"k@1": b"x"}
+    finally:
+        copied.close()
+    storage.clear()
+    assert list(timers.items()) == [] and storage.offsets() == {}
+
+
 def test_topics_with_underscores_and_many_partitions(make_storage: Callable[..., Storage]) -> None:
     storage = make_storage()
     wb = WriteBatch()

@@ -381,11 +381,3 @@ def test_a_skipped_record_leaves_no_window_timer_or_stream_time_change() -> None
     assert len(window_rows) == 1  # only the good record's window
     timer_rows = sorted(k for kind, k in rows if kind == 3)
     assert timer_rows == ["k t\x00k".replace(" ", ""), "s"]
-
-
-def test_the_spark_processor_refuses_a_timed_group_at_declaration() -> None:
-    from goka import ConfigurationError
-    from goka.spark.config import ProcessorConfig
-
-    with pytest.raises(ConfigurationError, match="windows, timers or a TTL"):
-        ProcessorConfig(minute_graph(0), brokers="localhost:9092", state_dir="/tmp/unused")
