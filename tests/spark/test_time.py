@@ -129,3 +129,32 @@ def test_windows_timers_and_ttl_on_spark_equal_the_tester(
     quiet = Counter(r.value for r in expected.messages("quiet-" + topic))
     assert Counter(v for _, v, _ in read_topic(brokers, "quiet-" + topic)) == quiet
     assert sum(quiet.values()) > 10 and len(want) > 100  # the input exercised both
+
+
+def test_time_state_is_rebuilt_from_its_changelogs_on_a_new_machine(
+    brokers: str, new_topic: Callable[..., str], make_processor: Any, tmp_path: Any
+) -> None:
+    """The local stores are lost between two runs: timers, windows and stream time come back
+    from ``<group>-timers`` and the window table, and the second run goes on exactly."""
+    import shutil
+
+    topic = new_topic(partitions=4)
+    graph = timed_graph(topic)
+    items = events(1_600, keys=20, seed=12)
+    produce(brokers, topic, JsonCodec(), items[:800])
+    first = make_processor(graph, max_offsets_per_trigger=200, snapshot_interval=0)
+    first.prepare_topics(create_outputs=True)
+    first.run_until_caught_up(timeout=600)
+    shutil.rmtree(tmp_path / "state")  # a new machine: no store, no snapshot
+    produce(brokers, topic, JsonCodec(), items[800:])
+    second = make_processor(graph, max_offsets_per_trigger=200, snapshot_interval=0)
+    totals = second.run_until_caught_up(timeout=600)
+    assert totals.processed == 800 and totals.table_records > 0  # rebuilt from the changelogs
+    expected = reference(graph, topic, items, partitions=4)
+    with View(brokers, graph.table, Int64Codec()) as view:
+        view.wait_recovered(60)
+        assert dict(view.items()) == expected.table(graph.table)
+    want = finals_of([(r.key, r.value, r.headers) for r in expected.messages(f"{topic}-finals")])
+    assert finals_of(read_topic(brokers, f"{topic}-finals")) == want
+    quiet = Counter(r.value for r in expected.messages("quiet-" + topic))
+    assert Counter(v for _, v, _ in read_topic(brokers, "quiet-" + topic)) == quiet
