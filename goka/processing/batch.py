@@ -93,6 +93,7 @@ class PartitionProcessor:
             pending = stores.pending_rows()
             result = self._run(stores, messages, inputs, stores.engine_sections(pending))
             output = stores.output()
+            stores.stage_finals(result.effects)
             output.send(result, summary)
             positions = {t: ends[t] for t in inputs}
             if pending is not None:

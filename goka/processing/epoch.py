@@ -265,6 +265,7 @@ class Epoch:
 
     def _process(self, messages: list[Message]) -> None:
         result = self.engine.process(messages)
+        self.stores.stage_finals(result.effects)
         self.output.send(result, self.summary)
         self.pending.update(result.changes())
         if self.sections is not None:

@@ -25,6 +25,7 @@ from goka.partition_time import section_graces
 from goka.processing.applied import Applied, commit
 from goka.processing.clients import Clients
 from goka.processing.config import TaskConfig
+from goka.processing.finals import Finals
 from goka.processing.leases import Lease
 from goka.processing.output import Output
 from goka.processing.recovery import StoreRecovery, checked_watermarks
@@ -72,6 +73,12 @@ class PartitionStores:
         url = config.board_url
         self._board: PartitionBoard | None = None if url is None else worker.client(
             ("board", url), lambda: PartitionBoard(url), lambda board: None)  # fmt: skip
+        self.finals = (
+            Finals(self.graph.group, partition, self.graph.group.timers, self.clients.producer(),
+                   self.clients.reader(), flush_timeout=config.flush_timeout,
+                   read_timeout=config.read_timeout)
+            if any(e.emit == "final" for e in self.graph.windows.values()) else None
+        )  # fmt: skip
         self.leases: dict[str, Lease] = {
             "partition": stack.enter_context(self._lease("partition", self.graph.table, ask))
         }
@@ -113,6 +120,8 @@ class PartitionStores:
         done = recovery.recover(target, unfinished=True)
         if self._board is not None:
             self._board.report(self.partition, "running")
+        if self.finals is not None:  # an earlier task may have stopped before delivering
+            summary.emits += self.finals.deliver(self.store, check=True)
         summary.count(done, self.leases["partition"])
         summary.store = done.origin
         return target
@@ -168,6 +177,12 @@ class PartitionStores:
         graces = section_graces(self.graph)
         return PendingRows({t: self.store.section(t) for t in graces}, graces)
 
+    def stage_finals(self, effects: list[Any]) -> None:
+        """Turn the windows' final results among ``effects`` into outbox rows, produced
+        after the commit (:mod:`goka.processing.finals`)."""
+        if self.finals is not None:
+            self.finals.stage(effects)
+
     def engine_sections(self, pending: PendingRows | None) -> dict[str, Any]:
         """The engine's keyword arguments for the time sections of ``pending``."""
         if pending is None:
@@ -210,6 +225,8 @@ class PartitionStores:
             batch.set_offset(topic, self.partition, offset)
         commit(self.store, batch, who=self._who("partition"))
         summary.commits += 1
+        if self.finals is not None:
+            summary.emits += self.finals.deliver(self.store, check=False)
         self.commit_to_group(positions, wait=wait)
 
     def commit_to_group(self, positions: Mapping[str, int], *, wait: bool = False) -> None:

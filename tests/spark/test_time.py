@@ -3,99 +3,20 @@ outputs as the tester given the same records in the same partitions, in both mod
 
 from __future__ import annotations
 
-import datetime as dt
-import random
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from goka import (
-    Context,
-    Int64Codec,
-    JsonCodec,
-    Tumbling,
-    define_group,
-    input,
-    output,
-    persist,
-    timers,
-    window,
-)
-from goka.partition_time import Timer
-from goka.tester import Tester
+from goka import Int64Codec, JsonCodec
 from goka.view import View
-from goka.windowing import WINDOW_START
 
 from ..helpers import produce, wait_for
 from .fixtures import Running
+from .timed import events, finals_of, read_topic, reference, timed_graph
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
-
-MINUTE = 60_000
-
-
-def event_time(event: dict[str, Any]) -> int:
-    return int(event["t"])
-
-
-def on_event(ctx: Context[int], event: dict[str, Any]) -> None:
-    ctx.window("minute").update(lambda n: (n or 0) + 1)
-    ctx.set_value((ctx.value() or 0) + 1)
-    ctx.schedule(ctx.event_time_ms + 90_000, "quiet")  # rescheduled by every record
-
-
-def on_timer(ctx: Context[int], timer: Timer) -> None:
-    ctx.emit(f"quiet-{ctx.topic}", ctx.key, {"at": timer.at_ms, "count": ctx.value()})
-
-
-def timed_graph(topic: str) -> Any:
-    return define_group(
-        f"{topic}-g",
-        input(topic, JsonCodec(), on_event, event_time=event_time),
-        window("minute", Tumbling(minutes=1), Int64Codec(), grace=5_000, emit="final",
-               output=f"{topic}-finals"),
-        timers(on_timer),
-        output(f"{topic}-finals", Int64Codec()),
-        output("quiet-" + topic, JsonCodec()),
-        persist(Int64Codec(), ttl=dt.timedelta(minutes=8), ttl_domain="stream"),
-    )  # fmt: skip
-
-
-def events(n: int, keys: int, seed: int) -> list[tuple[str, dict[str, int]]]:
-    """Event times moving forward over ~30 minutes, with jitter: out of order, some late."""
-    rng = random.Random(seed)
-    start = int(dt.datetime.now(dt.UTC).timestamp() * 1000) - 2 * 3_600_000
-    return [(f"k{rng.randrange(keys)}", {"t": start + i * 900 + rng.randint(-40_000, 3_000)})
-            for i in range(n)]  # fmt: skip
-
-
-def reference(graph: Any, topic: str, items: list[tuple[str, Any]], partitions: int) -> Tester:
-    tester = Tester(graph, partitions=partitions)
-    for key, value in items:
-        tester.consume(topic, key, value)
-    return tester
-
-
-def finals_of(records: list[tuple[str, bytes | None, Any]]) -> Counter[tuple[str, int, int]]:
-    return Counter((k, int(dict(h)[WINDOW_START]), int(v or b"0")) for k, v, h in records)
-
-
-def read_topic(brokers: str, topic: str) -> list[tuple[str, bytes | None, Any]]:
-    from goka.kafka.ranges import RangeReader
-
-    found: list[tuple[str, bytes | None, Any]] = []
-    reader = RangeReader(brokers)
-    try:
-        for partition in range(4):
-            low, high = reader.watermarks(topic, partition)
-            if high > low:
-                for rows in reader.read(partition, {topic: (low, high)}, 30, 10_000):
-                    found += [(bytes(r[2] or b"").decode(), r[3], r[5] or []) for r in rows]
-    finally:
-        reader.close()
-    return found
 
 
 @pytest.mark.parametrize("mode", ["micro-batch", "continuous"])

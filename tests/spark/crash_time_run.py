@@ -1,0 +1,52 @@
+"""The processor under test of the time crash tests: ``tests/spark/timed.py``'s group in the
+mode the command line gives until caught up, killed where ``--kill`` says (through the
+builders of ``tests/spark/crash.py``).
+
+    python -m tests.spark.crash_time_run BROKERS TOPIC STATE CHECKPOINT [--mode MODE]
+        [--max-offsets N] [--kill POINT --nth N --marker FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from goka.spark import Processor
+from tests.spark.crash import POINTS, Kill, builders
+from tests.spark.timed import timed_graph
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    for name in ("brokers", "topic", "state", "checkpoint"):
+        parser.add_argument(name)
+    parser.add_argument("--mode", choices=("available-now", "continuous"), default="available-now")
+    parser.add_argument("--max-offsets", type=int, default=None)
+    parser.add_argument("--kill", choices=POINTS)
+    parser.add_argument("--nth", type=int, default=1)
+    parser.add_argument("--marker", default="")
+    args = parser.parse_args()
+    kill = Kill(args.kill, args.nth, args.marker) if args.kill else None
+    processor = Processor(
+        timed_graph(args.topic), args.brokers, state_dir=args.state,
+        checkpoint_dir=args.checkpoint, max_offsets_per_trigger=args.max_offsets,
+        snapshot_interval=0.5, builders=builders(kill),
+        mode="continuous" if args.mode == "continuous" else "micro-batch", epoch=3.0,
+    )  # fmt: skip
+    processor.prepare_topics(create_outputs=True)
+    if args.mode == "available-now":
+        processor.run_until_caught_up(timeout=300)
+        return
+    processor.start()
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:  # caught up: every partition committed to its end
+        status = processor.partition_status()
+        if status and all(p["lag"] == 0 for p in status):
+            break
+        time.sleep(0.2)
+    processor.stop()
+    processor.wait(60)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,112 @@
+"""SIGKILL a timed group (windows with final results, stream timers, a TTL) while windows close
+and timers fire, in trials of runs (micro-batch or continuous, rate-limited, killed mid-produce,
+after a flush or after a commit, on the same or a new machine) until a last run catches up;
+then the group table, the window table and the final results must equal the tester's over
+the same records: **no final result twice or lost**. Timer outputs are ordinary emits
+(at-least-once): their duplicates are reported per trial.
+
+The suite plays 2 trials; ``pytest tests/spark/test_time_crash.py --crash-sequences 10`` plays
+a series (``--crash-seed`` picks it), one line per trial.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from goka import Int64Codec, JsonCodec
+from goka.view import View
+
+from ..helpers import produce
+from .crash import kill_session
+from .timed import events, finals_of, read_topic, reference, timed_graph
+
+pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def trial(seed: int, brokers: str, topic: str, work: Path) -> tuple[int, int, list[str]]:
+    """Play one trial; return its kills, its duplicate timer outputs and what its runs did."""
+    rng = random.Random(seed)
+    graph = timed_graph(topic)
+    items = events(1_500, keys=25, seed=seed)
+    produce(brokers, topic, JsonCodec(), items)
+    kills, log, machine = 0, [], 0
+    for number in range(4):
+        last = number == 3 or (number > 0 and rng.random() < 0.3)
+        if rng.random() < 0.3:
+            machine += 1  # a new machine: the stores are rebuilt or restored
+        mode = rng.choice(["available-now", "continuous"])
+        args = ["--mode", mode, "--max-offsets", str(rng.choice([100, 400, 2000]))]
+        if not last:
+            point = rng.choice(["produce", "flush", "commit"])
+            nth = rng.randint(1, 400) if point == "produce" else rng.randint(1, 3)
+            args += ["--kill", point, "--nth", str(nth),
+                     "--marker", str(work / f"killed-{number}")]  # fmt: skip
+        command = [sys.executable, "-m", "tests.spark.crash_time_run", brokers, topic,
+                   str(work / f"machine-{machine}"), str(work / "checkpoint"), *args]  # fmt: skip
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        with subprocess.Popen(command, env=env, cwd=ROOT, text=True, start_new_session=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) as process:  # fmt: skip
+            try:
+                _, err = process.communicate(timeout=400)
+            except subprocess.TimeoutExpired:
+                kill_session(process.pid)
+                _, err = process.communicate()
+        killed = process.returncode == -signal.SIGKILL
+        if process.returncode not in (0, -signal.SIGKILL) or (last and killed):
+            raise AssertionError(f"seed {seed} run {number} {args} exited with "
+                                 f"{process.returncode}:\n{err[-4000:]}")  # fmt: skip
+        kills += killed
+        log.append(f"{mode} machine {machine} {' '.join(args[4:6])}: "
+                   f"{'killed' if killed else 'caught up'}")  # fmt: skip
+        if last:
+            break
+    else:  # every run was killed: one more, to the end
+        raise AssertionError("unreachable: the fourth run is always the last")
+    expected = reference(graph, topic, items, partitions=4)
+    with View(brokers, graph.table, Int64Codec()) as view:
+        view.wait_recovered(60)
+        assert dict(view.items()) == expected.table(graph.table), f"seed {seed}: table"
+    window_topic = graph.windows["minute"].topic
+    with View(brokers, window_topic, Int64Codec()) as view:
+        view.wait_recovered(60)
+        assert dict(view.items()) == expected.table(window_topic), f"seed {seed}: windows"
+    want = finals_of([(r.key, r.value, r.headers) for r in expected.messages(f"{topic}-finals")])
+    got = finals_of(read_topic(brokers, f"{topic}-finals"))
+    assert got == want, f"seed {seed}: final results {got - want} extra, {want - got} lost"
+    quiet = Counter(r.value for r in expected.messages("quiet-" + topic))
+    found = Counter(v for _, v, _ in read_topic(brokers, "quiet-" + topic))
+    assert not quiet - found, f"seed {seed}: timer outputs lost: {quiet - found}"
+    shutil.rmtree(work, ignore_errors=True)
+    return kills, sum((found - quiet).values()), log
+
+
+def test_killed_timed_groups_end_with_exact_windows_and_final_results_once(
+    brokers: str, new_topic: Callable[..., str], tmp_path_factory: pytest.TempPathFactory,
+    request: pytest.FixtureRequest,
+) -> None:  # fmt: skip
+    count = request.config.getoption("--crash-sequences") or 2
+    first = 100 * request.config.getoption("--crash-seed")
+    lines, all_kills, duplicates = [], [], []
+    for seed in range(first, first + count):
+        kills, extra, log = trial(seed, brokers, new_topic(partitions=4),
+                                  tmp_path_factory.mktemp(f"time{seed}"))  # fmt: skip
+        all_kills.append(kills)
+        duplicates.append(extra)
+        lines.append(f"seed {seed}: {kills} kills, {extra} duplicate timer outputs: "
+                     f"{'; '.join(log)}")  # fmt: skip
+        print(f"\n{lines[-1]}", flush=True)
+    print(f"\n{count} trials, every one exact with each final result once: kills per trial "
+          f"{all_kills}; duplicate timer outputs per trial {duplicates}")  # fmt: skip
+    assert sum(all_kills) >= 1  # the series killed something, or it shows nothing
