@@ -105,12 +105,12 @@ class RangeReader:
         note: str,
         *,
         wait: bool = False,
-    ) -> None:
+    ) -> bool:
         """Commit as ``group`` (without joining it: no rebalance, as the processor's tasks own
         their partitions). A failure is logged (by librdkafka if asynchronous); the next commit
-        carries the newer offsets anyway."""
+        carries the newer offsets anyway. Return False if a commit ``wait``-ed for failed."""
         if not offsets:
-            return
+            return True
         found = [confluent_kafka.TopicPartition(t, partition, o, metadata=note)
                  for t, o in offsets.items()]  # fmt: skip
         try:
@@ -121,6 +121,8 @@ class RangeReader:
         except confluent_kafka.KafkaException as exc:
             log.warning("group %s partition %d: offsets %s not committed: %s",
                         group, partition, dict(offsets), exc)  # fmt: skip
+            return False
+        return True
 
     def committed(
         self, group: str, partition: int, topics: list[str]

@@ -39,11 +39,11 @@ class RecordReader(Protocol):
         note: str,
         *,
         wait: bool = False,
-    ) -> None:
+    ) -> bool:
         """Record the next offset of ``partition`` of each topic that ``group`` has processed
         (Kafka's committed offsets), with ``note`` as metadata: asynchronously, or if ``wait``
-        until the broker answered (a failure is logged: these offsets inform, the stores
-        hold the truth)."""
+        until the broker answered (a failure is logged and False returned: these offsets
+        inform, the stores hold the truth; but windows' final results wait for them)."""
         ...
 
     def committed(

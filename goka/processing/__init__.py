@@ -32,9 +32,9 @@ stores and commits for both paths (:class:`~goka.processing.stores.PartitionStor
 State is exactly-once (a timed group's timers, windows and stream time are state: rows of
 sections of the group store, with changelogs of their own); outputs are at-least-once (a crash
 between 3 and 4 repeats them: in an epoch, at most one commit interval's), except windows'
-final results, exactly once through an outbox (:mod:`~goka.processing.finals`). Every collaborator comes from
-:class:`~goka.processing.config.Builders`, so tests run all of this without Spark or a broker
-and crash tests inject faults through them. What a task did is counted in
+final results, exactly once through an outbox (:mod:`~goka.processing.finals`). Every
+collaborator comes from :class:`~goka.processing.config.Builders`, so tests run all of this
+without Spark or a broker and crash tests inject faults through them. What a task did is counted in
 :mod:`~goka.processing.summary`.
 
 Modules, one concept each; a module imports only modules listed above it:

@@ -4,8 +4,10 @@ Emits are at-least-once (a crash between producing and committing repeats them);
 final result must not be. So a final result is not produced with its batch: it becomes an
 *outbox* row of the timers section (``o<window>\\0<key>@<start>-<end>``, written to
 ``<group>-timers`` and committed with the state that closed the window, like any change).
-After the commit, the outbox is produced (with header :data:`FINAL_ID`), flushed, and its rows
-deleted (tombstones in ``<group>-timers``, then the store). A crash leaves committed rows: the
+After the commit, and once the group has committed the batch's offsets (a store rebuilt on
+another machine begins there: it must not process the batch again), the outbox is produced
+(with header :data:`FINAL_ID`), flushed, and its rows deleted (tombstones in
+``<group>-timers``, then the store). A crash leaves committed rows: the
 next task reads the output partition from where it stood when the row was staged and produces
 only the rows it does not find there. A batch that did not commit left no row (a rebuild
 leaves out its changelog rows), and its replay closes the window again.
@@ -76,6 +78,10 @@ class Finals:
                     "v": None if value is None else value.hex(), "ts": source[4],
                     "h": [[n, v.hex()] for n, v in headers or ()]}  # fmt: skip
             effects[index] = (TIMER, self.timers, row, json.dumps(body).encode(), None, source)
+
+    def pending(self, store: Storage) -> bool:
+        """Does ``store`` hold outbox rows?"""
+        return next(iter(store.section(self.timers).items(prefix=OUTBOX)), None) is not None
 
     def deliver(self, store: Storage, *, check: bool) -> int:
         """Produce the committed outbox, then delete it; return how many were produced.

@@ -120,8 +120,8 @@ class PartitionStores:
         done = recovery.recover(target, unfinished=True)
         if self._board is not None:
             self._board.report(self.partition, "running")
-        if self.finals is not None:  # an earlier task may have stopped before delivering
-            summary.emits += self.finals.deliver(self.store, check=True)
+        applied = {t: o for t, o in self.applied(list(starts)).offsets.items() if o >= 0}
+        self._deliver(applied, summary, check=True)  # a stopped task may have left some
         summary.count(done, self.leases["partition"])
         summary.store = done.origin
         return target
@@ -225,18 +225,33 @@ class PartitionStores:
             batch.set_offset(topic, self.partition, offset)
         commit(self.store, batch, who=self._who("partition"))
         summary.commits += 1
-        if self.finals is not None:
-            summary.emits += self.finals.deliver(self.store, check=False)
-        self.commit_to_group(positions, wait=wait)
+        if not self._deliver(positions, summary, check=False):
+            self.commit_to_group(positions, wait=wait)
 
-    def commit_to_group(self, positions: Mapping[str, int], *, wait: bool = False) -> None:
+    def _deliver(self, positions: Mapping[str, int], summary: PartitionSummary, *,
+                 check: bool) -> bool:  # fmt: skip
+        """Produce the committed final results (:mod:`goka.processing.finals`) once the group
+        has committed ``positions``, the store's: a store rebuilt elsewhere begins there, so
+        it never processes again a batch whose final results went out. Return whether the
+        group's offsets were committed (False: nothing to deliver, or the commit failed: the
+        results wait for the next commit or task)."""
+        if self.finals is None or not self.finals.pending(self.store):
+            return False
+        if not self.commit_to_group(positions, wait=True):
+            return False
+        summary.emits += self.finals.deliver(self.store, check=check)
+        return True
+
+    def commit_to_group(self, positions: Mapping[str, int], *, wait: bool = False) -> bool:
         """Tell Kafka how far the group got in its inputs and loop (asynchronously, as Go Goka
         does; not in joined tables, which no group consumes): for lag tools, for tasks, which
         begin there, and for a Go processor taking the group over. At the end of a batch or
-        epoch, ``wait`` for the broker: a stopped processor has left its offsets."""
+        epoch, ``wait`` for the broker: a stopped processor has left its offsets. Return
+        False if a commit ``wait``-ed for failed."""
         note = json.dumps({"time": round(time.time(), 3)})
         inputs = {t: o for t, o in positions.items() if t in self._inputs}
-        self.clients.reader().commit(self.graph.group, self.partition, inputs, note, wait=wait)
+        return self.clients.reader().commit(self.graph.group, self.partition, inputs, note,
+                                            wait=wait)  # fmt: skip
 
     def snapshot(self, summary: PartitionSummary) -> None:
         """Stage a snapshot of the stores for the worker to upload, if one is due (at most

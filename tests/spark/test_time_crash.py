@@ -6,7 +6,8 @@ the same records: **no final result twice or lost**. Timer outputs are ordinary 
 (at-least-once): their duplicates are reported per trial.
 
 The suite plays 2 trials; ``pytest tests/spark/test_time_crash.py --crash-sequences 10`` plays
-a series (``--crash-seed`` picks it), one line per trial.
+a series of trials from seed ``--crash-seed`` on, one line per trial (replay one with
+``--crash-seed SEED --crash-sequences 1``).
 """
 
 from __future__ import annotations
@@ -74,20 +75,23 @@ def trial(seed: int, brokers: str, topic: str, work: Path) -> tuple[int, int, li
             break
     else:  # every run was killed: one more, to the end
         raise AssertionError("unreachable: the fourth run is always the last")
+    runs = "; ".join(log)
     expected = reference(graph, topic, items, partitions=4)
     with View(brokers, graph.table, Int64Codec()) as view:
         view.wait_recovered(60)
-        assert dict(view.items()) == expected.table(graph.table), f"seed {seed}: table"
+        assert dict(view.items()) == expected.table(graph.table), f"seed {seed}: table ({runs})"
     window_topic = graph.windows["minute"].topic
     with View(brokers, window_topic, Int64Codec()) as view:
         view.wait_recovered(60)
-        assert dict(view.items()) == expected.table(window_topic), f"seed {seed}: windows"
+        assert dict(view.items()) == expected.table(window_topic), f"seed {seed}: windows ({runs})"
     want = finals_of([(r.key, r.value, r.headers) for r in expected.messages(f"{topic}-finals")])
     got = finals_of(read_topic(brokers, f"{topic}-finals"))
-    assert got == want, f"seed {seed}: final results {got - want} extra, {want - got} lost"
+    extra, lost = got - want, want - got
+    assert got == want, (f"seed {seed} ({runs}): {sum(extra.values())} final results extra, "
+                         f"{sum(lost.values())} lost: {list(extra)[:5]}, {list(lost)[:5]}")  # fmt: skip
     quiet = Counter(r.value for r in expected.messages("quiet-" + topic))
     found = Counter(v for _, v, _ in read_topic(brokers, "quiet-" + topic))
-    assert not quiet - found, f"seed {seed}: timer outputs lost: {quiet - found}"
+    assert not quiet - found, f"seed {seed} ({runs}): timer outputs lost: {quiet - found}"
     shutil.rmtree(work, ignore_errors=True)
     return kills, sum((found - quiet).values()), log
 
@@ -97,7 +101,7 @@ def test_killed_timed_groups_end_with_exact_windows_and_final_results_once(
     request: pytest.FixtureRequest,
 ) -> None:  # fmt: skip
     count = request.config.getoption("--crash-sequences") or 2
-    first = 100 * request.config.getoption("--crash-seed")
+    first = request.config.getoption("--crash-seed")
     lines, all_kills, duplicates = [], [], []
     for seed in range(first, first + count):
         kills, extra, log = trial(seed, brokers, new_topic(partitions=4),

@@ -137,9 +137,10 @@ class ListReader:
         note: str,
         *,
         wait: bool = False,
-    ) -> None:
+    ) -> bool:
         for topic, offset in offsets.items():
             self.kafka.committed[(group, topic, partition)] = (offset, note)
+        return True
 
     def committed(
         self, group: str, partition: int, topics: list[str]
