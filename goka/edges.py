@@ -31,6 +31,7 @@ __all__ = [
     "PersistEdge",
     "Stream",
     "Table",
+    "TimersEdge",
     "WindowEdge",
     "input",
     "inputs",
@@ -96,6 +97,12 @@ class Group(str):
         return Stream(f"{self}-loop")
 
     @property
+    def ticks(self) -> Stream:
+        """The stream of wall-clock ticks, ``<group>-ticks``: a record per partition every
+        tick interval, so wall timers fire on partitions that get no records."""
+        return Stream(f"{self}-ticks")
+
+    @property
     def timers(self) -> Table:
         """The changelog of the group's timers and stream time, ``<group>-timers``."""
         return Table(f"{self}-timers")
@@ -133,6 +140,14 @@ class PersistEdge(Edge):
 
     ttl: int | None = None
     ttl_domain: Domain | None = None
+
+
+@dataclass(frozen=True)
+class TimersEdge(Edge):
+    """The timers of the group (see :func:`timers`): ``wall`` says whether wall-clock timers
+    may be scheduled."""
+
+    wall: bool = True
 
 
 @dataclass(frozen=True)
@@ -220,11 +235,13 @@ def persist(
     return PersistEdge("persist", "", codec, None, ttl_ms, ttl_domain)
 
 
-def timers(callback: Callback, codec: Codec[Any] | None = None) -> Edge:
+def timers(callback: Callback, codec: Codec[Any] | None = None, *, wall: bool = True) -> Edge:
     """Let callbacks schedule durable timers (``ctx.schedule``); ``callback(ctx, timer)`` runs
     when one fires, with the full context of the timer's key. ``codec`` encodes the data a
-    timer carries (default: JSON)."""
-    return Edge("timers", "", codec if codec is not None else JsonCodec(), callback)
+    timer carries (default: JSON). With ``wall`` (the default) timers may follow the wall
+    clock: a processor then ticks every partition (``<group>-ticks``), so they fire also on
+    partitions that get no records; ``wall=False`` allows stream-time timers only."""
+    return TimersEdge("timers", "", codec if codec is not None else JsonCodec(), callback, wall)
 
 
 def window(

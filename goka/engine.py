@@ -260,8 +260,15 @@ class Engine:
         record (see :mod:`goka.partition_time`)."""
         ctx, routes, effects, time = self.context, self._routes, self.effects, self.time
         nil, text, event_time = self.nil_handling, decode_text, self._times.of
+        ticks = self.graph.group.ticks if self.graph.ticking else None
         last: Message | None = None
         for message in messages:
+            if message[0] == ticks:  # a tick: only the wall clock moved
+                if time is not None:
+                    fire_due(self, message, result)
+                result.processed -= 1
+                last = message
+                continue
             raw_value = message[3]
             if raw_value is None and nil == "ignore":
                 continue

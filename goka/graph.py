@@ -26,6 +26,7 @@ from goka.edges import (
     PersistEdge,
     Stream,
     Table,
+    TimersEdge,
     WindowEdge,
     check_callback,
     input,
@@ -99,6 +100,14 @@ class GroupGraph:
         return None
 
     @property
+    def ticking(self) -> bool:
+        """Do wall-clock timers need ticks (a timers edge allowing them, or a wall TTL)?
+        Then ``<group>-ticks`` is one more input."""
+        edge = self.timers
+        wall_timers = isinstance(edge, TimersEdge) and edge.wall
+        return wall_timers or (self.ttl is not None and self.ttl[1] == "wall")
+
+    @property
     def timed(self) -> bool:
         """Does the group keep time state (windows, timers, a TTL)? Then it has a
         ``<group>-timers`` changelog."""
@@ -115,8 +124,10 @@ class GroupGraph:
         return self.group.loop
 
     def input_topics(self) -> list[str]:
-        """Topics processed by callbacks: the inputs, then the loop topic if declared."""
-        return [*self.inputs, *([self.loop_topic] if self.loop else [])]
+        """Topics a processor consumes: the inputs, then the loop topic if declared, then the
+        ticks topic if the group ticks (see :attr:`ticking`)."""
+        ticks = [self.group.ticks] if self.ticking else []
+        return [*self.inputs, *([self.loop_topic] if self.loop else []), *ticks]
 
     def changelogs(self) -> list[str]:
         """The group's own compacted topics: its table, timers and window tables."""
@@ -325,7 +336,8 @@ def _check_counts(group: Group, edges: list[Edge]) -> None:
 
 
 def _check_topics(group: Group, edges: list[Edge]) -> None:
-    own = {group.table: "persist", group.loop: "loop", group.timers: "timers"}
+    own = {group.table: "persist", group.loop: "loop", group.timers: "timers",
+           group.ticks: "timers"}  # fmt: skip
     declared = {own[t]: t for t in own if own[t] in {e.kind for e in edges}}
     seen: dict[str, Edge] = {}
     for edge in edges:

@@ -165,6 +165,9 @@ class PartitionTime:
         if self._encode_data is None and not name.startswith(INTERNAL):
             raise ContextError(f"group {self.graph.group!r} has no timers edge; declare "
                                "timers(on_timer)")  # fmt: skip
+        if domain == "wall" and not self.graph.ticking:
+            raise ContextError(f"group {self.graph.group!r} allows stream-time timers only "
+                               "(timers(..., wall=False))")  # fmt: skip
         encoded = b"" if data is None or self._encode_data is None else self._encode_data(data)
         self.cancel(key, name, source, quiet=True)
         value = encode_timer(domain, min(max(at, 0), MAX_TIME), encoded)

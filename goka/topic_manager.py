@@ -89,14 +89,20 @@ class TopicManager:
         """Return True if ``topic`` exists."""
         return topic in self._admin.topics()
 
-    def ensure_stream_exists(self, topic: str, partitions: int | None = None) -> int:
-        """Create stream ``topic`` unless it exists; return its partition count.
+    def ensure_stream_exists(
+        self, topic: str, partitions: int | None = None, *, retention_ms: int | None = None
+    ) -> int:
+        """Create stream ``topic`` unless it exists (keeping its records ``retention_ms``, if
+        given); return its partition count.
 
         Raises:
             TopicError: it exists with another partition count than ``partitions``, or creating
                 it failed.
         """
-        return self._ensure(topic, partitions, dict(self.config.stream_config))
+        settings = dict(self.config.stream_config)
+        if retention_ms is not None:
+            settings["retention.ms"] = str(retention_ms)
+        return self._ensure(topic, partitions, settings)
 
     def ensure_table_exists(self, topic: str, partitions: int | None = None) -> int:
         """Create table ``topic`` (compacted) unless it exists; return its partition count.
@@ -185,7 +191,7 @@ def prepare_group(
     manager: TopicManager, graph: GroupGraph, *, dead_letters: bool = False,
     create_outputs: bool = False,
 ) -> int:  # fmt: skip
-    """Check a group's topics, then create its table, timers, window tables, loop and
+    """Check a group's topics, then create its table, timers, window tables, ticks, loop and
     dead-letter (if ``dead_letters``) topics, and its output topics with the group's
     partition count if ``create_outputs``. Nothing is created unless every check passed.
 
@@ -211,6 +217,8 @@ def prepare_group(
         manager.ensure_table_exists(graph.table, partitions)
     if graph.timed:
         manager.ensure_table_exists(graph.group.timers, partitions)
+    if graph.ticking:
+        manager.ensure_stream_exists(graph.group.ticks, partitions, retention_ms=3_600_000)
     for edge in graph.windows.values():
         assert edge.spec is not None
         kept = edge.spec.longest + edge.grace + edge.retention + WINDOW_MARGIN_MS

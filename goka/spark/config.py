@@ -41,6 +41,10 @@ class ProcessorConfig:
             records arrive and commits every ``commit_interval`` (latency in milliseconds
             instead of about a second); ``available-now``: what is there, then stop.
         trigger: the micro-batch interval, ``"1 second"`` (``"available-now"``: as the mode).
+        tick_interval: seconds between the ticks of a group with wall-clock timers or TTL
+            (:attr:`GroupGraph.ticking <goka.graph.GroupGraph.ticking>`): how late a wall
+            timer may fire on a partition that gets no records (default: 0.1 in continuous
+            mode, the trigger interval in micro-batches).
         epoch: seconds of each epoch in continuous mode (between them, Spark plans the next
             one: a pause of a few hundred milliseconds).
         commit_interval: seconds between a task's commits in continuous mode (a crash repeats
@@ -107,6 +111,7 @@ class ProcessorConfig:
     snapshot_options: Mapping[str, Any] = field(default_factory=dict)
     builders: Builders = field(default_factory=Builders)
     progress_interval: float = 5.0
+    tick_interval: float | None = None
     broker_timeout: float = 30.0
     session: SessionSettings = field(default_factory=SessionSettings)
     log_level: str | None = None
@@ -135,6 +140,8 @@ class ProcessorConfig:
     def _check(self) -> None:
         if self.on_error not in POLICIES:
             raise ConfigurationError(f"on_error must be one of {POLICIES}, got {self.on_error!r}")
+        if self.tick_interval is not None and self.tick_interval <= 0:
+            raise ConfigurationError(f"tick_interval must be > 0, got {self.tick_interval}")
         if self.max_offsets_per_trigger is not None and self.max_offsets_per_trigger < 1:
             raise ConfigurationError("max_offsets_per_trigger must be at least 1")
         if self.mode not in MODES:

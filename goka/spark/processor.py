@@ -31,6 +31,7 @@ from goka.spark.session import SessionSettings, build_session, ui_address
 from goka.spark.status import PartitionStatus
 from goka.spark.summary import BatchSummary, Totals, translate
 from goka.spark.task import encode_config, start_python_workers
+from goka.spark.ticker import Ticker, trigger_seconds
 from goka.topic_manager import TopicManager, TopicManagerConfig, prepare_group
 
 __all__ = ["MODES", "BatchSummary", "Processor", "ProcessorFailed", "Totals"]
@@ -182,8 +183,11 @@ class Processor:
             self._ready_workers = False
             start_python_workers(spark, task, min(slots, spark.sparkContext.defaultParallelism),
                                  self.graph.group)  # fmt: skip
+        ticker = self._ticker(continuous)
         query = start_query(spark, config, task, self._on_batch, continuous=continuous,
                             available_now=available_now, slots=slots)  # fmt: skip
+        if ticker is not None and not available_now:
+            ticker.start(lambda: bool(query.isActive) and not self._stopping.is_set())
         with self._lock:
             self._query, self._continuous = query, continuous
         how = f"epochs of {config.epoch:g} s" if continuous else f"every {config.trigger}"
@@ -283,6 +287,18 @@ class Processor:
             with self._lock:
                 self._run = None
             self._release_stores()
+
+    def _ticker(self, continuous: bool) -> Ticker | None:
+        """A group with wall-clock timers: tick its partitions once now (a bounded run then
+        fires what is due), and return the ticker to keep ticking (None: it does not tick)."""
+        if not self.graph.ticking:
+            return None
+        config = self.config
+        interval = config.tick_interval or (0.1 if continuous else trigger_seconds(config.trigger))
+        ticker = Ticker(self.graph, config.brokers, config.kafka_config, self._partitions,
+                        interval)  # fmt: skip
+        ticker.tick(wait=True)
+        return ticker
 
     def _wait(self, query: StreamingQuery, timeout: float | None) -> None:
         try:

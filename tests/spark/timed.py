@@ -74,13 +74,15 @@ def finals_of(records: list[tuple[str, bytes | None, Any]]) -> Counter[tuple[str
     return Counter((k, int(dict(h)[WINDOW_START]), int(v or b"0")) for k, v, h in records)
 
 
-def read_topic(brokers: str, topic: str) -> list[tuple[str, bytes | None, Any]]:
+def read_topic(
+    brokers: str, topic: str, partitions: int = 4
+) -> list[tuple[str, bytes | None, Any]]:
     from goka.kafka.ranges import RangeReader
 
     found: list[tuple[str, bytes | None, Any]] = []
     reader = RangeReader(brokers)
     try:
-        for partition in range(4):
+        for partition in range(partitions):
             low, high = reader.watermarks(topic, partition)
             if high > low:
                 for rows in reader.read(partition, {topic: (low, high)}, 30, 10_000):
@@ -88,3 +90,27 @@ def read_topic(brokers: str, topic: str) -> list[tuple[str, bytes | None, Any]]:
     finally:
         reader.close()
     return found
+
+
+IDLE_MS = 1_500
+
+
+def act(ctx: Context[int], action: str) -> None:
+    ctx.set_value((ctx.value() or 0) + 1)
+    ctx.schedule(dt.timedelta(milliseconds=IDLE_MS), "idle", domain="wall")
+
+
+def idle(ctx: Context[int], timer: Timer) -> None:
+    ctx.emit(f"{ctx.topic}-sessions", ctx.key, {"actions": ctx.value(), "due": timer.at_ms,
+                                                 "fired": ctx.wall_time_ms})  # fmt: skip
+    ctx.delete()
+
+
+def idle_graph(topic: str) -> Any:
+    """Sessions that end after IDLE_MS of wall-clock silence: wall timers on idle partitions.
+    Its timers fire on ticks (the output names the topic of what triggered them)."""
+    return define_group(
+        f"{topic}-idle", input(topic, JsonCodec(), act), timers(idle),
+        output(f"{topic}-idle-ticks-sessions", JsonCodec()),
+        output(f"{topic}-sessions", JsonCodec()), persist(Int64Codec()),
+    )  # fmt: skip

@@ -381,3 +381,27 @@ def test_a_skipped_record_leaves_no_window_timer_or_stream_time_change() -> None
     assert len(window_rows) == 1  # only the good record's window
     timer_rows = sorted(k for kind, k in rows if kind == 3)
     assert timer_rows == ["k t\x00k".replace(" ", ""), "s"]
+
+
+@pytest.mark.parametrize(
+    ("trigger", "seconds"),
+    [("200 milliseconds", 0.2), ("1 second", 1.0), ("2 minutes", 120.0), ("5 ms", 1.0),
+     ("10 milliseconds", 0.1), ("available-now", 1.0)],
+)  # fmt: skip
+def test_micro_batches_tick_every_trigger_interval(trigger: str, seconds: float) -> None:
+    from goka.spark.ticker import trigger_seconds
+
+    assert trigger_seconds(trigger) == pytest.approx(seconds)
+
+
+def test_a_group_that_allows_wall_timers_ticks_and_one_that_does_not_refuses_them() -> None:
+    ticking = timer_graph()
+    assert ticking.ticking and ticking.group.ticks in ticking.input_topics()
+    stream_only = define_group(
+        "stream-only", input("ops", JsonCodec(), remind), timers(fired, wall=False),
+        output("fired", JsonCodec()), persist(JsonCodec()),
+    )  # fmt: skip
+    assert not stream_only.ticking and stream_only.input_topics() == ["ops"]
+    tester = Tester(stream_only, now=NOW)
+    with pytest.raises(ProcessingError, match="stream-time timers only"):
+        tester.consume("ops", "a", {"op": "set", "name": "w", "at": NOW, "domain": "wall"})
