@@ -13,11 +13,15 @@ def test_each_hour_of_each_user_gets_one_final_count_when_it_closes() -> None:
              ("bob", "10:50"), ("ann", "12:06")]  # fmt: skip
     for user, at in views:
         tester.consume(VIEWS, user, {"page": "/", "at": f"2027-01-10T{at}:00+00:00"})
-    finals = Counter((r.key, dict(r.headers)[WINDOW_START], r.value) for r in tester.messages(PER_HOUR))
+    finals = Counter(
+        (r.key, dict(r.headers)[WINDOW_START], r.value) for r in tester.messages(PER_HOUR)
+    )
     ten, eleven = (str(1_799_575_200_000 + h * 3_600_000).encode() for h in (0, 1))
     # ann's 11:10 moved the stream time past 11:05: the 10 o'clock hours closed, and bob's
     # 10:50 came late; ann's 12:06 closed the 11 o'clock hour; the 12 o'clock one is open
-    assert finals == Counter({("ann", ten, b"2"): 1, ("bob", ten, b"1"): 1, ("ann", eleven, b"1"): 1})
+    assert finals == Counter(
+        {("ann", ten, b"2"): 1, ("bob", ten, b"1"): 1, ("ann", eleven, b"1"): 1}
+    )
     assert tester.table(graph.table) == {"ann": 4, "bob": 2}
 
 
