@@ -54,6 +54,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     add(run, "--epoch", "seconds per epoch in continuous mode", default=30.0, type=float)
     add(run, "--commit-interval", "seconds between commits in continuous mode",
         default=0.1, type=float)  # fmt: skip
+    add(run, "--tick-interval", "seconds between the ticks of a group with wall-clock timers "
+        "(default: 0.1 in continuous mode, the trigger interval in micro-batches)",
+        default=None, type=float)  # fmt: skip
     add(run, "--on-error", "what a failing record does: fail stops the group, skip counts and "
         "logs it, dead_letter also writes it to <group>-dlq", default="fail",
         choices=["fail", "skip", "dead_letter"])  # fmt: skip
@@ -134,6 +137,7 @@ def _processors(args: argparse.Namespace) -> list[Any]:
             graph, brokers(args), session=session, state_dir=state, checkpoint_dir=checkpoint,
             mode=args.mode, trigger=args.trigger, epoch=args.epoch,
             commit_interval=args.commit_interval, on_error=args.on_error,
+            tick_interval=args.tick_interval,
             max_offsets_per_trigger=args.max_offsets_per_trigger,
             starting_offsets=args.starting_offsets, snapshot_interval=args.snapshot_interval,
             snapshot_dir=None if args.snapshot_dir.startswith("<") else args.snapshot_dir,

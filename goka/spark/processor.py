@@ -81,6 +81,7 @@ class Processor:
         snapshot_options: dict[str, Any] | None = None,
         builders: Builders | None = None,
         progress_interval: float = 5.0,
+        tick_interval: float | None = None,
         broker_timeout: float = 30.0,
         session: SessionSettings | None = None,
         log_level: str | None = None,
@@ -96,7 +97,8 @@ class Processor:
             topics=topics or TopicManagerConfig(), snapshot_interval=snapshot_interval,
             snapshot_dir=str(snapshot_dir or ""), snapshots_kept=snapshots_kept,
             snapshot_options=dict(snapshot_options or {}), builders=builders or Builders(),
-            progress_interval=progress_interval, broker_timeout=broker_timeout,
+            progress_interval=progress_interval, tick_interval=tick_interval,
+            broker_timeout=broker_timeout,
             session=settings if master is None else dataclasses.replace(settings, master=master),
             log_level=log_level, log_format=log_format,
         )  # fmt: skip
