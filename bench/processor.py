@@ -43,6 +43,7 @@ import confluent_kafka
 from bench.common import percentile, summary
 from goka import Context, Int64Codec, StringCodec, TopicManager, define_group, input, persist
 from goka.dev import EmbeddedBroker
+from goka.graph import GroupGraph
 from goka.kafka.config import consumer_config, producer_config
 from goka.spark import Processor, build_session
 from goka.topic_manager import TopicManagerConfig
@@ -110,9 +111,18 @@ def plain_loop(brokers: str, topic: str, messages: int) -> float:
     return time.perf_counter() - started
 
 
-def goka_run(spark: object, brokers: str, topic: str, batch: int) -> tuple[float, float, int]:
-    graph = define_group(f"{topic}-{time.monotonic_ns()}", input(topic, StringCodec(), count),
-                         persist(Int64Codec()))  # fmt: skip
+def count_group(topic: str, suffix: str = "") -> GroupGraph:
+    """The plain count group of ``topic`` (a fresh group name each time)."""
+    return define_group(f"{topic}-{suffix}{time.monotonic_ns()}",
+                        input(topic, StringCodec(), count), persist(Int64Codec()))  # fmt: skip
+
+
+def goka_run(
+    spark: object, brokers: str, topic: str, batch: int, graph: GroupGraph | None = None
+) -> tuple[float, float, int]:
+    """Micro-batch throughput of ``graph`` (default: the plain count): whole run, steady
+    state, events processed."""
+    graph = graph or count_group(topic)
     state = Path(tempfile.mkdtemp(prefix="goka-bench-"))
     try:
         processor = Processor(
@@ -132,12 +142,13 @@ def goka_run(spark: object, brokers: str, topic: str, batch: int) -> tuple[float
 
 
 def goka_continuous(spark: object, brokers: str, topic: str, messages: int,
-                    monitored: bool = False) -> tuple[float, float]:  # fmt: skip
+                    monitored: bool = False, graph: GroupGraph | None = None,
+                    ) -> tuple[float, float]:  # fmt: skip
     """Throughput in continuous mode: the whole run, and the steady state (from the first
     commit on), from the group's committed offsets polled every 0.2 s. ``monitored``: with
-    the monitor page served and a browser's refreshes (the page, then its JSON every 2 s)."""
-    graph = define_group(f"{topic}-c{time.monotonic_ns()}", input(topic, StringCodec(), count),
-                         persist(Int64Codec()))  # fmt: skip
+    the monitor page served and a browser's refreshes (the page, then its JSON every 2 s).
+    ``graph``: another group of ``topic`` than the plain count."""
+    graph = graph or count_group(topic, "c")
     state = Path(tempfile.mkdtemp(prefix="goka-bench-"))
     processor = Processor(graph, brokers, spark=spark, state_dir=state,  # type: ignore[arg-type]
                           checkpoint_dir=state / "checkpoint", mode="continuous")  # fmt: skip
@@ -162,7 +173,8 @@ def goka_continuous(spark: object, brokers: str, topic: str, messages: int,
             time.sleep(0.2)
             if not processor.prepared:  # topics not prepared yet
                 continue
-            done = sum(p["offset"] or 0 for p in processor.partition_status())
+            done = sum(p["offset"] or 0 for p in processor.partition_status()
+                       if p["topic"] == topic)  # fmt: skip
             if first is None and done:
                 first = (time.time(), done)
         ended = time.time()
