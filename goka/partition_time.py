@@ -116,6 +116,7 @@ class PartitionTime:
             for n, s in self._windows.items() if self._edges[n].emit == "final"
         }  # fmt: skip
         self._expiring = {n: DueQueue(s, "c", journal=journal) for n, s in self._windows.items()}
+        self._floor_stream = self._floor_wall = -1  # unknown: next_due computes them
         self.late_dropped = 0
         self.late_records: list[tuple[str, Any]] = []
         self._late_seen: set[str] = set()
@@ -174,6 +175,7 @@ class PartitionTime:
         self._row(timer_key(name, key), value, source)
         row = due_key(domain, min(max(at, 0), MAX_TIME), name, key)
         self._queues[domain].add(row, encoded)
+        self._lower(domain, at)
 
     def cancel(self, key: str, name: str, source: Any, *, quiet: bool = False) -> bool:
         """Delete timer ``name`` of ``key``; return whether there was one."""
@@ -213,29 +215,55 @@ class PartitionTime:
 
     # -- what is due -------------------------------------------------------------------------------
     def next_due(self) -> Due | None:
-        """The earliest thing due now (stream time, wall clock), or None."""
-        found: list[Due] = []
+        """The earliest thing due now (stream time, wall clock), or None.
+
+        Called after every record, so it first compares the clocks with lower bounds of what
+        is queued (kept as rows are added; recomputed after something was due)."""
         stream = self.stream_time
+        if stream < self._floor_stream and (
+            self._floor_wall > MAX_TIME or self.clock() < self._floor_wall
+        ):
+            return None
+        found: list[Due] = []
+        floor_stream, floor_wall = MAX_TIME + 1, MAX_TIME + 1
         for name, queue in self._closing.items():
             row = queue.first()
-            if row is not None and int(row[0][1 : 1 + DIGITS]) <= stream:
-                found.append(Due(int(row[0][1 : 1 + DIGITS]), 0, "close", name,
-                                 row[0][1 + DIGITS :], b"", row[0]))  # fmt: skip
+            if row is not None:
+                at = int(row[0][1 : 1 + DIGITS])
+                floor_stream = min(floor_stream, at)
+                if at <= stream:
+                    found.append(Due(at, 0, "close", name, row[0][1 + DIGITS :], b"", row[0]))
         for name, queue in self._expiring.items():
             row = queue.first()
-            retention = self._edges[name].retention
-            if row is not None and int(row[0][1 : 1 + DIGITS]) + retention <= stream:
-                at = int(row[0][1 : 1 + DIGITS]) + retention
-                found.append(Due(at, 1, "expire", name, row[0][1 + DIGITS :], b"", row[0]))
-        for domain, now in (("stream", stream), ("wall", None)):
+            if row is not None:
+                at = int(row[0][1 : 1 + DIGITS]) + self._edges[name].retention
+                floor_stream = min(floor_stream, at)
+                if at <= stream:
+                    found.append(Due(at, 1, "expire", name, row[0][1 + DIGITS :], b"", row[0]))
+        for domain in ("stream", "wall"):
             row = self._queues[domain].first()
             if row is None:
                 continue
             at = int(row[0][2 : 2 + DIGITS])
-            if at <= (now if now is not None else self.clock()):
+            if domain == "stream":
+                floor_stream = min(floor_stream, at)
+            else:
+                floor_wall = at
+            if at <= (stream if domain == "stream" else self.clock()):
                 timer, _, key = row[0][2 + DIGITS :].partition("\x00")
                 found.append(Due(at, 2, "timer", timer, key, row[1], row[0]))
-        return min(found) if found else None
+        if found:
+            self._floor_stream = self._floor_wall = -1  # recomputed after the firing
+            return min(found)
+        self._floor_stream, self._floor_wall = floor_stream, floor_wall
+        return None
+
+    def _lower(self, domain: str, at: int) -> None:
+        """A row due at ``at`` was queued: the bounds of what is queued may drop."""
+        if domain == "wall":
+            self._floor_wall = min(self._floor_wall, at)
+        else:
+            self._floor_stream = min(self._floor_stream, at)
 
     def fired(self, due: Due, source: Any) -> None:
         """Remove what ``due`` was (a fired timer, a closed or expired window)."""
@@ -314,8 +342,11 @@ class PartitionTime:
                 self._closing[name].remove(index)
         elif created:
             self._expiring[name].add(index, b"")
+            close_at = self.close_at(edge, decode_composite(row)[2])
+            self._lower("stream", close_at + edge.retention)
             if name in self._closing:
                 self._closing[name].add(index, b"")
+                self._lower("stream", close_at)
         self.effects.append((WINDOW, edge.topic, row, value, None, source))
 
     def _row(self, key: str, value: bytes | None, source: Any) -> None:

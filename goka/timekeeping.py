@@ -63,7 +63,7 @@ class Section(Protocol):
 
 def ms15(time: int) -> str:
     """A time as it stands in keys."""
-    return f"{time:0{DIGITS}d}"
+    return f"{time:015d}"  # DIGITS wide
 
 
 def timer_key(name: str, key: str) -> str:
