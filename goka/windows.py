@@ -23,12 +23,25 @@ from __future__ import annotations
 import datetime as dt
 import re
 import zoneinfo
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Literal, NamedTuple
+from typing import Literal, NamedTuple, TypeVar
 
 from goka.errors import ConfigurationError
+from goka.timekeeping import decode_composite, ms15
 
-__all__ = ["Calendar", "Hopping", "Session", "Tumbling", "Window", "WindowSpec", "duration_ms"]
+__all__ = [
+    "Calendar",
+    "Hopping",
+    "Session",
+    "Tumbling",
+    "Window",
+    "WindowSpec",
+    "duration_ms",
+    "read_windows",
+]
+
+V = TypeVar("V")
 
 _UTC = dt.UTC
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=_UTC)
@@ -232,3 +245,40 @@ def _ms(moment: dt.datetime) -> int:
 
 #: What a window edge can be declared with.
 WindowSpec = Tumbling | Hopping | Session | Calendar
+
+
+def read_windows(
+    scan: Callable[..., Iterable[tuple[str, V]]],
+    key: str,
+    *,
+    since: int | dt.datetime | None = None,
+    until: int | dt.datetime | None = None,
+    latest: bool = False,
+) -> list[tuple[Window, V]]:
+    """Read ``key``'s windows from a window table: those starting in ``[since, until)``
+    (ms or datetimes; None: unbounded), earliest first, or with ``latest`` only the last.
+
+    ``scan`` is a view's ``items`` or a view client's scan of the table, e.g.
+    ``read_windows(view.items, "user-1")`` or
+    ``read_windows(functools.partial(client.scan, "g-window-hourly"), "user-1", latest=True)``.
+
+    Raises:
+        ValueError: a key of the table is not a window key.
+    """
+    base = f"{key}@"
+    start = base + ms15(max(_as_ms(since), 0)) if since is not None else base
+    stop = base + ms15(max(_as_ms(until), 0)) if until is not None else None
+    found = scan(prefix=base, start=start, stop=stop, **({"reverse": True, "limit": 1}
+                                                         if latest else {}))  # fmt: skip
+    result = []
+    for row, value in found:
+        owner, first, end = decode_composite(row)
+        if owner == key:  # a longer key that shares the prefix is another key's
+            result.append((Window(first, end), value))
+        if latest and result:
+            break
+    return result
+
+
+def _as_ms(moment: int | dt.datetime) -> int:
+    return moment if isinstance(moment, int) else _ms(moment)

@@ -11,6 +11,7 @@ import pytest
 
 from goka import Int64Codec, JsonCodec
 from goka.view import View
+from goka.windows import read_windows
 
 from ..helpers import produce, wait_for
 from .fixtures import Running
@@ -45,6 +46,13 @@ def test_windows_timers_and_ttl_on_spark_equal_the_tester(
     with View(brokers, window_topic, Int64Codec()) as view:
         view.wait_recovered(60)
         assert dict(view.items()) == expected.table(window_topic)
+        for key in ("k1", "k12"):  # a key, and one that k1's prefix also matches
+            mine = expected.windows(graph.group, "minute", key)
+            assert read_windows(view.items, key) == mine
+            assert read_windows(view.items, key, latest=True) == mine[-1:]
+            middle = mine[len(mine) // 2][0].start
+            assert read_windows(view.items, key, since=middle) == mine[len(mine) // 2 :]
+            assert read_windows(view.items, key, until=middle) == mine[: len(mine) // 2]
     want = finals_of([(r.key, r.value, r.headers) for r in expected.messages(f"{topic}-finals")])
     got = finals_of(read_topic(brokers, f"{topic}-finals"))
     assert got == want and max(got.values()) == 1  # each final exactly once
