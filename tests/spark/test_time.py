@@ -15,7 +15,16 @@ from goka.windows import read_windows
 
 from ..helpers import produce, wait_for
 from .fixtures import Running
-from .timed import events, finals_of, idle_graph, read_topic, reference, timed_graph
+from .timed import (
+    dst_events,
+    events,
+    finals_of,
+    idle_graph,
+    mixed_graph,
+    read_topic,
+    reference,
+    timed_graph,
+)
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
@@ -114,3 +123,33 @@ def test_wall_timers_fire_on_partitions_that_get_no_more_records(
     with View(brokers, graph.table, Int64Codec()) as view:
         view.wait_recovered(60)
         assert dict(view.items()) == {}  # deleted by the timers
+
+
+@pytest.mark.parametrize("mode", ["micro-batch", "continuous"])
+def test_calendar_days_across_dst_sessions_and_timers_on_spark_equal_the_tester(
+    brokers: str, new_topic: Callable[..., str], make_processor: Any, mode: str
+) -> None:
+    topic = new_topic(partitions=2)
+    graph = mixed_graph(topic)
+    items = dst_events(1_200, keys=8, seed=4)
+    produce(brokers, topic, JsonCodec(), items)
+    expected = reference(graph, topic, items, partitions=2)
+    processor = make_processor(graph, mode=mode, max_offsets_per_trigger=100, epoch=600)
+    processor.prepare_topics(create_outputs=True)
+    if mode == "micro-batch":
+        processor.run_until_caught_up(timeout=600)
+    else:
+        running = Running(processor)
+        wait_for(lambda: all(p["lag"] == 0 for p in processor.partition_status()), 300,
+                 "the epoch to catch up")  # fmt: skip
+        running.stop(within=60)
+    for name in ("day", "visits"):
+        topic_of = graph.windows[name].topic
+        with View(brokers, topic_of, Int64Codec()) as view:
+            view.wait_recovered(60)
+            assert dict(view.items()) == expected.table(topic_of), name
+    days = [w for w, _ in expected.windows(graph.group, "day", "k1")]
+    assert 25 * 3_600_000 in {w.end - w.start for w in days}  # the input crossed the switch
+    fired = Counter(r.value for r in expected.messages(f"{graph.group}-fired"))
+    got = Counter(v for _, v, _ in read_topic(brokers, f"{graph.group}-fired", partitions=2))
+    assert got == fired and sum(fired.values()) > 20

@@ -10,9 +10,11 @@ from collections import Counter
 from typing import Any
 
 from goka import (
+    Calendar,
     Context,
     Int64Codec,
     JsonCodec,
+    Session,
     Tumbling,
     define_group,
     input,
@@ -114,3 +116,48 @@ def idle_graph(topic: str) -> Any:
         output(f"{topic}-idle-ticks-sessions", JsonCodec()),
         output(f"{topic}-sessions", JsonCodec()), persist(Int64Codec()),
     )  # fmt: skip
+
+
+def on_mixed(ctx: Context[int], event: dict[str, Any]) -> None:
+    ctx.window("day").update(lambda n: (n or 0) + 1)
+    ctx.window("visits").update(lambda n: (n or 0) + 1)
+    if event.get("op") == "set":
+        ctx.schedule(event["t"] + event["in"], "t", data=event["in"])
+    elif event.get("op") == "cancel":
+        ctx.cancel("t")
+
+
+def on_mixed_timer(ctx: Context[int], timer: Timer) -> None:
+    ctx.emit(f"{ctx.group}-fired", ctx.key, {"at": timer.at_ms, "in": timer.data})
+
+
+def mixed_graph(topic: str) -> Any:
+    """Calendar days in Europe/Berlin across the 2026-10-25 switch (a 25-hour day), sessions
+    that merge, and stream timers set in the past and the future, cancelled and set again."""
+    group = f"{topic}-mixed"
+    return define_group(
+        group, input(topic, JsonCodec(), on_mixed, event_time=event_time),
+        window("day", Calendar("day", tz="Europe/Berlin"), Int64Codec(), grace=3_600_000,
+               retention=10**11),
+        window("visits", Session(2 * MINUTE), Int64Codec(), grace=MINUTE, retention=10**11,
+               merge=lambda a, b: a + b),
+        timers(on_mixed_timer, wall=False), output(f"{group}-fired", JsonCodec()),
+        persist(Int64Codec()),
+    )  # fmt: skip
+
+
+def dst_events(n: int, keys: int, seed: int) -> list[tuple[str, dict[str, Any]]]:
+    """Events from 2026-10-24 20:00 to 2026-10-26 05:00 Berlin time, out of order, some with
+    timer operations."""
+    rng = random.Random(seed)
+    start = int(dt.datetime.fromisoformat("2026-10-24T20:00:00+02:00").timestamp() * 1000)
+    span = 34 * 3_600_000
+    found = []
+    for i in range(n):
+        event: dict[str, Any] = {"t": start + i * span // n + rng.randint(-3 * MINUTE, MINUTE)}
+        if i % 7 == 0:
+            event.update(op="set", **{"in": rng.randint(-5 * MINUTE, 10 * MINUTE)})
+        elif i % 11 == 0:
+            event["op"] = "cancel"
+        found.append((f"k{rng.randrange(keys)}", event))
+    return found
