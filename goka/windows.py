@@ -39,6 +39,7 @@ __all__ = [
     "WindowSpec",
     "duration_ms",
     "read_windows",
+    "window_key",
 ]
 
 V = TypeVar("V")
@@ -278,6 +279,18 @@ def read_windows(
         if latest and result:
             break
     return result
+
+
+def window_key(key: str) -> tuple[str, Window] | None:
+    """The record key and window of a window table's key ``<key>@<start>-<end>`` (None:
+    ``key`` is not one)."""
+    try:
+        owner, start, end = decode_composite(key)
+    except ValueError:
+        return None
+    if not (key[-31:-16].isdigit() and key[-15:].isdigit()):
+        return None
+    return owner, Window(start, end)
 
 
 def _as_ms(moment: int | dt.datetime) -> int:

@@ -14,6 +14,7 @@ from goka.keys import ERRORS, key_bytes
 from goka.partitioner import partition_for
 from goka.web.pages import e, html_page
 from goka.web.tables import Response, _jsonable
+from goka.windows import window_key
 
 __all__ = ["TableBrowser"]
 
@@ -48,12 +49,18 @@ def locate(view: Any, key: str, partition: int, end: int) -> int | None:
 
 
 def shown_key(key: str) -> str:
-    """A key as text, or as hex where its bytes are not UTF-8."""
+    """A key as text, or as hex where its bytes are not UTF-8; a window table's key as its
+    record key and its window, ``user-1 [2026-10-25 00:00:00+02:00, ...)`` in UTC."""
     data = key_bytes(key)
     try:
-        return data.decode()
+        text = data.decode()
     except UnicodeDecodeError:
         return "0x" + data.hex()
+    found = window_key(text)
+    if found is None:
+        return text
+    owner, window = found
+    return f"{owner} [{window.start_time.isoformat()}, {window.end_time.isoformat()})"
 
 
 def shown_value(codec: str, value: Any) -> str:

@@ -24,6 +24,7 @@ from urllib.parse import parse_qsl, quote, unquote, urlsplit
 from goka.errors import CodecError
 from goka.keys import ERRORS, key_bytes
 from goka.view import View, ViewNotReadyError
+from goka.windows import window_key
 
 __all__ = ["MAX_LIMIT", "Response", "TableReads"]
 
@@ -117,7 +118,12 @@ def _entry(view: View[Any], key: str, raw: bytes) -> dict[str, Any]:
         text: str | None = data.decode()
     except UnicodeDecodeError:
         text = None
-    entry = {"key": text, "key_base64": base64.b64encode(data).decode()}
+    entry: dict[str, Any] = {"key": text, "key_base64": base64.b64encode(data).decode()}
+    found = None if text is None else window_key(text)
+    if found is not None:  # a window table's key: its record key and window, readable
+        owner, window = found
+        entry["window"] = {"key": owner, "start": window.start_time.isoformat(),
+                           "end": window.end_time.isoformat()}  # fmt: skip
     try:
         entry["value"] = _jsonable(view.codec.decode(raw))
     except CodecError as exc:  # one unreadable value does not hide the rest of a scan

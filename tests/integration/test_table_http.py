@@ -118,3 +118,26 @@ def test_other_paths_are_left_to_the_server(served: tuple[str, str]) -> None:
     with urllib.request.urlopen(f"{base}/healthz", timeout=10) as answer:
         assert json.loads(answer.read()) == {"status": "ok"}
     assert key_bytes("\udcff") == b"\xff"  # the form the server maps %FF to
+
+
+def test_a_window_table_s_keys_come_with_their_record_key_and_window(
+    brokers: str, new_topic: Callable[..., str], tmp_path: Path
+) -> None:
+    from goka.web.browser import shown_key
+
+    table = new_topic("http-windows", table=True)
+    key = "user-1@001792879200000-001792969200000"  # a calendar day: 2026-10-25 in Berlin
+    written_as_go_does(brokers, table, [(key.encode(), b"7"), (b"plain@1-2", b"1")])
+    with View(brokers, table, JsonCodec(), path=tmp_path / "view") as view:
+        view.start().wait_recovered(60)
+        server = HttpService("127.0.0.1", 0, routes=[TableReads({table: view}).handle])
+        try:
+            status, page = get(f"{server.url}/tables/{table}")
+        finally:
+            server.close()
+    assert status == 200
+    entries = {e["key"]: e for e in page["entries"]}
+    assert entries[key]["window"] == {"key": "user-1", "start": "2026-10-24T22:00:00+00:00",
+                                      "end": "2026-10-25T23:00:00+00:00"}  # fmt: skip
+    assert "window" not in entries["plain@1-2"]
+    assert shown_key(key) == "user-1 [2026-10-24T22:00:00+00:00, 2026-10-25T23:00:00+00:00)"
