@@ -158,12 +158,17 @@ class Overlay:
         self.section = section
         self.changes: dict[str, bytes | None] = {}
         self._journal = journal
+        self._committed: dict[str, bytes | None] = {}  # read once per batch: it does not change
 
     def get(self, key: str) -> bytes | None:
         """The row's value as of now in the batch."""
         if key in self.changes:
             return self.changes[key]
-        return self.section.get(key)
+        committed = self._committed
+        if key in committed:
+            return committed[key]
+        value = committed[key] = self.section.get(key)
+        return value
 
     def put(self, key: str, value: bytes | None) -> None:
         """Change a row (None: delete it)."""
@@ -245,6 +250,7 @@ class PendingRows:
     def __init__(self, sections: Mapping[str, Section], graces: Mapping[str, int | None]):
         self._sections, self._graces = dict(sections), dict(graces)
         self.rows: dict[str, dict[str, bytes | None]] = {t: {} for t in self._sections}
+        self._committed: dict[str, dict[str, bytes | None]] = {t: {} for t in self._sections}
 
     def view(self, topic: str) -> PendingView:
         """The section of ``topic`` as the engine sees it."""
@@ -252,10 +258,18 @@ class PendingRows:
 
     def apply(self, topic: str, key: str, value: bytes | None) -> None:
         """Changelog row ``key`` = ``value`` of ``topic``, with its derived rows."""
-        pending, section = self.rows[topic], self._sections[topic]
+        pending, section, committed = (
+            self.rows[topic],
+            self._sections[topic],
+            self._committed[topic],
+        )
 
         def old(row: str) -> bytes | None:
-            return pending[row] if row in pending else section.get(row)
+            if row in pending:
+                return pending[row]
+            if row not in committed:
+                committed[row] = section.get(row)
+            return committed[row]
 
         pending.update(section_rows(old, key, value, grace=self._graces[topic]))
 
@@ -263,6 +277,8 @@ class PendingRows:
         """Forget the rows (committed)."""
         for rows in self.rows.values():
             rows.clear()
+        for read in self._committed.values():
+            read.clear()
 
 
 class PendingView:
