@@ -95,7 +95,7 @@ class LevelDBStorage:
     def _refuse_foreign_directory(self) -> None:
         names = {p.name for p in self.path.iterdir()} if self.path.is_dir() else set()
         if names and "CURRENT" not in names:
-            if any(_kept(n) for n in names) and all(_kept(n) or n in _LEVELDB_EXTRA for n in names):
+            if all(_kept(n) or _own(n) for n in names):  # a creation or copy cut short
                 raise StorageCorruptError(
                     f"LevelDB at {self.path} is corrupt (its files are there but not CURRENT); "
                     "delete the directory to rebuild it from the table topic",
@@ -326,6 +326,13 @@ def _reason(exc: Exception) -> str:
     """plyvel's message (its errors carry bytes)."""
     first = exc.args[0] if exc.args else exc
     return first.decode(errors="replace") if isinstance(first, bytes) else str(first)
+
+
+def _own(name: str) -> bool:
+    """Files LevelDB or goka-py write in a store directory that a copy leaves behind: its
+    lock, its info logs, goka-py's state file, and the temporary file LevelDB writes CURRENT
+    through (``NNNNNN.dbtmp``, left by a process killed while creating the database)."""
+    return name in _LEVELDB_EXTRA or name.endswith(".dbtmp")
 
 
 def _kept(name: str) -> bool:

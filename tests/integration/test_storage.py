@@ -261,6 +261,27 @@ def test_corrupt_leveldb_is_refused_with_advice(tmp_path: Path) -> None:
         LevelDBStorage(tmp_path / "db", "t")
 
 
+@pytest.mark.parametrize(
+    "left",
+    [
+        ("LOCK", "LOG", "MANIFEST-000001", "000001.dbtmp"),  # killed before CURRENT was renamed
+        ("LOCK", "LOG"),  # killed before the manifest
+    ],
+)
+def test_a_store_whose_creation_was_killed_is_corrupt_not_foreign(
+    tmp_path: Path, left: tuple[str, ...]
+) -> None:
+    directory = tmp_path / "db"
+    directory.mkdir()
+    for name in left:
+        (directory / name).write_bytes(b"\x00" * 16)
+    with pytest.raises(StorageCorruptError, match="not CURRENT"):
+        LevelDBStorage(directory, "t")
+    (directory / "notes.txt").write_text("someone else's")
+    with pytest.raises(StorageError, match="not a LevelDB directory"):
+        LevelDBStorage(directory, "t")
+
+
 def test_a_directory_is_used_by_one_storage_at_a_time(tmp_path: Path) -> None:
     with (
         LevelDBStorage(tmp_path / "db", "t"),
