@@ -6,19 +6,29 @@
 * hopping 5-minute windows advancing by 1 minute (each event in 5 windows), updates only;
 * the plain count group of ``bench.processor`` (one table update per event): the baseline.
 
+Then a million timers: a group schedules one stream timer per event (unique names), due after
+the last event; one record per partition moves the stream time past them all and they fire.
+Reported: the rate timers are scheduled and fired, and the growth of the processor's memory
+(RSS of this process and every process below it: the JVM and Spark's Python workers).
+
 Each group runs in micro-batches and in continuous mode; the ratio of each windowed group's
 steady throughput to the plain count's in the same mode is reported as min/median/max over
 the runs (target: >= 0.7 at the median). The last line:
 ``windows/plain: min X median Y max Z`` (over both windowed groups and modes).
 
     python -m bench.windows [--messages 1000000] [--runs 2] [--batch 250000]
+        [--only windows|timers]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import random
+import shutil
+import tempfile
 import time
+from pathlib import Path
 
 import confluent_kafka
 
@@ -35,11 +45,13 @@ from goka import (
     input,
     output,
     persist,
+    timers,
     window,
 )
 from goka.dev import EmbeddedBroker
 from goka.graph import GroupGraph
 from goka.kafka.config import producer_config
+from goka.partition_time import Timer
 from goka.spark import build_session
 
 SPAN_MS = 20 * 60_000
@@ -69,6 +81,74 @@ def hopping(topic: str) -> GroupGraph:
     )  # fmt: skip
 
 
+def schedule_one(ctx: Context[int], page: str) -> None:
+    ctx.schedule(ctx.event_time_ms + SPAN_MS + 60_000, str(ctx.offset))
+
+
+def fired(ctx: Context[int], timer: Timer) -> None:
+    """A timer fired: nothing else to do (the bench measures timers only)."""
+
+
+def tree_rss() -> int:
+    """Bytes resident in this process and every process below it."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    total, todo = 0, [os.getpid()]
+    while todo:
+        pid = todo.pop()
+        todo += children.get(pid, [])
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            continue
+        total += next((int(line.split()[1]) * 1024 for line in status.splitlines()
+                       if line.startswith("VmRSS:")), 0)  # fmt: skip
+    return total
+
+
+def million_timers(spark: object, brokers: str, topic: str, messages: int, batch: int) -> str:
+    """Schedule a timer per event, then fire them all; return what was measured."""
+    from goka.spark import Processor
+
+    graph = define_group(
+        f"{topic}-timers{time.monotonic_ns()}", input(topic, StringCodec(), schedule_one),
+        timers(fired, wall=False), persist(Int64Codec()),
+    )  # fmt: skip
+    state = Path(tempfile.mkdtemp(prefix="goka-bench-"))
+    try:
+        processor = Processor(
+            graph, brokers, spark=spark,  # type: ignore[arg-type]
+            state_dir=state, checkpoint_dir=state / "checkpoint", max_offsets_per_trigger=batch,
+        )  # fmt: skip
+        before = tree_rss()
+        started = time.monotonic()
+        scheduled = processor.run_until_caught_up().processed
+        scheduling = time.monotonic() - started
+        after_scheduling = tree_rss()
+        producer = confluent_kafka.Producer(producer_config(brokers, {"linger.ms": 5}))
+        late = int(time.time() * 1000) - 3_600_000 + 120_000  # past every timer
+        for partition in range(PARTITIONS):
+            producer.produce(topic, b"/page", b"tick", partition=partition, timestamp=late)
+        assert producer.flush(30) == 0
+        started = time.monotonic()
+        Processor(graph, brokers, spark=spark, state_dir=state,  # type: ignore[arg-type]
+                  checkpoint_dir=state / "checkpoint").run_until_caught_up()  # fmt: skip
+        firing = time.monotonic() - started
+        after = tree_rss()
+        return (f"{scheduled:,} timers scheduled at {scheduled / scheduling:,.0f}/s, fired at "
+                f"{scheduled / firing:,.0f}/s; processor RSS {before / 2**20:,.0f} MB before, "
+                f"{after_scheduling / 2**20:,.0f} MB scheduled, {after / 2**20:,.0f} MB fired "
+                f"(growth {(max(after, after_scheduling) - before) / 2**20:,.0f} MB)")  # fmt: skip
+    finally:
+        shutil.rmtree(state, ignore_errors=True)
+
+
 def fill(brokers: str, topic: str, messages: int) -> None:
     """``messages`` clicks over KEYS keys, timestamps rising over SPAN_MS, ending an hour ago."""
     manager = TopicManager(brokers, TOPICS)
@@ -93,6 +173,7 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=1_000_000)
     parser.add_argument("--runs", type=int, default=2)
     parser.add_argument("--batch", type=int, default=250_000, help="maxOffsetsPerTrigger")
+    parser.add_argument("--only", choices=["windows", "timers"], help="run one part")
     args = parser.parse_args()
     with EmbeddedBroker() as broker:
         brokers, topic = broker.bootstrap, "bench-windowed"
@@ -100,7 +181,7 @@ def main() -> None:
         spark = build_session("bench", "local[2]")
         spark.sparkContext.setLogLevel("ERROR")
         ratios: dict[str, list[float]] = {}
-        for run in range(1, args.runs + 1):
+        for run in range(1, args.runs + 1 if args.only != "timers" else 1):
             for mode in ("micro-batch", "continuous"):
                 steady = {}
                 for name, build in (("plain", count_group), ("tumbling", tumbling),
@@ -116,12 +197,16 @@ def main() -> None:
                     ratios.setdefault(f"{name} {mode}", []).append(steady[name] / steady["plain"])
                 shown = "   ".join(f"{n} {v:,.0f} msg/s" for n, v in steady.items())
                 print(f"run {run} {mode}: {shown}", flush=True)
+        timers_line = (million_timers(spark, brokers, topic, args.messages, args.batch)
+                       if args.only != "windows" else "not run")  # fmt: skip
         spark.stop()
     print(f"\n{args.messages:,} events over {KEYS:,} keys, {PARTITIONS} partitions, event times "
           f"over {SPAN_MS // 60_000} minutes, {args.runs} runs")  # fmt: skip
     for name, values in ratios.items():
         print(f"{name:<24}/ plain: {summary(values)}")
-    print(f"windows/plain: {summary([v for values in ratios.values() for v in values])}")
+    print(f"timers: {timers_line}")
+    if ratios:
+        print(f"windows/plain: {summary([v for values in ratios.values() for v in values])}")
 
 
 if __name__ == "__main__":
