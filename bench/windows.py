@@ -36,6 +36,7 @@ import confluent_kafka
 
 from bench.common import summary
 from bench.processor import KEYS, PARTITIONS, TOPICS, count_group, goka_continuous, goka_run
+from examples.click_count.demo import tree_memory
 from goka import (
     Context,
     Hopping,
@@ -93,29 +94,6 @@ def fired(ctx: Context[int], timer: Timer) -> None:
     ctx.set_value((ctx.value() or 0) + 1)
 
 
-def tree_rss() -> int:
-    """Bytes resident in this process and every process below it."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(entry.name))
-    total, todo = 0, [os.getpid()]
-    while todo:
-        pid = todo.pop()
-        todo += children.get(pid, [])
-        try:
-            status = Path(f"/proc/{pid}/status").read_text()
-        except OSError:
-            continue
-        total += next((int(line.split()[1]) * 1024 for line in status.splitlines()
-                       if line.startswith("VmRSS:")), 0)  # fmt: skip
-    return total
-
-
 def million_timers(spark: object, brokers: str, topic: str, messages: int, batch: int) -> str:
     """Schedule a timer per event, then fire them all; return what was measured."""
     from goka.spark import Processor
@@ -131,11 +109,11 @@ def million_timers(spark: object, brokers: str, topic: str, messages: int, batch
             graph, brokers, spark=spark,  # type: ignore[arg-type]
             state_dir=state, checkpoint_dir=state / "checkpoint", max_offsets_per_trigger=batch,
         )  # fmt: skip
-        before = tree_rss()
+        before = tree_memory(os.getpid())[0] * 1024
         started = time.monotonic()
         scheduled = processor.run_until_caught_up().processed
         scheduling = time.monotonic() - started
-        after_scheduling = tree_rss()
+        after_scheduling = tree_memory(os.getpid())[0] * 1024
         producer = confluent_kafka.Producer(producer_config(brokers, {"linger.ms": 5}))
         late = int(time.time() * 1000) - 3_600_000 + SPAN_MS + 120_000  # past every timer
         for partition in range(PARTITIONS):
@@ -145,7 +123,7 @@ def million_timers(spark: object, brokers: str, topic: str, messages: int, batch
         Processor(graph, brokers, spark=spark, state_dir=state,  # type: ignore[arg-type]
                   checkpoint_dir=state / "checkpoint").run_until_caught_up()  # fmt: skip
         firing = time.monotonic() - started
-        after = tree_rss()
+        after = tree_memory(os.getpid())[0] * 1024
         with View(brokers, graph.table, Int64Codec()) as view:
             view.wait_recovered(120)
             counted = sum(n for _, n in view.items())

@@ -83,7 +83,7 @@ class Service:
     def memory_mb(self) -> tuple[float, float]:
         """Resident memory (RSS, PSS) of the process and its children (the JVM, Python
         workers)."""
-        rss, pss = _tree_memory(self.process.pid)
+        rss, pss = tree_memory(self.process.pid)
         return rss / 1024, pss / 1024
 
     def kill(self) -> None:
@@ -122,7 +122,7 @@ def _memory(pid: int) -> tuple[float, float]:
     return rss, pss
 
 
-def _tree_memory(pid: int) -> tuple[float, float]:
+def tree_memory(pid: int) -> tuple[float, float]:
     """Sums of RSS and PSS (kB) of ``pid`` and its descendants (Linux /proc). The RSS sum counts
     pages shared between them (the Python workers forked from one daemon) once per process."""
     children: dict[int, list[int]] = {}

@@ -23,6 +23,7 @@ from .timed import (
     mixed_graph,
     read_topic,
     reference,
+    run_to_end,
     timed_graph,
 )
 
@@ -38,16 +39,7 @@ def test_windows_timers_and_ttl_on_spark_equal_the_tester(
     items = events(2_000, keys=30, seed=11)
     produce(brokers, topic, JsonCodec(), items)
     expected = reference(graph, topic, items, partitions=4)
-    processor = make_processor(graph, mode=mode, max_offsets_per_trigger=150, epoch=600)
-    processor.prepare_topics(create_outputs=True)
-    if mode == "micro-batch":
-        processor.run_until_caught_up(timeout=600)
-    else:
-        running = Running(processor)
-        ticks = graph.group.ticks  # they keep coming
-        wait_for(lambda: all(p["lag"] == 0 for p in processor.partition_status()
-                             if p["topic"] != ticks), 300, "the epoch to catch up")  # fmt: skip
-        running.stop(within=60)
+    run_to_end(make_processor(graph, mode=mode, max_offsets_per_trigger=150, epoch=600), mode)
     with View(brokers, graph.table, Int64Codec()) as view:
         view.wait_recovered(60)
         assert dict(view.items()) == expected.table(graph.table)
@@ -134,15 +126,7 @@ def test_calendar_days_across_dst_sessions_and_timers_on_spark_equal_the_tester(
     items = dst_events(1_200, keys=8, seed=4)
     produce(brokers, topic, JsonCodec(), items)
     expected = reference(graph, topic, items, partitions=2)
-    processor = make_processor(graph, mode=mode, max_offsets_per_trigger=100, epoch=600)
-    processor.prepare_topics(create_outputs=True)
-    if mode == "micro-batch":
-        processor.run_until_caught_up(timeout=600)
-    else:
-        running = Running(processor)
-        wait_for(lambda: all(p["lag"] == 0 for p in processor.partition_status()), 300,
-                 "the epoch to catch up")  # fmt: skip
-        running.stop(within=60)
+    run_to_end(make_processor(graph, mode=mode, max_offsets_per_trigger=100, epoch=600), mode)
     for name in ("day", "visits"):
         topic_of = graph.windows[name].topic
         with View(brokers, topic_of, Int64Codec()) as view:

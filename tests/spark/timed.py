@@ -161,3 +161,20 @@ def dst_events(n: int, keys: int, seed: int) -> list[tuple[str, dict[str, Any]]]
             event["op"] = "cancel"
         found.append((f"k{rng.randrange(keys)}", event))
     return found
+
+
+def run_to_end(processor: Any, mode: str) -> None:
+    """Run ``processor`` until it has processed what its inputs hold: a bounded run in
+    micro-batches, an epoch stopped once every input (ticks aside) is committed to its end."""
+    from tests.helpers import wait_for
+    from tests.spark.fixtures import Running
+
+    processor.prepare_topics(create_outputs=True)
+    if mode == "micro-batch":
+        processor.run_until_caught_up(timeout=600)
+        return
+    running = Running(processor)
+    ticks = processor.graph.group.ticks  # they keep coming
+    wait_for(lambda: all(p["lag"] == 0 for p in processor.partition_status()
+                         if p["topic"] != ticks), 300, "the epoch to catch up")  # fmt: skip
+    running.stop(within=60)
