@@ -302,3 +302,30 @@ def test_generated_code_is_current() -> None:
     result = subprocess.run([sys.executable, "-m", "tools.gen_proto", "--check"], cwd=root,
                             capture_output=True, text=True)  # fmt: skip
     assert result.returncode == 0, result.stderr
+
+
+def test_a_key_s_windows_are_read_over_grpc_by_time_range(
+    brokers: str, new_topic: Callable[..., str]
+) -> None:
+    import functools
+
+    from goka.timekeeping import composite
+    from goka.windows import Window, read_windows
+
+    table = new_topic("grpc-windows", table=True)
+    minute = 60_000
+    starts = [1_792_879_200_000 + i * minute for i in range(6)]
+    rows = [(composite(k, s, s + minute), n) for n, s in enumerate(starts) for k in ("a", "ab")]
+    produce(brokers, table, Int64Codec(), rows)
+    view = View(brokers, table, Int64Codec()).start()
+    try:
+        view.wait_recovered(60)
+        with ViewServer([view]) as server, ViewClient(server.address) as client:
+            scan = functools.partial(client.scan, table)
+            mine = [(Window(s, s + minute), n) for n, s in enumerate(starts)]
+            assert read_windows(scan, "a") == mine  # not "ab"'s, which shares the prefix
+            assert read_windows(scan, "a", latest=True) == mine[-1:]
+            assert read_windows(scan, "a", since=starts[2], until=starts[4]) == mine[2:4]
+            assert read_windows(scan, "missing") == []
+    finally:
+        view.close()
