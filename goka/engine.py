@@ -139,7 +139,7 @@ class Engine:
             if timers is None or any(n not in windows for n in graph.windows):
                 raise ConfigurationError(f"group {graph.group!r} keeps time: its engine needs "
                                          "the timers section and every window's")  # fmt: skip
-            self.time = PartitionTime(graph, timers=timers, windows=windows,
+            self.time = PartitionTime(graph, partition, timers=timers, windows=windows,
                                       clock=clock or _wall_ms, undo=on_error != "fail")  # fmt: skip
         self._times = EventTimes(graph, self.time.clock if self.time else _wall_ms)
         persist = graph.persist

@@ -25,7 +25,6 @@ from goka.timekeeping import (
     DIGITS,
     INTERNAL,
     MAX_TIME,
-    STREAM_TIME,
     TTL_TIMER,
     DueQueue,
     Journal,
@@ -39,6 +38,7 @@ from goka.timekeeping import (
     due_key,
     encode_timer,
     rollback,
+    stream_time_key,
     timer_key,
 )
 from goka.windows import Session, Window
@@ -80,6 +80,7 @@ class PartitionTime:
 
     Args:
         graph: the group (timed).
+        partition: the partition.
         timers: the committed timers section.
         windows: the committed section of each window table.
         clock: the wall clock, in ms.
@@ -87,17 +88,18 @@ class PartitionTime:
     """
 
     def __init__(
-        self, graph: GroupGraph, *, timers: Section, windows: Mapping[str, Section],
-        clock: Callable[[], int], undo: bool = False,
+        self, graph: GroupGraph, partition: int, *, timers: Section,
+        windows: Mapping[str, Section], clock: Callable[[], int], undo: bool = False,
     ) -> None:  # fmt: skip
         self.graph, self.clock = graph, clock
+        self._stream_key = stream_time_key(partition)
         self.journal: Journal | None = [] if undo else None
         self.timers_topic = graph.group.timers
         self._timers, self._windows = timers, dict(windows)
         self._edges = dict(graph.windows)
         self._decode_data = graph.timers.codec.decode if graph.timers else None
         self._encode_data = graph.timers.codec.encode if graph.timers else None
-        stored = timers.get(STREAM_TIME)
+        stored = timers.get(self._stream_key)
         self.stream_time = -1 if stored is None else int(stored)
         self.effects: list[Any] = []
         self.begin(self.effects)
@@ -154,7 +156,7 @@ class PartitionTime:
     def finish(self, source: Any) -> None:
         """End a batch: record the stream time if it moved (attributed to ``source``)."""
         if self.stream_time != self.saved_stream_time:
-            self._row(STREAM_TIME, str(self.stream_time).encode(), source)
+            self._row(self._stream_key, str(self.stream_time).encode(), source)
 
     def _watermark(self, name: str) -> str | None:
         found = self._timers.get(f"c{name}")

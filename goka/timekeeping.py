@@ -6,7 +6,8 @@ partition store. Their layouts, with times as 15 decimal digits (milliseconds si
 
 * timers section: ``k<name>\\0<key>`` -> domain (``s`` stream, ``w`` wall) + time + data: a
   timer (the changelog holds these and ``s``); ``q<domain><time><name>\\0<key>`` -> data: the
-  due index, derived from the ``k`` rows (never in the changelog); ``s`` -> stream time;
+  due index, derived from the ``k`` rows (never in the changelog); ``s<partition, 4 digits>``
+  -> the partition's stream time (so a view of ``<group>-timers`` tells the partitions apart);
   ``c<window>`` -> the close index key of the last window closed (windows close in time order).
 * window section ``<name>``: ``w<key>@<start>-<end>`` -> the window's value (the changelog
   key is ``<key>@<start>-<end>``); ``c<end + grace><key>@<start>-<end>`` -> ``b""``: the close
@@ -32,6 +33,7 @@ __all__ = [
     "decode_composite",
     "ms15",
     "section_rows",
+    "stream_time_key",
     "timer_key",
 ]
 
@@ -40,6 +42,13 @@ DIGITS = 15
 #: The largest time a key can hold.
 MAX_TIME = 999_999_999_999_999  # DIGITS nines
 STREAM_TIME = "s"
+
+
+def stream_time_key(partition: int) -> str:
+    """The row of a partition's stream time."""
+    return f"{STREAM_TIME}{partition:04d}"
+
+
 #: Internal timer names start with this (user names may not).
 INTERNAL = "\x01"
 TTL_TIMER = INTERNAL + "ttl"

@@ -39,6 +39,7 @@ __all__ = [
     "WindowSpec",
     "duration_ms",
     "read_windows",
+    "stream_times",
     "window_key",
 ]
 
@@ -279,6 +280,19 @@ def read_windows(
         if latest and result:
             break
     return result
+
+
+def stream_times(scan: Callable[..., Iterable[tuple[str, object]]]) -> dict[int, int]:
+    """Each partition's stream time (ms) from a scan of a group's ``<group>-timers`` table
+    (``view.items`` of a view with :class:`~goka.codec.BytesCodec`, or a view client's scan):
+    a window of a partition whose end plus grace is at most its stream time is closed, its
+    value final."""
+    found = {}
+    for row, value in scan(prefix="s"):
+        if len(row) == 5 and row[1:].isdigit():
+            text = value.decode() if isinstance(value, bytes) else str(value)
+            found[int(row[1:])] = int(text)
+    return found
 
 
 def window_key(key: str) -> tuple[str, Window] | None:

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from goka import Int64Codec, JsonCodec
+from goka import BytesCodec, Int64Codec, JsonCodec
 from goka.view import View
-from goka.windows import read_windows
+from goka.windows import read_windows, stream_times
 
 from ..helpers import produce, wait_for
 from .fixtures import Running
@@ -54,6 +54,10 @@ def test_windows_timers_and_ttl_on_spark_equal_the_tester(
             middle = mine[len(mine) // 2][0].start
             assert read_windows(view.items, key, since=middle) == mine[len(mine) // 2 :]
             assert read_windows(view.items, key, until=middle) == mine[: len(mine) // 2]
+    with View(brokers, graph.group.timers, BytesCodec()) as view:  # which windows are final
+        view.wait_recovered(60)
+        assert stream_times(view.items) == {p: expected.stream_time(graph.group, p)
+                                            for p in range(4)}  # fmt: skip
     want = finals_of([(r.key, r.value, r.headers) for r in expected.messages(f"{topic}-finals")])
     got = finals_of(read_topic(brokers, f"{topic}-finals"))
     assert got == want and max(got.values()) == 1  # each final exactly once
