@@ -104,7 +104,7 @@ def _describe(due: Due, exc: Exception) -> str:
 def _owner(due: Due) -> str:
     if due.kind == "timer":
         return due.key
-    return due.key[: -(2 * 15 + 2)]  # a window's composite key: <key>@<start>-<end>
+    return decode_composite(due.key)[0]  # a window's composite key: <key>@<start>-<end>
 
 
 def _fire(engine: Engine, due: Due, key: str, source: Message) -> None:

@@ -295,8 +295,7 @@ class PartitionTime:
 
     def close_at(self, edge: WindowEdge, end: int) -> int:
         """When a window ending at ``end`` closes (sessions: a gap after their last record)."""
-        extra = edge.spec.gap if isinstance(edge.spec, Session) else 0
-        return min(end + extra + edge.grace, MAX_TIME)
+        return min(end + index_grace(edge), MAX_TIME)
 
     def open_windows(self, name: str, key: str, time: int) -> tuple[list[Window], bool]:
         """The windows of ``time`` still open, and whether ``time`` was late for all."""
@@ -361,9 +360,16 @@ def section_graces(graph: GroupGraph) -> dict[str, int | None]:
     adds to a window's end (None: the timers section)."""
     graces: dict[str, int | None] = {graph.group.timers: None}
     for edge in graph.windows.values():
-        gap = edge.spec.gap if isinstance(edge.spec, Session) else 0
-        graces[edge.topic] = edge.grace + gap
+        graces[edge.topic] = index_grace(edge)
     return graces
+
+
+def index_grace(edge: WindowEdge) -> int:
+    """How long after its end a window of ``edge`` closes: its grace, and for sessions their
+    gap (a record that far after a session's last one still joins it). The one definition
+    the close queue and the derived close index rows share."""
+    gap = edge.spec.gap if isinstance(edge.spec, Session) else 0
+    return edge.grace + gap
 
 
 def apply_effects(pending: PendingRows, effects: list[Any]) -> None:

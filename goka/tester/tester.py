@@ -83,6 +83,7 @@ class Tester:
         self._engines: dict[tuple[str, int], Engine] = {}
         self._pending: deque[tuple[GroupGraph, Record]] = deque()
         self._sections: dict[tuple[str, int], dict[str, MemoryStorage]] = {}
+        self._graces: dict[str, dict[str, int | None]] = {}  # per group: see section_graces
         self.now = int(time.time() * 1000) if now is None else now
         for graph in graphs:
             self.add(graph)
@@ -96,6 +97,7 @@ class Tester:
         if graph.group in self._graphs:
             raise ConfigurationError(f"group {graph.group!r} is already registered")
         self._graphs[graph.group] = graph
+        self._graces[graph.group] = section_graces(graph)
         for edge in graph.edges():
             topic = {"loop": graph.loop_topic, "persist": graph.table}.get(edge.kind, edge.topic)
             if edge.kind == "timers":
@@ -208,7 +210,7 @@ class Tester:
         kind, topic, key, data, headers, source = effect
         if kind in (TIMER, WINDOW):
             section = self._sections[(graph.group, partition)][topic]
-            rows = section_rows(section.get, key, data, grace=section_graces(graph)[topic])
+            rows = section_rows(section.get, key, data, grace=self._graces[graph.group][topic])
             section.write(WriteBatch(values=rows))
             if kind == WINDOW:
                 self._set(self._tables.setdefault(topic, {}), key, data)
