@@ -23,3 +23,14 @@ def test_a_rate_limit_is_shared_in_proportion_and_reaches_every_partition_with_r
     assert taken[("a", "0")] > taken[("b", "1")] > 0  # in proportion to what is there
     assert all(limited[t][p] <= end[t][p] for t in end for p in end[t])
     assert limit(start, end, 10_000) is end  # all of it fits
+
+
+def test_a_rate_limited_batch_after_an_epoch_is_not_planned_as_an_epoch() -> None:
+    """A micro-batch run after a continuous one starts from an epoch's offsets (with its
+    counter); the batch it plans must not look like an epoch, or a continuous run replaying
+    it after a crash would begin at its end, skipping records nobody processed."""
+    start = {"clicks": {"0": 100, "1": 40}, EPOCH: {"n": 3}}
+    end = {"clicks": {"0": 900, "1": 800}}
+    limited = limit(start, end, 100)
+    assert EPOCH not in limited
+    assert epoch_starts(start, limited) is start
