@@ -205,10 +205,13 @@ class Engine:
         time.begin(self.effects)
         trigger: Message = (time.timers_topic, -1, None, None, time.clock(), None)
         try:
-            if stream_time is not None and stream_time > time.stream_time:
+            moved = stream_time is not None and stream_time > time.stream_time
+            if moved:
                 time.stream_time = stream_time
             fire_due(self, trigger, result)
-            time.finish(trigger)
+            if moved:
+                time.raised(trigger, 0)
+            time.finish()
         except BaseException:
             time.stream_time = time.saved_stream_time
             raise
@@ -261,19 +264,18 @@ class Engine:
         ctx, routes, effects, time = self.context, self._routes, self.effects, self.time
         nil, text, event_time = self.nil_handling, decode_text, self._times.of
         ticks = self.graph.group.ticks if self.graph.ticking else None
-        last: Message | None = None
         for message in messages:
             if message[0] == ticks:  # a tick: only the wall clock moved
                 if time is not None:
                     fire_due(self, message, result)
                 result.processed -= 1
-                last = message
                 continue
             raw_value = message[3]
             if raw_value is None and nil == "ignore":
                 continue
             if time is not None:
                 time.mark()
+                before = time.stream_time
             ctx._message, ctx._saved, mark = message, NOT_SAVED, len(effects)
             try:
                 raw_key = message[2]
@@ -294,14 +296,14 @@ class Engine:
                 self._failed(exc, message, mark, result)
             if time is not None:
                 fire_due(self, message, result)
-            last = message
+                if time.stream_time > before:
+                    time.raised(message, mark)
         ctx._event_time, ctx._value = -1, None
         if time is not None:
             result.late += time.late_dropped
             for name, late in time.late_records:
                 result.failed.append((self._late(name, late), late))
-            if last is not None:
-                time.finish(last)
+            time.finish()
 
     def _late(self, name: str, message: Message) -> ProcessingError:
         time = self.time

@@ -25,6 +25,7 @@ from goka.timekeeping import (
     DIGITS,
     INTERNAL,
     MAX_TIME,
+    STREAM_TIME_HEADER,
     TTL_TIMER,
     DueQueue,
     Journal,
@@ -108,6 +109,8 @@ class PartitionTime:
         """Start a batch: read the committed sections afresh, append effects to ``effects``."""
         self.effects, journal = effects, self.journal
         self.saved_stream_time = self._mark_stream_time = self.stream_time
+        self.raised_by: Any = None  # the last record that moved the stream time
+        self._stream_row = -1  # the stream time a row of this batch says already
         self.timer_rows = Overlay(self._timers, journal)
         self.window_rows = {n: Overlay(s, journal) for n, s in self._windows.items()}
         self._queues = {
@@ -153,10 +156,27 @@ class PartitionTime:
         else:
             policy(ctx, ctx._value, window)
 
-    def finish(self, source: Any) -> None:
-        """End a batch: record the stream time if it moved (attributed to ``source``)."""
-        if self.stream_time != self.saved_stream_time:
-            self._row(self._stream_key, str(self.stream_time).encode(), source)
+    def raised(self, source: Any, first: int) -> None:
+        """The record ``source`` moved the stream time (its effects begin at ``first``): a
+        replay may cut a batch anywhere (other runs planned other batches), so the first of
+        its changelog rows names the new stream time in a header, or the stream time row is
+        written for it. :meth:`finish`'s row is attributed to the last such record, never to
+        a tick (a replay keeping the tick, not the records before it, would overshoot)."""
+        self.raised_by = source
+        effects = self.effects
+        for index in range(first, len(effects)):
+            effect = effects[index]
+            if effect[0] == TIMER or effect[0] == WINDOW:
+                header = [(STREAM_TIME_HEADER, b"%d" % self.stream_time)]
+                effects[index] = (effect[0], effect[1], effect[2], effect[3], header, effect[5])
+                return
+        self._row(self._stream_key, str(self.stream_time).encode(), source)
+        self._stream_row = self.stream_time
+
+    def finish(self) -> None:
+        """End a batch: record the stream time if it moved and no row says it yet."""
+        if self.stream_time != self.saved_stream_time and self.stream_time != self._stream_row:
+            self._row(self._stream_key, str(self.stream_time).encode(), self.raised_by)
 
     def _watermark(self, name: str) -> str | None:
         found = self._timers.get(f"c{name}")

@@ -44,6 +44,11 @@ MAX_TIME = 999_999_999_999_999  # DIGITS nines
 STREAM_TIME = "s"
 
 
+#: The header of a changelog row written for a record that moved its partition's stream time,
+#: naming the stream time after it (see :meth:`goka.partition_time.PartitionTime.raised`).
+STREAM_TIME_HEADER = "goka-stream-time"
+
+
 def stream_time_key(partition: int) -> str:
     """The row of a partition's stream time."""
     return f"{STREAM_TIME}{partition:04d}"

@@ -127,6 +127,8 @@ def _send_effects(
         if kind in CHANGELOG_KINDS:
             provenance = [(SRC_TOPIC, source[0].encode()), (SRC_PARTITION, b"%d" % partition),
                           (SRC_OFFSET, b"%d" % source[1])]  # fmt: skip
+            if headers:  # a changelog row may say more (goka.timekeeping.STREAM_TIME_HEADER)
+                provenance += headers
             callback = on_last_update if last[topic] == index else on_delivery
             _send(producer, topic, data, key, callback, provenance, source[4], partition)
         else:

@@ -15,12 +15,12 @@ its topic offset) and then the topic's tail from that offset:
   naming the file, for an older one;
 * ``rebuilt``: no base at all: the whole topic is read (``created`` when it was empty).
 
-Replaying the group table leaves out records written by attempts of batches that did not finish
-(their headers name a source offset at or beyond the batch's start): those batches run again.
-Values are written in chunks and the offsets last, so a recovery interrupted anywhere is redone;
-a replay onto a store that has offsets (a local base, a restored snapshot) first sets them to
--1 in one write, so that an interrupted one leaves a store claiming nothing (a store whose
-values are beyond its offsets would be taken as current by a batch planned below them).
+Replaying the group table and time sections leaves out records written by attempts of batches
+that did not finish (their headers name a source offset at or beyond the batch's start): those
+batches run again; the stream time is the highest the kept rows name. Values are written in
+chunks, the offsets last, so a recovery interrupted anywhere is redone; a replay onto a store
+with offsets (a local base, a snapshot) first sets them to -1 in one write: an interrupted one
+leaves a store claiming nothing, not values beyond its offsets (current for a batch below them).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from goka.processing.applied import commit
 from goka.processing.leases import Lease
 from goka.storage import WriteBatch
 from goka.storage.snapshots import Manifest, SnapshotStore, install, remove_abandoned
-from goka.timekeeping import section_rows
+from goka.timekeeping import STREAM_TIME_HEADER, section_rows, stream_time_key
 
 __all__ = ["ORIGINS", "Recovery", "StoreRecovery", "checked_watermarks"]
 
@@ -108,14 +108,10 @@ class StoreRecovery:
         sections: Mapping[str, int | None] | None = None,
     ) -> None:
         self.lease, self.name, self.group, self.partition = lease, name, group, partition
-        self.topic, self.reader, self.manifests, self.snapshots = (
-            topic,
-            reader,
-            manifests,
-            snapshots,
-        )
+        self.topic, self.reader = topic, reader
+        self.manifests, self.snapshots = manifests, snapshots
         self.scratch, self.read_timeout, self.report = scratch, read_timeout, report
-        self.sections = dict(sections or {})
+        self.sections, self.stream_time = dict(sections or {}), -1  # what kept rows say
         self._state = "restoring"
 
     def positions(self, topics: Mapping[str, int]) -> dict[str, int]:
@@ -164,6 +160,7 @@ class StoreRecovery:
         # a store never claims a record it left out: a later recovery to a further target
         # replays the topic from the first one left out (what it applied again is idempotent)
         ends = {self.topic: last if skipped is None else skipped}
+        self.stream_time = -1
         for topic, from_offset in section_bases.items():
             low, high = checked_watermarks(self.reader, topic, self.partition, from_offset,
                                            f"group {self.group!r} (store {self.name})")  # fmt: skip
@@ -171,7 +168,7 @@ class StoreRecovery:
             read, left_out = self._replay(topic, first, high, starts)
             recovery.records += read
             ends[topic] = high if left_out is None else left_out
-        self._write(WriteBatch(), target, ends)
+        self._write(self._stream_time_row(), target, ends)
         if not recovery.origin:
             recovery.origin = "rebuilt" if recovery.records else "created"
         log.info(
@@ -315,12 +312,31 @@ class StoreRecovery:
         def old(row: str) -> bytes | None:
             return pending[row] if row in pending else section.get(row)
 
+        stream_key, stream_time = stream_time_key(self.partition).encode(), self.stream_time
         for _, offset, key, value, _, headers in rows:
             if starts is not None and from_unfinished_batch(headers, starts):
                 skipped = offset if skipped is None else skipped
+                continue
+            for name, found in headers or ():
+                if name == STREAM_TIME_HEADER:
+                    stream_time = max(stream_time, int(found))
+            if key == stream_key:  # the highest kept: a cut batch's row may come later
+                stream_time = max(stream_time, int(value or b"-1"))
             elif key is not None:
                 pending.update(section_rows(old, key_str(key), value, grace=grace))
+        self.stream_time = stream_time
         return skipped
+
+    def _stream_time_row(self) -> WriteBatch:
+        """The partition's stream time after the replay: the highest the base and the kept
+        changelog rows say (rows and headers of the records that moved it, see
+        :meth:`goka.partition_time.PartitionTime.raised`), whatever order runs wrote them in."""
+        batch, timers = WriteBatch(), [t for t, grace in self.sections.items() if grace is None]
+        if self.stream_time >= 0 and timers:
+            key = stream_time_key(self.partition)
+            stored = int(self.lease.storage.section(timers[0]).get(key) or b"-1")
+            batch.section(timers[0])[key] = b"%d" % max(self.stream_time, stored)
+        return batch
 
     def _disown(self) -> None:
         """Set every offset of the store to -1 (none) in one write: a replay interrupted

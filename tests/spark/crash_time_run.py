@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import time
 
+from goka.logs import configure
 from goka.spark import Processor
 from tests.spark.crash import POINTS, Kill, builders
 from tests.spark.timed import timed_graph
@@ -26,12 +27,14 @@ def main() -> None:
     parser.add_argument("--nth", type=int, default=1)
     parser.add_argument("--marker", default="")
     args = parser.parse_args()
+    configure("INFO", "text")
     kill = Kill(args.kill, args.nth, args.marker) if args.kill else None
     processor = Processor(
         timed_graph(args.topic), args.brokers, state_dir=args.state,
         checkpoint_dir=args.checkpoint, max_offsets_per_trigger=args.max_offsets,
         snapshot_interval=0.5, builders=builders(kill),
         mode="continuous" if args.mode == "continuous" else "micro-batch", epoch=3.0,
+        log_level="INFO",  # its stderr is kept with the stores when a trial fails
     )  # fmt: skip
     ticks = processor.graph.group.ticks
     processor.prepare_topics(create_outputs=True)

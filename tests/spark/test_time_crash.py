@@ -64,6 +64,7 @@ def trial(seed: int, brokers: str, topic: str, work: Path) -> tuple[int, int, li
             except subprocess.TimeoutExpired:
                 kill_session(process.pid)
                 _, err = process.communicate()
+        (work / f"run-{number}.log").write_text(err)  # kept with the stores if the trial fails
         killed = process.returncode == -signal.SIGKILL
         if process.returncode not in (0, -signal.SIGKILL) or (last and killed):
             raise AssertionError(f"seed {seed} run {number} {args} exited with "
@@ -75,7 +76,7 @@ def trial(seed: int, brokers: str, topic: str, work: Path) -> tuple[int, int, li
             break
     else:  # every run was killed: one more, to the end
         raise AssertionError("unreachable: the fourth run is always the last")
-    runs = "; ".join(log)
+    runs = f"{'; '.join(log)}; their logs and stores: {work}"
     expected = reference(graph, topic, items, partitions=4)
     with View(brokers, graph.table, Int64Codec()) as view:
         view.wait_recovered(60)
