@@ -164,6 +164,13 @@ class WindowEdge(Edge):
     late: Late = field(default="drop", compare=False)
     merge: Callable[[Any, Any], Any] | None = field(default=None, compare=False)
 
+    @property
+    def index_grace(self) -> int:
+        """How long after its end a window closes: the grace, and for sessions their gap (a
+        record that far after a session's last one still joins it). The one definition the
+        close queue, the derived close index rows and late records share."""
+        return self.grace + (self.spec.gap if isinstance(self.spec, Session) else 0)
+
     def describe(self) -> str:
         """One line: ``window hourly Tumbling(size=3600000) (int64) -> hourly-views``."""
         target = f" -> {self.output}" if self.output else ""

@@ -205,11 +205,11 @@ class Engine:
         time.begin(self.effects)
         trigger: Message = (time.timers_topic, -1, None, None, time.clock(), None)
         try:
-            moved = stream_time is not None and stream_time > time.stream_time
-            if moved:
+            before = time.stream_time
+            if stream_time is not None and stream_time > before:
                 time.stream_time = stream_time
             fire_due(self, trigger, result)
-            if moved:
+            if time.stream_time > before:
                 time.raised(trigger, 0)
             time.finish()
         except BaseException:

@@ -42,7 +42,7 @@ from goka.timekeeping import (
     stream_time_key,
     timer_key,
 )
-from goka.windows import Session, Window
+from goka.windows import Window
 
 __all__ = ["Due", "PartitionTime", "Timer", "apply_effects", "section_graces"]
 
@@ -297,7 +297,7 @@ class PartitionTime:
             self._row(f"c{due.name}", due.row.encode(), source)
         else:
             self._expiring[due.name].remove(due.row)
-            self._window_row(due.name, due.key, None, source)
+            self._window_row(due.name, due.key, None, source, decode_composite(due.key)[2])
 
     # -- windows ---------------------------------------------------------------------------------
     def edge(self, name: str) -> WindowEdge:
@@ -313,35 +313,6 @@ class PartitionTime:
                                f"(windows: {declared})")  # fmt: skip
         return edge
 
-    def close_at(self, edge: WindowEdge, end: int) -> int:
-        """When a window ending at ``end`` closes (sessions: a gap after their last record)."""
-        return min(end + index_grace(edge), MAX_TIME)
-
-    def open_windows(self, name: str, key: str, time: int) -> tuple[list[Window], bool]:
-        """The windows of ``time`` still open, and whether ``time`` was late for all."""
-        edge = self.edge(name)
-        spec = edge.spec
-        if isinstance(spec, Session):
-            late = self.close_at(edge, time + 1) <= self.stream_time
-            return ([] if late else [Window(time, time + 1)]), late
-        assert spec is not None
-        windows = [w for w in spec.windows(time) if self.close_at(edge, w.end) > self.stream_time]
-        return windows, not windows
-
-    def sessions(self, name: str, key: str, time: int) -> list[tuple[Window, bytes]]:
-        """The sessions of ``key`` that a record at ``time`` joins, with their values."""
-        edge = self.edge(name)
-        assert isinstance(edge.spec, Session)
-        gap, found = edge.spec.gap, []
-        for row, value in self.window_rows[name].items(f"w{key}@"):
-            try:
-                owner, start, end = decode_composite(row[1:])
-            except ValueError:
-                continue
-            if owner == key and start - gap <= time < end + gap:
-                found.append((Window(start, end), value))
-        return found
-
     def window_value(self, name: str, key: str, window: Window) -> bytes | None:
         """The stored value of ``window`` of ``key``."""
         return self.window_rows[name].get("w" + composite(key, window.start, window.end))
@@ -349,25 +320,34 @@ class PartitionTime:
     def set_window(self, name: str, key: str, window: Window, value: bytes | None,
                    source: Any) -> None:  # fmt: skip
         """Write (None: delete) ``window`` of ``key``."""
-        self._window_row(name, composite(key, window.start, window.end), value, source)
+        self._window_row(name, composite(key, window.start, window.end), value, source,
+                         window.end)  # fmt: skip
 
-    def _window_row(self, name: str, row: str, value: bytes | None, source: Any) -> None:
+    def _window_row(self, name: str, row: str, value: bytes | None, source: Any, end: int,
+                    existed: bool | None = None) -> None:  # fmt: skip
+        """Write window ``row`` (its composite key; the window ends at ``end``; ``existed``:
+        whether it has a value, if the caller knows)."""
         rows = self.window_rows[name]
         edge = self._edges[name]
-        created = value is not None and rows.get("w" + row) is None
-        rows.put("w" + row, value)
-        index = close_key(self.close_at(edge, decode_composite(row)[2]), row)
-        if value is None:
-            self._expiring[name].remove(index)
-            if name in self._closing:
-                self._closing[name].remove(index)
-        elif created:
-            self._expiring[name].add(index, b"")
-            close_at = self.close_at(edge, decode_composite(row)[2])
-            self._lower("stream", close_at + edge.retention)
-            if name in self._closing:
-                self._closing[name].add(index, b"")
-                self._lower("stream", close_at)
+        stored = "w" + row
+        if existed is None:
+            existed = rows.get(stored) is not None
+        created = value is not None and not existed
+        rows.put(stored, value)
+        if value is None or created:
+            close_at = min(end + edge.index_grace, MAX_TIME)
+            index = close_key(close_at, row)
+            closing = self._closing.get(name)
+            if value is None:
+                self._expiring[name].remove(index)
+                if closing is not None:
+                    closing.remove(index)
+            else:
+                self._expiring[name].add(index, b"")
+                self._lower("stream", close_at + edge.retention)
+                if closing is not None:
+                    closing.add(index, b"")
+                    self._lower("stream", close_at)
         self.effects.append((WINDOW, edge.topic, row, value, None, source))
 
     def _row(self, key: str, value: bytes | None, source: Any) -> None:
@@ -380,16 +360,8 @@ def section_graces(graph: GroupGraph) -> dict[str, int | None]:
     adds to a window's end (None: the timers section)."""
     graces: dict[str, int | None] = {graph.group.timers: None}
     for edge in graph.windows.values():
-        graces[edge.topic] = index_grace(edge)
+        graces[edge.topic] = edge.index_grace
     return graces
-
-
-def index_grace(edge: WindowEdge) -> int:
-    """How long after its end a window of ``edge`` closes: its grace, and for sessions their
-    gap (a record that far after a session's last one still joins it). The one definition
-    the close queue and the derived close index rows share."""
-    gap = edge.spec.gap if isinstance(edge.spec, Session) else 0
-    return edge.grace + gap
 
 
 def apply_effects(pending: PendingRows, effects: list[Any]) -> None:

@@ -132,8 +132,8 @@ def section_rows(
     if grace is not None:  # a window: its value, and its close index when created or deleted
         window = f"w{key}"
         rows: dict[str, bytes | None] = {window: value}
-        _, _, end = decode_composite(key)
         if value is None or old(window) is None:
+            end = decode_composite(key)[2]
             rows[close_key(min(end + grace, MAX_TIME), key)] = None if value is None else b""
         return rows
     rows = {key: value}

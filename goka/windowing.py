@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from goka.timekeeping import MAX_TIME, composite, decode_composite
 from goka.windows import Session, Window
 
 if TYPE_CHECKING:
@@ -76,18 +77,18 @@ class Windows:
         self._ctx, self._time, self._name = ctx, time, name
         edge = time.edge(name)
         at = ctx.event_time_ms
-        windows, late = time.open_windows(name, ctx.key, at)
+        windows, late = open_windows(time, name, at)
         if late:
             time.late(name, ctx, Window(at, at + 1))
         elif isinstance(edge.spec, Session):
             windows = [self._merge(at)]
-        self._windows = [WindowState(ctx, time, name, w) for w in windows]
+        self._windows = windows  # made WindowStates only when asked for (iterated, one)
 
     def _merge(self, at: int) -> Window:
         """The session of a record at ``at``: the sessions it joins, merged into one."""
         time, key = self._time, self._ctx.key
         edge = time.edge(self._name)
-        found = time.sessions(self._name, key, at)
+        found = sessions(time, self._name, key, at)
         if not found:
             return Window(at, at + 1)
         merged = Window(
@@ -106,15 +107,27 @@ class Windows:
         return merged
 
     def __iter__(self) -> Iterator[WindowState]:
-        return iter(self._windows)
+        return iter([WindowState(self._ctx, self._time, self._name, w) for w in self._windows])
 
     def __len__(self) -> int:
         return len(self._windows)
 
     def update(self, change: Callable[[Any], Any]) -> None:
         """Set each open window's value to ``change(its value or None)``."""
-        for state in self._windows:
-            state.set_value(change(state.value()))
+        if not self._windows:
+            return
+        time, name, ctx = self._time, self._name, self._ctx
+        key, source, rows = ctx.key, ctx._message, time.window_rows[name]
+        edge = time.edge(name)
+        decode, encode = edge.codec.decode, edge.codec.encode
+        emit = edge.output if edge.emit == "update" else None
+        for window in self._windows:  # the hot path of a windowed group: each row read once
+            row = composite(key, window.start, window.end)
+            raw = rows.get("w" + row)
+            value = change(None if raw is None else decode(raw))
+            time._window_row(name, row, encode(value), source, window.end, raw is not None)
+            if emit is not None:
+                ctx.emit(emit, key, value, headers(name, window))
 
     def value(self) -> Any:
         """The value of the one open window (None: none, or late).
@@ -137,10 +150,39 @@ class Windows:
         if len(self._windows) > 1:
             raise ValueError(f"the record is in {len(self._windows)} windows of "
                              f"{self._name!r}: iterate ctx.window({self._name!r})")  # fmt: skip
-        return self._windows[0]
+        return WindowState(self._ctx, self._time, self._name, self._windows[0])
 
 
 def headers(name: str, window: Window) -> list[tuple[str, bytes]]:
     """The headers naming a window, on its results."""
     return [(WINDOW_NAME, name.encode()), (WINDOW_START, str(window.start).encode()),
             (WINDOW_END, str(window.end).encode())]  # fmt: skip
+
+
+def open_windows(time: PartitionTime, name: str, at: int) -> tuple[list[Window], bool]:
+    """The windows of a record at ``at`` in window table ``name`` still open by the stream
+    time, and whether it was late for all."""
+    edge = time.edge(name)
+    spec, grace, stream = edge.spec, edge.index_grace, time.stream_time
+    if isinstance(spec, Session):
+        late = min(at + 1 + grace, MAX_TIME) <= stream
+        return ([] if late else [Window(at, at + 1)]), late
+    assert spec is not None
+    windows = [w for w in spec.windows(at) if min(w.end + grace, MAX_TIME) > stream]
+    return windows, not windows
+
+
+def sessions(time: PartitionTime, name: str, key: str, at: int) -> list[tuple[Window, bytes]]:
+    """The sessions of ``key`` in window table ``name`` that a record at ``at`` joins, with
+    their values."""
+    edge = time.edge(name)
+    assert isinstance(edge.spec, Session)
+    gap, found = edge.spec.gap, []
+    for row, value in time.window_rows[name].items(f"w{key}@"):
+        try:
+            owner, start, end = decode_composite(row[1:])
+        except ValueError:
+            continue
+        if owner == key and start - gap <= at < end + gap:
+            found.append((Window(start, end), value))
+    return found

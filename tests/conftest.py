@@ -19,11 +19,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      help="seed of the first sequence of the crash series")  # fmt: skip
 
 
+#: The tests that play ``--crash-sequences``.
+SERIES = ("test_a_series_of_generated_sequences_ends_exact",
+          "test_killed_timed_groups_end_with_exact_windows_and_final_results_once")  # fmt: skip
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """A crash series takes up to a few minutes a sequence: give it the time."""
+    """A crash series takes up to a few minutes a sequence (or trial): give it the time."""
     sequences = config.getoption("--crash-sequences")
     for item in items:
-        if sequences and item.name == "test_a_series_of_generated_sequences_ends_exact":
+        if sequences and item.name in SERIES:
             item.add_marker(pytest.mark.timeout(600 * sequences))
 
 
