@@ -13,6 +13,9 @@ checked against the number scheduled), and the growth of the processor's memory 
 process and every process below it: the JVM and Spark's Python workers) from after a plain
 count run over the same events (workers warm) to after the timers fired.
 
+quixstreams counts in the same tumbling windows (final results) over the same input, in its own
+virtualenv (``.venv-quix``, made by ``make bench``), for comparison.
+
 Each group runs in micro-batches and in continuous mode; the ratio of each windowed group's
 steady throughput to the plain count's in the same mode is reported as min/median/max over
 the runs (target: >= 0.7 at the median). The last line:
@@ -35,7 +38,15 @@ from pathlib import Path
 import confluent_kafka
 
 from bench.common import summary
-from bench.processor import KEYS, PARTITIONS, TOPICS, count_group, goka_continuous, goka_run
+from bench.processor import (
+    KEYS,
+    PARTITIONS,
+    TOPICS,
+    count_group,
+    goka_continuous,
+    goka_run,
+    quix_run,
+)
 from examples.click_count.demo import tree_memory
 from goka import (
     Context,
@@ -169,6 +180,7 @@ def main() -> None:
         spark = build_session("bench", "local[2]")
         spark.sparkContext.setLogLevel("ERROR")
         ratios: dict[str, list[float]] = {}
+        tumbling_rates: list[str] = []
         for run in range(1, args.runs + 1 if args.only != "timers" else 1):
             for mode in ("micro-batch", "continuous"):
                 steady = {}
@@ -183,15 +195,22 @@ def main() -> None:
                                                           graph=graph)  # fmt: skip
                 for name in ("tumbling", "hopping"):
                     ratios.setdefault(f"{name} {mode}", []).append(steady[name] / steady["plain"])
+                tumbling_rates.append(f"{mode} {steady['tumbling']:,.0f} msg/s")
                 shown = "   ".join(f"{n} {v:,.0f} msg/s" for n, v in steady.items())
                 print(f"run {run} {mode}: {shown}", flush=True)
         timers_line = (million_timers(spark, brokers, topic, args.messages, args.batch)
                        if args.only != "windows" else "not run")  # fmt: skip
+        quix = (quix_run(brokers, topic, args.messages, "quix_windows.py")
+                if args.only != "timers" else "not run")  # fmt: skip
         spark.stop()
     print(f"\n{args.messages:,} events over {KEYS:,} keys, {PARTITIONS} partitions, event times "
           f"over {SPAN_MS // 60_000} minutes, {args.runs} runs")  # fmt: skip
     for name, values in ratios.items():
         print(f"{name:<24}/ plain: {summary(values)}")
+    print(
+        f"quixstreams tumbling (final, same input): {quix}; goka-py tumbling: "
+        f"{', '.join(tumbling_rates) or 'not run'}"
+    )
     print(f"timers: {timers_line}")
     if ratios:
         print(f"windows/plain: {summary([v for values in ratios.values() for v in values])}")

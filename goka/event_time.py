@@ -93,6 +93,7 @@ def fire_due(engine: Engine, trigger: Message, result: BatchResult) -> None:
         except Exception as exc:
             time.rollback()
             engine._failed(exc, source, mark, result, _describe(due, exc))
+    time.closed_all()
     ctx._event_time = -1
 
 
