@@ -181,7 +181,7 @@ class Engine:
                 self._process_undoable(messages, result)
         except BaseException:
             if self.time is not None:
-                self.time.stream_time = self.time.saved_stream_time
+                self.time.abandon()
             raise
         finally:
             if pause_gc:
@@ -213,7 +213,7 @@ class Engine:
                 time.raised(trigger, 0)
             time.finish()
         except BaseException:
-            time.stream_time = time.saved_stream_time
+            time.abandon()
             raise
         finally:
             self._reset()

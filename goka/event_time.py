@@ -82,14 +82,15 @@ def fire_due(engine: Engine, trigger: Message, result: BatchResult) -> None:
     time, ctx = engine.time, engine.context
     assert time is not None
     while (due := time.next_due()) is not None:
-        key = _owner(due)
+        parts = None if due.kind == "timer" else decode_composite(due.key)  # a window's
+        key = due.key if parts is None else parts[0]
         source: Message = (trigger[0], trigger[1], key_bytes(key), None, due.at, None)
         time.fired(due, source)
         time.mark()
         ctx._message, ctx._saved, mark = source, ctx._saved, len(engine.effects)
         ctx.key, ctx._event_time = key, due.at
         try:
-            _fire(engine, due, key, source)
+            _fire(engine, due, key, source, parts)
         except Exception as exc:
             time.rollback()
             engine._failed(exc, source, mark, result, _describe(due, exc))
@@ -102,13 +103,10 @@ def _describe(due: Due, exc: Exception) -> str:
     return f"{what} due at {_iso(due.at)} failed: {type(exc).__name__}: {exc}"
 
 
-def _owner(due: Due) -> str:
-    if due.kind == "timer":
-        return due.key
-    return decode_composite(due.key)[0]  # a window's composite key: <key>@<start>-<end>
-
-
-def _fire(engine: Engine, due: Due, key: str, source: Message) -> None:
+def _fire(
+    engine: Engine, due: Due, key: str, source: Message, parts: tuple[str, int, int] | None
+) -> None:
+    """Fire ``due`` (``parts``: a window's key, start and end)."""
     time, graph = engine.time, engine.graph
     assert time is not None
     if due.kind == "timer" and due.name == TTL_TIMER:
@@ -123,7 +121,8 @@ def _fire(engine: Engine, due: Due, key: str, source: Message) -> None:
         edge = time.edge(due.name)
         raw = time.window_rows[due.name].get("w" + due.key)
         if raw is not None and edge.output is not None:
-            _, start, end = decode_composite(due.key)
+            assert parts is not None
+            _, start, end = parts
             data = graph.outputs[edge.output].codec.encode(edge.codec.decode(raw))
             engine.effects.append((FINAL, edge.output, key, data,
                                    headers(due.name, Window(start, end)), source))  # fmt: skip

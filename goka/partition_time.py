@@ -103,10 +103,13 @@ class PartitionTime:
         stored = timers.get(self._stream_key)
         self.stream_time = -1 if stored is None else int(stored)
         self.effects: list[Any] = []
+        self._stale = True
         self.begin(self.effects)
 
     def begin(self, effects: list[Any]) -> None:
-        """Start a batch: read the committed sections afresh, append effects to ``effects``."""
+        """Start a batch: append effects to ``effects``; read the committed rows afresh (the
+        queues of what is due are kept from batch to batch: they see every change this
+        object makes, and building them reads and sorts every uncommitted row)."""
         self.effects, journal = effects, self.journal
         self.saved_stream_time = self._mark_stream_time = self.stream_time
         self.raised_by: Any = None  # the last record that moved the stream time
@@ -114,18 +117,28 @@ class PartitionTime:
         self._stream_row = -1  # the stream time a row of this batch says already
         self.timer_rows = Overlay(self._timers, journal)
         self.window_rows = {n: Overlay(s, journal) for n, s in self._windows.items()}
-        self._queues = {
-            d: DueQueue(self._timers, f"q{d[0]}", journal=journal) for d in ("stream", "wall")
-        }
-        self._closing = {
-            n: DueQueue(s, "c", after=self._watermark(n), journal=journal)
-            for n, s in self._windows.items() if self._edges[n].emit == "final"
-        }  # fmt: skip
-        self._expiring = {n: DueQueue(s, "c", journal=journal) for n, s in self._windows.items()}
-        self._floor_stream = self._floor_wall = -1  # unknown: next_due computes them
+        if self._stale:
+            self._queues = {
+                d: DueQueue(self._timers, f"q{d[0]}", journal=journal) for d in ("stream", "wall")
+            }
+            self._closing = {
+                n: DueQueue(s, "c", after=self._watermark(n), journal=journal)
+                for n, s in self._windows.items() if self._edges[n].emit == "final"
+            }  # fmt: skip
+            self._expiring = {
+                n: DueQueue(s, "c", journal=journal) for n, s in self._windows.items()
+            }
+            self._floor_stream = self._floor_wall = -1  # unknown: next_due computes them
+            self._stale = False
         self.late_dropped = 0
         self.late_records: list[tuple[str, Any]] = []
         self._late_seen: set[str] = set()
+
+    def abandon(self) -> None:
+        """The batch failed, its changes are dropped: the next one starts from the committed
+        stream time and reads what is due afresh."""
+        self.stream_time = self.saved_stream_time
+        self._stale = True
 
     def mark(self) -> None:
         """A record begins: what :meth:`rollback` returns to."""
