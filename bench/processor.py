@@ -191,18 +191,18 @@ def goka_continuous(spark: object, brokers: str, topic: str, messages: int,
         shutil.rmtree(state, ignore_errors=True)
 
 
-def quix_run(brokers: str, topic: str, messages: int, script: str = "quix_count.py") -> str:
-    """Run quixstreams' ``script`` (in ``bench/``) over ``messages`` of ``topic``; return its
-    rate, or why it did not run."""
+def quix_run(brokers: str, topic: str, messages: int, how: str = "count") -> str:
+    """Run quixstreams (``bench/quix_count.py``: the count, or ``tumbling`` windows) over
+    ``messages`` of ``topic``; return its rate, or why it did not run."""
     if not QUIX_PYTHON.exists():
         return "not run: .venv-quix is missing (make bench creates it)"
-    sink = f"{topic}-{Path(script).stem.replace('_', '-')}"
+    sink = f"{topic}-quix" if how == "count" else f"{topic}-quix-{how}"
     TopicManager(brokers, TOPICS).ensure_stream_exists(sink, PARTITIONS)
     with tempfile.TemporaryDirectory() as state:
         try:
             result = subprocess.run(
-                [str(QUIX_PYTHON), str(Path(__file__).with_name(script)), brokers, topic,
-                 sink, str(messages), state],
+                [str(QUIX_PYTHON), str(Path(__file__).with_name("quix_count.py")), brokers, topic,
+                 sink, str(messages), state, how],
                 capture_output=True, text=True, timeout=900,
             )  # fmt: skip
         except subprocess.TimeoutExpired:

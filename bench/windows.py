@@ -200,7 +200,7 @@ def main() -> None:
                 print(f"run {run} {mode}: {shown}", flush=True)
         timers_line = (million_timers(spark, brokers, topic, args.messages, args.batch)
                        if args.only != "windows" else "not run")  # fmt: skip
-        quix = (quix_run(brokers, topic, args.messages, "quix_windows.py")
+        quix = (quix_run(brokers, topic, args.messages, "tumbling")
                 if args.only != "timers" else "not run")  # fmt: skip
         spark.stop()
     print(f"\n{args.messages:,} events over {KEYS:,} keys, {PARTITIONS} partitions, event times "
