@@ -10,7 +10,8 @@ Then a million timers: a group schedules one stream timer per event (unique name
 the last event; one record per partition moves the stream time past them all and they fire.
 Reported: the rate timers are scheduled and fired (each fired timer counts in the group table,
 checked against the number scheduled), and the growth of the processor's memory (RSS of this
-process and every process below it: the JVM and Spark's Python workers) from after a plain
+process and every process below it but the embedded broker, which holds every record in its
+memory: the JVM and Spark's Python workers) from after a plain
 count run over the same events (workers warm) to after the timers fired.
 
 quixstreams counts in the same tumbling windows (final results) over the same input, in its own
@@ -105,7 +106,21 @@ def fired(ctx: Context[int], timer: Timer) -> None:
     ctx.set_value((ctx.value() or 0) + 1)
 
 
-def million_timers(spark: object, brokers: str, topic: str, messages: int, batch: int) -> str:
+def processor_memory(broker: EmbeddedBroker) -> float:
+    """RSS (bytes) of this process and every process below it but the broker (which keeps
+    every record it holds in its memory)."""
+    return tree_memory(os.getpid())[0] * 1024 - broker_memory(broker)
+
+
+def broker_memory(broker: EmbeddedBroker) -> float:
+    """RSS (bytes) of the broker."""
+    assert broker.pid is not None
+    return tree_memory(broker.pid)[0] * 1024
+
+
+def million_timers(
+    spark: object, broker: EmbeddedBroker, topic: str, messages: int, batch: int
+) -> str:
     """Schedule a timer per event, then fire them all; return what was measured."""
     from goka.spark import Processor
 
@@ -113,6 +128,7 @@ def million_timers(spark: object, brokers: str, topic: str, messages: int, batch
         f"{topic}-timers{time.monotonic_ns()}", input(topic, StringCodec(), schedule_one),
         timers(fired, wall=False), persist(Int64Codec()),
     )  # fmt: skip
+    brokers = broker.bootstrap
     goka_run(spark, brokers, topic, batch)  # the plain count first: the workers warmed up
     state = Path(tempfile.mkdtemp(prefix="goka-bench-"))
     try:
@@ -120,11 +136,11 @@ def million_timers(spark: object, brokers: str, topic: str, messages: int, batch
             graph, brokers, spark=spark,  # type: ignore[arg-type]
             state_dir=state, checkpoint_dir=state / "checkpoint", max_offsets_per_trigger=batch,
         )  # fmt: skip
-        before = tree_memory(os.getpid())[0] * 1024
+        before, broker_before = processor_memory(broker), broker_memory(broker)
         started = time.monotonic()
         scheduled = processor.run_until_caught_up().processed
         scheduling = time.monotonic() - started
-        after_scheduling = tree_memory(os.getpid())[0] * 1024
+        after_scheduling = processor_memory(broker)
         producer = confluent_kafka.Producer(producer_config(brokers, {"linger.ms": 5}))
         late = int(time.time() * 1000) - 3_600_000 + SPAN_MS + 120_000  # past every timer
         for partition in range(PARTITIONS):
@@ -134,7 +150,7 @@ def million_timers(spark: object, brokers: str, topic: str, messages: int, batch
         Processor(graph, brokers, spark=spark, state_dir=state,  # type: ignore[arg-type]
                   checkpoint_dir=state / "checkpoint").run_until_caught_up()  # fmt: skip
         firing = time.monotonic() - started
-        after = tree_memory(os.getpid())[0] * 1024
+        after, broker_after = processor_memory(broker), broker_memory(broker)
         with View(brokers, graph.table, Int64Codec()) as view:
             view.wait_recovered(120)
             counted = sum(n for _, n in view.items())
@@ -143,7 +159,9 @@ def million_timers(spark: object, brokers: str, topic: str, messages: int, batch
                 f"{scheduled / scheduling:,.0f}/s, fired at {scheduled / firing:,.0f}/s; "
                 f"processor RSS {before / 2**20:,.0f} MB before, "
                 f"{after_scheduling / 2**20:,.0f} MB scheduled, {after / 2**20:,.0f} MB fired "
-                f"(growth {(max(after, after_scheduling) - before) / 2**20:,.0f} MB)")  # fmt: skip
+                f"(growth {(max(after, after_scheduling) - before) / 2**20:,.0f} MB); the "
+                f"broker, left out, {broker_before / 2**20:,.0f} -> "
+                f"{broker_after / 2**20:,.0f} MB")  # fmt: skip
     finally:
         shutil.rmtree(state, ignore_errors=True)
 
@@ -198,7 +216,7 @@ def main() -> None:
                 tumbling_rates.append(f"{mode} {steady['tumbling']:,.0f} msg/s")
                 shown = "   ".join(f"{n} {v:,.0f} msg/s" for n, v in steady.items())
                 print(f"run {run} {mode}: {shown}", flush=True)
-        timers_line = (million_timers(spark, brokers, topic, args.messages, args.batch)
+        timers_line = (million_timers(spark, broker, topic, args.messages, args.batch)
                        if args.only != "windows" else "not run")  # fmt: skip
         quix = (quix_run(brokers, topic, args.messages, "tumbling")
                 if args.only != "timers" else "not run")  # fmt: skip

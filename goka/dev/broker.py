@@ -114,6 +114,12 @@ class EmbeddedBroker:
         return f"{self.host}:{self.port}"
 
     @property
+    def pid(self) -> int | None:
+        """The broker process's id while it runs (it keeps every record in its memory: a
+        measure of a processor's memory leaves it out)."""
+        return self._process.pid if self.running and self._process is not None else None
+
+    @property
     def running(self) -> bool:
         """True while the broker process is alive."""
         return self._process is not None and self._process.poll() is None
