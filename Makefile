@@ -60,6 +60,7 @@ bench: $(STAMP) $(CDS) $(QUIX)
 	$(PY) -m bench.emitter
 	$(PY) -m bench.view
 	$(PY) -m bench.processor
+	$(PY) -m bench.windows
 
 # the reference pages come from the code (a test checks they are current); the site is strict
 docs: $(STAMP)
