@@ -113,7 +113,7 @@ class PartitionTime:
         self.effects, journal = effects, self.journal
         self.saved_stream_time = self._mark_stream_time = self.stream_time
         self.raised_by: Any = None  # the last record that moved the stream time
-        self._closed: dict[str, Any] = {}  # window tables that closed windows: by what
+        self._closed: dict[str, Any] = {}  # window tables that closed windows: last row, by what
         self._stream_row = -1  # the stream time a row of this batch says already
         self.timer_rows = Overlay(self._timers, journal)
         self.window_rows = {n: Overlay(s, journal) for n, s in self._windows.items()}
@@ -309,7 +309,7 @@ class PartitionTime:
         elif due.kind == "close":  # the watermark row: once per trigger (closed_all)
             self._closing[due.name].remove(due.row)
             self.timer_rows.put(f"c{due.name}", due.row.encode())
-            self._closed[due.name] = source
+            self._closed[due.name] = (due.row.encode(), source)
         else:
             self._expiring[due.name].remove(due.row)
             self._window_row(due.name, due.key, None, source, decode_composite(due.key)[2])
@@ -317,8 +317,8 @@ class PartitionTime:
     def closed_all(self) -> None:
         """What was due after a trigger has fired: write the close watermark of each window
         table that closed windows (one row however many closed)."""
-        for name, source in self._closed.items():
-            self._row(f"c{name}", self.timer_rows.get(f"c{name}"), source)
+        for name, (row, source) in self._closed.items():
+            self._row(f"c{name}", row, source)
         self._closed.clear()
 
     # -- windows ---------------------------------------------------------------------------------
