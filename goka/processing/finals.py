@@ -6,8 +6,9 @@ final result must not be. So a final result is not produced with its batch: it b
 ``<group>-timers`` and committed with the state that closed the window, like any change).
 After the commit, and once the group has committed the batch's offsets (a store rebuilt on
 another machine begins there: it must not process the batch again), the outbox is produced
-(with header :data:`FINAL_ID`), flushed, and its rows deleted (tombstones in
-``<group>-timers``, then the store). A crash leaves committed rows: the
+(with header :data:`FINAL_ID`) and flushed; only once every result is acknowledged are its
+rows deleted (tombstones in ``<group>-timers``, then the store): a deletion that landed with
+a result that did not would lose the result for every rebuild. A crash leaves committed rows: the
 next task reads the output partition from where it stood when the row was staged and produces
 only the rows it does not find there. A batch that did not commit left no row (a rebuild
 leaves out its changelog rows), and its replay closes the window again.
@@ -112,6 +113,7 @@ class Finals:
             self.producer.produce(body["t"], value, key_bytes(body["k"]), on_delivery=delivered,
                                   headers=headers, timestamp=body["ts"],
                                   partition=body["p"])  # fmt: skip
+        self._flush(failures, "final results")  # their rows go only once they are in
         ends: dict[str, int] = {}
 
         def deleted(error: Any, message: Any) -> None:
@@ -122,10 +124,7 @@ class Finals:
         for row, _ in rows:  # tombstones in the changelog: a rebuild does not see them again
             self.producer.produce(self.timers, None, row.encode("utf-8", "surrogateescape"),
                                   on_delivery=deleted, partition=self.partition)  # fmt: skip
-        remaining = self.producer.flush(self.flush_timeout)
-        if remaining or failures:
-            raise DeliveryError(self.timers, None, f"partition {self.partition}: final results: "
-                                f"{remaining} unacknowledged, failed: {failures[:3]}")  # fmt: skip
+        self._flush(failures, "outbox deletions")
         batch = WriteBatch(sections={self.timers: dict.fromkeys((r for r, _ in rows), None)})
         for topic, end in ends.items():
             batch.set_offset(topic, self.partition, end)
@@ -136,6 +135,12 @@ class Finals:
                      len(todo))  # fmt: skip
         self.delivered += len(todo)
         return len(todo)
+
+    def _flush(self, failures: list[str], what: str) -> None:
+        remaining = self.producer.flush(self.flush_timeout)
+        if remaining or failures:
+            raise DeliveryError(self.timers, None, f"partition {self.partition}: {what}: "
+                                f"{remaining} unacknowledged, failed: {failures[:3]}")  # fmt: skip
 
     def _produced(self, rows: list[tuple[str, dict[str, Any]]]) -> set[str]:
         """The ids of ``rows`` found in their output partitions."""
