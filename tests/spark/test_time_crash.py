@@ -5,8 +5,8 @@ then the group table, the window table and the final results must equal the test
 the same records: **no final result twice or lost**. Timer outputs are ordinary emits
 (at-least-once): their duplicates are reported per trial.
 
-The suite plays 2 trials; ``pytest tests/spark/test_time_crash.py --crash-sequences 10`` plays
-a series of trials from seed ``--crash-seed`` on, one line per trial (replay one with
+The suite plays seeds 1 and 404; ``pytest tests/spark/test_time_crash.py --crash-sequences
+10`` plays a series of trials from seed ``--crash-seed`` on, one line per trial (replay one with
 ``--crash-seed SEED --crash-sequences 1``).
 """
 
@@ -101,10 +101,14 @@ def test_killed_timed_groups_end_with_exact_windows_and_final_results_once(
     brokers: str, new_topic: Callable[..., str], tmp_path_factory: pytest.TempPathFactory,
     request: pytest.FixtureRequest,
 ) -> None:  # fmt: skip
-    count = request.config.getoption("--crash-sequences") or 2
+    count = request.config.getoption("--crash-sequences")
     first = request.config.getoption("--crash-seed")
+    # the suite: seed 1, and 404 (a continuous run after a killed rate-limited micro-batch
+    # run after a killed continuous one, on new machines: it found four defects, the last
+    # one final results lost to outbox deletions that landed without them)
+    seeds = list(range(first, first + count)) if count else [1, 404]
     lines, all_kills, duplicates = [], [], []
-    for seed in range(first, first + count):
+    for seed in seeds:
         kills, extra, log = trial(seed, brokers, new_topic(partitions=4),
                                   tmp_path_factory.mktemp(f"time{seed}"))  # fmt: skip
         all_kills.append(kills)
@@ -112,6 +116,6 @@ def test_killed_timed_groups_end_with_exact_windows_and_final_results_once(
         lines.append(f"seed {seed}: {kills} kills, {extra} duplicate timer outputs: "
                      f"{'; '.join(log)}")  # fmt: skip
         print(f"\n{lines[-1]}", flush=True)
-    print(f"\n{count} trials, every one exact with each final result once: kills per trial "
+    print(f"\n{len(seeds)} trials, every one exact with each final result once: kills per trial "
           f"{all_kills}; duplicate timer outputs per trial {duplicates}")  # fmt: skip
     assert sum(all_kills) >= 1  # the series killed something, or it shows nothing
