@@ -24,7 +24,7 @@ from goka.errors import (
     ProcessingError,
     StorageError,
 )
-from goka.event_time import EventTimes, fire_due
+from goka.event_time import EventTimes, fire_due, process_timed
 from goka.graph import Callback, Edge, GroupGraph
 from goka.keys import decode_text, key_str
 from goka.partition_time import PartitionTime
@@ -56,6 +56,9 @@ class BatchResult:
         failed: messages skipped under the ``skip``/``dead_letter`` policies, with their errors;
             their effects and state changes were rolled back.
         processed: messages in the batch (including failed ones).
+        consumed: how many of the messages passed were handled: fewer than all when what
+            was due hit the engine's ``fire_budget`` (:attr:`Engine.backlog`); the caller
+            commits, then passes the rest again.
         late: records dropped as late for a window (those sent to the dead-letter topic are
             in ``failed``).
     """
@@ -63,6 +66,7 @@ class BatchResult:
     effects: list[Effect] = field(default_factory=list)
     failed: list[tuple[ProcessingError, Message]] = field(default_factory=list)
     processed: int = 0
+    consumed: int = 0
     late: int = 0
 
     def changes(self) -> dict[str, bytes | None]:
@@ -92,6 +96,11 @@ class Engine:
         timers, windows: the committed timers section and window sections of the partition
             store (required for a timed group: windows, timers or a TTL).
         clock: the wall clock in ms (default: the system's).
+        fire_budget: the most timers, window closes and expiries a call fires (None: no
+            limit). A record that makes more due (a stream time jump over a million timers)
+            stops the call after it: the rest is the :attr:`backlog`, fired first by the
+            next call (attributed to that record), so the caller can commit in between and
+            memory stays bounded, in the same order as without a budget.
 
     Raises:
         ConfigurationError: unknown policy, a join/lookup table without a reader, or a timed
@@ -111,6 +120,7 @@ class Engine:
         timers: Section | None = None,
         windows: Mapping[str, Section] | None = None,
         clock: Callable[[], int] | None = None,
+        fire_budget: int | None = None,
     ) -> None:
         if on_error not in POLICIES:
             raise ConfigurationError(f"on_error must be one of {POLICIES}, got {on_error!r}")
@@ -123,6 +133,9 @@ class Engine:
         self.on_error = on_error
         self.pause_gc = pause_gc
         self.max_message_bytes = sys.maxsize if max_message_bytes is None else max_message_bytes
+        if fire_budget is not None and fire_budget < 1:
+            raise ConfigurationError(f"fire_budget must be at least 1, got {fire_budget}")
+        self.fire_budget = fire_budget
         self.nil_handling = graph.nil_handling
         self._readers = {
             kind: {t: (tables[t], e.codec.decode) for t, e in edges.items()}
@@ -159,14 +172,18 @@ class Engine:
         if hasattr(self, "context"):
             self.context._bind(self.cache, self.effects)
 
-    def process(self, messages: Sequence[Message]) -> BatchResult:
+    def process(self, messages: Sequence[Message], *, after: Message | None = None) -> BatchResult:
         """Run the callbacks over ``messages`` (in offset order) and return what they did.
+
+        A timed group first fires what is due already: the :attr:`backlog`, or, given
+        ``after`` (the record before ``messages``, to which it is attributed), what a store
+        committed inside a backlog left.
 
         Raises:
             ProcessingError: under the ``fail`` policy, for the first message that cannot be
                 decoded or whose callback raises; after ``ctx.fail()`` under any policy.
         """
-        result = BatchResult(self.effects, processed=len(messages))
+        result = BatchResult(self.effects, processed=len(messages), consumed=len(messages))
         if self.time is not None:  # the sections as committed now (after the last batch)
             self.time.begin(self.effects)
         pause_gc = self.pause_gc and gc.isenabled()
@@ -174,7 +191,7 @@ class Engine:
             gc.disable()
         try:
             if self.time is not None or self._times.custom:
-                self._process_timed(messages, result)
+                process_timed(self, messages, result, after)
             elif self.on_error == "fail":
                 self._process(messages, result)
             else:
@@ -188,6 +205,18 @@ class Engine:
                 gc.enable()
             self._reset()
         return result
+
+    @property
+    def backlog(self) -> bool:
+        """Is something left due by the last call (it hit the ``fire_budget``)? The next
+        call fires it first (a call without messages fires only that)."""
+        return self.time is not None and self.time.backlog is not None
+
+    def committed(self) -> None:
+        """The caller committed what the calls so far did: the time state reads what is
+        due afresh from the committed sections (what it kept in memory goes)."""
+        if self.time is not None:
+            self.time.reread()
 
     def tick(self, *, stream_time: int | None = None) -> BatchResult:
         """Fire what is due without a record: wall timers due by the clock, and, if
@@ -257,62 +286,6 @@ class Engine:
                     callback(ctx, None if nil == "process" else decode(b""))
             except Exception as exc:
                 self._failed(exc, message, mark, result)
-
-    def _process_timed(self, messages: Sequence[Message], result: BatchResult) -> None:
-        """Like :meth:`_process_undoable`, with event time, and what is due fired after each
-        record (see :mod:`goka.partition_time`)."""
-        ctx, routes, effects, time = self.context, self._routes, self.effects, self.time
-        nil, text, event_time = self.nil_handling, decode_text, self._times.of
-        ticks = self.graph.group.ticks if self.graph.ticking else None
-        for message in messages:
-            if message[0] == ticks:  # a tick: only the wall clock moved
-                if time is not None:
-                    fire_due(self, message, result)
-                result.processed -= 1
-                continue
-            raw_value = message[3]
-            if raw_value is None and nil == "ignore":
-                continue
-            if time is not None:
-                time.mark()
-                before = time.stream_time
-            ctx._message, ctx._saved, mark = message, NOT_SAVED, len(effects)
-            try:
-                raw_key = message[2]
-                ctx.key = text(raw_key) if raw_key is not None else ""
-                decode, callback = routes[message[0]]
-                if raw_value is not None:
-                    value = decode(raw_value)
-                else:
-                    value = None if nil == "process" else decode(b"")
-                ctx._event_time = at = event_time(message, value)
-                ctx._value = value
-                if time is not None and at > time.stream_time:
-                    time.stream_time = at
-                callback(ctx, value)
-            except Exception as exc:
-                if time is not None:
-                    time.rollback()
-                self._failed(exc, message, mark, result)
-            if time is not None:
-                fire_due(self, message, result)
-                if time.stream_time > before:
-                    time.raised(message, mark)
-        ctx._event_time, ctx._value = -1, None
-        if time is not None:
-            result.late += time.late_dropped
-            for name, late in time.late_records:
-                result.failed.append((self._late(name, late), late))
-            time.finish()
-
-    def _late(self, name: str, message: Message) -> ProcessingError:
-        time = self.time
-        assert time is not None
-        return ProcessingError(
-            f"late for window {name!r}: its windows closed (stream time {time.stream_time})",
-            group=self.graph.group, topic=message[0], partition=self.partition,
-            offset=message[1], key=None if message[2] is None else key_str(message[2]),
-        )  # fmt: skip
 
     def _failed(
         self, exc: Exception, message: Message, mark: int, result: BatchResult,

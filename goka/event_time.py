@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from goka.context import FINAL, TABLE
+from goka.context import FINAL, NOT_SAVED, TABLE
 from goka.edges import InputEdge
-from goka.errors import EventTimeError
+from goka.errors import EventTimeError, ProcessingError
 from goka.graph import GroupGraph
-from goka.keys import key_bytes
+from goka.keys import decode_text, key_bytes, key_str
 from goka.partition_time import Due, Timer
 from goka.timekeeping import TTL_TIMER, decode_composite
 from goka.windowing import headers
@@ -19,7 +20,7 @@ from goka.windows import Window
 if TYPE_CHECKING:
     from goka.engine import BatchResult, Engine, Message
 
-__all__ = ["EventTimes", "fire_due"]
+__all__ = ["EventTimes", "fire_due", "process_timed"]
 
 
 class EventTimes:
@@ -76,12 +77,23 @@ def _iso(ms: int) -> str:
     return dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC).isoformat()
 
 
-def fire_due(engine: Engine, trigger: Message, result: BatchResult) -> None:
-    """Fire what is due after ``trigger`` (timers, window closes and expiries), in time
-    order; each one's effects are attributed to ``trigger``."""
+def fire_due(
+    engine: Engine, trigger: Message, result: BatchResult, left: list[int] | None = None,
+    *, wall: bool = True,
+) -> bool:  # fmt: skip
+    """Fire what is due after ``trigger`` (timers, window closes and expiries; wall timers
+    only if ``wall``), in time order; each one's effects are attributed to ``trigger``. At
+    most ``left[0]`` fire (it is lowered by as many): return False if something due is left
+    (the partition's backlog, attributed to ``trigger`` when fired)."""
     time, ctx = engine.time, engine.context
     assert time is not None
-    while (due := time.next_due()) is not None:
+    budget = [sys.maxsize] if left is None else left
+    time.backlog = None
+    while (due := time.next_due(wall=wall)) is not None:
+        if budget[0] <= 0:
+            time.backlog = trigger
+            break
+        budget[0] -= 1
         parts = None if due.kind == "timer" else decode_composite(due.key)  # a window's
         key = due.key if parts is None else parts[0]
         source: Message = (trigger[0], trigger[1], key_bytes(key), None, due.at, None)
@@ -96,6 +108,7 @@ def fire_due(engine: Engine, trigger: Message, result: BatchResult) -> None:
             engine._failed(exc, source, mark, result, _describe(due, exc))
     time.closed_all()
     ctx._event_time = -1
+    return time.backlog is None
 
 
 def _describe(due: Due, exc: Exception) -> str:
@@ -126,3 +139,81 @@ def _fire(
             data = graph.outputs[edge.output].codec.encode(edge.codec.decode(raw))
             engine.effects.append((FINAL, edge.output, key, data,
                                    headers(due.name, Window(start, end)), source))  # fmt: skip
+
+
+def process_timed(
+    engine: Engine, messages: Sequence[Message], result: BatchResult, after: Message | None
+) -> None:
+    """:meth:`Engine.process` for a timed group (or one with event time): event time, and
+    what is due fired after each record (see :mod:`goka.partition_time`), up to the
+    engine's ``fire_budget``."""
+    ctx, routes, effects, time = engine.context, engine._routes, engine.effects, engine.time
+    nil, text, event_time = engine.nil_handling, decode_text, engine._times.of
+    ticks = engine.graph.group.ticks if engine.graph.ticking else None
+    left = [sys.maxsize if engine.fire_budget is None else engine.fire_budget]
+    if time is not None:  # a backlog first (or what a commit inside a backlog left)
+        first = time.backlog or after  # (wall timers wait for the next record or tick)
+        wall = time.backlog is not None
+        if first is not None and not fire_due(engine, first, result, left, wall=wall):
+            result.processed = result.consumed = 0
+            messages = ()
+    for index, message in enumerate(messages):
+        if message[0] == ticks:  # a tick: only the wall clock moved
+            result.processed -= 1
+            if time is not None and not fire_due(engine, message, result, left):
+                _stop(result, len(messages) - index - 1)
+                break
+            continue
+        raw_value = message[3]
+        if raw_value is None and nil == "ignore":
+            continue
+        if time is not None:
+            time.mark()
+            before = time.stream_time
+        ctx._message, ctx._saved, mark = message, NOT_SAVED, len(effects)
+        try:
+            raw_key = message[2]
+            ctx.key = text(raw_key) if raw_key is not None else ""
+            decode, callback = routes[message[0]]
+            if raw_value is not None:
+                value = decode(raw_value)
+            else:
+                value = None if nil == "process" else decode(b"")
+            ctx._event_time = at = event_time(message, value)
+            ctx._value = value
+            if time is not None and at > time.stream_time:
+                time.stream_time = at
+            callback(ctx, value)
+        except Exception as exc:
+            if time is not None:
+                time.rollback()
+            engine._failed(exc, message, mark, result)
+        if time is not None:
+            done = fire_due(engine, message, result, left)
+            if time.stream_time > before:
+                time.raised(message, mark)
+            if not done:
+                _stop(result, len(messages) - index - 1)
+                break
+    ctx._event_time, ctx._value = -1, None
+    if time is not None:
+        result.late += time.late_dropped
+        for name, late in time.late_records:
+            result.failed.append((_late(engine, name, late), late))
+        time.finish()
+
+
+def _stop(result: BatchResult, left: int) -> None:
+    """The budget ran out: the last ``left`` messages are not handled."""
+    result.consumed -= left
+    result.processed -= left
+
+
+def _late(engine: Engine, name: str, message: Message) -> ProcessingError:
+    time = engine.time
+    assert time is not None
+    return ProcessingError(
+        f"late for window {name!r}: its windows closed (stream time {time.stream_time})",
+        group=engine.graph.group, topic=message[0], partition=engine.partition,
+        offset=message[1], key=None if message[2] is None else key_str(message[2]),
+    )  # fmt: skip

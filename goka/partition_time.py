@@ -104,6 +104,7 @@ class PartitionTime:
         self.stream_time = -1 if stored is None else int(stored)
         self.effects: list[Any] = []
         self._stale = True
+        self.backlog: Any = None  # the record whose firings a budget cut (see fire_due)
         self.begin(self.effects)
 
     def begin(self, effects: list[Any]) -> None:
@@ -138,6 +139,11 @@ class PartitionTime:
         """The batch failed, its changes are dropped: the next one starts from the committed
         stream time and reads what is due afresh."""
         self.stream_time = self.saved_stream_time
+        self._stale = True
+        self.backlog = None
+
+    def reread(self) -> None:
+        """The batches so far are committed: the next one reads what is due afresh."""
         self._stale = True
 
     def mark(self) -> None:
@@ -250,14 +256,14 @@ class PartitionTime:
         return None if not data or self._decode_data is None else self._decode_data(data)
 
     # -- what is due -------------------------------------------------------------------------------
-    def next_due(self) -> Due | None:
-        """The earliest thing due now (stream time, wall clock), or None.
+    def next_due(self, *, wall: bool = True) -> Due | None:
+        """The earliest thing due now (stream time, and, if ``wall``, wall clock), or None.
 
         Called after every record, so it first compares the clocks with lower bounds of what
         is queued (kept as rows are added; recomputed after something was due)."""
         stream = self.stream_time
         if stream < self._floor_stream and (
-            self._floor_wall > MAX_TIME or self.clock() < self._floor_wall
+            not wall or self._floor_wall > MAX_TIME or self.clock() < self._floor_wall
         ):
             return None
         found: list[Due] = []
@@ -276,7 +282,7 @@ class PartitionTime:
                 floor_stream = min(floor_stream, at)
                 if at <= stream:
                     found.append(Due(at, 1, "expire", name, row[0][1 + DIGITS :], b"", row[0]))
-        for domain in ("stream", "wall"):
+        for domain in ("stream", "wall") if wall else ("stream",):
             row = self._queues[domain].first()
             if row is None:
                 continue
@@ -291,7 +297,8 @@ class PartitionTime:
         if found:
             self._floor_stream = self._floor_wall = -1  # recomputed after the firing
             return min(found)
-        self._floor_stream, self._floor_wall = floor_stream, floor_wall
+        if wall:
+            self._floor_stream, self._floor_wall = floor_stream, floor_wall
         return None
 
     def _lower(self, domain: str, at: int) -> None:

@@ -23,10 +23,10 @@ from contextlib import ExitStack
 from dataclasses import asdict
 from typing import Any
 
-from goka.engine import BatchResult, Engine, Message
+from goka.engine import Engine, Message
 from goka.errors import StorageCorruptError
 from goka.partition_time import apply_effects
-from goka.processing.config import TaskConfig
+from goka.processing.config import FIRE_BUDGET, TaskConfig
 from goka.processing.recovery import CHUNK
 from goka.processing.stores import PartitionStores
 from goka.processing.summary import PartitionSummary, store_bytes
@@ -91,13 +91,28 @@ class PartitionProcessor:
             for table in joins:
                 stores.apply_join(table, messages.get(table, []), ends[table], summary)
             pending = stores.pending_rows()
-            result = self._run(stores, messages, inputs, stores.engine_sections(pending))
+            engine = self._engine(stores, stores.engine_sections(pending))
             output = stores.output()
-            stores.stage_finals(result.effects)
-            output.send(result, summary)
+            rest = self._ordered(messages, inputs)
+            at = {t: r[0] for t, r in applied.todo(planned).items() if t in inputs}
+            after = record_before(at)
+            while True:
+                result, after = engine.process(rest, after=after), None
+                stores.stage_finals(result.effects)
+                output.send(result, summary)
+                if pending is not None:
+                    apply_effects(pending, result.effects)
+                done, rest = rest[: result.consumed], rest[result.consumed :]
+                if not rest and not engine.backlog:
+                    break
+                for message in done:  # what fired hit the budget: commit, then go on
+                    at[message[0]] = message[1] + 1
+                stores.commit(output, result.changes(), at, summary,
+                              sections=None if pending is None else pending.rows)  # fmt: skip
+                if pending is not None:
+                    pending.clear()
+                engine.committed()
             positions = {t: ends[t] for t in inputs}
-            if pending is not None:
-                apply_effects(pending, result.effects)
             stores.commit(output, result.changes(), positions, summary, wait=True,
                           sections=None if pending is None else pending.rows)  # fmt: skip
             summary.ends = json.dumps(positions)
@@ -118,16 +133,25 @@ class PartitionProcessor:
                 messages.setdefault(row[0], []).append(row)
         return messages
 
-    def _run(
-        self, stores: PartitionStores, messages: Mapping[str, list[Message]], inputs: list[str],
-        sections: Mapping[str, Any],
-    ) -> BatchResult:  # fmt: skip
+    def _ordered(self, messages: Mapping[str, list[Message]], inputs: list[str]) -> list[Message]:
+        """The inputs' records in time order (each topic's in offset order)."""
         todo = [messages.get(t, []) for t in inputs]
-        ordered = todo[0] if len(todo) == 1 else list(heapq.merge(*todo, key=lambda m: m[4]))
+        return todo[0] if len(todo) == 1 else list(heapq.merge(*todo, key=lambda m: m[4]))
+
+    def _engine(self, stores: PartitionStores, sections: Mapping[str, Any]) -> Engine:
         tables = {t: stores.leases[f"join-{t}"].storage.get for t in self.graph.joins}
-        engine = Engine(
+        return Engine(
             self.graph, self.partition, store=stores.store.get,
             tables={**tables, **stores.clients.lookups()}, on_error=self.config.on_error,
-            max_message_bytes=self.config.max_message_bytes, **sections,
+            max_message_bytes=self.config.max_message_bytes, fire_budget=FIRE_BUDGET,
+            **sections,
         )  # fmt: skip
-        return engine.process(ordered)
+
+
+def record_before(positions: Mapping[str, int]) -> Message | None:
+    """A record before ``positions`` (an input's last applied one), to which what is due
+    before the first record is attributed (see :meth:`goka.engine.Engine.process`)."""
+    for topic, offset in positions.items():
+        if offset > 0:
+            return (topic, offset - 1, None, None, 0, None)
+    return None

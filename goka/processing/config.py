@@ -77,6 +77,11 @@ class Builders:
 #: Bytes of a produced message's size kept for its key, headers and record framing.
 MESSAGE_OVERHEAD = 8 * 1024
 
+#: The most timers, window closes and expiries a partition fires between two commits (see
+#: :class:`goka.engine.Engine`'s ``fire_budget``): a stream time jump over a million timers
+#: commits in slices instead of holding every effect in memory.
+FIRE_BUDGET = 10_000
+
 
 @dataclass(frozen=True)
 class TaskConfig:

@@ -32,8 +32,9 @@ from dataclasses import asdict
 from goka.engine import Engine, Message
 from goka.errors import StorageCorruptError, StorageLockedError
 from goka.partition_time import apply_effects
+from goka.processing.batch import record_before
 from goka.processing.clients import Clients
-from goka.processing.config import TaskConfig
+from goka.processing.config import FIRE_BUDGET, TaskConfig
 from goka.processing.recovery import CHUNK
 from goka.processing.stores import PartitionStores
 from goka.processing.summary import PartitionSummary, store_bytes
@@ -207,10 +208,12 @@ class Epoch:
             self.graph, self.partition, store=read,
             tables={**{t: s.get for t, s in self.joins.items()}, **stores.clients.lookups()},
             on_error=self.config.on_error, max_message_bytes=self.config.max_message_bytes,
-            **stores.engine_sections(self.sections),
+            fire_budget=FIRE_BUDGET, **stores.engine_sections(self.sections),
         )  # fmt: skip
         self.output = stores.output()
         self.committed = dict(positions)
+        if self.graph.timed:  # what a commit inside a backlog left is due now
+            self._process([], after=record_before({t: positions[t] for t in self.inputs}))
 
     @classmethod
     def begin(cls, stores: PartitionStores, starts: Mapping[str, int]) -> Epoch:
@@ -248,8 +251,6 @@ class Epoch:
         by_topic: dict[str, list[Message]] = {}
         for row in rows:
             by_topic.setdefault(row[0], []).append(row)
-        for topic, found in by_topic.items():
-            self.positions[topic] = found[-1][1] + 1
         if len(by_topic) > 1:  # records of several topics: in time order, each topic in order
             rows = list(heapq.merge(*by_topic.values(), key=lambda m: m[4]))
         if not self.joins:
@@ -263,16 +264,25 @@ class Epoch:
             run.append(row)
         self._join(run) if run[0][0] in self.joins else self._process(run)
 
-    def _process(self, messages: list[Message]) -> None:
-        result = self.engine.process(messages)
-        self.stores.stage_finals(result.effects)
-        self.output.send(result, self.summary)
-        self.pending.update(result.changes())
-        if self.sections is not None:
-            apply_effects(self.sections, result.effects)
+    def _process(self, messages: list[Message], after: Message | None = None) -> None:
+        rest = messages
+        while True:
+            result, after = self.engine.process(rest, after=after), None
+            self.stores.stage_finals(result.effects)
+            self.output.send(result, self.summary)
+            self.pending.update(result.changes())
+            if self.sections is not None:
+                apply_effects(self.sections, result.effects)
+            done, rest = rest[: result.consumed], rest[result.consumed :]
+            for message in done:
+                self.positions[message[0]] = message[1] + 1
+            if not rest and not self.engine.backlog:
+                return
+            self.commit()  # what fired hit the budget: commit, then go on
 
     def _join(self, records: list[Message]) -> None:
         self.stores.apply_join(records[0][0], records, records[-1][1] + 1, self.summary)
+        self.positions[records[0][0]] = records[-1][1] + 1
 
     def commit(self) -> None:
         """Wait for every output so far, then write the state changes with the offsets."""
@@ -289,5 +299,6 @@ class Epoch:
         self.pending.clear()
         if sections is not None:
             sections.clear()
+        self.engine.committed()
         self.committed = dict(self.positions)
         self.stores.snapshot(self.summary)  # if due: a long epoch too

@@ -12,8 +12,17 @@ from pathlib import Path
 
 import pytest
 
-from goka import Context, Int64Codec, JsonCodec, Tumbling, define_group, input, output, persist
-from goka import window
+from goka import (
+    Context,
+    Int64Codec,
+    JsonCodec,
+    Tumbling,
+    define_group,
+    input,
+    output,
+    persist,
+    window,
+)
 from goka.errors import DeliveryError, ProcessingError
 from goka.tester import Tester
 from goka.windowing import WINDOW_START
