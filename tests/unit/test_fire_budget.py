@@ -5,6 +5,7 @@ tester fires them, in micro-batches and epochs, and a stop after a slice loses n
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -49,8 +50,15 @@ class Stopped(Exception):
     """The processor stopped (killed) at a commit."""
 
 
-#: Commits so far; a commit of this number stops the processor (None: none).
-COMMITS = {"made": 0, "stop at": None}
+@dataclass
+class Commits:
+    """Commits so far; the commit numbered ``stop_at`` stops the processor (None: none)."""
+
+    made: int = 0
+    stop_at: int | None = None
+
+
+COMMITS = Commits()
 
 
 @pytest.fixture(autouse=True)
@@ -58,13 +66,13 @@ def small_budget(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(batch, "FIRE_BUDGET", BUDGET)
     monkeypatch.setattr(epoch, "FIRE_BUDGET", BUDGET)
     real = PartitionStores.commit
-    COMMITS.update({"made": 0, "stop at": None})
+    COMMITS.made, COMMITS.stop_at = 0, None
 
     def counted(self: PartitionStores, *args: Any, **kwargs: Any) -> None:
-        if COMMITS["made"] == COMMITS["stop at"]:
+        if COMMITS.made == COMMITS.stop_at:
             raise Stopped
         real(self, *args, **kwargs)
-        COMMITS["made"] += 1
+        COMMITS.made += 1
 
     monkeypatch.setattr(PartitionStores, "commit", counted)
 
@@ -85,33 +93,35 @@ def outputs(kafka: FakeKafka) -> list[tuple[str, Any]]:
     return [(r[2].decode(), json.loads(r[3])) for r in kafka.rows(OUT, 0)]
 
 
-def test_a_micro_batch_fires_a_backlog_in_committed_slices(kafka: FakeKafka, tmp_path: Path):  # type: ignore[no-untyped-def]
+def test_a_micro_batch_fires_a_backlog_in_committed_slices(
+    kafka: FakeKafka, tmp_path: Path
+) -> None:
     fill(kafka)
     machine = Machine(kafka, tmp_path, GRAPH)
     machine.run(0, {IN: (0, len(EVENTS))})
     table, emitted = expected()
     assert len(emitted) == 13 and outputs(kafka) == emitted  # the tester's order
     assert machine.state(0) == table
-    assert COMMITS["made"] >= 13 // BUDGET + 1  # slices of at most BUDGET firings
+    assert COMMITS.made >= 13 // BUDGET + 1  # slices of at most BUDGET firings
 
 
-def test_an_epoch_fires_a_backlog_in_committed_slices(kafka: FakeKafka, tmp_path: Path):  # type: ignore[no-untyped-def]
+def test_an_epoch_fires_a_backlog_in_committed_slices(kafka: FakeKafka, tmp_path: Path) -> None:
     fill(kafka)
     machine = Machine(kafka, tmp_path, GRAPH)
     run_epoch(machine, {IN: 0}, Script(kafka).done)
     table, emitted = expected()
     assert outputs(kafka) == emitted and machine.state(0) == table
-    assert COMMITS["made"] >= 13 // BUDGET + 1
+    assert COMMITS.made >= 13 // BUDGET + 1
 
 
 def test_a_stop_inside_a_backlog_fires_the_rest_on_the_next_machine(
     kafka: FakeKafka, tmp_path: Path
 ) -> None:
     fill(kafka)
-    COMMITS["stop at"] = 1  # after the first slice
+    COMMITS.stop_at = 1  # after the first slice
     with pytest.raises(Stopped):
         Machine(kafka, tmp_path / "a", GRAPH).run(0, {IN: (0, len(EVENTS))})
-    COMMITS["stop at"] = None
+    COMMITS.stop_at = None
     assert 0 < len(outputs(kafka)) < 13  # the first slice, committed with the whole batch
     b = Machine(kafka, tmp_path / "b", GRAPH)  # rebuilt: every record applied already
     summary = b.run(0, {IN: (0, len(EVENTS))})
