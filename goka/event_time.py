@@ -77,23 +77,19 @@ def _iso(ms: int) -> str:
     return dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC).isoformat()
 
 
-def fire_due(
-    engine: Engine, trigger: Message, result: BatchResult, left: list[int] | None = None,
-    *, wall: bool = True,
-) -> bool:  # fmt: skip
+def fire_due(engine: Engine, trigger: Message, result: BatchResult, *, wall: bool = True) -> bool:
     """Fire what is due after ``trigger`` (timers, window closes and expiries; wall timers
     only if ``wall``), in time order; each one's effects are attributed to ``trigger``. At
-    most ``left[0]`` fire (it is lowered by as many): return False if something due is left
-    (the partition's backlog, attributed to ``trigger`` when fired)."""
+    most the partition's ``left`` fire (it is lowered by as many): return False if something
+    due is left (the partition's backlog, attributed to ``trigger`` when fired)."""
     time, ctx = engine.time, engine.context
     assert time is not None
-    budget = [sys.maxsize] if left is None else left
     time.backlog = None
     while (due := time.next_due(wall=wall)) is not None:
-        if budget[0] <= 0:
+        if time.left <= 0:
             time.backlog = trigger
             break
-        budget[0] -= 1
+        time.left -= 1
         parts = None if due.kind == "timer" else decode_composite(due.key)  # a window's
         key = due.key if parts is None else parts[0]
         source: Message = (trigger[0], trigger[1], key_bytes(key), None, due.at, None)
@@ -150,17 +146,17 @@ def process_timed(
     ctx, routes, effects, time = engine.context, engine._routes, engine.effects, engine.time
     nil, text, event_time = engine.nil_handling, decode_text, engine._times.of
     ticks = engine.graph.group.ticks if engine.graph.ticking else None
-    left = [sys.maxsize if engine.fire_budget is None else engine.fire_budget]
     if time is not None:  # a backlog first (or what a commit inside a backlog left)
+        time.left = engine.fire_budget or sys.maxsize
         first = time.backlog or after  # (wall timers wait for the next record or tick)
         wall = time.backlog is not None
-        if first is not None and not fire_due(engine, first, result, left, wall=wall):
+        if first is not None and not fire_due(engine, first, result, wall=wall):
             result.processed = result.consumed = 0
             messages = ()
     for index, message in enumerate(messages):
         if message[0] == ticks:  # a tick: only the wall clock moved
             result.processed -= 1
-            if time is not None and not fire_due(engine, message, result, left):
+            if time is not None and not fire_due(engine, message, result):
                 _stop(result, len(messages) - index - 1)
                 break
             continue
@@ -189,7 +185,7 @@ def process_timed(
                 time.rollback()
             engine._failed(exc, message, mark, result)
         if time is not None:
-            done = fire_due(engine, message, result, left)
+            done = fire_due(engine, message, result)
             if time.stream_time > before:
                 time.raised(message, mark)
             if not done:

@@ -14,6 +14,7 @@ by the wall clock fire in time order (at equal times: windows close, then timers
 from __future__ import annotations
 
 import datetime as dt
+import sys
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
@@ -104,7 +105,7 @@ class PartitionTime:
         self.stream_time = -1 if stored is None else int(stored)
         self.effects: list[Any] = []
         self._stale = True
-        self.backlog: Any = None  # the record whose firings a budget cut (see fire_due)
+        self.backlog: Any = None  # the record whose firings the budget cut
         self.begin(self.effects)
 
     def begin(self, effects: list[Any]) -> None:
@@ -131,13 +132,12 @@ class PartitionTime:
             }
             self._floor_stream = self._floor_wall = -1  # unknown: next_due computes them
             self._stale = False
-        self.late_dropped = 0
+        self.left, self.late_dropped = sys.maxsize, 0  # left: what may fire (fire budget)
         self.late_records: list[tuple[str, Any]] = []
         self._late_seen: set[str] = set()
 
     def abandon(self) -> None:
-        """The batch failed, its changes are dropped: the next one starts from the committed
-        stream time and reads what is due afresh."""
+        """The batch failed: the next starts from the committed stream time and rows."""
         self.stream_time = self.saved_stream_time
         self._stale = True
         self.backlog = None

@@ -22,10 +22,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from goka.engine import Message
 from goka.errors import OffsetRegressionError
 from goka.storage import Storage, WriteBatch
 
-__all__ = ["Applied", "commit"]
+__all__ = ["Applied", "commit", "record_before"]
 
 #: ``{topic: (start, end)}``, end exclusive.
 Ranges = Mapping[str, tuple[int, int]]
@@ -85,3 +86,12 @@ def commit(store: Storage, batch: WriteBatch, *, who: str) -> None:
     if back:
         raise OffsetRegressionError(who, back)
     store.write(batch)
+
+
+def record_before(positions: Mapping[str, int]) -> Message | None:
+    """A record before ``positions`` (an input's last applied one), to which what is due
+    before the first record is attributed (see :meth:`goka.engine.Engine.process`)."""
+    for topic, offset in positions.items():
+        if offset > 0:
+            return (topic, offset - 1, None, None, 0, None)
+    return None

@@ -25,7 +25,7 @@ from typing import Any
 
 from goka.engine import Engine, Message
 from goka.errors import StorageCorruptError
-from goka.partition_time import apply_effects
+from goka.processing.applied import record_before
 from goka.processing.config import FIRE_BUDGET, TaskConfig
 from goka.processing.recovery import CHUNK
 from goka.processing.stores import PartitionStores
@@ -98,10 +98,7 @@ class PartitionProcessor:
             after = record_before(at)
             while True:
                 result, after = engine.process(rest, after=after), None
-                stores.stage_finals(result.effects)
-                output.send(result, summary)
-                if pending is not None:
-                    apply_effects(pending, result.effects)
+                stores.take(result, output, summary, pending)
                 done, rest = rest[: result.consumed], rest[result.consumed :]
                 if not rest and not engine.backlog:
                     break
@@ -146,12 +143,3 @@ class PartitionProcessor:
             max_message_bytes=self.config.max_message_bytes, fire_budget=FIRE_BUDGET,
             **sections,
         )  # fmt: skip
-
-
-def record_before(positions: Mapping[str, int]) -> Message | None:
-    """A record before ``positions`` (an input's last applied one), to which what is due
-    before the first record is attributed (see :meth:`goka.engine.Engine.process`)."""
-    for topic, offset in positions.items():
-        if offset > 0:
-            return (topic, offset - 1, None, None, 0, None)
-    return None

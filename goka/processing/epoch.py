@@ -31,8 +31,7 @@ from dataclasses import asdict
 
 from goka.engine import Engine, Message
 from goka.errors import StorageCorruptError, StorageLockedError
-from goka.partition_time import apply_effects
-from goka.processing.batch import record_before
+from goka.processing.applied import record_before
 from goka.processing.clients import Clients
 from goka.processing.config import FIRE_BUDGET, TaskConfig
 from goka.processing.recovery import CHUNK
@@ -268,11 +267,8 @@ class Epoch:
         rest = messages
         while True:
             result, after = self.engine.process(rest, after=after), None
-            self.stores.stage_finals(result.effects)
-            self.output.send(result, self.summary)
+            self.stores.take(result, self.output, self.summary, self.sections)
             self.pending.update(result.changes())
-            if self.sections is not None:
-                apply_effects(self.sections, result.effects)
             done, rest = rest[: result.consumed], rest[result.consumed :]
             for message in done:
                 self.positions[message[0]] = message[1] + 1

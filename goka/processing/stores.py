@@ -19,9 +19,9 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from goka.engine import Message
+from goka.engine import BatchResult, Message
 from goka.keys import key_str
-from goka.partition_time import section_graces
+from goka.partition_time import apply_effects, section_graces
 from goka.processing.applied import Applied, commit
 from goka.processing.clients import Clients
 from goka.processing.config import TaskConfig
@@ -177,11 +177,16 @@ class PartitionStores:
         graces = section_graces(self.graph)
         return PendingRows({t: self.store.section(t) for t in graces}, graces)
 
-    def stage_finals(self, effects: list[Any]) -> None:
-        """Turn the windows' final results among ``effects`` into outbox rows, produced
-        after the commit (:mod:`goka.processing.finals`)."""
+    def take(self, result: BatchResult, output: Output, summary: PartitionSummary,
+             pending: PendingRows | None) -> None:  # fmt: skip
+        """Pass on what an engine call did: the windows' final results become outbox rows
+        (produced after the commit: :mod:`goka.processing.finals`), the effects go to
+        ``output``, the time changelog rows to ``pending`` (a timed group's)."""
         if self.finals is not None:
-            self.finals.stage(effects)
+            self.finals.stage(result.effects)
+        output.send(result, summary)
+        if pending is not None:
+            apply_effects(pending, result.effects)
 
     def engine_sections(self, pending: PendingRows | None) -> dict[str, Any]:
         """The engine's keyword arguments for the time sections of ``pending``."""
