@@ -101,6 +101,10 @@ class Engine:
             stops the call after it: the rest is the :attr:`backlog`, fired first by the
             next call (attributed to that record), so the caller can commit in between and
             memory stays bounded, in the same order as without a budget.
+        deferred_finals: a window emitting final results closes without an effect: the
+            runtime produces its result from the store after the commit (and keeps the
+            window until then: :mod:`goka.processing.finals`). False (the tester): the
+            result is an effect of the close.
 
     Raises:
         ConfigurationError: unknown policy, a join/lookup table without a reader, or a timed
@@ -121,6 +125,7 @@ class Engine:
         windows: Mapping[str, Section] | None = None,
         clock: Callable[[], int] | None = None,
         fire_budget: int | None = None,
+        deferred_finals: bool = False,
     ) -> None:
         if on_error not in POLICIES:
             raise ConfigurationError(f"on_error must be one of {POLICIES}, got {on_error!r}")
@@ -153,7 +158,8 @@ class Engine:
                 raise ConfigurationError(f"group {graph.group!r} keeps time: its engine needs "
                                          "the timers section and every window's")  # fmt: skip
             self.time = PartitionTime(graph, partition, timers=timers, windows=windows,
-                                      clock=clock or _wall_ms, undo=on_error != "fail")  # fmt: skip
+                                      clock=clock or _wall_ms, undo=on_error != "fail",
+                                      deferred_finals=deferred_finals)  # fmt: skip
         self._times = EventTimes(graph, self.time.clock if self.time else _wall_ms)
         persist = graph.persist
         self.context: Context[Any] = Context(

@@ -126,7 +126,7 @@ def _fire(
         domain = "stream" if due.row[1] == "s" else "wall"
         timer = Timer(due.name, due.at, domain, time.decode_data(due.data))
         graph.timers.callback(engine.context, timer)
-    elif due.kind == "close":
+    elif due.kind == "close" and not time.deferred_finals:
         edge = time.edge(due.name)
         raw = time.window_rows[due.name].get("w" + due.key)
         if raw is not None and edge.output is not None:

@@ -31,7 +31,6 @@ from goka.timekeeping import (
     DueQueue,
     Journal,
     Overlay,
-    PendingRows,
     Section,
     close_key,
     composite,
@@ -45,7 +44,7 @@ from goka.timekeeping import (
 )
 from goka.windows import Window
 
-__all__ = ["Due", "PartitionTime", "Timer", "apply_effects", "section_graces"]
+__all__ = ["Due", "PartitionTime", "Timer"]
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
@@ -87,13 +86,17 @@ class PartitionTime:
         windows: the committed section of each window table.
         clock: the wall clock, in ms.
         undo: keep a journal so a failed record's changes can be undone (:meth:`rollback`).
+        deferred_finals: windows emitting final results close without effects; each is
+            kept until its result was delivered (the delivered watermark, read at each
+            commit: :mod:`goka.processing.finals`), then expires when due.
     """
 
     def __init__(
         self, graph: GroupGraph, partition: int, *, timers: Section,
         windows: Mapping[str, Section], clock: Callable[[], int], undo: bool = False,
+        deferred_finals: bool = False,
     ) -> None:  # fmt: skip
-        self.graph, self.clock = graph, clock
+        self.graph, self.clock, self.deferred_finals = graph, clock, deferred_finals
         self._stream_key = stream_time_key(partition)
         self.journal: Journal | None = [] if undo else None
         self.timers_topic = graph.group.timers
@@ -129,6 +132,11 @@ class PartitionTime:
             }  # fmt: skip
             self._expiring = {
                 n: DueQueue(s, "c", journal=journal) for n, s in self._windows.items()
+            }
+            self._delivered = {  # final windows expire once their results are delivered
+                n: (self._timers.get(f"d{n}") or b"").decode()
+                for n in self._closing
+                if self.deferred_finals
             }
             self._floor_stream = self._floor_wall = -1  # unknown: next_due computes them
             self._stale = False
@@ -277,7 +285,7 @@ class PartitionTime:
                     found.append(Due(at, 0, "close", name, row[0][1 + DIGITS :], b"", row[0]))
         for name, queue in self._expiring.items():
             row = queue.first()
-            if row is not None:
+            if row is not None and row[0] <= self._delivered.get(name, row[0]):
                 at = int(row[0][1 : 1 + DIGITS]) + self._edges[name].retention
                 floor_stream = min(floor_stream, at)
                 if at <= stream:
@@ -382,19 +390,3 @@ class PartitionTime:
     def _row(self, key: str, value: bytes | None, source: Any) -> None:
         self.timer_rows.put(key, value)
         self.effects.append((TIMER, self.timers_topic, key, value, None, source))
-
-
-def section_graces(graph: GroupGraph) -> dict[str, int | None]:
-    """The time sections of ``graph`` by changelog topic, with the grace their close index
-    adds to a window's end (None: the timers section)."""
-    graces: dict[str, int | None] = {graph.group.timers: None}
-    for edge in graph.windows.values():
-        graces[edge.topic] = edge.index_grace
-    return graces
-
-
-def apply_effects(pending: PendingRows, effects: list[Any]) -> None:
-    """Add the changelog rows among ``effects`` to ``pending``."""
-    for kind, topic, key, value, _, _ in effects:
-        if kind in (TIMER, WINDOW):
-            pending.apply(topic, key, value)

@@ -23,7 +23,10 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from goka.graph import GroupGraph
 
 __all__ = [
     "DueQueue",
@@ -32,6 +35,7 @@ __all__ = [
     "composite",
     "decode_composite",
     "ms15",
+    "section_graces",
     "section_rows",
     "stream_time_key",
     "timer_key",
@@ -121,6 +125,15 @@ def decode_composite(text: str) -> tuple[str, int, int]:
 def close_key(close_at: int, window: str) -> str:
     """A window's close index row (``window``: its composite key)."""
     return f"c{ms15(close_at)}{window}"
+
+
+def section_graces(graph: GroupGraph) -> dict[str, int | None]:
+    """The time sections of ``graph`` by changelog topic, with the grace their close index
+    adds to a window's end (None: the timers section)."""
+    graces: dict[str, int | None] = {graph.group.timers: None}
+    for edge in graph.windows.values():
+        graces[edge.topic] = edge.index_grace
+    return graces
 
 
 def section_rows(

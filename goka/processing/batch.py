@@ -141,5 +141,6 @@ class PartitionProcessor:
             self.graph, self.partition, store=stores.store.get,
             tables={**tables, **stores.clients.lookups()}, on_error=self.config.on_error,
             max_message_bytes=self.config.max_message_bytes, fire_budget=FIRE_BUDGET,
+            deferred_finals=True,
             **sections,
         )  # fmt: skip

@@ -207,7 +207,7 @@ class Epoch:
             self.graph, self.partition, store=read,
             tables={**{t: s.get for t, s in self.joins.items()}, **stores.clients.lookups()},
             on_error=self.config.on_error, max_message_bytes=self.config.max_message_bytes,
-            fire_budget=FIRE_BUDGET, **stores.engine_sections(self.sections),
+            fire_budget=FIRE_BUDGET, deferred_finals=True, **stores.engine_sections(self.sections),
         )  # fmt: skip
         self.output = stores.output()
         self.committed = dict(positions)

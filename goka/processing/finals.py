@@ -1,140 +1,235 @@
 """Windows' final results, produced exactly once, also across crashes and replays.
 
 Emits are at-least-once (a crash between producing and committing repeats them); a window's
-final result must not be. So a final result is not produced with its batch: it becomes an
-*outbox* row of the timers section (``o<window>\\0<key>@<start>-<end>``, written to
-``<group>-timers`` and committed with the state that closed the window, like any change).
+final result must not be. So a final result is not produced with its batch: the runtime's
+engine closes windows without effects (``Engine(deferred_finals=True)``), and the commit of a
+batch that closed windows only moves the table's close watermark (``c<window>`` in the timers
+section: the close index key of the last window closed). Between the *delivered* watermark
+(``d<window>``: the last window whose result was acknowledged) and the close watermark lie the
+results still to produce; each one is the window's stored value, read back from the store.
+
 After the commit, and once the group has committed the batch's offsets (a store rebuilt on
-another machine begins there: it must not process the batch again), the outbox is produced
-(with header :data:`FINAL_ID`) and flushed; only once every result is acknowledged are its
-rows deleted (tombstones in ``<group>-timers``, then the store): a deletion that landed with
-a result that did not would lose the result for every rebuild. A crash leaves committed rows: the
-next task reads the output partition from where it stood when the row was staged and produces
-only the rows it does not find there. A batch that did not commit left no row (a rebuild
-leaves out its changelog rows), and its replay closes the window again.
+another machine begins there: it must not process the batch again), the results are produced
+in close order (with header :data:`FINAL_ID`) and flushed; only once every result is
+acknowledged does the delivered watermark move (a row in ``<group>-timers``, then the store).
+A closed window is kept until its result is delivered: its expiry waits for it, and the
+windows whose expiry is due by then are deleted with the watermark's move.
+
+A crash between producing and moving the watermark leaves results that may be in their output
+partitions already: the next task reads each output partition from where it stood (``p<topic>
+\\0<partition>``: below any result not yet acknowledged; set before the first result and moved
+at each delivery) and produces only what it does not find there. A batch that did not commit
+moved no watermark (a rebuild leaves out its changelog rows), and its replay closes the
+windows again.
+
+No per-result row is written: a result costs one output record.
 """
 
 from __future__ import annotations
 
-import json
+import heapq
 import logging
 from collections.abc import Iterator
 from typing import Any
 
-from goka.context import FINAL, TIMER
-from goka.engine import Effect
+from goka.edges import WindowEdge
 from goka.errors import DeliveryError
+from goka.graph import GroupGraph
 from goka.kafka.producer import Producer
 from goka.kafka.reader import RecordReader
 from goka.keys import key_bytes
 from goka.partitioner import partition_for
 from goka.storage import Storage, WriteBatch
-from goka.storage.base import SectionReader
+from goka.timekeeping import DIGITS, decode_composite, section_rows, stream_time_key
+from goka.windowing import headers
+from goka.windows import Window
 
-__all__ = ["FINAL_ID", "Finals"]
+__all__ = ["FINAL_ID", "Finals", "delivered_key"]
 
 log = logging.getLogger(__name__)
 
-#: Header naming a final result: ``<group>/<partition>/<outbox row>``.
+#: Header naming a final result: ``<group>/<partition>/<window>/<key>@<start>-<end>``.
 FINAL_ID = "goka-final-id"
-OUTBOX = "o"
+POSITION = "p"
+
+
+def delivered_key(name: str) -> str:
+    """The timers row of window table ``name``'s delivered watermark."""
+    return f"d{name}"
+
+
+def _position_key(topic: str, partition: int) -> str:
+    return f"{POSITION}{topic}\x00{partition}"
 
 
 class Finals:
-    """The outbox of one partition (see the module docstring).
+    """The final results of one partition (see the module docstring).
 
     Args:
-        group, partition: whose outbox.
-        timers: the timers changelog topic (whose section holds the outbox).
+        graph: the group (with windows emitting final results).
+        partition: whose results.
         producer, reader: the task's clients.
         flush_timeout, read_timeout: seconds to wait for deliveries, and for a read.
     """
 
     def __init__(
-        self, group: str, partition: int, timers: str, producer: Producer, reader: RecordReader,
+        self, graph: GroupGraph, partition: int, producer: Producer, reader: RecordReader,
         *, flush_timeout: float, read_timeout: float,
     ) -> None:  # fmt: skip
-        self.group, self.partition, self.timers = group, partition, timers
+        self.group, self.partition, self.timers = graph.group, partition, graph.group.timers
+        self.graph = graph
+        self.edges: dict[str, WindowEdge] = {
+            n: e for n, e in graph.windows.items() if e.emit == "final"
+        }
         self.producer, self.reader = producer, reader
         self.flush_timeout, self.read_timeout = flush_timeout, read_timeout
         self._counts: dict[str, int] = {}
         self.delivered = 0
 
-    def stage(self, effects: list[Effect]) -> None:
-        """Turn the final results among ``effects`` into outbox rows (in place): each
-        becomes a row of the timers changelog, with where its output partition stands."""
-        stood: dict[tuple[str, int], int] = {}
-        for index, (kind, topic, key, value, headers, source) in enumerate(effects):
-            if kind != FINAL:
-                continue
-            partition = partition_for(key_bytes(key), self._count(topic))
-            if (topic, partition) not in stood:  # a lower bound of where it will land
-                stood[(topic, partition)] = self.reader.watermarks(topic, partition)[1]
-            name = dict(headers or ()).get("goka-window", b"").decode()
-            start, end = (
-                dict(headers or ())[h].decode() for h in ("goka-window-start", "goka-window-end")
-            )
-            row = f"{OUTBOX}{name}\x00{key}@{start}-{end}"
-            body = {"t": topic, "p": partition, "k": key, "w": stood[(topic, partition)],
-                    "v": None if value is None else value.hex(), "ts": source[4],
-                    "h": [[n, v.hex()] for n, v in headers or ()]}  # fmt: skip
-            effects[index] = (TIMER, self.timers, row, json.dumps(body).encode(), None, source)
-
-    def pending(self, store: Storage) -> bool:
-        """Does ``store`` hold outbox rows?"""
-        return next(iter(store.section(self.timers).items(prefix=OUTBOX)), None) is not None
-
-    def deliver(self, store: Storage, *, check: bool) -> int:
-        """Produce the committed outbox, then delete it; return how many were produced.
-        With ``check`` (a task begins: an earlier one may have produced some before it
-        stopped), rows found in their output partition are not produced again.
+    # -- where results may stand -----------------------------------------------------------------
+    def prepare(self, store: Storage) -> None:
+        """Before any result is produced: record where each output partition stands, if the
+        store does not say yet (once in a partition's life; kept in the changelog).
 
         Raises:
-            DeliveryError: a result or a deletion was not acknowledged (the rows stay).
+            DeliveryError: the rows were not acknowledged (nothing is written).
         """
         section = store.section(self.timers)
-        rows = list(_outbox(section))
-        if not rows:
+        rows: dict[str, bytes | None] = {}
+        for topic in sorted({e.output for e in self.edges.values() if e.output is not None}):
+            for partition in range(self._count(topic)):
+                key = _position_key(topic, partition)
+                if section.get(key) is None:
+                    rows[key] = b"%d" % self.reader.watermarks(topic, partition)[1]
+        if rows:
+            self._write(store, rows, {})
+
+    def pending(self, store: Storage) -> bool:
+        """Are closed windows waiting for their results?"""
+        section = store.section(self.timers)
+        return any(
+            (section.get(f"c{name}") or b"") > (section.get(delivered_key(name)) or b"")
+            for name in self.edges
+        )
+
+    # -- producing ---------------------------------------------------------------------------------
+    def deliver(self, store: Storage, *, check: bool) -> int:
+        """Produce the results of the windows closed and not delivered, then move the
+        delivered watermarks; return how many were produced. With ``check`` (a task begins:
+        an earlier one may have produced some before it stopped), results found in their
+        output partition are not produced again.
+
+        Raises:
+            DeliveryError: a result or a watermark row was not acknowledged (the watermark
+                stays).
+        """
+        section = store.section(self.timers)
+        marks = {}
+        for name in self.edges:
+            closed, done = section.get(f"c{name}"), section.get(delivered_key(name))
+            if closed is not None and closed > (done or b""):
+                marks[name] = (None if done is None else done.decode(), closed.decode())
+        if not marks:
             return 0
-        found = self._produced(rows) if check else set()
-        todo = [(row, body) for row, body in rows if self._id(row) not in found]
+        found = self._produced(section) if check else set()
         failures: list[str] = []
+        ends: dict[tuple[str, int], int] = {}
 
         def delivered(error: Any, message: Any) -> None:
             if error is not None:
                 failures.append(f"{message.topic()}: {error.str()}")
+            else:
+                where = (message.topic(), message.partition())
+                ends[where] = max(ends.get(where, 0), message.offset() + 1)
 
-        for row, body in todo:
-            headers: list[tuple[str, str | bytes | None]] = [
-                (n, bytes.fromhex(v)) for n, v in body["h"]
-            ]
-            headers.append((FINAL_ID, self._id(row).encode()))
-            value = None if body["v"] is None else bytes.fromhex(body["v"])
-            self.producer.produce(body["t"], value, key_bytes(body["k"]), on_delivery=delivered,
-                                  headers=headers, timestamp=body["ts"],
-                                  partition=body["p"])  # fmt: skip
-        self._flush(failures, "final results")  # their rows go only once they are in
+        stream_time = int(section.get(stream_time_key(self.partition)) or b"-1")
+        expired: dict[str, list[str]] = {}
+        produced = total = 0
+        for name, index in self._closed(store, marks):
+            edge = self.edges[name]
+            row = index[1 + DIGITS :]
+            raw = store.section(edge.topic).get("w" + row)
+            if raw is None:
+                continue
+            close_at = int(index[1 : 1 + DIGITS])
+            if close_at + edge.retention <= stream_time:
+                expired.setdefault(name, []).append(row)
+            total += 1
+            ident = f"{self.group}/{self.partition}/{name}/{row}"
+            if ident in found:
+                continue
+            key, start, end = decode_composite(row)
+            assert edge.output is not None
+            out = self.graph.outputs[edge.output].codec
+            value = out.encode(edge.codec.decode(raw))
+            sent: list[tuple[str, str | bytes | None]] = list(headers(name, Window(start, end)))
+            sent.append((FINAL_ID, ident.encode()))
+            keyed, partitions = key_bytes(key), self._count(edge.output)
+            self.producer.produce(edge.output, value, keyed, on_delivery=delivered,
+                                  headers=sent, timestamp=close_at,
+                                  partition=partition_for(keyed, partitions))  # fmt: skip
+            produced += 1
+            if produced % 10_000 == 0:
+                self.producer.poll(0)
+        self._flush(failures, "final results")  # the watermarks move only once they are in
+        rows: dict[str, bytes | None] = {
+            delivered_key(n): c.encode() for n, (_, c) in marks.items()
+        }
+        for (topic, partition), end in ends.items():
+            rows[_position_key(topic, partition)] = b"%d" % end
+        self._write(store, rows, expired)
+        if check and produced < total:
+            log.info("group %s partition %d: %d final results were produced before a stop, "
+                     "%d produced now", self.group, self.partition, total - produced,
+                     produced)  # fmt: skip
+        self.delivered += produced
+        return produced
+
+    def _closed(
+        self, store: Storage, marks: dict[str, tuple[str | None, str]]
+    ) -> Iterator[tuple[str, str]]:
+        """``(window table, close index row)`` of the windows closed and not delivered, in
+        close order."""
+
+        def rows(name: str, done: str | None, closed: str) -> Iterator[tuple[str, str]]:
+            section = store.section(self.edges[name].topic)
+            start = "c" if done is None else done + "\x00"
+            for index, _ in section.items(prefix="c", start=start, stop=closed + "\x00"):
+                yield index, name
+
+        merged = heapq.merge(*(rows(n, d, c) for n, (d, c) in marks.items()))
+        return ((name, index) for index, name in merged)
+
+    def _write(self, store: Storage, rows: dict[str, bytes | None],
+               expired: dict[str, list[str]]) -> None:  # fmt: skip
+        """Produce ``rows`` of the timers changelog and the deletions of the ``expired``
+        windows (by table), then write them to the store with the changelogs' ends."""
+        failures: list[str] = []
         ends: dict[str, int] = {}
 
-        def deleted(error: Any, message: Any) -> None:
-            delivered(error, message)
-            if error is None:
-                ends[message.topic()] = message.offset() + 1
+        def written(error: Any, message: Any) -> None:
+            if error is not None:
+                failures.append(f"{message.topic()}: {error.str()}")
+            else:
+                ends[message.topic()] = max(ends.get(message.topic(), 0), message.offset() + 1)
 
-        for row, _ in rows:  # tombstones in the changelog: a rebuild does not see them again
-            self.producer.produce(self.timers, None, row.encode("utf-8", "surrogateescape"),
-                                  on_delivery=deleted, partition=self.partition)  # fmt: skip
-        self._flush(failures, "outbox deletions")
-        batch = WriteBatch(sections={self.timers: dict.fromkeys((r for r, _ in rows), None)})
+        batch = WriteBatch()
+        for name, windows in expired.items():
+            topic, grace = self.edges[name].topic, self.edges[name].index_grace
+            section = store.section(topic)
+            changes = batch.section(topic)
+            for row in windows:
+                self.producer.produce(topic, None, row.encode("utf-8", "surrogateescape"),
+                                      on_delivery=written, partition=self.partition)  # fmt: skip
+                changes.update(section_rows(section.get, row, None, grace=grace))
+        for key, value in rows.items():
+            self.producer.produce(self.timers, value, key.encode("utf-8", "surrogateescape"),
+                                  on_delivery=written, partition=self.partition)  # fmt: skip
+        batch.section(self.timers).update(rows)
+        self._flush(failures, "final results' watermarks")
         for topic, end in ends.items():
             batch.set_offset(topic, self.partition, end)
         store.write(batch)
-        if check and len(todo) < len(rows):
-            log.info("group %s partition %d: %d final results were produced before a stop, "
-                     "%d produced now", self.group, self.partition, len(rows) - len(todo),
-                     len(todo))  # fmt: skip
-        self.delivered += len(todo)
-        return len(todo)
 
     def _flush(self, failures: list[str], what: str) -> None:
         remaining = self.producer.flush(self.flush_timeout)
@@ -142,32 +237,24 @@ class Finals:
             raise DeliveryError(self.timers, None, f"partition {self.partition}: {what}: "
                                 f"{remaining} unacknowledged, failed: {failures[:3]}")  # fmt: skip
 
-    def _produced(self, rows: list[tuple[str, dict[str, Any]]]) -> set[str]:
-        """The ids of ``rows`` found in their output partitions."""
-        since: dict[tuple[str, int], int] = {}
-        for _, body in rows:
-            where = (body["t"], body["p"])
-            since[where] = min(since.get(where, body["w"]), body["w"])
-        found: set[str] = set()
-        for (topic, partition), start in since.items():
-            end = self.reader.watermarks(topic, partition)[1]
-            for chunk in self.reader.read(partition, {topic: (start, end)}, self.read_timeout,
-                                          10_000):  # fmt: skip
+    def _produced(self, section: Any) -> set[str]:
+        """The ids of this partition's results found in the output partitions, from where
+        each stood."""
+        mine, found = f"{self.group}/{self.partition}/".encode(), set()
+        for key, value in section.items(prefix=POSITION):
+            topic, _, partition = key[1:].rpartition("\x00")
+            start, end = int(value), self.reader.watermarks(topic, int(partition))[1]
+            if start >= end:
+                continue
+            for chunk in self.reader.read(int(partition), {topic: (start, end)},
+                                          self.read_timeout, 10_000):  # fmt: skip
                 for record in chunk:
-                    value = dict(record[5] or ()).get(FINAL_ID)
-                    if value is not None:
-                        found.add(value.decode())
+                    ident = dict(record[5] or ()).get(FINAL_ID)
+                    if ident is not None and ident.startswith(mine):
+                        found.add(ident.decode())
         return found
-
-    def _id(self, row: str) -> str:
-        return f"{self.group}/{self.partition}/{row}"
 
     def _count(self, topic: str) -> int:
         if topic not in self._counts:
             self._counts[topic] = self.producer.partition_count(topic, self.read_timeout)
         return self._counts[topic]
-
-
-def _outbox(section: SectionReader) -> Iterator[tuple[str, dict[str, Any]]]:
-    for row, value in section.items(prefix=OUTBOX):
-        yield row, json.loads(value)

@@ -19,9 +19,9 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
+from goka.context import TIMER, WINDOW
 from goka.engine import BatchResult, Message
 from goka.keys import key_str
-from goka.partition_time import apply_effects, section_graces
 from goka.processing.applied import Applied, commit
 from goka.processing.clients import Clients
 from goka.processing.config import TaskConfig
@@ -34,7 +34,7 @@ from goka.processing.summary import PartitionSummary
 from goka.processing.worker import Worker
 from goka.storage import Storage, WriteBatch
 from goka.storage.snapshots import Manifest, StoreState, remove_abandoned, stage
-from goka.timekeeping import PendingRows
+from goka.timekeeping import PendingRows, section_graces
 
 __all__ = ["PartitionStores"]
 
@@ -74,9 +74,8 @@ class PartitionStores:
         self._board: PartitionBoard | None = None if url is None else worker.client(
             ("board", url), lambda: PartitionBoard(url), lambda board: None)  # fmt: skip
         self.finals = (
-            Finals(self.graph.group, partition, self.graph.group.timers, self.clients.producer(),
-                   self.clients.reader(), flush_timeout=config.flush_timeout,
-                   read_timeout=config.read_timeout)
+            Finals(self.graph, partition, self.clients.producer(), self.clients.reader(),
+                   flush_timeout=config.flush_timeout, read_timeout=config.read_timeout)
             if any(e.emit == "final" for e in self.graph.windows.values()) else None
         )  # fmt: skip
         self.leases: dict[str, Lease] = {
@@ -121,6 +120,8 @@ class PartitionStores:
         if self._board is not None:
             self._board.report(self.partition, "running")
         applied = {t: o for t, o in self.applied(list(starts)).offsets.items() if o >= 0}
+        if self.finals is not None:
+            self.finals.prepare(self.store)
         self._deliver(applied, summary, check=True)  # a stopped task may have left some
         summary.count(done, self.leases["partition"])
         summary.store = done.origin
@@ -179,14 +180,14 @@ class PartitionStores:
 
     def take(self, result: BatchResult, output: Output, summary: PartitionSummary,
              pending: PendingRows | None) -> None:  # fmt: skip
-        """Pass on what an engine call did: the windows' final results become outbox rows
-        (produced after the commit: :mod:`goka.processing.finals`), the effects go to
-        ``output``, the time changelog rows to ``pending`` (a timed group's)."""
-        if self.finals is not None:
-            self.finals.stage(result.effects)
+        """Pass on what an engine call did: the effects go to ``output``, the time changelog
+        rows to ``pending`` (a timed group's). (Windows' final results are produced after
+        the commit, from the store: :mod:`goka.processing.finals`.)"""
         output.send(result, summary)
-        if pending is not None:
-            apply_effects(pending, result.effects)
+        if pending is not None:  # the time changelog rows
+            for kind, topic, key, value, _, _ in result.effects:
+                if kind in (TIMER, WINDOW):
+                    pending.apply(topic, key, value)
 
     def engine_sections(self, pending: PendingRows | None) -> dict[str, Any]:
         """The engine's keyword arguments for the time sections of ``pending``."""

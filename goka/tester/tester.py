@@ -27,11 +27,10 @@ from goka.engine import BatchResult, Effect, Engine, Message
 from goka.errors import ConfigurationError, GokaError
 from goka.graph import GroupGraph
 from goka.keys import key_bytes, key_str
-from goka.partition_time import section_graces
 from goka.partitioner import partition_for
 from goka.storage.base import WriteBatch
 from goka.storage.memory import MemoryStorage
-from goka.timekeeping import decode_composite, section_rows
+from goka.timekeeping import decode_composite, section_graces, section_rows
 from goka.windows import Window
 
 __all__ = ["QueueTracker", "Record", "Tester"]

@@ -1,0 +1,144 @@
+"""A window's final result is produced after the commit that closed the window, from the store
+(``goka.processing.finals``): the delivered watermark moves, and a window due to expire goes,
+only once the result is acknowledged. Here the output refuses the results of a first run
+while the changelogs accept everything, or the watermark's move fails after the results went
+out; a second run on a new machine, rebuilt from the changelogs, produces each result once,
+and the window table ends as the tester's."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from goka import (
+    Context,
+    Int64Codec,
+    JsonCodec,
+    Tumbling,
+    define_group,
+    input,
+    output,
+    persist,
+    window,
+)
+from goka.errors import DeliveryError, ProcessingError
+from goka.graph import GroupGraph
+from goka.processing.finals import Finals
+from goka.tester import Tester
+from goka.timekeeping import decode_composite
+from goka.windowing import WINDOW_START
+
+from .fake_kafka import FakeKafka
+from .machines import Machine
+
+IN, FINALS, SECOND = "views", "per-minute", 1_000
+
+
+def at(event: dict[str, int]) -> int:
+    return event["t"]
+
+
+def count(ctx: Context[int], event: dict[str, int]) -> None:
+    ctx.window("minute").update(lambda n: (n or 0) + 1)
+
+
+def graph_of(retention: int) -> GroupGraph:
+    return define_group(
+        "minutes", input(IN, JsonCodec(), count, event_time=at),
+        window("minute", Tumbling(minutes=1), Int64Codec(), emit="final", output=FINALS,
+               retention=retention),
+        output(FINALS, Int64Codec()), persist(Int64Codec()),
+    )  # fmt: skip
+
+
+#: Keys u and w (both in partition 0); the last record closes every window but the last.
+EVENTS = [("u", {"t": t * SECOND}) for t in (0, 10, 30, 65, 70, 130, 200)]
+EVENTS += [("w", {"t": t * SECOND}) for t in (201, 260, 330)]
+
+
+def finals(kafka: FakeKafka) -> Counter[tuple[str, int, int]]:
+    return Counter(
+        (r[2].decode(), int(dict(r[5])[WINDOW_START]), int(r[3]))
+        for p in range(kafka.partitions) for r in kafka.rows(FINALS, p)
+    )  # fmt: skip
+
+
+def run_tester(graph: GroupGraph) -> Tester:
+    tester = Tester(graph, partitions=2, now=0)
+    for key, event in EVENTS:
+        tester.consume(IN, key, event)
+    return tester
+
+
+def wanted(tester: Tester) -> Counter[tuple[str, int, int]]:
+    return Counter((m.key, int(dict(m.headers)[WINDOW_START]), int(m.value or b"0"))
+                   for m in tester.messages(FINALS))  # fmt: skip
+
+
+def windows(kafka: FakeKafka, graph: GroupGraph) -> dict[tuple[str, int, int], int]:
+    """The window changelog of partition 0, compacted."""
+    table: dict[tuple[str, int, int], int] = {}
+    for row in kafka.rows(graph.windows["minute"].topic, 0):
+        where = decode_composite(row[2].decode())
+        if row[3] is None:
+            table.pop(where, None)
+        else:
+            table[where] = int(row[3])
+    return table
+
+
+def windows_of_tester(tester: Tester, graph: GroupGraph) -> dict[tuple[str, int, int], int]:
+    return {(k, w.start, w.end): v for k in "uw"
+            for w, v in tester.windows(graph.group, "minute", k)}  # fmt: skip
+
+
+def fill(kafka: FakeKafka) -> None:
+    for key, event in EVENTS:
+        kafka.append(IN, key, json.dumps(event).encode(), partition=0, timestamp=1)
+
+
+@pytest.mark.parametrize("retention", [86_400_000, 0], ids=["kept", "expired-at-close"])
+def test_refused_final_results_stay_pending_for_the_next_machine(
+    kafka: FakeKafka, tmp_path: Path, retention: int
+) -> None:
+    graph = graph_of(retention)
+    fill(kafka)
+    kafka.fail_deliveries_to.add(FINALS)
+    with pytest.raises((DeliveryError, ProcessingError)):
+        Machine(kafka, tmp_path / "a", graph).run(0, {IN: (0, len(EVENTS))})
+    assert not finals(kafka)
+    # the windows whose results were refused are still in the changelog, expired or not
+    assert len(windows(kafka, graph)) == 7  # 6 closed, 1 open
+    kafka.fail_deliveries_to.clear()
+    Machine(kafka, tmp_path / "b", graph).run(0, {IN: (0, len(EVENTS))})
+    tester = run_tester(graph)
+    assert wanted(tester) and finals(kafka) == wanted(tester)
+    assert windows(kafka, graph) == windows_of_tester(tester, graph)
+    assert len(windows(kafka, graph)) == (7 if retention else 1)
+
+
+def test_results_out_before_the_watermark_moved_are_not_produced_again(
+    kafka: FakeKafka, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    graph = graph_of(0)
+    fill(kafka)
+    real = Finals._write
+
+    def stop_before_the_watermark(self: Finals, store: Any, rows: Any, expired: Any) -> None:
+        if any(k.startswith("d") for k in rows):
+            raise DeliveryError(graph.group.timers, None, "stopped before the watermark")
+        real(self, store, rows, expired)
+
+    monkeypatch.setattr(Finals, "_write", stop_before_the_watermark)
+    with pytest.raises((DeliveryError, ProcessingError)):
+        Machine(kafka, tmp_path / "a", graph).run(0, {IN: (0, len(EVENTS))})
+    tester = run_tester(graph)
+    assert finals(kafka) == wanted(tester)  # every result is out, the watermark is not
+    monkeypatch.setattr(Finals, "_write", real)
+    Machine(kafka, tmp_path / "b", graph).run(0, {IN: (0, len(EVENTS))})
+    assert finals(kafka) == wanted(tester)  # none twice
+    assert windows(kafka, graph) == windows_of_tester(tester, graph)
