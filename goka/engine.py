@@ -100,7 +100,8 @@ class Engine:
             limit). A record that makes more due (a stream time jump over a million timers)
             stops the call after it: the rest is the :attr:`backlog`, fired first by the
             next call (attributed to that record), so the caller can commit in between and
-            memory stays bounded, in the same order as without a budget.
+            memory stays bounded, in the same order as without a budget. (Closes without
+            effects, those of ``deferred_finals``, are not counted.)
         deferred_finals: a window emitting final results closes without an effect: the
             runtime produces its result from the store after the commit (and keeps the
             window until then: :mod:`goka.processing.finals`). False (the tester): the

@@ -85,7 +85,11 @@ def fire_due(engine: Engine, trigger: Message, result: BatchResult, *, wall: boo
     time, ctx = engine.time, engine.context
     assert time is not None
     time.backlog = None
+    deferred = time.deferred_finals
     while (due := time.next_due(wall=wall)) is not None:
+        if deferred and due.kind == "close":  # no effects (the budget's concern): it is
+            time.fired(due, (trigger[0], trigger[1], None, None, due.at, None))  # closed
+            continue
         if time.left <= 0:
             time.backlog = trigger
             break
@@ -126,7 +130,7 @@ def _fire(
         domain = "stream" if due.row[1] == "s" else "wall"
         timer = Timer(due.name, due.at, domain, time.decode_data(due.data))
         graph.timers.callback(engine.context, timer)
-    elif due.kind == "close" and not time.deferred_finals:
+    elif due.kind == "close":
         edge = time.edge(due.name)
         raw = time.window_rows[due.name].get("w" + due.key)
         if raw is not None and edge.output is not None:

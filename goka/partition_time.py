@@ -32,7 +32,6 @@ from goka.timekeeping import (
     Journal,
     Overlay,
     Section,
-    close_key,
     composite,
     decode_composite,
     decode_timer,
@@ -102,6 +101,7 @@ class PartitionTime:
         self.timers_topic = graph.group.timers
         self._timers, self._windows = timers, dict(windows)
         self._edges = dict(graph.windows)
+        self._graces = {n: e.index_grace for n, e in graph.windows.items()}
         self._decode_data = graph.timers.codec.decode if graph.timers else None
         self._encode_data = graph.timers.codec.encode if graph.timers else None
         stored = timers.get(self._stream_key)
@@ -372,16 +372,17 @@ class PartitionTime:
         created = value is not None and not existed
         rows.put(stored, value)
         if value is None or created:
-            close_at = min(end + edge.index_grace, MAX_TIME)
-            index = close_key(close_at, row)
+            close_at = min(end + self._graces[name], MAX_TIME)
+            index = f"c{close_at:015d}{row}"  # close_key, inline: once per window
             closing = self._closing.get(name)
             if value is None:
                 self._expiring[name].remove(index)
                 if closing is not None:
                     closing.remove(index)
             else:
-                self._expiring[name].add(index, b"")
-                self._lower("stream", close_at + edge.retention)
+                if closing is None or not self.deferred_finals:  # else: after its delivery
+                    self._expiring[name].add(index, b"")
+                    self._lower("stream", close_at + edge.retention)
                 if closing is not None:
                     closing.add(index, b"")
                     self._lower("stream", close_at)

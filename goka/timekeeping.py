@@ -241,6 +241,10 @@ class DueQueue:
 
     def remove(self, key: str) -> None:
         """A row the batch removes."""
+        head = self._head
+        if head is not None and head[0] == key and self._journal is None and key not in self._live:
+            self._head = next(self._rows, None)  # the committed first row (what fires): let go
+            return
         self._note(key)
         self._live[key] = None
 
@@ -280,8 +284,9 @@ class PendingRows:
         self._committed: dict[str, dict[str, bytes | None]] = {t: {} for t in self._sections}
 
     def view(self, topic: str) -> PendingView:
-        """The section of ``topic`` as the engine sees it."""
-        return PendingView(self._sections[topic], self.rows[topic])
+        """The section of ``topic`` as the engine sees it (what it reads of the committed
+        section is kept until the commit: :meth:`apply` reads the same rows again)."""
+        return PendingView(self._sections[topic], self.rows[topic], self._committed[topic])
 
     def apply(self, topic: str, key: str, value: bytes | None) -> None:
         """Changelog row ``key`` = ``value`` of ``topic``, with its derived rows."""
@@ -311,15 +316,23 @@ class PendingRows:
 class PendingView:
     """A committed section with pending rows on top (reads only)."""
 
-    __slots__ = ("_pending", "_section")
+    __slots__ = ("_committed", "_pending", "_section")
 
-    def __init__(self, section: Section, pending: dict[str, bytes | None]) -> None:
+    def __init__(self, section: Section, pending: dict[str, bytes | None],
+                 committed: dict[str, bytes | None] | None = None) -> None:  # fmt: skip
         self._section, self._pending = section, pending
+        self._committed = {} if committed is None else committed
 
     def get(self, key: str) -> bytes | None:
         """The row's value, pending or committed."""
         pending = self._pending
-        return pending[key] if key in pending else self._section.get(key)
+        if key in pending:
+            return pending[key]
+        committed = self._committed
+        if key in committed:
+            return committed[key]
+        value = committed[key] = self._section.get(key)
+        return value
 
     def items(
         self, *, start: str | None = None, stop: str | None = None, prefix: str | None = None,

@@ -38,11 +38,9 @@ from goka.graph import GroupGraph
 from goka.kafka.producer import Producer
 from goka.kafka.reader import RecordReader
 from goka.keys import key_bytes
-from goka.partitioner import partition_for
 from goka.storage import Storage, WriteBatch
-from goka.timekeeping import DIGITS, decode_composite, section_rows, stream_time_key
-from goka.windowing import headers
-from goka.windows import Window
+from goka.timekeeping import DIGITS, section_rows, stream_time_key
+from goka.windowing import WINDOW_END, WINDOW_NAME, WINDOW_START
 
 __all__ = ["FINAL_ID", "Finals", "delivered_key"]
 
@@ -145,32 +143,34 @@ class Finals:
         stream_time = int(section.get(stream_time_key(self.partition)) or b"-1")
         expired: dict[str, list[str]] = {}
         produced = total = 0
-        for name, index in self._closed(store, marks):
-            edge = self.edges[name]
+        produce, poll, group = self.producer.produce, self.producer.poll, self.group
+        tables = {
+            name: (edge, store.section(edge.topic).get, edge.codec.decode, edge.output,
+                   self.graph.outputs[edge.output].codec.encode, name.encode())
+            for name, edge in self.edges.items() if edge.output is not None
+        }  # fmt: skip
+        for name, index in self._closed(store, marks):  # the hot loop: a row per result
+            edge, read, decode, topic, encode, named = tables[name]
             row = index[1 + DIGITS :]
-            raw = store.section(edge.topic).get("w" + row)
+            raw = read("w" + row)
             if raw is None:
                 continue
             close_at = int(index[1 : 1 + DIGITS])
             if close_at + edge.retention <= stream_time:
                 expired.setdefault(name, []).append(row)
             total += 1
-            ident = f"{self.group}/{self.partition}/{name}/{row}"
+            ident = f"{group}/{self.partition}/{name}/{row}"
             if ident in found:
                 continue
-            key, start, end = decode_composite(row)
-            assert edge.output is not None
-            out = self.graph.outputs[edge.output].codec
-            value = out.encode(edge.codec.decode(raw))
-            sent: list[tuple[str, str | bytes | None]] = list(headers(name, Window(start, end)))
-            sent.append((FINAL_ID, ident.encode()))
-            keyed, partitions = key_bytes(key), self._count(edge.output)
-            self.producer.produce(edge.output, value, keyed, on_delivery=delivered,
-                                  headers=sent, timestamp=close_at,
-                                  partition=partition_for(keyed, partitions))  # fmt: skip
+            # the row is <key>@<start>-<end> (decode_composite), the times DIGITS wide
+            sent = [(WINDOW_NAME, named), (WINDOW_START, row[-2 * DIGITS - 1 : -DIGITS - 1]
+                    .lstrip("0").encode() or b"0"), (WINDOW_END, row[-DIGITS:].lstrip("0")
+                    .encode() or b"0"), (FINAL_ID, ident.encode())]  # fmt: skip
+            produce(topic, encode(decode(raw)), key_bytes(row[: -2 * DIGITS - 2]),
+                    on_delivery=delivered, headers=sent, timestamp=close_at)  # fmt: skip
             produced += 1
             if produced % 10_000 == 0:
-                self.producer.poll(0)
+                poll(0)
         self._flush(failures, "final results")  # the watermarks move only once they are in
         rows: dict[str, bytes | None] = {
             delivered_key(n): c.encode() for n, (_, c) in marks.items()
