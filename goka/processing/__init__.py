@@ -32,7 +32,8 @@ stores and commits for both paths (:class:`~goka.processing.stores.PartitionStor
 State is exactly-once (a timed group's timers, windows and stream time are state: rows of
 sections of the group store, with changelogs of their own); outputs are at-least-once (a crash
 between 3 and 4 repeats them: in an epoch, at most one commit interval's), except windows'
-final results, exactly once through an outbox (:mod:`~goka.processing.finals`). Every
+final results, exactly once: read back from the store after the commit that closed their
+windows, behind a delivered watermark (:mod:`~goka.processing.finals`). Every
 collaborator comes from :class:`~goka.processing.config.Builders`, so tests run all of this
 without Spark or a broker and crash tests inject faults through them. What a task did is counted in
 :mod:`~goka.processing.summary`.
@@ -51,7 +52,7 @@ Modules, one concept each; a module imports only modules listed above it:
 * ``applied``: what a store has applied, and the only write of state with offsets.
 * ``recovery``: making a store current.
 * ``output``: producing a task's effects and checking every delivery.
-* ``finals``: windows' final results, through an outbox, exactly once.
+* ``finals``: windows' final results, from the store after the commit, exactly once.
 * ``stores``: one partition's stores for one task, the owner of recovery and commits.
 * ``batch``: a micro-batch (:class:`PartitionProcessor`).
 * ``epoch``: continuous epochs (:func:`run_epoch`) and the bridges between them.

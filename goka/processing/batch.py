@@ -26,7 +26,7 @@ from typing import Any
 from goka.engine import Engine, Message
 from goka.errors import StorageCorruptError
 from goka.processing.applied import record_before
-from goka.processing.config import FIRE_BUDGET, TaskConfig
+from goka.processing.config import TaskConfig
 from goka.processing.recovery import CHUNK
 from goka.processing.stores import PartitionStores
 from goka.processing.summary import PartitionSummary, store_bytes
@@ -140,7 +140,7 @@ class PartitionProcessor:
         return Engine(
             self.graph, self.partition, store=stores.store.get,
             tables={**tables, **stores.clients.lookups()}, on_error=self.config.on_error,
-            max_message_bytes=self.config.max_message_bytes, fire_budget=FIRE_BUDGET,
+            max_message_bytes=self.config.max_message_bytes, fire_budget=self.config.fire_budget,
             deferred_finals=True,
             **sections,
         )  # fmt: skip

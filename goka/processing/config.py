@@ -77,7 +77,7 @@ class Builders:
 #: Bytes of a produced message's size kept for its key, headers and record framing.
 MESSAGE_OVERHEAD = 8 * 1024
 
-#: The most timers, window closes and expiries a partition fires between two commits (see
+#: The most timers and expiries a partition fires between two commits, by default (see
 #: :class:`goka.engine.Engine`'s ``fire_budget``): a stream time jump over a million timers
 #: commits in slices instead of holding every effect in memory.
 FIRE_BUDGET = 10_000
@@ -101,6 +101,7 @@ class TaskConfig:
         board_url: a directory (path or fsspec URL) where tasks say what their partitions
             are doing while they recover (see :class:`~goka.processing.signals.
             PartitionBoard`); None: nowhere.
+        fire_budget: the most timers and expiries a partition fires between two commits.
         log_level, log_format: how the Python workers that run the tasks log (as
             :func:`goka.logs.configure` takes them); None: they configure nothing (an
             application's own logging rules, or Python's default).
@@ -124,6 +125,7 @@ class TaskConfig:
     stop_url: str | None = None
     board_url: str | None = None
     builders: Builders = field(default_factory=Builders)
+    fire_budget: int = FIRE_BUDGET
     log_level: str | None = None
     log_format: str = "text"
 

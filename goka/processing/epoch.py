@@ -33,7 +33,7 @@ from goka.engine import Engine, Message
 from goka.errors import StorageCorruptError, StorageLockedError
 from goka.processing.applied import record_before
 from goka.processing.clients import Clients
-from goka.processing.config import FIRE_BUDGET, TaskConfig
+from goka.processing.config import TaskConfig
 from goka.processing.recovery import CHUNK
 from goka.processing.stores import PartitionStores
 from goka.processing.summary import PartitionSummary, store_bytes
@@ -207,7 +207,8 @@ class Epoch:
             self.graph, self.partition, store=read,
             tables={**{t: s.get for t, s in self.joins.items()}, **stores.clients.lookups()},
             on_error=self.config.on_error, max_message_bytes=self.config.max_message_bytes,
-            fire_budget=FIRE_BUDGET, deferred_finals=True, **stores.engine_sections(self.sections),
+            fire_budget=self.config.fire_budget, deferred_finals=True,
+            **stores.engine_sections(self.sections),
         )  # fmt: skip
         self.output = stores.output()
         self.committed = dict(positions)

@@ -14,7 +14,7 @@ from goka.engine import POLICIES, ErrorPolicy
 from goka.errors import ConfigurationError
 from goka.graph import GroupGraph
 from goka.kafka.config import bootstrap_servers
-from goka.processing.config import Builders, TaskConfig
+from goka.processing.config import FIRE_BUDGET, Builders, TaskConfig
 from goka.spark.session import SessionSettings
 from goka.topic_manager import TopicManagerConfig
 
@@ -53,6 +53,8 @@ class ProcessorConfig:
             tasks of an epoch must all run at once: default, the job's task slots, Spark's
             default parallelism, or one per partition if there are fewer partitions).
         on_error: ``fail`` (default), ``skip`` or ``dead_letter`` (to ``<group>-dlq``).
+        fire_budget: the most timers and expiries a partition fires between two commits
+            (a record that makes more due commits in slices: memory stays bounded).
         max_offsets_per_trigger: most input records per micro-batch.
         starting_offsets: where a new checkpoint starts: ``earliest`` (default), ``latest``,
             JSON ``{"topic": {"0": 42}}``, or ``group``: the offsets committed to the consumer
@@ -100,6 +102,7 @@ class ProcessorConfig:
     commit_interval: float = 0.1
     epoch_tasks: int | None = None
     on_error: ErrorPolicy = "fail"
+    fire_budget: int = FIRE_BUDGET
     max_offsets_per_trigger: int | None = None
     starting_offsets: str = "earliest"
     kafka_config: Mapping[str, Any] = field(default_factory=dict)
@@ -142,6 +145,12 @@ class ProcessorConfig:
             raise ConfigurationError(f"on_error must be one of {POLICIES}, got {self.on_error!r}")
         if self.tick_interval is not None and self.tick_interval <= 0:
             raise ConfigurationError(f"tick_interval must be > 0, got {self.tick_interval}")
+        if (
+            isinstance(self.fire_budget, bool)
+            or not isinstance(self.fire_budget, int)
+            or self.fire_budget < 1
+        ):
+            raise ConfigurationError(f"fire_budget must be an int >= 1, got {self.fire_budget!r}")
         if self.max_offsets_per_trigger is not None and self.max_offsets_per_trigger < 1:
             raise ConfigurationError("max_offsets_per_trigger must be at least 1")
         if self.mode not in MODES:
@@ -185,6 +194,7 @@ class ProcessorConfig:
             epoch=self.epoch if continuous else 0.0, commit_interval=self.commit_interval,
             stop_url=self.stop_url if continuous else None, board_url=self.board_url,
             read_timeout=self.broker_timeout, log_level=self.log_level,
+            fire_budget=self.fire_budget,
             log_format=self.log_format,
         )  # fmt: skip
 

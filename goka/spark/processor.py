@@ -20,7 +20,7 @@ from goka.engine import ErrorPolicy
 from goka.errors import ProcessorFailed
 from goka.graph import GroupGraph
 from goka.kafka.config import Brokers, bootstrap_servers
-from goka.processing.config import Builders, TaskConfig
+from goka.processing.config import FIRE_BUDGET, Builders, TaskConfig
 from goka.processing.holders import release_held
 from goka.processing.signals import PartitionBoard, StopSignal
 from goka.processing.summary import PartitionSummary
@@ -70,6 +70,7 @@ class Processor:
         commit_interval: float = 0.1,
         epoch_tasks: int | None = None,
         on_error: ErrorPolicy = "fail",
+        fire_budget: int = FIRE_BUDGET,
         max_offsets_per_trigger: int | None = None,
         starting_offsets: str = "earliest",
         kafka_config: dict[str, Any] | None = None,
@@ -92,6 +93,7 @@ class Processor:
             graph, bootstrap_servers(brokers), state_dir=str(state_dir or "goka-state"),
             checkpoint_dir=str(checkpoint_dir or ""), mode=mode, trigger=trigger, epoch=epoch,
             commit_interval=commit_interval, epoch_tasks=epoch_tasks, on_error=on_error,
+            fire_budget=fire_budget,
             max_offsets_per_trigger=max_offsets_per_trigger, starting_offsets=starting_offsets,
             kafka_config=dict(kafka_config or {}), producer_config=dict(producer_config or {}),
             topics=topics or TopicManagerConfig(), snapshot_interval=snapshot_interval,

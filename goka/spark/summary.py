@@ -145,4 +145,14 @@ def translate(exc: StreamingQueryException) -> GokaError:
         name, message = found[-1]
         text = f"{name}: {message}" if name != "ProcessingError" else message
         return ProcessorFailed(text, cause=name)
-    return ProcessorFailed(text.splitlines()[0] if text else repr(exc))
+    if not text:
+        return ProcessorFailed(repr(exc))
+    lines = text.splitlines()
+    cause = [line.strip() for line in lines if _PYTHON_ERROR.match(line.strip())]
+    first = lines[0] if len(lines[0]) <= 400 else lines[0][:400] + "..."
+    return ProcessorFailed(f"{first} (Python: {cause[-1]})" if cause else first)
+
+
+#: The last line of a Python traceback inside Spark's message (what a worker or the driver's
+#: batch function raised: an import error, say), kept when no goka error is found.
+_PYTHON_ERROR = re.compile(r"[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)(: .*)?\Z")

@@ -13,7 +13,6 @@ import pytest
 
 from goka import Context, Int64Codec, JsonCodec, define_group, input, output, persist, timers
 from goka.partition_time import Timer
-from goka.processing import batch, epoch
 from goka.processing.stores import PartitionStores
 from goka.tester import Tester
 
@@ -63,8 +62,6 @@ COMMITS = Commits()
 
 @pytest.fixture(autouse=True)
 def small_budget(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(batch, "FIRE_BUDGET", BUDGET)
-    monkeypatch.setattr(epoch, "FIRE_BUDGET", BUDGET)
     real = PartitionStores.commit
     COMMITS.made, COMMITS.stop_at = 0, None
 
@@ -97,7 +94,7 @@ def test_a_micro_batch_fires_a_backlog_in_committed_slices(
     kafka: FakeKafka, tmp_path: Path
 ) -> None:
     fill(kafka)
-    machine = Machine(kafka, tmp_path, GRAPH)
+    machine = Machine(kafka, tmp_path, GRAPH, fire_budget=BUDGET)
     machine.run(0, {IN: (0, len(EVENTS))})
     table, emitted = expected()
     assert len(emitted) == 13 and outputs(kafka) == emitted  # the tester's order
@@ -107,7 +104,7 @@ def test_a_micro_batch_fires_a_backlog_in_committed_slices(
 
 def test_an_epoch_fires_a_backlog_in_committed_slices(kafka: FakeKafka, tmp_path: Path) -> None:
     fill(kafka)
-    machine = Machine(kafka, tmp_path, GRAPH)
+    machine = Machine(kafka, tmp_path, GRAPH, fire_budget=BUDGET)
     run_epoch(machine, {IN: 0}, Script(kafka).done)
     table, emitted = expected()
     assert outputs(kafka) == emitted and machine.state(0) == table
@@ -120,10 +117,12 @@ def test_a_stop_inside_a_backlog_fires_the_rest_on_the_next_machine(
     fill(kafka)
     COMMITS.stop_at = 1  # after the first slice
     with pytest.raises(Stopped):
-        Machine(kafka, tmp_path / "a", GRAPH).run(0, {IN: (0, len(EVENTS))})
+        Machine(kafka, tmp_path / "a", GRAPH, fire_budget=BUDGET).run(0, {IN: (0, len(EVENTS))})
     COMMITS.stop_at = None
     assert 0 < len(outputs(kafka)) < 13  # the first slice, committed with the whole batch
-    b = Machine(kafka, tmp_path / "b", GRAPH)  # rebuilt: every record applied already
+    b = Machine(
+        kafka, tmp_path / "b", GRAPH, fire_budget=BUDGET
+    )  # rebuilt: every record applied already
     summary = b.run(0, {IN: (0, len(EVENTS))})
     assert summary.store == "rebuilt" and summary.skipped_applied == len(EVENTS)
     table, emitted = expected()
