@@ -29,11 +29,19 @@ $(BROWSER):
 	  || (apt-get update -q >/dev/null && apt-get install -y -q chromium chromium-driver >/dev/null) \
 	  || echo "could not install chromium and chromium-driver: the browser tests will be skipped"
 
-test: $(STAMP) $(CDS) $(BROWSER)
+# a PostgreSQL server for the connector tests (Debian's package; each test run makes its own
+# throwaway cluster with initdb): installed here when missing
+POSTGRES := /usr/lib/postgresql/15/bin/initdb
+$(POSTGRES):
+	apt-get install -y -q postgresql >/dev/null 2>&1 \
+	  || (apt-get update -q >/dev/null && apt-get install -y -q postgresql >/dev/null) \
+	  || echo "could not install postgresql: the PostgreSQL connector tests will be skipped"
+
+test: $(STAMP) $(CDS) $(BROWSER) $(POSTGRES)
 	$(PY) -m pytest
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -m 'not kafka and not spark and not slow'
+	$(PY) -m pytest -m 'not kafka and not spark and not slow and not postgres'
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff format --check .

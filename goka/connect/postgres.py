@@ -1,0 +1,510 @@
+"""A table topic into a PostgreSQL table, exactly once.
+
+Declare the sink (checked at once: a bad name, mode or policy fails here, not mid-stream)::
+
+    sink = PostgresSink("clicks-table", Int64Codec(), dsn, table="clicks")
+
+and give a :class:`PostgresWriter` each partition's records in offset order. A write is one
+transaction per partition:
+
+1. lock the partition's row of the offsets table (``goka_sink_offsets``: sink, topic,
+   partition, next offset) and leave out the records below it (written already);
+2. binary ``COPY`` of the records into a temporary table;
+3. ``upsert`` mode: the newest record of each key is upserted (``INSERT ... ON CONFLICT DO
+   UPDATE``, only where the stored row comes from an older offset) or, if it is a tombstone,
+   its row is deleted; ``append`` mode: one row per record, tombstones included
+   (``goka_deleted``), keyed by topic, partition and offset;
+4. the partition's next offset into the offsets table; commit.
+
+So a crash anywhere leaves either the whole write or none of it, and a replay (a restart from
+an older checkpoint, or from none) writes nothing twice: the database's offsets are the truth,
+and a restart resumes from them (:meth:`PostgresWriter.offsets`).
+
+Rows come from the value: a ``dict`` (JSON, Avro) gives a column per field, a user ``mapper(key,
+value) -> dict`` any columns, anything else one ``value`` column. Every table also has ``key``
+(the record key, text) and ``goka_partition``, ``goka_offset``, ``goka_timestamp``. With
+``create=True`` the table is created at the first write, and columns are added when new fields
+appear (types from the values: bigint, double precision, boolean, text, bytea, jsonb,
+timestamptz, numeric); a value that does not fit its column (another type, too long) follows
+``on_error`` with the record's topic, partition, offset and the column.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import logging
+import re
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from goka.codec import Codec
+from goka.errors import ConfigurationError, GokaError
+
+__all__ = ["PostgresSink", "PostgresWriter", "SinkError", "WriteSummary"]
+
+log = logging.getLogger(__name__)
+
+Mode = Literal["upsert", "append"]
+#: A record as the readers give it: topic, offset, key, value, timestamp (ms), headers.
+Record = tuple[str, int, bytes | None, bytes | None, int, Any]
+#: A record to store: offset, key, timestamp (ms), columns (None: a tombstone).
+Row = tuple[int, str, int, dict[str, Any] | None]
+#: A table's columns: name -> (type, maximum length).
+Columns = dict[str, tuple[str, int | None]]
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}\Z")
+#: Columns of every sink table (a value's field may not use these names).
+META = ("key", "goka_topic", "goka_partition", "goka_offset", "goka_timestamp", "goka_deleted")
+OFFSETS_DDL = """CREATE TABLE IF NOT EXISTS {table} (
+    sink text NOT NULL, topic text NOT NULL, partition integer NOT NULL,
+    next_offset bigint NOT NULL, updated_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (sink, topic, partition))"""
+
+
+class SinkError(GokaError):
+    """A record that cannot be written (it names the topic, partition, offset and why), or a
+    table the sink cannot write to (it names the column)."""
+
+
+@dataclass(frozen=True)
+class PostgresSink:
+    """A table topic materialised into a PostgreSQL table (see the module docstring).
+
+    Args:
+        topic: the table topic (a group table, or a stream with keys).
+        codec: decodes the values.
+        dsn: the libpq connection string (``host=... dbname=...``, or a URL).
+        table: the target table (created at the first write if ``create``).
+        mode: ``"upsert"`` (one row per key, deleted by a tombstone) or ``"append"`` (one row
+            per record).
+        mapper: ``mapper(key, value) -> dict`` of columns (default: a dict value's fields, or a
+            ``value`` column).
+        create: create the table and add columns for new fields; else the table must exist
+            with every column.
+        schema: the table's schema.
+        name: the sink's name in the offsets table (default: the table's).
+        offsets_table: where each partition's next offset is kept.
+        on_error: ``"fail"`` (default) or ``"skip"`` (logged and counted) for a record that
+            cannot be decoded, mapped or stored.
+
+    Raises:
+        ConfigurationError: an invalid name, mode, policy or mapper.
+    """
+
+    topic: str
+    codec: Codec[Any]
+    dsn: str
+    table: str
+    mode: Mode = "upsert"
+    mapper: Callable[[str, Any], Mapping[str, Any]] | None = None
+    create: bool = True
+    schema: str = "public"
+    name: str = ""
+    offsets_table: str = "goka_sink_offsets"
+    on_error: Literal["fail", "skip"] = "fail"
+
+    def __post_init__(self) -> None:
+        where = f"PostgreSQL sink of {self.topic!r}"
+        if not isinstance(self.topic, str) or not self.topic:
+            raise ConfigurationError(f"{where}: topic must be a non-empty str")
+        if not isinstance(self.codec, Codec):
+            raise ConfigurationError(f"{where}: codec must be a goka Codec, got {self.codec!r}")
+        for what in ("table", "schema", "offsets_table"):
+            if not _NAME.match(getattr(self, what)):
+                found = getattr(self, what)
+                raise ConfigurationError(f"{where}: {what} must be a plain SQL name (letters, "
+                                         f"digits, _; 63 at most), got {found!r}")  # fmt: skip
+        if self.mode not in ("upsert", "append"):
+            raise ConfigurationError(f"{where}: mode must be 'upsert' or 'append', "
+                                     f"got {self.mode!r}")  # fmt: skip
+        if self.on_error not in ("fail", "skip"):
+            raise ConfigurationError(f"{where}: on_error must be 'fail' or 'skip', "
+                                     f"got {self.on_error!r}")  # fmt: skip
+        if self.mapper is not None and not callable(self.mapper):
+            raise ConfigurationError(f"{where}: mapper must be callable(key, value)")
+        if not isinstance(self.dsn, str) or not self.dsn:
+            raise ConfigurationError(f"{where}: dsn must be a libpq connection string")
+        if not self.name:
+            object.__setattr__(self, "name", self.table)
+
+
+@dataclass
+class WriteSummary:
+    """What one write did: rows upserted, deleted or appended, records left out (below the
+    database's offset), skipped (``on_error="skip"``, with why), columns added."""
+
+    upserted: int = 0
+    deleted: int = 0
+    appended: int = 0
+    already: int = 0
+    skipped: list[str] = field(default_factory=list)
+    added_columns: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+class PostgresWriter:
+    """Writes records of a :class:`PostgresSink`, one transaction per partition and call.
+
+    Args:
+        sink: what to write where.
+        retries: attempts of a write when the database is unreachable or restarting (with
+            backoff from 0.2 s, doubling, at most 5 s); a write is a transaction, so it is
+            retried whole.
+
+    Not thread-safe: one writer per thread (a connection each).
+    """
+
+    def __init__(self, sink: PostgresSink, *, retries: int = 8) -> None:
+        self.sink, self.retries = sink, retries
+        self._conn: Any = None
+        self._columns: Columns | None = None  # name -> type, length
+
+    # -- the database ----------------------------------------------------------------------------
+    def _connect(self) -> Any:
+        import psycopg
+
+        if self._conn is None or self._conn.closed:
+            self._conn = psycopg.connect(self.sink.dsn, autocommit=False)
+            self._columns = None
+            with self._conn.transaction():
+                self._conn.execute(self._sql(OFFSETS_DDL, table=self._offsets()))
+        return self._conn
+
+    def close(self) -> None:
+        """Close the connection."""
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def __enter__(self) -> PostgresWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def offsets(self) -> dict[int, int]:
+        """Each partition's next offset to write, as the database says (where a restart
+        resumes)."""
+        query = self._sql("SELECT partition, next_offset FROM {table} WHERE sink = %s AND "
+                          "topic = %s", table=self._offsets())  # fmt: skip
+        params = (self.sink.name, self.sink.topic)
+        rows = self._retrying(lambda conn: conn.execute(query, params).fetchall())
+        return {int(p): int(o) for p, o in rows}
+
+    def reset(self, partition: int | None = None) -> None:
+        """Forget the offsets (of ``partition``, or all): the next run starts over (upserts
+        only take newer offsets than the rows hold: truncate the table to rewrite it)."""
+
+        def forget(conn: Any) -> None:
+            query = "DELETE FROM {table} WHERE sink = %s AND topic = %s"
+            params: tuple[Any, ...] = (self.sink.name, self.sink.topic)
+            if partition is not None:
+                query, params = query + " AND partition = %s", (*params, partition)
+            conn.execute(self._sql(query, table=self._offsets()), params)
+
+        self._retrying(forget, transaction=True)
+
+    # -- writing ---------------------------------------------------------------------------------
+    def write(self, partition: int, records: Sequence[Record], end: int) -> WriteSummary:
+        """Write ``records`` of ``partition`` (offset order) and store ``end`` (the next offset)
+        as its position, in one transaction. Records below the stored position are left out.
+
+        Raises:
+            SinkError: a record cannot be written under ``on_error="fail"``, or the table does
+                not fit (a column of another type, missing without ``create``): nothing of
+                this write is stored.
+            psycopg.OperationalError: the database stayed unreachable through the retries.
+        """
+        started = time.monotonic()
+        summary = WriteSummary()
+        rows, types = self._rows(partition, records, summary)
+        self._retrying(lambda conn: self._transaction(conn, partition, rows, types, end, summary),
+                       transaction=True)  # fmt: skip
+        summary.seconds = time.monotonic() - started
+        return summary
+
+    def _rows(self, partition: int, records: Sequence[Record], summary: WriteSummary,
+              ) -> tuple[list[Row], dict[str, str]]:  # fmt: skip
+        """``(offset, key, timestamp, columns or None: a tombstone)`` of each record, and the
+        column types the values need."""
+        sink = self.sink
+        rows: list[Row] = []
+        types: dict[str, str] = {}
+        for topic, offset, raw_key, raw_value, timestamp, _ in records:
+            try:
+                if raw_key is None:
+                    raise ValueError("the record has no key")
+                try:
+                    key = raw_key.decode("utf-8")
+                except UnicodeDecodeError:
+                    raise ValueError(f"its key {raw_key!r} is not UTF-8 text") from None
+                if "\x00" in key:
+                    raise ValueError(f"its key {key!r} holds a NUL (PostgreSQL text cannot)")
+                if raw_value is None:
+                    rows.append((offset, key, timestamp, None))
+                    continue
+                value = sink.codec.decode(raw_value)
+                columns = dict(sink.mapper(key, value)) if sink.mapper else _columns(value)
+                for name, item in columns.items():
+                    if name in META or not _NAME.match(name):
+                        raise ValueError(f"column {name!r} is reserved or not a plain SQL name "
+                                         "(use a mapper)")  # fmt: skip
+                    if item is not None:
+                        types.setdefault(name, _pg_type(item, name))
+                rows.append((offset, key, timestamp, columns))
+            except Exception as exc:
+                why = (f"topic {topic!r} partition {partition} offset {offset}: "
+                       f"{type(exc).__name__}: {exc}")  # fmt: skip
+                if sink.on_error == "fail":
+                    raise SinkError(f"PostgreSQL sink {sink.name!r}: {why}") from exc
+                log.warning("PostgreSQL sink %r: skipped %s", sink.name, why)
+                summary.skipped.append(why)
+        return rows, types
+
+    def _transaction(self, conn: Any, partition: int,
+                     rows: list[Row],
+                     types: dict[str, str], end: int, summary: WriteSummary) -> None:  # fmt: skip
+        sink = self.sink
+        position = conn.execute(
+            self._sql("SELECT next_offset FROM {table} WHERE sink = %s AND topic = %s AND "
+                      "partition = %s FOR UPDATE", table=self._offsets()),
+            (sink.name, sink.topic, partition),
+        ).fetchone()  # fmt: skip
+        start = -1 if position is None else int(position[0])
+        todo = [r for r in rows if r[0] >= start]
+        summary.already = len(rows) - len(todo)
+        if todo:
+            columns = self._ensure_table(conn, types, summary)
+            self._check(partition, todo, columns)
+            self._copy(conn, partition, todo, columns, summary)
+        conn.execute(
+            self._sql("INSERT INTO {table} (sink, topic, partition, next_offset) VALUES "
+                      "(%s, %s, %s, %s) ON CONFLICT (sink, topic, partition) DO UPDATE SET "
+                      "next_offset = EXCLUDED.next_offset, updated_at = now()",
+                      table=self._offsets()),
+            (sink.name, sink.topic, partition, max(end, start)),
+        )  # fmt: skip
+
+    def _ensure_table(self, conn: Any, types: dict[str, str],
+                      summary: WriteSummary) -> Columns:  # fmt: skip
+        """The table's columns (created, or with the new ones added, if ``create``)."""
+        sink = self.sink
+        columns = self._read_columns(conn)
+        if not columns:
+            if not sink.create:
+                raise SinkError(f"PostgreSQL sink {sink.name!r}: table {sink.schema}."
+                                f"{sink.table} does not exist (create=False)")  # fmt: skip
+            meta = ("key text NOT NULL, goka_topic text NOT NULL, goka_partition integer NOT "
+                    "NULL, goka_offset bigint NOT NULL, goka_timestamp timestamptz, "
+                    "goka_deleted boolean NOT NULL DEFAULT false, PRIMARY KEY (goka_topic, "
+                    "goka_partition, goka_offset)") if sink.mode == "append" else (
+                "key text PRIMARY KEY, goka_partition integer NOT NULL, goka_offset bigint NOT "
+                "NULL, goka_timestamp timestamptz")  # fmt: skip
+            conn.execute(self._sql(f"CREATE TABLE IF NOT EXISTS {{table}} ({meta})",
+                                   table=self._target()))  # fmt: skip
+            columns = self._read_columns(conn)
+        missing = {n: t for n, t in types.items() if n not in columns}
+        if missing and not sink.create:
+            raise SinkError(f"PostgreSQL sink {sink.name!r}: table {sink.schema}.{sink.table} "
+                            f"has no column {sorted(missing)} (create=False)")  # fmt: skip
+        for name, kind in sorted(missing.items()):
+            conn.execute(self._sql(f"ALTER TABLE {{table}} ADD COLUMN IF NOT EXISTS {{column}} "
+                                   f"{kind}", table=self._target(), column=name))  # fmt: skip
+            summary.added_columns.append(name)
+        if missing:
+            columns = self._read_columns(conn)
+        self._columns = columns
+        return columns
+
+    def _read_columns(self, conn: Any) -> Columns:
+        found = conn.execute(
+            "SELECT column_name, data_type, character_maximum_length FROM "
+            "information_schema.columns WHERE table_schema = %s AND table_name = %s",
+            (self.sink.schema, self.sink.table),
+        ).fetchall()
+        return {name: (kind, length) for name, kind, length in found}
+
+    def _check(self, partition: int, rows: list[Row],
+               columns: Columns) -> None:  # fmt: skip
+        """Every value fits its column (else a :class:`SinkError` naming it)."""
+        for offset, key, _, values in rows:
+            for name, item in (values or {}).items():
+                if item is None:
+                    continue
+                kind, length = columns[name]
+                problem = _misfit(item, kind, length)
+                if problem:
+                    raise SinkError(
+                        f"PostgreSQL sink {self.sink.name!r}: topic {self.sink.topic!r} "
+                        f"partition {partition} offset {offset} key {key!r}: column {name!r} "
+                        f"({kind}{'' if length is None else f'({length})'}) {problem}"
+                    )
+
+    def _copy(self, conn: Any, partition: int,
+              rows: list[Row],
+              columns: Columns, summary: WriteSummary) -> None:  # fmt: skip
+        from psycopg import sql
+        from psycopg.types.json import Jsonb
+
+        sink = self.sink
+        values = sorted(c for c in columns if c not in META)
+        meta = ["key", "goka_partition", "goka_offset", "goka_timestamp", "goka_deleted"]
+        if sink.mode == "append":
+            meta.insert(1, "goka_topic")
+        names = meta + values
+        kinds = [_copy_type(columns[c][0]) if c in columns else "boolean" for c in names]
+        json = [i for i, c in enumerate(names) if kinds[i] in ("jsonb", "json")]
+        conn.execute("CREATE TEMP TABLE IF NOT EXISTS goka_in (LIKE "
+                     f"{self._target().as_string(conn)}) ON COMMIT DROP")  # fmt: skip
+        conn.execute("ALTER TABLE goka_in ADD COLUMN IF NOT EXISTS goka_deleted boolean")
+        target = sql.SQL(", ").join(sql.Identifier(n) for n in names)
+        query = sql.SQL("COPY goka_in ({}) FROM STDIN (FORMAT BINARY)").format(target)
+        with conn.cursor().copy(query) as copy:
+            copy.set_types(kinds)
+            for offset, key, timestamp, items in rows:
+                at = dt.datetime.fromtimestamp(timestamp / 1000, dt.UTC) if timestamp >= 0 else None
+                head: list[Any] = [key, partition, offset, at, items is None]
+                if sink.mode == "append":
+                    head.insert(1, sink.topic)
+                row = head + [None if items is None else items.get(c) for c in values]
+                for index in json:
+                    if row[index] is not None:
+                        row[index] = Jsonb(row[index])
+                copy.write_row(row)
+        table = self._target()
+        if sink.mode == "append":
+            stored = sql.SQL(", ").join(sql.Identifier(n) for n in names)
+            done = conn.execute(sql.SQL("INSERT INTO {} ({}) SELECT {} FROM goka_in ON CONFLICT "
+                                        "DO NOTHING").format(table, stored, stored))  # fmt: skip
+            summary.appended += done.rowcount
+            return
+        kept = [n for n in names if n != "goka_deleted"]
+        stored = sql.SQL(", ").join(sql.Identifier(n) for n in kept)
+        newest = sql.SQL("(SELECT DISTINCT ON (key) * FROM goka_in ORDER BY key, goka_offset DESC)")
+        deleted = conn.execute(sql.SQL(
+            "DELETE FROM {t} USING {n} AS n WHERE n.goka_deleted AND {t}.key = n.key AND "
+            "{t}.goka_offset < n.goka_offset").format(t=table, n=newest))  # fmt: skip
+        summary.deleted += deleted.rowcount
+        updates = sql.SQL(", ").join(
+            sql.SQL("{c} = EXCLUDED.{c}").format(c=sql.Identifier(c)) for c in
+            [*values, "goka_partition", "goka_offset", "goka_timestamp"]
+        )  # fmt: skip
+        upserted = conn.execute(sql.SQL(
+            "INSERT INTO {t} ({cols}) SELECT {cols} FROM {n} AS n WHERE NOT n.goka_deleted "
+            "ON CONFLICT (key) DO UPDATE SET {updates} WHERE {t}.goka_offset < "
+            "EXCLUDED.goka_offset").format(t=table, cols=stored, n=newest,
+                                           updates=updates))  # fmt: skip
+        summary.upserted += upserted.rowcount
+
+    # -- helpers ---------------------------------------------------------------------------------
+    def _retrying(self, work: Callable[[Any], Any], *, transaction: bool = False) -> Any:
+        import psycopg
+
+        delay = 0.2
+        for attempt in range(1, self.retries + 1):
+            try:
+                conn = self._connect()
+                if not transaction:
+                    result = work(conn)
+                    conn.commit()
+                    return result
+                with conn.transaction():
+                    return work(conn)
+            except psycopg.OperationalError as exc:
+                self.close()
+                if attempt == self.retries:
+                    raise
+                log.warning("PostgreSQL sink %r: %s; retrying in %.1f s (attempt %d of %d)",
+                            self.sink.name, str(exc).strip(), delay, attempt,
+                            self.retries)  # fmt: skip
+                time.sleep(delay)
+                delay = min(delay * 2, 5.0)
+        raise AssertionError("unreachable")
+
+    def _sql(self, text: str, **names: Any) -> Any:
+        from psycopg import sql
+
+        composed = {k: v if isinstance(v, sql.Composable) else sql.Identifier(v)
+                    for k, v in names.items()}  # fmt: skip
+        return sql.SQL(text).format(**composed)
+
+    def _target(self) -> Any:
+        from psycopg import sql
+
+        return sql.Identifier(self.sink.schema, self.sink.table)
+
+    def _offsets(self) -> Any:
+        from psycopg import sql
+
+        return sql.Identifier(self.sink.schema, self.sink.offsets_table)
+
+
+def _columns(value: Any) -> dict[str, Any]:
+    """The columns of a decoded value: a dict's fields, else one ``value`` column."""
+    if isinstance(value, dict):
+        return value
+    return {"value": value}
+
+
+def _pg_type(value: Any, name: str) -> str:
+    """The column type a value asks for."""
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "bigint"
+    if isinstance(value, float):
+        return "double precision"
+    if isinstance(value, decimal.Decimal):
+        return "numeric"
+    if isinstance(value, str):
+        return "text"
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return "bytea"
+    if isinstance(value, dt.datetime):
+        return "timestamp with time zone"
+    if isinstance(value, dt.date):
+        return "date"
+    if isinstance(value, (dict, list)):
+        return "jsonb"
+    raise ValueError(f"column {name!r}: no PostgreSQL type for {type(value).__name__} values")
+
+
+#: What each column type (information_schema's ``data_type``) takes.
+_TAKES: dict[str, tuple[type, ...]] = {
+    "bigint": (int,), "integer": (int,), "smallint": (int,),
+    "double precision": (int, float), "real": (int, float),
+    "numeric": (int, float, decimal.Decimal),
+    "text": (str,), "character varying": (str,), "character": (str,),
+    "bytea": (bytes, bytearray, memoryview), "boolean": (bool,),
+    "jsonb": (dict, list, str, int, float, bool), "json": (dict, list, str, int, float, bool),
+    "timestamp with time zone": (dt.datetime,), "timestamp without time zone": (dt.datetime,),
+    "date": (dt.date,),
+}  # fmt: skip
+_RANGES = {"integer": 2**31, "smallint": 2**15, "bigint": 2**63}
+
+
+def _misfit(value: Any, kind: str, length: int | None) -> str:
+    """Why ``value`` does not fit a column of ``kind`` (empty: it fits)."""
+    takes = _TAKES.get(kind)
+    if takes is None:
+        return f"is a type the sink does not write (a {type(value).__name__} value)"
+    if isinstance(value, bool) and bool not in takes:
+        return "takes no bool value"
+    if not isinstance(value, takes):
+        return f"takes no {type(value).__name__} value ({value!r:.60})"
+    bound = _RANGES.get(kind)
+    if bound is not None and isinstance(value, int) and not -bound <= value < bound:
+        return f"takes no {value} (out of range)"
+    if length is not None and isinstance(value, str) and len(value) > length:
+        return f"takes at most {length} characters, got {len(value)}"
+    return ""
+
+
+def _copy_type(kind: str) -> str:
+    """The type name ``COPY ... (FORMAT BINARY)`` is given for a column."""
+    return {"timestamp with time zone": "timestamptz",
+            "timestamp without time zone": "timestamp", "character varying": "varchar",
+            "character": "bpchar", "double precision": "float8"}.get(kind, kind)  # fmt: skip
