@@ -1,4 +1,5 @@
-"""The ``goka`` command line: processors, views, topics, tables and the development broker.
+"""The ``goka`` command line: processors, views, topics, tables, connectors and the development
+broker.
 
 Every flag has a ``GOKA_<FLAG>`` environment variable (``--http-port`` is ``GOKA_HTTP_PORT``).
 Expected errors print one line saying what to do and exit with 2 (the command line is wrong)
@@ -30,6 +31,8 @@ HINTS = {
     "--on-error dead_letter (writes them to <group>-dlq)",
     "BrokerError": "check --brokers (or GOKA_BROKERS) and that the brokers are reachable",
     "ViewUnreachableError": "check --view and that the view service is running",
+    "SinkError": "the record or column named above does not fit the table: fix the data or the "
+    "table, or declare the sink with on_error='skip'",
 }
 
 
@@ -44,7 +47,7 @@ def _version() -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     """Return the parser of the ``goka`` command."""
-    from goka.commands import broker, processor, table, topics, view
+    from goka.commands import broker, connect, processor, table, topics, view
 
     parser = argparse.ArgumentParser(
         prog="goka", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -60,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="text, or one JSON object per line (default: text; env "
                         "GOKA_LOG_FORMAT)")  # fmt: skip
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (processor, view, table, topics, broker):
+    for module in (processor, view, table, topics, connect, broker):
         module.register(commands)
     return parser
 

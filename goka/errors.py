@@ -51,6 +51,7 @@ __all__ = [
     "OffsetRegressionError",
     "ProcessingError",
     "ProcessorFailed",
+    "SinkError",
     "SnapshotError",
     "StorageCorruptError",
     "StorageError",
@@ -229,6 +230,11 @@ class Abort(Exception):
 
 class UsageError(ConfigurationError):
     """The command line is wrong (the ``goka`` command exits with status 2)."""
+
+
+class SinkError(GokaError):
+    """A connector cannot write a record (it names the topic, partition, offset and why), or a
+    target it cannot write to (it names the table or column)."""
 
 
 class ProcessorFailed(GokaError):

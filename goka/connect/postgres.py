@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from goka.codec import Codec
-from goka.errors import ConfigurationError, GokaError
+from goka.errors import ConfigurationError, SinkError
 
 __all__ = ["PostgresSink", "PostgresWriter", "SinkError", "WriteSummary"]
 
@@ -62,11 +62,6 @@ OFFSETS_DDL = """CREATE TABLE IF NOT EXISTS {table} (
     sink text NOT NULL, topic text NOT NULL, partition integer NOT NULL,
     next_offset bigint NOT NULL, updated_at timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (sink, topic, partition))"""
-
-
-class SinkError(GokaError):
-    """A record that cannot be written (it names the topic, partition, offset and why), or a
-    table the sink cannot write to (it names the column)."""
 
 
 @dataclass(frozen=True)
@@ -293,6 +288,11 @@ class PostgresWriter:
         """The table's columns (created, or with the new ones added, if ``create``)."""
         sink = self.sink
         columns = self._read_columns(conn)
+        if (not columns or any(n not in columns for n in types)) and sink.create:
+            # DDL: one writer at a time (CREATE/ALTER ... IF NOT EXISTS race in the catalog)
+            conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))",
+                         (f"goka-sink {sink.schema}.{sink.table}",))  # fmt: skip
+            columns = self._read_columns(conn)
         if not columns:
             if not sink.create:
                 raise SinkError(f"PostgreSQL sink {sink.name!r}: table {sink.schema}."

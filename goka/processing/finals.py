@@ -163,9 +163,12 @@ class Finals:
             if ident in found:
                 continue
             # the row is <key>@<start>-<end> (decode_composite), the times DIGITS wide
-            sent = [(WINDOW_NAME, named), (WINDOW_START, row[-2 * DIGITS - 1 : -DIGITS - 1]
-                    .lstrip("0").encode() or b"0"), (WINDOW_END, row[-DIGITS:].lstrip("0")
-                    .encode() or b"0"), (FINAL_ID, ident.encode())]  # fmt: skip
+            start = row[-2 * DIGITS - 1 : -DIGITS - 1].lstrip("0") or "0"
+            sent: list[tuple[str, str | bytes | None]] = [
+                (WINDOW_NAME, named), (WINDOW_START, start.encode()),
+                (WINDOW_END, (row[-DIGITS:].lstrip("0") or "0").encode()),
+                (FINAL_ID, ident.encode()),
+            ]  # fmt: skip
             produce(topic, encode(decode(raw)), key_bytes(row[: -2 * DIGITS - 2]),
                     on_delivery=delivered, headers=sent, timestamp=close_at)  # fmt: skip
             produced += 1

@@ -21,7 +21,10 @@ Options:
         runs a processor's partition processors on its ranges (the ``task`` option, see
         :func:`goka.spark.task.encode_config`) and the rows are their summaries (schema
         :data:`goka.processing.summary.SUMMARY_DDL`). The processor reads with ``process``: a
-        task then costs one Python worker, and no record moves through the JVM.
+        task then costs one Python worker, and no record moves through the JVM. ``sink``:
+        the task writes its range to a sink (the ``task`` option, see
+        :func:`goka.connect.task.encode_task`); one summary row per task
+        (:data:`goka.connect.task.SINK_DDL`).
     kafka.<setting>: librdkafka settings, e.g. ``kafka.security.protocol``.
     epochs: a consumer group: plan *epochs* instead of ranges (continuous processing, see
         :func:`goka.processing.epoch.run_epoch`). Each micro-batch
@@ -89,7 +92,12 @@ class GokaKafkaSource(DataSource):
     def schema(self) -> str:
         from goka.processing.summary import SUMMARY_DDL
 
-        return SUMMARY_DDL if self.options.get("payload") == "process" else SCHEMA
+        payload = self.options.get("payload")
+        if payload == "sink":
+            from goka.connect.task import SINK_DDL
+
+            return SINK_DDL
+        return SUMMARY_DDL if payload == "process" else SCHEMA
 
     def streamReader(self, schema: Any) -> GokaStreamReader:
         return GokaStreamReader(dict(self.options))
@@ -113,13 +121,13 @@ class GokaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.max_rows = int(limit) if limit else None
         self.timeout = float(options.get("timeout", "60"))
         self.payload = options.get("payload", "records")
-        if self.payload not in ("records", "ranges", "process"):
+        if self.payload not in ("records", "ranges", "process", "sink"):
             raise ConfigurationError(
-                f"payload must be records, ranges or process, got {self.payload!r}"
+                f"payload must be records, ranges, process or sink, got {self.payload!r}"
             )
         self.task = options.get("task", "")
-        if self.payload == "process" and not self.task:
-            raise ConfigurationError("payload=process needs the option task")
+        if self.payload in ("process", "sink") and not self.task:
+            raise ConfigurationError(f"payload={self.payload} needs the option task")
         self.epochs = options.get("epochs") or None
         self.epoch_tasks = int(options.get("epochTasks", options.get("epochtasks", "0"))) or None
         self.epoch_seconds = float(options.get("epochSeconds", options.get("epochseconds", "30")))
@@ -258,6 +266,13 @@ class GokaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return planned
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if self.payload == "sink":
+            from goka.connect import task as sink  # tasks only
+
+            assert isinstance(partition, KafkaPartition)
+            yield sink.sink_ranges(sink.decode_task(self.task), partition.partition,
+                                   partition.ranges)  # fmt: skip
+            return
         if self.payload == "process":
             from goka.spark import task  # tasks only
 

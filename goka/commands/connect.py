@@ -1,0 +1,149 @@
+"""``goka connect run|status|offsets|reset``: connectors (a sink declared in Python as
+``module:attribute``, e.g. ``examples.click_count.sinks:clicks``) from the command line."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import threading
+from typing import Any
+
+from goka.commands.options import add, add_brokers, brokers
+from goka.errors import UsageError
+
+__all__ = ["load_sink", "register"]
+
+
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    connect = commands.add_parser("connect", help="run sinks: tables into databases")
+    sub = connect.add_subparsers(dest="connect_command", required=True, metavar="COMMAND")
+    run = sub.add_parser("run", help="write the sink's topic to its table, as a Spark job")
+    status = sub.add_parser("status", help="each partition's position in the database, the "
+                            "topic's end and the lag")  # fmt: skip
+    offsets = sub.add_parser("offsets", help="each partition's next offset, as the database "
+                             "says")  # fmt: skip
+    reset = sub.add_parser("reset", help="forget the database's offsets and the checkpoint: the "
+                           "next run starts over")  # fmt: skip
+    for parser in (run, status, offsets, reset):
+        parser.add_argument("sink", metavar="MODULE:SINK",
+                            help="the sink, a goka.connect.PostgresSink (or a function "
+                            "returning one)")  # fmt: skip
+    for parser in (run, status):
+        add_brokers(parser)
+    for parser in (run, reset):
+        add(parser, "--checkpoint", "Spark's checkpoint directory of the job")
+    run.add_argument("--until-caught-up", action="store_true",
+                     help="write what the topic holds now, then stop")  # fmt: skip
+    add(run, "--trigger", "micro-batch interval", default="1 second")
+    add(run, "--max-offsets", "most records per micro-batch", type=int)
+    add(run, "--master", "Spark master (default local[2])")
+    for parser in (status, offsets):
+        parser.add_argument("--json", action="store_true", help="print JSON")
+    reset.add_argument("--yes", action="store_true", help="do it (else only say what it does)")
+    run.set_defaults(run=_run)
+    status.set_defaults(run=_status)
+    offsets.set_defaults(run=_offsets)
+    reset.set_defaults(run=_reset)
+
+
+def load_sink(spec: str) -> Any:
+    """The sink ``module:attribute`` names (called if it is a function).
+
+    Raises:
+        UsageError: not ``module:attribute``, or not a sink.
+    """
+    from goka.connect import PostgresSink
+
+    module, _, name = spec.partition(":")
+    if not module or not name:
+        raise UsageError(f"a sink is given as module:attribute, got {spec!r}")
+    found = getattr(importlib.import_module(module), name, None)
+    if callable(found) and not isinstance(found, PostgresSink):
+        found = found()
+    if not isinstance(found, PostgresSink):
+        raise UsageError(f"{spec} is not a goka.connect.PostgresSink: {found!r}")
+    return found
+
+
+def _checkpoint(args: argparse.Namespace) -> str:
+    if not args.checkpoint:
+        raise UsageError("no checkpoint: pass --checkpoint DIR or set GOKA_CHECKPOINT")
+    return str(args.checkpoint)
+
+
+def _run(args: argparse.Namespace, stop: threading.Event) -> int:
+    from goka.connect.job import SinkJob
+
+    job = SinkJob(load_sink(args.sink), brokers(args), checkpoint_dir=_checkpoint(args),
+                  master=args.master, trigger=args.trigger,
+                  max_offsets_per_trigger=args.max_offsets)  # fmt: skip
+    if args.until_caught_up:
+        print(job.run_until_caught_up().describe(), flush=True)
+        return 0
+
+    def stopper() -> None:
+        stop.wait()
+        job.stop()
+
+    threading.Thread(target=stopper, name="goka-connect-stop", daemon=True).start()
+    job.run()
+    print(job.totals.describe(), flush=True)
+    return 0
+
+
+def _status(args: argparse.Namespace, stop: threading.Event) -> int:
+    from goka.connect import PostgresWriter
+    from goka.kafka.offsets import EndOffsets
+
+    sink = load_sink(args.sink)
+    with PostgresWriter(sink) as writer:
+        stored = writer.offsets()
+    ends = EndOffsets(brokers(args), {})
+    try:
+        count = ends.partition_counts([sink.topic])[sink.topic]
+        high = ends.high([(sink.topic, p) for p in range(count)])
+        low = ends.low([(sink.topic, p) for p in range(count)])
+    finally:
+        ends.close()
+    rows = [{"partition": p, "offset": stored.get(p), "end": high[(sink.topic, p)],
+             "lag": high[(sink.topic, p)] - stored.get(p, low[(sink.topic, p)])}
+            for p in range(count)]  # fmt: skip
+    if args.json:
+        print(json.dumps({"sink": sink.name, "topic": sink.topic, "table": sink.table,
+                          "partitions": rows}))  # fmt: skip
+        return 0
+    print(f"sink {sink.name}: {sink.topic} -> {sink.schema}.{sink.table} ({sink.mode}), lag "
+          f"{sum(int(r['lag'] or 0) for r in rows)}")  # fmt: skip
+    for row in rows:
+        print(f"  partition {row['partition']}: offset {row['offset']}, end {row['end']}, "
+              f"lag {row['lag']}")  # fmt: skip
+    return 0
+
+
+def _offsets(args: argparse.Namespace, stop: threading.Event) -> int:
+    from goka.connect import PostgresWriter
+
+    sink = load_sink(args.sink)
+    with PostgresWriter(sink) as writer:
+        found = writer.offsets()
+    if args.json:
+        print(json.dumps({str(p): o for p, o in sorted(found.items())}))
+    else:
+        for partition, offset in sorted(found.items()):
+            print(f"{sink.topic} partition {partition}: {offset}")
+    return 0
+
+
+def _reset(args: argparse.Namespace, stop: threading.Event) -> int:
+    from goka.connect.job import SinkJob
+
+    sink = load_sink(args.sink)
+    job = SinkJob(sink, "", checkpoint_dir=_checkpoint(args))
+    if not args.yes:
+        print(f"would forget the offsets of sink {sink.name} ({job.offsets()}) and remove "
+              f"{job.checkpoint_dir}; pass --yes to do it")  # fmt: skip
+        return 0
+    job.reset()
+    print(f"sink {sink.name}: offsets forgotten, checkpoint {job.checkpoint_dir} removed")
+    return 0

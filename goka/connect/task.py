@@ -1,0 +1,101 @@
+"""What one Spark task of a sink job runs: its partition's offset range, read and written in
+transactions of at most ``chunk`` records (each one moves the database's offset), one summary
+row back. The sink travels as a source option (:func:`encode_task`), like a processor's task
+configuration; the worker keeps one reader and one database connection per sink."""
+
+from __future__ import annotations
+
+import base64
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from goka.connect.postgres import PostgresSink
+
+__all__ = ["SINK_DDL", "SinkTask", "decode_task", "encode_task", "sink_ranges"]
+
+#: The rows a sink job's tasks return, one per partition and batch.
+SINK_DDL = (
+    "partition int, records long, upserted long, deleted long, appended long, already long, "
+    "skipped long, writes long, end_offset long, seconds double"
+)
+
+
+@dataclass(frozen=True)
+class SinkTask:
+    """What a sink job's tasks are given."""
+
+    sink: PostgresSink
+    brokers: str
+    kafka_config: dict[str, Any] = field(default_factory=dict)
+    read_timeout: float = 120.0
+    chunk: int = 50_000
+
+
+def encode_task(task: SinkTask) -> str:
+    """``task`` as a source option (pickled with the sink's codec and mapper)."""
+    from pyspark import cloudpickle
+
+    return base64.b64encode(cloudpickle.dumps(task)).decode("ascii")  # type: ignore[no-untyped-call]
+
+
+def decode_task(text: str) -> SinkTask:
+    from pyspark import cloudpickle
+
+    task = cloudpickle.loads(base64.b64decode(text))
+    assert isinstance(task, SinkTask), type(task)
+    return task
+
+
+def sink_ranges(task: SinkTask, partition: int,
+                ranges: Mapping[str, tuple[int, int]]) -> pa.RecordBatch:  # fmt: skip
+    """Write ``partition``'s records in ``ranges`` (one topic: the sink's); one summary row."""
+    from goka.connect.postgres import PostgresWriter
+    from goka.kafka.ranges import RangeReader
+    from goka.processing.worker import Worker, frozen
+
+    started = time.monotonic()
+    worker = Worker.current()
+    reader = worker.client(("sink-reader", task.brokers, frozen(task.kafka_config)),
+                           lambda: RangeReader(task.brokers, task.kafka_config),
+                           lambda r: r.close())  # fmt: skip
+    sink = task.sink
+    writer = worker.client(
+        ("sink-writer", sink.dsn, sink.schema, sink.table, sink.name, sink.topic, sink.mode),
+        lambda: PostgresWriter(sink), lambda w: w.close(),
+    )  # fmt: skip
+    start, end = ranges[task.sink.topic]
+    totals = dict.fromkeys(("records", "upserted", "deleted", "appended", "already", "skipped",
+                            "writes"), 0)  # fmt: skip
+    position = start
+    for rows in reader.read(partition, {task.sink.topic: (start, end)}, task.read_timeout,
+                            task.chunk):  # fmt: skip
+        if not rows:
+            continue
+        position = rows[-1][1] + 1
+        done = writer.write(partition, rows, position)
+        totals["records"] += len(rows)
+        for name in ("upserted", "deleted", "appended", "already"):
+            totals[name] += getattr(done, name)
+        totals["skipped"] += len(done.skipped)
+        totals["writes"] += 1
+    if position < end:  # the range ends in offsets without records (compacted, aborted)
+        writer.write(partition, [], end)
+        totals["writes"] += 1
+    return _row({"partition": partition, **totals, "end_offset": end,
+                 "seconds": time.monotonic() - started})  # fmt: skip
+
+
+def _row(values: dict[str, Any]) -> pa.RecordBatch:
+    import pyarrow as pa
+
+    from goka.spark.columns import record_batch
+
+    types = {"partition": pa.int32(), "seconds": pa.float64()}
+    names = [c.split()[0] for c in SINK_DDL.split(", ")]
+    schema = pa.schema([(n, types.get(n, pa.int64())) for n in names])
+    return record_batch([[values[n]] for n in names], schema)

@@ -1,0 +1,136 @@
+"""The PostgreSQL sink as a Spark job on the embedded broker and a real PostgreSQL server: the
+table equals the topic's last value per key after each run; a run with a lost checkpoint
+resumes from the database's offsets (reads nothing again); a checkpoint behind the database
+replays records that are left out (nothing twice, in upsert and append mode alike)."""
+
+from __future__ import annotations
+
+import random
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from goka import JsonCodec
+from goka.connect import PostgresSink
+from goka.connect.job import SinkJob
+from goka.kafka.offsets import EndOffsets
+
+from ..helpers import produce
+
+pytestmark = [pytest.mark.postgres, pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow]
+
+
+def items(n: int, seed: int) -> list[tuple[str, Any]]:
+    rng = random.Random(seed)
+    return [(f"user-{rng.randrange(60)}",
+             None if rng.random() < 0.1 else {"clicks": rng.randrange(1000), "n": i})
+            for i in range(n)]  # fmt: skip
+
+
+def last_values(written: list[tuple[str, Any]]) -> dict[str, int]:
+    table: dict[str, int] = {}
+    for key, value in written:
+        if value is None:
+            table.pop(key, None)
+        else:
+            table[key] = value["n"]
+    return table
+
+
+def table(dsn: str, name: str = "users") -> dict[str, int]:
+    with psycopg.connect(dsn) as conn:
+        return dict(conn.execute(f"SELECT key, n FROM {name}").fetchall())
+
+
+def ends(brokers: str, topic: str) -> dict[int, int]:
+    offsets = EndOffsets(brokers, {})
+    try:
+        return {p: o for (_, p), o in offsets.high([(topic, p) for p in range(4)]).items()}
+    finally:
+        offsets.close()
+
+
+def test_a_sink_job_resumes_from_the_database_with_or_without_its_checkpoint(
+    spark: Any, brokers: str, new_topic: Callable[..., str], dsn: str, tmp_path: Path
+) -> None:
+    topic = new_topic(partitions=4)
+    upserts = PostgresSink(topic, JsonCodec(), dsn, table="users")
+    log = PostgresSink(topic, JsonCodec(), dsn, table="users_log", mode="append")
+    jobs = [SinkJob(s, brokers, spark=spark, checkpoint_dir=tmp_path / s.table,
+                    max_offsets_per_trigger=700) for s in (upserts, log)]  # fmt: skip
+    written = items(2_000, seed=1)
+    produce(brokers, topic, JsonCodec(), written)
+    for job in jobs:
+        run = job.run_until_caught_up(timeout=240)
+        assert run.records == 2_000 and run.already == 0 and run.batches >= 2
+        assert job.offsets() == ends(brokers, topic)
+    assert table(dsn) == last_values(written)
+
+    more = items(1_000, seed=2)  # the checkpoint lost: the database says where to resume
+    produce(brokers, topic, JsonCodec(), more)
+    for job in jobs:
+        shutil.rmtree(job.checkpoint_dir)
+        run = job.run_until_caught_up(timeout=240)
+        assert run.records == 1_000 and run.already == 0  # nothing read again
+    assert table(dsn) == last_values(written + more)
+
+    kept = {j.sink.table: tmp_path / f"{j.sink.table}-kept" for j in jobs}
+    for job in jobs:  # a checkpoint behind the database: its batches replay, nothing twice
+        shutil.copytree(job.checkpoint_dir, kept[job.sink.table])
+    last = items(500, seed=3)
+    produce(brokers, topic, JsonCodec(), last)
+    for job in jobs:
+        job.run_until_caught_up(timeout=240)
+        shutil.rmtree(job.checkpoint_dir)
+        shutil.copytree(kept[job.sink.table], job.checkpoint_dir)
+        run = job.run_until_caught_up(timeout=240)
+        assert run.records == 500 and run.already == 500
+        assert job.offsets() == ends(brokers, topic)
+    everything = written + more + last
+    assert table(dsn) == last_values(everything)
+    with psycopg.connect(dsn) as conn:
+        appended = conn.execute("SELECT count(*), count(DISTINCT (goka_partition, goka_offset)),"
+                                " count(*) FILTER (WHERE goka_deleted) FROM users_log").fetchone()  # fmt: skip
+    assert appended == (3_500, 3_500, sum(1 for _, v in everything if v is None))
+
+
+def test_goka_connect_runs_a_sink_and_reports_its_offsets(
+    brokers: str, new_topic: Callable[..., str], dsn: str, tmp_path: Path
+) -> None:
+    import json
+    import os
+    import subprocess
+    import sys
+
+    topic = new_topic(partitions=4)
+    written = items(800, seed=4)
+    produce(brokers, topic, JsonCodec(), written)
+    (tmp_path / "mysinks.py").write_text(
+        "from goka import JsonCodec\nfrom goka.connect import PostgresSink\n"
+        f"users = PostgresSink({topic!r}, JsonCodec(), {dsn!r}, table='users')\n"
+    )
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{Path.cwd()}",
+           "GOKA_BROKERS": brokers, "GOKA_CHECKPOINT": str(tmp_path / "checkpoint")}  # fmt: skip
+
+    def goka(*args: str) -> str:
+        done = subprocess.run([sys.executable, "-m", "goka", "connect", *args, "mysinks:users"],
+                              env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done.stdout
+
+    assert "lag 800" in goka("status")
+    assert "800 records" in goka("run", "--until-caught-up")
+    assert table(dsn) == last_values(written)
+    assert json.loads(goka("offsets", "--json")) == {
+        str(p): o for p, o in ends(brokers, topic).items()
+    }
+    status = json.loads(goka("status", "--json"))
+    assert [p["lag"] for p in status["partitions"]] == [0, 0, 0, 0]
+    assert "pass --yes" in goka("reset")
+    goka("reset", "--yes")
+    assert json.loads(goka("offsets", "--json")) == {}
+    assert not (tmp_path / "checkpoint").exists()
