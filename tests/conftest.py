@@ -21,7 +21,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 #: The tests that play ``--crash-sequences``.
 SERIES = ("test_a_series_of_generated_sequences_ends_exact",
-          "test_killed_timed_groups_end_with_exact_windows_and_final_results_once")  # fmt: skip
+          "test_killed_timed_groups_end_with_exact_windows_and_final_results_once",
+          "test_killed_sink_jobs_end_with_exact_tables")  # fmt: skip
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -15,6 +15,7 @@ import logging
 import shutil
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -68,6 +69,8 @@ class SinkJob:
         max_offsets_per_trigger: most records per micro-batch.
         chunk: most records per transaction.
         kafka_config: librdkafka settings.
+        writer: builds each task's writer (default :class:`PostgresWriter`; tests inject
+            faults through it).
 
     Raises:
         ConfigurationError: invalid settings.
@@ -78,6 +81,7 @@ class SinkJob:
         spark: SparkSession | None = None, master: str | None = None,
         trigger: str = "1 second", max_offsets_per_trigger: int | None = None,
         chunk: int = 50_000, kafka_config: dict[str, Any] | None = None,
+        writer: Callable[[PostgresSink], PostgresWriter] = PostgresWriter,
     ) -> None:  # fmt: skip
         if not isinstance(sink, PostgresSink):
             raise ConfigurationError(f"sink must be a PostgresSink, got {sink!r}")
@@ -89,7 +93,7 @@ class SinkJob:
         self.checkpoint_dir = str(checkpoint_dir)
         self.trigger, self.max_offsets = trigger, max_offsets_per_trigger
         self.kafka_config = dict(kafka_config or {})
-        self.task = SinkTask(sink, brokers, self.kafka_config, chunk=chunk)
+        self.task = SinkTask(sink, brokers, self.kafka_config, chunk=chunk, writer=writer)
         self._spark, self._master = spark, master
         self._query: StreamingQuery | None = None
         self._lock = threading.Lock()

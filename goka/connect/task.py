@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import base64
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from goka.connect.postgres import PostgresSink, PostgresWriter
+
 if TYPE_CHECKING:
     import pyarrow as pa
-
-    from goka.connect.postgres import PostgresSink
 
 __all__ = ["SINK_DDL", "SinkTask", "decode_task", "encode_task", "sink_ranges"]
 
@@ -27,13 +27,15 @@ SINK_DDL = (
 
 @dataclass(frozen=True)
 class SinkTask:
-    """What a sink job's tasks are given."""
+    """What a sink job's tasks are given (``writer`` builds a task's writer: tests inject
+    faults through it)."""
 
     sink: PostgresSink
     brokers: str
     kafka_config: dict[str, Any] = field(default_factory=dict)
     read_timeout: float = 120.0
     chunk: int = 50_000
+    writer: Callable[[PostgresSink], PostgresWriter] = PostgresWriter
 
 
 def encode_task(task: SinkTask) -> str:
@@ -54,7 +56,6 @@ def decode_task(text: str) -> SinkTask:
 def sink_ranges(task: SinkTask, partition: int,
                 ranges: Mapping[str, tuple[int, int]]) -> pa.RecordBatch:  # fmt: skip
     """Write ``partition``'s records in ``ranges`` (one topic: the sink's); one summary row."""
-    from goka.connect.postgres import PostgresWriter
     from goka.kafka.ranges import RangeReader
     from goka.processing.worker import Worker, frozen
 
@@ -65,8 +66,9 @@ def sink_ranges(task: SinkTask, partition: int,
                            lambda r: r.close())  # fmt: skip
     sink = task.sink
     writer = worker.client(
-        ("sink-writer", sink.dsn, sink.schema, sink.table, sink.name, sink.topic, sink.mode),
-        lambda: PostgresWriter(sink), lambda w: w.close(),
+        ("sink-writer", sink.dsn, sink.schema, sink.table, sink.name, sink.topic, sink.mode,
+         task.writer),
+        lambda: task.writer(sink), lambda w: w.close(),
     )  # fmt: skip
     start, end = ranges[task.sink.topic]
     totals = dict.fromkeys(("records", "upserted", "deleted", "appended", "already", "skipped",
