@@ -1,0 +1,235 @@
+"""Connectors against plain loops doing the same work, in the same run, on the embedded broker
+and a throwaway PostgreSQL server (``goka.dev.postgres``).
+
+PostgreSQL upsert sink: ``--messages`` JSON records (``{"clicks": n, "page": "/p.."}``) over
+``--keys`` keys in 4 partitions, tombstones among them, written by the sink job (``goka.connect.
+job.SinkJob``, local[2], a warm session) into a fresh table. The plain loop reads the same topic
+with one confluent-kafka consumer, decodes the JSON, and per 10,000 records runs one transaction:
+binary COPY into a temporary table, newest row per key upserted with ON CONFLICT, tombstones
+deleted. Rows/s are records over the whole write (the job: from start to caught up). Both
+tables are checked equal. Memory: the peak RSS of the job (this process and its Spark workers,
+the broker and PostgreSQL left out) and of the plain loop's process.
+
+The Parquet sink and the file source are not built yet: they are reported as such, and the
+ratio per run is the PostgreSQL one. The last line: ``connectors/plain: min X median Y max Z``.
+
+    python -m bench.connectors [--messages 1000000] [--keys 100000] [--runs 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import random
+import shutil
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import confluent_kafka
+import psycopg
+
+from bench.common import fresh_topic, summary
+from examples.click_count.demo import tree_memory
+from goka import JsonCodec
+from goka.connect import PostgresSink
+from goka.connect.job import SinkJob
+from goka.dev import EmbeddedBroker
+from goka.dev.postgres import LocalPostgres
+from goka.kafka.config import producer_config
+from goka.kafka.ranges import fast_fetch
+from goka.spark import build_session
+
+PARTITIONS = 4
+
+
+def fill(brokers: str, topic: str, messages: int, keys: int) -> None:
+    producer = confluent_kafka.Producer(producer_config(brokers, {"linger.ms": 20}))
+    rng = random.Random(11)
+    for i in range(messages):
+        key = f"user-{rng.randrange(keys)}".encode()
+        value = None if rng.random() < 0.05 else json.dumps(
+            {"clicks": i, "page": f"/p{rng.randrange(50)}"}).encode()  # fmt: skip
+        while True:
+            try:
+                producer.produce(topic, value, key)
+                break
+            except BufferError:
+                producer.poll(0.01)
+    assert producer.flush(120) == 0
+
+
+def plain(brokers: str, topic: str, dsn: str, messages: int) -> float:
+    """The plain loop; return its seconds."""
+    consumer = confluent_kafka.Consumer(fast_fetch(brokers, {}))  # as the sink's tasks read
+    consumer.assign([confluent_kafka.TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING)
+                     for p in range(PARTITIONS)])  # fmt: skip
+    conn = psycopg.connect(dsn)
+    conn.execute("CREATE TABLE plain (key text PRIMARY KEY, clicks bigint, page text, "
+                 "goka_offset bigint)")  # fmt: skip
+    conn.commit()
+    started, done, rows = time.monotonic(), 0, []
+
+    def write() -> None:
+        with conn.transaction():
+            conn.execute("CREATE TEMP TABLE tmp (key text, clicks bigint, page text, "
+                         "goka_offset bigint, deleted boolean) ON COMMIT DROP")  # fmt: skip
+            with conn.cursor().copy("COPY tmp FROM STDIN (FORMAT BINARY)") as copy:
+                copy.set_types(["text", "int8", "text", "int8", "bool"])
+                for row in rows:
+                    copy.write_row(row)
+            newest = "(SELECT DISTINCT ON (key) * FROM tmp ORDER BY key, goka_offset DESC) n"
+            conn.execute(f"DELETE FROM plain p USING {newest} WHERE n.deleted AND p.key = n.key")
+            conn.execute(f"INSERT INTO plain SELECT key, clicks, page, goka_offset FROM {newest} "
+                         "WHERE NOT n.deleted ON CONFLICT (key) DO UPDATE SET clicks = "
+                         "EXCLUDED.clicks, page = EXCLUDED.page, goka_offset = "
+                         "EXCLUDED.goka_offset")  # fmt: skip
+        rows.clear()
+
+    while done < messages:
+        for message in consumer.consume(10_000, 1.0):
+            if message.error():
+                continue
+            value = message.value()
+            decoded = None if value is None else json.loads(value)
+            rows.append((message.key().decode(), None if decoded is None else decoded["clicks"],
+                         None if decoded is None else decoded["page"], message.offset(),
+                         decoded is None))  # fmt: skip
+            done += 1
+            if len(rows) == 10_000:
+                write()
+    if rows:
+        write()
+    seconds = time.monotonic() - started
+    consumer.close()
+    conn.close()
+    return seconds
+
+
+class Peak:
+    """The peak RSS of a process tree, sampled every 0.2 s while running."""
+
+    def __init__(self, pid: int, leave_out: list[int]) -> None:
+        self.pid, self.leave_out, self.peak = pid, leave_out, 0.0
+        self._stop = threading.Event()
+        threading.Thread(target=self._sample, daemon=True).start()
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.2):
+            mine = _descendants(self.pid)
+            rss = tree_memory(self.pid)[0] - sum(
+                tree_memory(p)[0] for p in self.leave_out if p in mine
+            )
+            self.peak = max(self.peak, rss * 1024)
+
+    def stop(self) -> float:
+        self._stop.set()
+        return self.peak
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=1_000_000)
+    parser.add_argument("--keys", type=int, default=100_000)
+    parser.add_argument("--runs", type=int, default=2)
+    args = parser.parse_args()
+    ratios, lines = [], []
+    with EmbeddedBroker() as broker, LocalPostgres() as server:
+        brokers = broker.bootstrap
+        topic = fresh_topic(brokers, "sink", PARTITIONS)
+        fill(brokers, topic, args.messages, args.keys)
+        spark = build_session("bench-connectors", "local[2]")
+        spark.sparkContext.setLogLevel("ERROR")
+        state = Path(tempfile.mkdtemp(prefix="goka-bench-"))
+        pg_pids = [int(p) for p in os.listdir("/proc") if p.isdigit()
+                   and "postgres" in _cmdline(int(p))]  # fmt: skip
+        leave_out = [broker.pid or 0, *pg_pids]
+        try:  # warm: the workers and the first connection
+            warm = fresh_topic(brokers, "warm", PARTITIONS)
+            fill(brokers, warm, 1_000, 100)
+            SinkJob(PostgresSink(warm, JsonCodec(), server.dsn, table="warm"), brokers,
+                    spark=spark, checkpoint_dir=state / "warm").run_until_caught_up()  # fmt: skip
+            for run in range(1, args.runs + 1):
+                table = f"sink{run}"
+                job = SinkJob(PostgresSink(topic, JsonCodec(), server.dsn, table=table), brokers,
+                              spark=spark, checkpoint_dir=state / table)  # fmt: skip
+                peak = Peak(os.getpid(), leave_out)
+                started = time.monotonic()
+                job.run_until_caught_up()
+                sink_seconds, sink_rss = time.monotonic() - started, peak.stop()
+                with psycopg.connect(server.dsn, autocommit=True) as conn:
+                    conn.execute("DROP TABLE IF EXISTS plain")
+                plain_seconds, plain_rss = _in_a_process(brokers, topic, server.dsn,
+                                                         args.messages)  # fmt: skip
+                with psycopg.connect(server.dsn) as conn:
+                    query = (f"SELECT key, clicks, page FROM {table} EXCEPT SELECT key, clicks, "
+                             "page FROM plain")  # fmt: skip
+                    got = conn.execute(query).fetchall()
+                    count = conn.execute(f"SELECT count(*) FROM {table}").fetchone()
+                    want = conn.execute("SELECT count(*) FROM plain").fetchone()
+                assert not got and count == want, f"tables differ: {got[:3]}, {count} {want}"
+                ratio = plain_seconds / sink_seconds
+                ratios.append(ratio)
+                lines.append(
+                    f"run {run}: sink {args.messages / sink_seconds:,.0f} rows/s (peak RSS "
+                    f"{sink_rss / 2**20:,.0f} MB), plain {args.messages / plain_seconds:,.0f} "
+                    f"rows/s (peak RSS {plain_rss / 2**20:,.0f} MB): sink/plain {ratio:.2f}"
+                )
+                print(lines[-1], flush=True)
+        finally:
+            spark.stop()
+            shutil.rmtree(state, ignore_errors=True)
+    print(f"\n{args.messages:,} records over {args.keys:,} keys, {PARTITIONS} partitions, "
+          f"{args.runs} runs")  # fmt: skip
+    print(f"postgres upsert sink / plain: {summary(ratios)}")
+    print("parquet sink / pyarrow: not built yet; file source / emitter: not built yet")
+    print(f"connectors/plain: {summary(ratios)}")
+
+
+def _in_a_process(brokers: str, topic: str, dsn: str, messages: int) -> tuple[float, float]:
+    """The plain loop in a process of its own: its seconds and peak RSS."""
+    context = multiprocessing.get_context("spawn")
+    results = context.Queue()
+    process = context.Process(target=_plain_child, args=(brokers, topic, dsn, messages, results))
+    process.start()
+    assert process.pid is not None
+    peak = Peak(process.pid, [])
+    seconds = float(results.get(timeout=3_600))
+    process.join(60)
+    return seconds, peak.stop()
+
+
+def _plain_child(brokers: str, topic: str, dsn: str, messages: int, results: Any) -> None:
+    results.put(plain(brokers, topic, dsn, messages))
+
+
+def _descendants(pid: int) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = set(), [pid]
+    while todo:
+        current = todo.pop()
+        found.add(current)
+        todo.extend(children.get(current, []))
+    return found
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+if __name__ == "__main__":
+    main()
