@@ -37,12 +37,12 @@ from bench.common import fresh_topic, summary
 from examples.click_count.demo import tree_memory
 from goka import JsonCodec
 from goka.connect import PostgresSink
-from goka.connect.job import SinkJob
 from goka.dev import EmbeddedBroker
 from goka.dev.postgres import LocalPostgres
 from goka.kafka.config import producer_config
 from goka.kafka.ranges import fast_fetch
 from goka.spark import build_session
+from goka.spark.sink import SinkJob
 
 PARTITIONS = 4
 

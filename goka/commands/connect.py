@@ -73,7 +73,7 @@ def _checkpoint(args: argparse.Namespace) -> str:
 
 
 def _run(args: argparse.Namespace, stop: threading.Event) -> int:
-    from goka.connect.job import SinkJob
+    from goka.spark.sink import SinkJob
 
     job = SinkJob(load_sink(args.sink), brokers(args), checkpoint_dir=_checkpoint(args),
                   master=args.master, trigger=args.trigger,
@@ -136,7 +136,7 @@ def _offsets(args: argparse.Namespace, stop: threading.Event) -> int:
 
 
 def _reset(args: argparse.Namespace, stop: threading.Event) -> int:
-    from goka.connect.job import SinkJob
+    from goka.spark.sink import SinkJob
 
     sink = load_sink(args.sink)
     job = SinkJob(sink, "", checkpoint_dir=_checkpoint(args))

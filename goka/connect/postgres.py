@@ -32,22 +32,20 @@ timestamptz, numeric); a value that does not fit its column (another type, too l
 from __future__ import annotations
 
 import datetime as dt
-import decimal
 import logging
-import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
-from goka.codec import Codec
-from goka.errors import ConfigurationError, SinkError
+from goka.connect.columns import NAME, columns_of, copy_type, misfit, pg_type
+from goka.connect.sink import PostgresSink
+from goka.errors import SinkError
 
 __all__ = ["PostgresSink", "PostgresWriter", "SinkError", "WriteSummary"]
 
 log = logging.getLogger(__name__)
 
-Mode = Literal["upsert", "append"]
 #: A record as the readers give it: topic, offset, key, value, timestamp (ms), headers.
 Record = tuple[str, int, bytes | None, bytes | None, int, Any]
 #: A record to store: offset, key, timestamp (ms), columns (None: a tombstone).
@@ -55,75 +53,12 @@ Row = tuple[int, str, int, dict[str, Any] | None]
 #: A table's columns: name -> (type, maximum length).
 Columns = dict[str, tuple[str, int | None]]
 
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}\Z")
 #: Columns of every sink table (a value's field may not use these names).
 META = ("key", "goka_topic", "goka_partition", "goka_offset", "goka_timestamp", "goka_deleted")
 OFFSETS_DDL = """CREATE TABLE IF NOT EXISTS {table} (
     sink text NOT NULL, topic text NOT NULL, partition integer NOT NULL,
     next_offset bigint NOT NULL, updated_at timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (sink, topic, partition))"""
-
-
-@dataclass(frozen=True)
-class PostgresSink:
-    """A table topic materialised into a PostgreSQL table (see the module docstring).
-
-    Args:
-        topic: the table topic (a group table, or a stream with keys).
-        codec: decodes the values.
-        dsn: the libpq connection string (``host=... dbname=...``, or a URL).
-        table: the target table (created at the first write if ``create``).
-        mode: ``"upsert"`` (one row per key, deleted by a tombstone) or ``"append"`` (one row
-            per record).
-        mapper: ``mapper(key, value) -> dict`` of columns (default: a dict value's fields, or a
-            ``value`` column).
-        create: create the table and add columns for new fields; else the table must exist
-            with every column.
-        schema: the table's schema.
-        name: the sink's name in the offsets table (default: the table's).
-        offsets_table: where each partition's next offset is kept.
-        on_error: ``"fail"`` (default) or ``"skip"`` (logged and counted) for a record that
-            cannot be decoded, mapped or stored.
-
-    Raises:
-        ConfigurationError: an invalid name, mode, policy or mapper.
-    """
-
-    topic: str
-    codec: Codec[Any]
-    dsn: str
-    table: str
-    mode: Mode = "upsert"
-    mapper: Callable[[str, Any], Mapping[str, Any]] | None = None
-    create: bool = True
-    schema: str = "public"
-    name: str = ""
-    offsets_table: str = "goka_sink_offsets"
-    on_error: Literal["fail", "skip"] = "fail"
-
-    def __post_init__(self) -> None:
-        where = f"PostgreSQL sink of {self.topic!r}"
-        if not isinstance(self.topic, str) or not self.topic:
-            raise ConfigurationError(f"{where}: topic must be a non-empty str")
-        if not isinstance(self.codec, Codec):
-            raise ConfigurationError(f"{where}: codec must be a goka Codec, got {self.codec!r}")
-        for what in ("table", "schema", "offsets_table"):
-            if not _NAME.match(getattr(self, what)):
-                found = getattr(self, what)
-                raise ConfigurationError(f"{where}: {what} must be a plain SQL name (letters, "
-                                         f"digits, _; 63 at most), got {found!r}")  # fmt: skip
-        if self.mode not in ("upsert", "append"):
-            raise ConfigurationError(f"{where}: mode must be 'upsert' or 'append', "
-                                     f"got {self.mode!r}")  # fmt: skip
-        if self.on_error not in ("fail", "skip"):
-            raise ConfigurationError(f"{where}: on_error must be 'fail' or 'skip', "
-                                     f"got {self.on_error!r}")  # fmt: skip
-        if self.mapper is not None and not callable(self.mapper):
-            raise ConfigurationError(f"{where}: mapper must be callable(key, value)")
-        if not isinstance(self.dsn, str) or not self.dsn:
-            raise ConfigurationError(f"{where}: dsn must be a libpq connection string")
-        if not self.name:
-            object.__setattr__(self, "name", self.table)
 
 
 @dataclass
@@ -242,13 +177,13 @@ class PostgresWriter:
                     rows.append((offset, key, timestamp, None))
                     continue
                 value = sink.codec.decode(raw_value)
-                columns = dict(sink.mapper(key, value)) if sink.mapper else _columns(value)
+                columns = dict(sink.mapper(key, value)) if sink.mapper else columns_of(value)
                 for name, item in columns.items():
-                    if name in META or not _NAME.match(name):
+                    if name in META or not NAME.match(name):
                         raise ValueError(f"column {name!r} is reserved or not a plain SQL name "
                                          "(use a mapper)")  # fmt: skip
                     if item is not None:
-                        types.setdefault(name, _pg_type(item, name))
+                        types.setdefault(name, pg_type(item, name))
                 rows.append((offset, key, timestamp, columns))
             except Exception as exc:
                 why = (f"topic {topic!r} partition {partition} offset {offset}: "
@@ -335,7 +270,7 @@ class PostgresWriter:
                 if item is None:
                     continue
                 kind, length = columns[name]
-                problem = _misfit(item, kind, length)
+                problem = misfit(item, kind, length)
                 if problem:
                     raise SinkError(
                         f"PostgreSQL sink {self.sink.name!r}: topic {self.sink.topic!r} "
@@ -355,7 +290,7 @@ class PostgresWriter:
         if sink.mode == "append":
             meta.insert(1, "goka_topic")
         names = meta + values
-        kinds = [_copy_type(columns[c][0]) if c in columns else "boolean" for c in names]
+        kinds = [copy_type(columns[c][0]) if c in columns else "boolean" for c in names]
         json = [i for i, c in enumerate(names) if kinds[i] in ("jsonb", "json")]
         conn.execute("CREATE TEMP TABLE IF NOT EXISTS goka_in (LIKE "
                      f"{self._target().as_string(conn)}) ON COMMIT DROP")  # fmt: skip
@@ -440,71 +375,3 @@ class PostgresWriter:
         from psycopg import sql
 
         return sql.Identifier(self.sink.schema, self.sink.offsets_table)
-
-
-def _columns(value: Any) -> dict[str, Any]:
-    """The columns of a decoded value: a dict's fields, else one ``value`` column."""
-    if isinstance(value, dict):
-        return value
-    return {"value": value}
-
-
-def _pg_type(value: Any, name: str) -> str:
-    """The column type a value asks for."""
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "bigint"
-    if isinstance(value, float):
-        return "double precision"
-    if isinstance(value, decimal.Decimal):
-        return "numeric"
-    if isinstance(value, str):
-        return "text"
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return "bytea"
-    if isinstance(value, dt.datetime):
-        return "timestamp with time zone"
-    if isinstance(value, dt.date):
-        return "date"
-    if isinstance(value, (dict, list)):
-        return "jsonb"
-    raise ValueError(f"column {name!r}: no PostgreSQL type for {type(value).__name__} values")
-
-
-#: What each column type (information_schema's ``data_type``) takes.
-_TAKES: dict[str, tuple[type, ...]] = {
-    "bigint": (int,), "integer": (int,), "smallint": (int,),
-    "double precision": (int, float), "real": (int, float),
-    "numeric": (int, float, decimal.Decimal),
-    "text": (str,), "character varying": (str,), "character": (str,),
-    "bytea": (bytes, bytearray, memoryview), "boolean": (bool,),
-    "jsonb": (dict, list, str, int, float, bool), "json": (dict, list, str, int, float, bool),
-    "timestamp with time zone": (dt.datetime,), "timestamp without time zone": (dt.datetime,),
-    "date": (dt.date,),
-}  # fmt: skip
-_RANGES = {"integer": 2**31, "smallint": 2**15, "bigint": 2**63}
-
-
-def _misfit(value: Any, kind: str, length: int | None) -> str:
-    """Why ``value`` does not fit a column of ``kind`` (empty: it fits)."""
-    takes = _TAKES.get(kind)
-    if takes is None:
-        return f"is a type the sink does not write (a {type(value).__name__} value)"
-    if isinstance(value, bool) and bool not in takes:
-        return "takes no bool value"
-    if not isinstance(value, takes):
-        return f"takes no {type(value).__name__} value ({value!r:.60})"
-    bound = _RANGES.get(kind)
-    if bound is not None and isinstance(value, int) and not -bound <= value < bound:
-        return f"takes no {value} (out of range)"
-    if length is not None and isinstance(value, str) and len(value) > length:
-        return f"takes at most {length} characters, got {len(value)}"
-    return ""
-
-
-def _copy_type(kind: str) -> str:
-    """The type name ``COPY ... (FORMAT BINARY)`` is given for a column."""
-    return {"timestamp with time zone": "timestamptz",
-            "timestamp without time zone": "timestamp", "character varying": "varchar",
-            "character": "bpchar", "double precision": "float8"}.get(kind, kind)  # fmt: skip

@@ -5,7 +5,6 @@ configuration; the worker keeps one reader and one database connection per sink.
 
 from __future__ import annotations
 
-import base64
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -40,15 +39,15 @@ class SinkTask:
 
 def encode_task(task: SinkTask) -> str:
     """``task`` as a source option (pickled with the sink's codec and mapper)."""
-    from pyspark import cloudpickle
+    from goka.spark.task import encode_payload
 
-    return base64.b64encode(cloudpickle.dumps(task)).decode("ascii")  # type: ignore[no-untyped-call]
+    return encode_payload(task)
 
 
 def decode_task(text: str) -> SinkTask:
-    from pyspark import cloudpickle
+    from goka.spark.task import decode_payload
 
-    task = cloudpickle.loads(base64.b64decode(text))
+    task = decode_payload(text)
     assert isinstance(task, SinkTask), type(task)
     return task
 

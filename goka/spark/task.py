@@ -38,7 +38,9 @@ log = logging.getLogger(__name__)
 __all__ = [
     "READY_DDL",
     "decode_config",
+    "decode_payload",
     "encode_config",
+    "encode_payload",
     "process_epoch",
     "process_ranges",
     "ready_worker",
@@ -50,6 +52,17 @@ def encode_config(config: TaskConfig) -> str:
     """``config`` as a source option (pickled with the graph's callbacks and codecs)."""
     pickled: bytes = cloudpickle.dumps(config)  # type: ignore[no-untyped-call]
     return base64.b64encode(pickled).decode("ascii")
+
+
+def encode_payload(payload: object) -> str:
+    """Any task payload (a sink's, say) as a source option, pickled like a configuration."""
+    pickled: bytes = cloudpickle.dumps(payload)  # type: ignore[no-untyped-call]
+    return base64.b64encode(pickled).decode("ascii")
+
+
+def decode_payload(text: str) -> object:
+    """What :func:`encode_payload` encoded."""
+    return cloudpickle.loads(base64.b64decode(text))
 
 
 def decode_config(text: str) -> TaskConfig:

@@ -17,8 +17,8 @@ from typing import Any
 
 from goka import JsonCodec
 from goka.connect import PostgresSink, PostgresWriter
-from goka.connect.job import SinkJob
 from goka.logs import configure
+from goka.spark.sink import SinkJob
 from tests.spark.crash import Kill
 
 POINTS = ("copy", "before-commit", "after-commit")

@@ -16,8 +16,8 @@ import pytest
 
 from goka import JsonCodec
 from goka.connect import PostgresSink
-from goka.connect.job import SinkJob
 from goka.kafka.offsets import EndOffsets
+from goka.spark.sink import SinkJob
 
 from ..helpers import produce
 

@@ -4,6 +4,7 @@ paging through a prefix scan, keys that are HTML), and the emitter status helper
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import signal
 import subprocess
@@ -92,14 +93,12 @@ def test_table_browser_finds_keys_pages_scans_and_shows_html_as_text(
         driver.get(f"{url}/browse?table={table}")
         driver.find_element(By.ID, "prefix").send_keys("user-")
         driver.find_element(By.ID, "scan-button").click()
-        pages = []
-        while True:
-            keys = [row[0] for row in rows(driver, "entries")]
-            pages.append(keys)
-            found = driver.find_elements(By.ID, "next")
-            if not found:
+        pages: list[list[str]] = []
+        while True:  # each page is rendered by a script: await it, then its next button
+            pages.append(wait_for(functools.partial(new_page, driver, pages[-1] if pages else []),
+                                  what="the next page of the scan"))  # fmt: skip
+            if not click_next(driver):
                 break
-            found[0].click()
         assert [len(p) for p in pages] == [20, 20, 5]
         assert [key for page in pages for key in page] == [f"user-{i:02d}" for i in range(45)]
         driver.save_screenshot(str(tmp_path / "table-browser-scan.png"))
@@ -160,3 +159,27 @@ def test_emitter_status_for_flask_and_asgi(brokers: str, new_topic: Callable[...
         assert sent[0]["status"] == 404
     started = time.monotonic()
     assert emitter.status()["closed"] and time.monotonic() - started < 1
+
+
+def new_page(driver: Any, shown: list[str]) -> list[str]:
+    """The keys of the scan's page, once they are not ``shown`` (empty: not yet)."""
+    keys = [row[0] for row in rows(driver, "entries")]
+    return keys if keys != shown else []
+
+
+def click_next(driver: Any) -> bool:
+    """Click the scan's next button; False if there is none. The tables are redrawn every two
+    seconds: a button replaced between finding and clicking it is found again."""
+    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.webdriver.common.by import By
+
+    for _ in range(5):
+        found = driver.find_elements(By.ID, "next")
+        if not found:
+            return False
+        try:
+            found[0].click()
+            return True
+        except StaleElementReferenceException:
+            continue
+    raise AssertionError("the next button was replaced five times in a row")
