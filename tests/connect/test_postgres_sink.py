@@ -223,3 +223,21 @@ def test_invalid_declarations_fail_at_once(options: dict[str, Any], message: str
     settings = {"table": "users", **options}
     with pytest.raises(ConfigurationError, match=message):
         PostgresSink("users", JsonCodec(), "dbname=x", **settings)
+
+
+def test_the_click_count_example_sink_loads_from_the_command_line_spec(
+    dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from goka.commands.connect import load_sink
+
+    monkeypatch.setenv("CLICKS_DSN", dsn)
+    sink = load_sink("examples.click_count.sinks:clicks")
+    assert (sink.topic, sink.table, sink.mode, sink.dsn) == (
+        "clicks-table",
+        "clicks",
+        "upsert",
+        dsn,
+    )
+    with PostgresWriter(sink) as writer:
+        writer.write(0, [("clicks-table", 0, b"user-01", b"3", T0, None)], 1)
+    assert rows(dsn, "SELECT key, value FROM clicks") == [("user-01", 3)]
