@@ -120,10 +120,7 @@ class Peak:
 
     def _sample(self) -> None:
         while not self._stop.wait(0.2):
-            mine = _descendants(self.pid)
-            rss = tree_memory(self.pid)[0] - sum(
-                tree_memory(p)[0] for p in self.leave_out if p in mine
-            )
+            rss = tree_memory(self.pid)[0] - sum(tree_memory(p)[0] for p in self.leave_out)
             self.peak = max(self.peak, rss * 1024)
 
     def stop(self) -> float:
@@ -145,9 +142,7 @@ def main() -> None:
         spark = build_session("bench-connectors", "local[2]")
         spark.sparkContext.setLogLevel("ERROR")
         state = Path(tempfile.mkdtemp(prefix="goka-bench-"))
-        pg_pids = [int(p) for p in os.listdir("/proc") if p.isdigit()
-                   and "postgres" in _cmdline(int(p))]  # fmt: skip
-        leave_out = [broker.pid or 0, *pg_pids]
+        leave_out = [broker.pid or 0]  # (PostgreSQL's server is not below this process)
         try:  # warm: the workers and the first connection
             warm = fresh_topic(brokers, "warm", PARTITIONS)
             fill(brokers, warm, 1_000, 100)
@@ -205,30 +200,6 @@ def _in_a_process(brokers: str, topic: str, dsn: str, messages: int) -> tuple[fl
 
 def _plain_child(brokers: str, topic: str, dsn: str, messages: int, results: Any) -> None:
     results.put(plain(brokers, topic, dsn, messages))
-
-
-def _descendants(pid: int) -> set[int]:
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(entry.name))
-    found, todo = set(), [pid]
-    while todo:
-        current = todo.pop()
-        found.add(current)
-        todo.extend(children.get(current, []))
-    return found
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
-    except OSError:
-        return ""
 
 
 if __name__ == "__main__":

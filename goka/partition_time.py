@@ -32,6 +32,7 @@ from goka.timekeeping import (
     Journal,
     Overlay,
     Section,
+    close_key,
     composite,
     decode_composite,
     decode_timer,
@@ -373,7 +374,7 @@ class PartitionTime:
         rows.put(stored, value)
         if value is None or created:
             close_at = min(end + self._graces[name], MAX_TIME)
-            index = f"c{close_at:015d}{row}"  # close_key, inline: once per window
+            index = close_key(close_at, row)
             closing = self._closing.get(name)
             if value is None:
                 self._expiring[name].remove(index)

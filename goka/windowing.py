@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from goka.timekeeping import MAX_TIME, decode_composite
+from goka.timekeeping import MAX_TIME, composite, decode_composite
 from goka.windows import Session, Window
 
 if TYPE_CHECKING:
@@ -122,7 +122,7 @@ class Windows:
         decode, encode = edge.codec.decode, edge.codec.encode
         emit = edge.output if edge.emit == "update" else None
         for window in self._windows:  # the hot path of a windowed group: each row read once
-            row = f"{key}@{window[0]:015d}-{window[1]:015d}"  # composite(), inline
+            row = composite(key, window.start, window.end)
             raw = rows.get("w" + row)
             value = change(None if raw is None else decode(raw))
             time._window_row(name, row, encode(value), source, window.end, raw is not None)

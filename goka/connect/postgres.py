@@ -90,7 +90,6 @@ class PostgresWriter:
     def __init__(self, sink: PostgresSink, *, retries: int = 8) -> None:
         self.sink, self.retries = sink, retries
         self._conn: Any = None
-        self._columns: Columns | None = None  # name -> type, length
 
     # -- the database ----------------------------------------------------------------------------
     def _connect(self) -> Any:
@@ -98,7 +97,6 @@ class PostgresWriter:
 
         if self._conn is None or self._conn.closed:
             self._conn = psycopg.connect(self.sink.dsn, autocommit=False)
-            self._columns = None
             with self._conn.transaction():
                 self._conn.execute(self._sql(OFFSETS_DDL, table=self._offsets()))
         return self._conn
@@ -251,7 +249,6 @@ class PostgresWriter:
             summary.added_columns.append(name)
         if missing:
             columns = self._read_columns(conn)
-        self._columns = columns
         return columns
 
     def _read_columns(self, conn: Any) -> Columns:

@@ -39,8 +39,9 @@ from goka.kafka.producer import Producer
 from goka.kafka.reader import RecordReader
 from goka.keys import key_bytes
 from goka.storage import Storage, WriteBatch
-from goka.timekeeping import DIGITS, section_rows, stream_time_key
-from goka.windowing import WINDOW_END, WINDOW_NAME, WINDOW_START
+from goka.timekeeping import DIGITS, decode_composite, section_rows, stream_time_key
+from goka.windowing import headers
+from goka.windows import Window
 
 __all__ = ["FINAL_ID", "Finals", "delivered_key"]
 
@@ -146,11 +147,11 @@ class Finals:
         produce, poll, group = self.producer.produce, self.producer.poll, self.group
         tables = {
             name: (edge, store.section(edge.topic).get, edge.codec.decode, edge.output,
-                   self.graph.outputs[edge.output].codec.encode, name.encode())
+                   self.graph.outputs[edge.output].codec.encode)
             for name, edge in self.edges.items() if edge.output is not None
         }  # fmt: skip
         for name, index in self._closed(store, marks):  # the hot loop: a row per result
-            edge, read, decode, topic, encode, named = tables[name]
+            edge, read, decode, topic, encode = tables[name]
             row = index[1 + DIGITS :]
             raw = read("w" + row)
             if raw is None:
@@ -162,15 +163,13 @@ class Finals:
             ident = f"{group}/{self.partition}/{name}/{row}"
             if ident in found:
                 continue
-            # the row is <key>@<start>-<end> (decode_composite), the times DIGITS wide
-            start = row[-2 * DIGITS - 1 : -DIGITS - 1].lstrip("0") or "0"
+            key, start, end = decode_composite(row)
             sent: list[tuple[str, str | bytes | None]] = [
-                (WINDOW_NAME, named), (WINDOW_START, start.encode()),
-                (WINDOW_END, (row[-DIGITS:].lstrip("0") or "0").encode()),
+                *headers(name, Window(start, end)),
                 (FINAL_ID, ident.encode()),
-            ]  # fmt: skip
-            produce(topic, encode(decode(raw)), key_bytes(row[: -2 * DIGITS - 2]),
-                    on_delivery=delivered, headers=sent, timestamp=close_at)  # fmt: skip
+            ]
+            produce(topic, encode(decode(raw)), key_bytes(key), on_delivery=delivered,
+                    headers=sent, timestamp=close_at)  # fmt: skip
             produced += 1
             if produced % 10_000 == 0:
                 poll(0)

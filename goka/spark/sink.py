@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from goka.connect.postgres import PostgresSink, PostgresWriter
 from goka.connect.task import SinkTask, encode_task
-from goka.errors import ConfigurationError, ProcessorFailed
+from goka.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -31,6 +31,10 @@ if TYPE_CHECKING:
 __all__ = ["SinkJob", "SinkTotals"]
 
 log = logging.getLogger(__name__)
+
+
+#: The counts of a task's row (:data:`goka.connect.task.SINK_DDL`) summed in totals.
+_COUNTS = ("records", "upserted", "deleted", "appended", "already", "skipped", "writes")
 
 
 @dataclass
@@ -47,6 +51,15 @@ class SinkTotals:
     writes: int = 0
     last_batch_at: float = 0.0
     ends: dict[int, int] = field(default_factory=dict)
+
+    def add(self, rows: list[Any]) -> None:
+        """Add a batch's rows (one per task)."""
+        self.batches += 1
+        for row in rows:
+            for name in _COUNTS:
+                setattr(self, name, getattr(self, name) + int(row[name]))
+            self.ends[int(row["partition"])] = int(row["end_offset"])
+        self.last_batch_at = time.time()
 
     def describe(self) -> str:
         """One line."""
@@ -98,6 +111,7 @@ class SinkJob:
         self._query: StreamingQuery | None = None
         self._lock = threading.Lock()
         self.totals = SinkTotals()
+        self._run: SinkTotals | None = None  # the run of run_until_caught_up, if one runs
 
     # -- the database's side ---------------------------------------------------------------------
     def offsets(self) -> dict[int, int]:
@@ -127,13 +141,11 @@ class SinkJob:
         Raises:
             SinkError, ProcessorFailed: a task failed (nothing of its transaction is stored).
         """
-        before = SinkTotals(**{**vars(self.totals), "ends": dict(self.totals.ends)})
-        query = self._start(available_now=True)
-        self._wait(query, timeout)
-        run = SinkTotals(ends=dict(self.totals.ends), last_batch_at=self.totals.last_batch_at)
-        for name in ("batches", "records", "upserted", "deleted", "appended", "already",
-                     "skipped", "writes"):  # fmt: skip
-            setattr(run, name, getattr(self.totals, name) - getattr(before, name))
+        run = self._run = SinkTotals()
+        try:
+            self._wait(self._start(available_now=True), timeout)
+        finally:
+            self._run = None
         return run
 
     def run(self, timeout: float | None = None) -> None:
@@ -189,14 +201,9 @@ class SinkJob:
     def _on_batch(self, frame: DataFrame, batch_id: int) -> None:
         rows = frame.collect()
         with self._lock:
-            totals = self.totals
-            totals.batches += 1
-            for row in rows:
-                for name in ("records", "upserted", "deleted", "appended", "already",
-                             "skipped", "writes"):  # fmt: skip
-                    setattr(totals, name, getattr(totals, name) + int(row[name]))
-                totals.ends[int(row["partition"])] = int(row["end_offset"])
-            totals.last_batch_at = time.time()
+            self.totals.add(rows)
+            if self._run is not None:
+                self._run.add(rows)
         records, writes = sum(int(r["records"]) for r in rows), sum(int(r["writes"]) for r in rows)
         log.info("sink %s batch %d: %d records in %d transactions", self.sink.name, batch_id,
                  records, writes)  # fmt: skip
@@ -215,5 +222,3 @@ class SinkJob:
                 query.stop()
             with self._lock:
                 self._query = None
-        if query.exception() is not None:  # pragma: no cover (awaitTermination raised it)
-            raise ProcessorFailed(str(query.exception()))

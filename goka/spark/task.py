@@ -50,8 +50,7 @@ __all__ = [
 
 def encode_config(config: TaskConfig) -> str:
     """``config`` as a source option (pickled with the graph's callbacks and codecs)."""
-    pickled: bytes = cloudpickle.dumps(config)  # type: ignore[no-untyped-call]
-    return base64.b64encode(pickled).decode("ascii")
+    return encode_payload(config)
 
 
 def encode_payload(payload: object) -> str:
@@ -66,7 +65,7 @@ def decode_payload(text: str) -> object:
 
 
 def decode_config(text: str) -> TaskConfig:
-    config = cloudpickle.loads(base64.b64decode(text))
+    config = decode_payload(text)
     assert isinstance(config, TaskConfig), type(config)
     return config
 

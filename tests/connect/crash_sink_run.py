@@ -19,7 +19,7 @@ from goka import JsonCodec
 from goka.connect import PostgresSink, PostgresWriter
 from goka.logs import configure
 from goka.spark.sink import SinkJob
-from tests.spark.crash import Kill
+from tests.spark.crash import Kill, add_kill_arguments, kill_of
 
 POINTS = ("copy", "before-commit", "after-commit")
 
@@ -56,12 +56,10 @@ def main() -> None:
         parser.add_argument(name)
     parser.add_argument("--max-offsets", type=int, default=None)
     parser.add_argument("--chunk", type=int, default=50_000)
-    parser.add_argument("--kill", choices=POINTS)
-    parser.add_argument("--nth", type=int, default=1)
-    parser.add_argument("--marker", default="")
+    add_kill_arguments(parser, POINTS)
     args = parser.parse_args()
     configure("INFO", "text")
-    kill = Kill(args.kill, args.nth, args.marker) if args.kill else None
+    kill = kill_of(args)
     writer = functools.partial(KillingWriter, kill=kill) if kill else PostgresWriter
     spark = None
     for sink in sinks(args.topic, args.dsn):

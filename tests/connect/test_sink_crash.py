@@ -10,11 +10,9 @@ plays a series from ``--crash-seed`` on, one line per trial.
 
 from __future__ import annotations
 
-import os
 import random
 import shutil
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -28,7 +26,8 @@ from goka import JsonCodec
 from goka.kafka.offsets import EndOffsets
 
 from ..helpers import produce
-from ..spark.crash import kill_session
+from ..spark.crash import kill_session, run_killable
+from .records import last_values
 
 pytestmark = [pytest.mark.postgres, pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow]
 
@@ -62,34 +61,24 @@ def trial(seed: int, brokers: str, topic: str, dsn: str, work: Path) -> tuple[in
                      "--marker", str(work / f"killed-{number}")]  # fmt: skip
         command = [sys.executable, "-m", "tests.connect.crash_sink_run", brokers, topic, dsn,
                    str(work / "checkpoints"), *args]  # fmt: skip
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        with subprocess.Popen(command, env=env, cwd=ROOT, text=True, start_new_session=True,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) as process:  # fmt: skip
-            try:
-                if point == "outside":
-                    time.sleep(rng.uniform(3.0, 12.0))
-                    kill_session(process.pid)
-                _, err = process.communicate(timeout=400)
-            except subprocess.TimeoutExpired:
-                kill_session(process.pid)
-                _, err = process.communicate()
-        (work / f"run-{number}.log").write_text(err)
-        killed = process.returncode == -signal.SIGKILL
-        if process.returncode not in (0, -signal.SIGKILL) or (last and killed):
-            raise AssertionError(f"seed {seed} run {number} {args} exited with "
-                                 f"{process.returncode}:\n{err[-4000:]}")  # fmt: skip
+
+        def outside(pid: int, point: str | None = point) -> None:
+            if point == "outside":
+                time.sleep(rng.uniform(3.0, 12.0))
+                kill_session(pid)
+
+        code, err = run_killable(command, ROOT, work / f"run-{number}.log", meanwhile=outside)
+        killed = code == -signal.SIGKILL
+        if code not in (0, -signal.SIGKILL) or (last and killed):
+            raise AssertionError(f"seed {seed} run {number} {args} exited with {code}:\n"
+                                 f"{err[-4000:]}")  # fmt: skip
         kills += killed
         log.append(f"{point or 'no kill'} {' '.join(args[:4])}: "
                    f"{'killed' if killed else 'caught up'}")  # fmt: skip
         if last:
             break
     runs = f"{'; '.join(log)}; logs: {work}"
-    want: dict[str, int] = {}
-    for key, value in written:
-        if value is None:
-            want.pop(key, None)
-        else:
-            want[key] = value["n"]
+    want = last_values(written)
     with psycopg.connect(dsn) as conn:
         got = dict(conn.execute("SELECT key, n FROM users").fetchall())
         appended = conn.execute(

@@ -20,6 +20,7 @@ from goka.kafka.offsets import EndOffsets
 from goka.spark.sink import SinkJob
 
 from ..helpers import produce
+from .records import last_values
 
 pytestmark = [pytest.mark.postgres, pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow]
 
@@ -29,16 +30,6 @@ def items(n: int, seed: int) -> list[tuple[str, Any]]:
     return [(f"user-{rng.randrange(60)}",
              None if rng.random() < 0.1 else {"clicks": rng.randrange(1000), "n": i})
             for i in range(n)]  # fmt: skip
-
-
-def last_values(written: list[tuple[str, Any]]) -> dict[str, int]:
-    table: dict[str, int] = {}
-    for key, value in written:
-        if value is None:
-            table.pop(key, None)
-        else:
-            table[key] = value["n"]
-    return table
 
 
 def table(dsn: str, name: str = "users") -> dict[str, int]:

@@ -7,10 +7,13 @@ process of its session: driver, JVM, Python daemon and workers) at a named point
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import signal
+import subprocess
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,6 +66,35 @@ class Kill:
             return  # killed once already
         Path(self.marker).write_text(point)
         kill_session(os.getsid(0))
+
+
+def add_kill_arguments(parser: argparse.ArgumentParser, points: tuple[str, ...]) -> None:
+    """``--kill POINT --nth N --marker FILE`` of a program under test."""
+    parser.add_argument("--kill", choices=points)
+    parser.add_argument("--nth", type=int, default=1)
+    parser.add_argument("--marker", default="")
+
+
+def kill_of(args: argparse.Namespace) -> Kill | None:
+    """The :class:`Kill` the arguments of :func:`add_kill_arguments` ask for, if any."""
+    return Kill(args.kill, args.nth, args.marker) if args.kill else None
+
+
+def run_killable(command: list[str], cwd: Path, log: Path, *,
+                 meanwhile: Callable[[int], object] = lambda pid: None) -> tuple[int, str]:  # fmt: skip
+    """Run ``command`` in a session of its own (``meanwhile(pid)`` runs while it does: it may
+    kill it), at most 400 s; keep its stderr in ``log``; return its exit code and stderr."""
+    env = {**os.environ, "PYTHONPATH": str(cwd)}
+    with subprocess.Popen(command, env=env, cwd=cwd, text=True, start_new_session=True,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE) as process:  # fmt: skip
+        try:
+            meanwhile(process.pid)
+            _, err = process.communicate(timeout=400)
+        except subprocess.TimeoutExpired:
+            kill_session(process.pid)
+            _, err = process.communicate()
+    log.write_text(err)  # kept with the stores if the trial fails
+    return process.returncode, err
 
 
 class _Producer:

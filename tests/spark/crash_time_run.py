@@ -13,7 +13,7 @@ import time
 
 from goka.logs import configure
 from goka.spark import Processor
-from tests.spark.crash import POINTS, Kill, builders
+from tests.spark.crash import POINTS, add_kill_arguments, builders, kill_of
 from tests.spark.timed import timed_graph
 
 
@@ -24,12 +24,10 @@ def main() -> None:
     parser.add_argument("--mode", choices=("available-now", "continuous"), default="available-now")
     parser.add_argument("--max-offsets", type=int, default=None)
     parser.add_argument("--fire-budget", type=int, default=10_000)
-    parser.add_argument("--kill", choices=POINTS)
-    parser.add_argument("--nth", type=int, default=1)
-    parser.add_argument("--marker", default="")
+    add_kill_arguments(parser, POINTS)
     args = parser.parse_args()
     configure("INFO", "text")
-    kill = Kill(args.kill, args.nth, args.marker) if args.kill else None
+    kill = kill_of(args)
     processor = Processor(
         timed_graph(args.topic), args.brokers, state_dir=args.state,
         checkpoint_dir=args.checkpoint, max_offsets_per_trigger=args.max_offsets,

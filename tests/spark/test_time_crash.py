@@ -12,11 +12,9 @@ The suite plays seeds 1 and 404; ``pytest tests/spark/test_time_crash.py --crash
 
 from __future__ import annotations
 
-import os
 import random
 import shutil
 import signal
-import subprocess
 import sys
 from collections import Counter
 from collections.abc import Callable
@@ -28,7 +26,7 @@ from goka import Int64Codec, JsonCodec
 from goka.view import View
 
 from ..helpers import produce
-from .crash import kill_session
+from .crash import run_killable
 from .timed import events, finals_of, read_topic, reference, timed_graph
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow]
@@ -64,19 +62,11 @@ def trial(seed: int, brokers: str, topic: str, work: Path) -> tuple[int, int, li
                      "--marker", str(work / f"killed-{number}")]  # fmt: skip
         command = [sys.executable, "-m", "tests.spark.crash_time_run", brokers, topic,
                    str(work / f"machine-{machine}"), str(work / "checkpoint"), *args]  # fmt: skip
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        with subprocess.Popen(command, env=env, cwd=ROOT, text=True, start_new_session=True,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) as process:  # fmt: skip
-            try:
-                _, err = process.communicate(timeout=400)
-            except subprocess.TimeoutExpired:
-                kill_session(process.pid)
-                _, err = process.communicate()
-        (work / f"run-{number}.log").write_text(err)  # kept with the stores if the trial fails
-        killed = process.returncode == -signal.SIGKILL
-        if process.returncode not in (0, -signal.SIGKILL) or (last and killed):
-            raise AssertionError(f"seed {seed} run {number} {args} exited with "
-                                 f"{process.returncode}:\n{err[-4000:]}")  # fmt: skip
+        code, err = run_killable(command, ROOT, work / f"run-{number}.log")
+        killed = code == -signal.SIGKILL
+        if code not in (0, -signal.SIGKILL) or (last and killed):
+            raise AssertionError(f"seed {seed} run {number} {args} exited with {code}:\n"
+                                 f"{err[-4000:]}")  # fmt: skip
         kills += killed
         log.append(f"{mode} machine {machine} budget {args[5]} {' '.join(args[6:8])}: "
                    f"{'killed' if killed else 'caught up'}")  # fmt: skip
