@@ -16,19 +16,20 @@ __all__ = ["load_sink", "register"]
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    connect = commands.add_parser("connect", help="run sinks: tables into databases")
+    connect = commands.add_parser("connect", help="run sinks: tables into databases and files")
     sub = connect.add_subparsers(dest="connect_command", required=True, metavar="COMMAND")
-    run = sub.add_parser("run", help="write the sink's topic to its table, as a Spark job")
-    status = sub.add_parser("status", help="each partition's position in the database, the "
+    run = sub.add_parser("run", help="write the sink's topic to its table or files, as a Spark "
+                         "job")  # fmt: skip
+    status = sub.add_parser("status", help="each partition's position in the target, the "
                             "topic's end and the lag")  # fmt: skip
-    offsets = sub.add_parser("offsets", help="each partition's next offset, as the database "
-                             "says")  # fmt: skip
-    reset = sub.add_parser("reset", help="forget the database's offsets and the checkpoint: the "
+    offsets = sub.add_parser("offsets", help="each partition's next offset, as the target (the "
+                             "database, the manifest) says")  # fmt: skip
+    reset = sub.add_parser("reset", help="forget the target's offsets and the checkpoint: the "
                            "next run starts over")  # fmt: skip
     for parser in (run, status, offsets, reset):
         parser.add_argument("sink", metavar="MODULE:SINK",
-                            help="the sink, a goka.connect.PostgresSink (or a function "
-                            "returning one)")  # fmt: skip
+                            help="the sink, a goka.connect.PostgresSink or ParquetSink (or a "
+                            "function returning one)")  # fmt: skip
     for parser in (run, status):
         add_brokers(parser)
     for parser in (run, reset):
@@ -53,16 +54,17 @@ def load_sink(spec: str) -> Any:
     Raises:
         UsageError: not ``module:attribute``, or not a sink.
     """
-    from goka.connect import PostgresSink
+    from goka.connect import ParquetSink, PostgresSink
 
+    sinks = (PostgresSink, ParquetSink)
     module, _, name = spec.partition(":")
     if not module or not name:
         raise UsageError(f"a sink is given as module:attribute, got {spec!r}")
     found = getattr(importlib.import_module(module), name, None)
-    if callable(found) and not isinstance(found, PostgresSink):
+    if callable(found) and not isinstance(found, sinks):
         found = found()
-    if not isinstance(found, PostgresSink):
-        raise UsageError(f"{spec} is not a goka.connect.PostgresSink: {found!r}")
+    if not isinstance(found, sinks):
+        raise UsageError(f"{spec} is not a goka.connect.PostgresSink or ParquetSink: {found!r}")
     return found
 
 
@@ -93,11 +95,12 @@ def _run(args: argparse.Namespace, stop: threading.Event) -> int:
 
 
 def _status(args: argparse.Namespace, stop: threading.Event) -> int:
-    from goka.connect import PostgresWriter
+    from goka.connect import PostgresSink
+    from goka.connect.task import open_writer
     from goka.kafka.offsets import EndOffsets
 
     sink = load_sink(args.sink)
-    with PostgresWriter(sink) as writer:
+    with open_writer(sink) as writer:
         stored = writer.offsets()
     ends = EndOffsets(brokers(args), {})
     try:
@@ -110,10 +113,11 @@ def _status(args: argparse.Namespace, stop: threading.Event) -> int:
              "lag": high[(sink.topic, p)] - stored.get(p, low[(sink.topic, p)])}
             for p in range(count)]  # fmt: skip
     if args.json:
-        print(json.dumps({"sink": sink.name, "topic": sink.topic, "table": sink.table,
+        print(json.dumps({"sink": sink.name, "topic": sink.topic, "target": sink.describe(),
                           "partitions": rows}))  # fmt: skip
         return 0
-    print(f"sink {sink.name}: {sink.topic} -> {sink.schema}.{sink.table} ({sink.mode}), lag "
+    mode = f" ({sink.mode})" if isinstance(sink, PostgresSink) else ""
+    print(f"sink {sink.name}: {sink.topic} -> {sink.describe()}{mode}, lag "
           f"{sum(int(r['lag'] or 0) for r in rows)}")  # fmt: skip
     for row in rows:
         print(f"  partition {row['partition']}: offset {row['offset']}, end {row['end']}, "
@@ -122,10 +126,10 @@ def _status(args: argparse.Namespace, stop: threading.Event) -> int:
 
 
 def _offsets(args: argparse.Namespace, stop: threading.Event) -> int:
-    from goka.connect import PostgresWriter
+    from goka.connect.task import open_writer
 
     sink = load_sink(args.sink)
-    with PostgresWriter(sink) as writer:
+    with open_writer(sink) as writer:
         found = writer.offsets()
     if args.json:
         print(json.dumps({str(p): o for p, o in sorted(found.items())}))

@@ -3,11 +3,25 @@
 * :class:`~goka.connect.postgres.PostgresSink`: a table topic (a group table, or any keyed
   stream) materialised into a PostgreSQL table (upserts and deletes, or one row per record),
   with each partition's position stored in the same transaction as its rows.
+* :class:`~goka.connect.parquet.ParquetSink`: a topic archived into Parquet files (a directory
+  or an fsspec URL), partitioned by time or fields, with a manifest of committed files.
 
 Every connector either keeps its progress in the same transaction as its data or writes
 idempotently, so a crash at any moment neither loses nor duplicates a record.
 """
 
-from goka.connect.postgres import PostgresSink, PostgresWriter, SinkError
+from goka.connect.manifest import committed_files, read_table
+from goka.connect.parquet import ParquetWriter
+from goka.connect.postgres import PostgresWriter
+from goka.connect.sink import ParquetSink, PostgresSink
+from goka.errors import SinkError
 
-__all__ = ["PostgresSink", "PostgresWriter", "SinkError"]
+__all__ = [
+    "ParquetSink",
+    "ParquetWriter",
+    "PostgresSink",
+    "PostgresWriter",
+    "SinkError",
+    "committed_files",
+    "read_table",
+]

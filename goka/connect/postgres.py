@@ -35,10 +35,10 @@ import datetime as dt
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
-from goka.connect.columns import NAME, columns_of, copy_type, misfit, pg_type
+from goka.connect.columns import copy_type, misfit, pg_type
+from goka.connect.rows import Record, Row, WriteSummary, decode_rows
 from goka.connect.sink import PostgresSink
 from goka.errors import SinkError
 
@@ -46,10 +46,6 @@ __all__ = ["PostgresSink", "PostgresWriter", "SinkError", "WriteSummary"]
 
 log = logging.getLogger(__name__)
 
-#: A record as the readers give it: topic, offset, key, value, timestamp (ms), headers.
-Record = tuple[str, int, bytes | None, bytes | None, int, Any]
-#: A record to store: offset, key, timestamp (ms), columns (None: a tombstone).
-Row = tuple[int, str, int, dict[str, Any] | None]
 #: A table's columns: name -> (type, maximum length).
 Columns = dict[str, tuple[str, int | None]]
 
@@ -59,20 +55,6 @@ OFFSETS_DDL = """CREATE TABLE IF NOT EXISTS {table} (
     sink text NOT NULL, topic text NOT NULL, partition integer NOT NULL,
     next_offset bigint NOT NULL, updated_at timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (sink, topic, partition))"""
-
-
-@dataclass
-class WriteSummary:
-    """What one write did: rows upserted, deleted or appended, records left out (below the
-    database's offset), skipped (``on_error="skip"``, with why), columns added."""
-
-    upserted: int = 0
-    deleted: int = 0
-    appended: int = 0
-    already: int = 0
-    skipped: list[str] = field(default_factory=list)
-    added_columns: list[str] = field(default_factory=list)
-    seconds: float = 0.0
 
 
 class PostgresWriter:
@@ -158,38 +140,18 @@ class PostgresWriter:
               ) -> tuple[list[Row], dict[str, str]]:  # fmt: skip
         """``(offset, key, timestamp, columns or None: a tombstone)`` of each record, and the
         column types the values need."""
-        sink = self.sink
-        rows: list[Row] = []
         types: dict[str, str] = {}
-        for topic, offset, raw_key, raw_value, timestamp, _ in records:
-            try:
-                if raw_key is None:
-                    raise ValueError("the record has no key")
-                try:
-                    key = raw_key.decode("utf-8")
-                except UnicodeDecodeError:
-                    raise ValueError(f"its key {raw_key!r} is not UTF-8 text") from None
-                if "\x00" in key:
-                    raise ValueError(f"its key {key!r} holds a NUL (PostgreSQL text cannot)")
-                if raw_value is None:
-                    rows.append((offset, key, timestamp, None))
-                    continue
-                value = sink.codec.decode(raw_value)
-                columns = dict(sink.mapper(key, value)) if sink.mapper else columns_of(value)
-                for name, item in columns.items():
-                    if name in META or not NAME.match(name):
-                        raise ValueError(f"column {name!r} is reserved or not a plain SQL name "
-                                         "(use a mapper)")  # fmt: skip
-                    if item is not None:
-                        types.setdefault(name, pg_type(item, name))
-                rows.append((offset, key, timestamp, columns))
-            except Exception as exc:
-                why = (f"topic {topic!r} partition {partition} offset {offset}: "
-                       f"{type(exc).__name__}: {exc}")  # fmt: skip
-                if sink.on_error == "fail":
-                    raise SinkError(f"PostgreSQL sink {sink.name!r}: {why}") from exc
-                log.warning("PostgreSQL sink %r: skipped %s", sink.name, why)
-                summary.skipped.append(why)
+
+        def check(key: str, offset: int, columns: dict[str, Any] | None) -> None:
+            if "\x00" in key:
+                raise ValueError(f"its key {key!r} holds a NUL (PostgreSQL text cannot)")
+            for name, item in (columns or {}).items():
+                if item is not None:
+                    types.setdefault(name, pg_type(item, name))
+
+        what = f"PostgreSQL sink {self.sink.name!r}"
+        rows = [row for row, _ in decode_rows(self.sink, what, partition, records, summary, META,
+                                              check)]  # fmt: skip
         return rows, types
 
     def _transaction(self, conn: Any, partition: int,

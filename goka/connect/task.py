@@ -1,7 +1,8 @@
 """What one Spark task of a sink job runs: its partition's offset range, read and written in
 transactions of at most ``chunk`` records (each one moves the database's offset), one summary
 row back. The sink travels as a source option (:func:`encode_task`), like a processor's task
-configuration; the worker keeps one reader and one database connection per sink."""
+configuration; the worker keeps one reader and one writer (a database connection, a
+filesystem) per sink."""
 
 from __future__ import annotations
 
@@ -10,18 +11,45 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from goka.connect.postgres import PostgresSink, PostgresWriter
+from goka.connect.sink import ParquetSink, PostgresSink, Sink
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["SINK_DDL", "SinkTask", "decode_task", "encode_task", "sink_ranges"]
+__all__ = [
+    "SINK_DDL",
+    "SinkTask",
+    "Writer",
+    "decode_task",
+    "encode_task",
+    "open_writer",
+    "sink_ranges",
+]
 
 #: The rows a sink job's tasks return, one per partition and batch.
 SINK_DDL = (
     "partition int, records long, upserted long, deleted long, appended long, already long, "
-    "skipped long, writes long, end_offset long, seconds double"
+    "skipped long, writes long, files long, end_offset long, seconds double"
 )
+#: The counts of a task's row (summed over writes, and by the driver over tasks).
+COUNTS = ("records", "upserted", "deleted", "appended", "already", "skipped", "writes", "files")
+
+#: A sink's writer: ``write(partition, records, end) -> WriteSummary``, ``offsets()``,
+#: ``reset()``, ``close()`` (:class:`~goka.connect.postgres.PostgresWriter`,
+#: :class:`~goka.connect.parquet.ParquetWriter`).
+Writer = Any
+
+
+def open_writer(sink: Sink) -> Writer:
+    """The writer of ``sink``."""
+    if isinstance(sink, ParquetSink):
+        from goka.connect.parquet import ParquetWriter
+
+        return ParquetWriter(sink)
+    assert isinstance(sink, PostgresSink), sink
+    from goka.connect.postgres import PostgresWriter
+
+    return PostgresWriter(sink)
 
 
 @dataclass(frozen=True)
@@ -29,12 +57,12 @@ class SinkTask:
     """What a sink job's tasks are given (``writer`` builds a task's writer: tests inject
     faults through it)."""
 
-    sink: PostgresSink
+    sink: Sink
     brokers: str
     kafka_config: dict[str, Any] = field(default_factory=dict)
     read_timeout: float = 120.0
     chunk: int = 50_000
-    writer: Callable[[PostgresSink], PostgresWriter] = PostgresWriter
+    writer: Callable[[Any], Writer] = open_writer
 
 
 def encode_task(task: SinkTask) -> str:
@@ -64,14 +92,10 @@ def sink_ranges(task: SinkTask, partition: int,
                            lambda: RangeReader(task.brokers, task.kafka_config),
                            lambda r: r.close())  # fmt: skip
     sink = task.sink
-    writer = worker.client(
-        ("sink-writer", sink.dsn, sink.schema, sink.table, sink.name, sink.topic, sink.mode,
-         task.writer),
-        lambda: task.writer(sink), lambda w: w.close(),
-    )  # fmt: skip
+    writer = worker.client(("sink-writer", sink.identity, task.writer),
+                           lambda: task.writer(sink), lambda w: w.close())  # fmt: skip
     start, end = ranges[task.sink.topic]
-    totals = dict.fromkeys(("records", "upserted", "deleted", "appended", "already", "skipped",
-                            "writes"), 0)  # fmt: skip
+    totals = dict.fromkeys(COUNTS, 0)
     position = start
     for rows in reader.read(partition, {task.sink.topic: (start, end)}, task.read_timeout,
                             task.chunk):  # fmt: skip
@@ -80,7 +104,7 @@ def sink_ranges(task: SinkTask, partition: int,
         position = rows[-1][1] + 1
         done = writer.write(partition, rows, position)
         totals["records"] += len(rows)
-        for name in ("upserted", "deleted", "appended", "already"):
+        for name in ("upserted", "deleted", "appended", "already", "files"):
             totals[name] += getattr(done, name)
         totals["skipped"] += len(done.skipped)
         totals["writes"] += 1

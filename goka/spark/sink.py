@@ -2,10 +2,11 @@
 with payload ``sink``, each task writing its partition's range through the sink
 (:mod:`goka.connect.task`), the driver summing the tasks' rows.
 
-Where a job begins: Spark's checkpoint if it has one, else the database's offsets (a lost or
-new checkpoint resumes where the database says). A checkpoint behind the database (a crash
-after the database committed and before Spark did) replays records the writer leaves out, so
-nothing is written twice either way.
+Where a job begins: Spark's checkpoint if it has one, else the target's offsets (a
+PostgreSQL sink's offsets table, a Parquet sink's manifest: a lost or new checkpoint resumes
+where the target says). A checkpoint behind the target (a crash after the target committed
+and before Spark did) replays records the writer leaves out, so nothing is written twice
+either way.
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from goka.connect.postgres import PostgresSink, PostgresWriter
-from goka.connect.task import SinkTask, encode_task
+from goka.connect.sink import ParquetSink, PostgresSink, Sink
+from goka.connect.task import COUNTS, SinkTask, Writer, encode_task, open_writer
 from goka.errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -31,10 +32,6 @@ if TYPE_CHECKING:
 __all__ = ["SinkJob", "SinkTotals"]
 
 log = logging.getLogger(__name__)
-
-
-#: The counts of a task's row (:data:`goka.connect.task.SINK_DDL`) summed in totals.
-_COUNTS = ("records", "upserted", "deleted", "appended", "already", "skipped", "writes")
 
 
 @dataclass
@@ -49,6 +46,7 @@ class SinkTotals:
     already: int = 0
     skipped: int = 0
     writes: int = 0
+    files: int = 0
     last_batch_at: float = 0.0
     ends: dict[int, int] = field(default_factory=dict)
 
@@ -56,7 +54,7 @@ class SinkTotals:
         """Add a batch's rows (one per task)."""
         self.batches += 1
         for row in rows:
-            for name in _COUNTS:
+            for name in COUNTS:
                 setattr(self, name, getattr(self, name) + int(row[name]))
             self.ends[int(row["partition"])] = int(row["end_offset"])
         self.last_batch_at = time.time()
@@ -66,7 +64,7 @@ class SinkTotals:
         return (f"{self.records} records in {self.batches} batches ({self.writes} "
                 f"transactions): {self.upserted} upserted, {self.deleted} deleted, "
                 f"{self.appended} appended, {self.already} written before, {self.skipped} "
-                f"skipped")  # fmt: skip
+                f"skipped" + (f", {self.files} files" if self.files else ""))  # fmt: skip
 
 
 class SinkJob:
@@ -80,26 +78,29 @@ class SinkJob:
         master: the session's master when one is built (default ``local[2]``).
         trigger: the micro-batch interval.
         max_offsets_per_trigger: most records per micro-batch.
-        chunk: most records per transaction.
+        chunk: most records per write (a PostgreSQL transaction, a Parquet commit; default
+            50,000 and 250,000).
         kafka_config: librdkafka settings.
-        writer: builds each task's writer (default :class:`PostgresWriter`; tests inject
-            faults through it).
+        writer: builds each task's writer (default: the sink's, :func:`~goka.connect.task.
+            open_writer`; tests inject faults through it).
 
     Raises:
         ConfigurationError: invalid settings.
     """
 
     def __init__(
-        self, sink: PostgresSink, brokers: str, *, checkpoint_dir: str | Path,
+        self, sink: Sink, brokers: str, *, checkpoint_dir: str | Path,
         spark: SparkSession | None = None, master: str | None = None,
         trigger: str = "1 second", max_offsets_per_trigger: int | None = None,
-        chunk: int = 50_000, kafka_config: dict[str, Any] | None = None,
-        writer: Callable[[PostgresSink], PostgresWriter] = PostgresWriter,
+        chunk: int | None = None, kafka_config: dict[str, Any] | None = None,
+        writer: Callable[[Any], Writer] = open_writer,
     ) -> None:  # fmt: skip
-        if not isinstance(sink, PostgresSink):
-            raise ConfigurationError(f"sink must be a PostgresSink, got {sink!r}")
+        if not isinstance(sink, (PostgresSink, ParquetSink)):
+            raise ConfigurationError(f"sink must be a PostgresSink or a ParquetSink, got {sink!r}")
         if max_offsets_per_trigger is not None and max_offsets_per_trigger < 1:
             raise ConfigurationError("max_offsets_per_trigger must be at least 1")
+        if chunk is None:
+            chunk = 250_000 if isinstance(sink, ParquetSink) else 50_000
         if chunk < 1:
             raise ConfigurationError(f"chunk must be at least 1, got {chunk}")
         self.sink, self.brokers = sink, brokers
@@ -113,16 +114,18 @@ class SinkJob:
         self.totals = SinkTotals()
         self._run: SinkTotals | None = None  # the run of run_until_caught_up, if one runs
 
-    # -- the database's side ---------------------------------------------------------------------
+    # -- the target's side -----------------------------------------------------------------------
     def offsets(self) -> dict[int, int]:
-        """Each partition's next offset, as the database says."""
-        with PostgresWriter(self.sink) as writer:
-            return writer.offsets()
+        """Each partition's next offset, as the sink's target says (the database, the
+        manifest)."""
+        with open_writer(self.sink) as writer:
+            return dict(writer.offsets())
 
     def reset(self) -> None:
-        """Start over: forget the database's offsets and remove the checkpoint (upserts take
-        only newer offsets than a row holds: truncate the table to rewrite it)."""
-        with PostgresWriter(self.sink) as writer:
+        """Start over: forget the target's offsets and remove the checkpoint (upserts take
+        only newer offsets than a row holds: truncate the table to rewrite it; Parquet files
+        stay: delete them to rewrite)."""
+        with open_writer(self.sink) as writer:
             writer.reset()
         shutil.rmtree(self.checkpoint_dir, ignore_errors=True)
 
@@ -187,12 +190,12 @@ class SinkJob:
         query = writer.start()
         with self._lock:
             self._query = query
-        log.info("sink %s: %s -> %s.%s started (%s)", self.sink.name, self.sink.topic,
-                 self.sink.schema, self.sink.table, starting)  # fmt: skip
+        log.info("sink %s: %s -> %s started (%s)", self.sink.name, self.sink.topic,
+                 self.sink.describe(), starting)  # fmt: skip
         return query
 
     def _starting_offsets(self) -> str:
-        """Where a new checkpoint begins: the database's offsets (earliest elsewhere)."""
+        """Where a new checkpoint begins: the target's offsets (earliest elsewhere)."""
         found = self.offsets()
         if not found:
             return "earliest"

@@ -14,7 +14,7 @@ import pytest
 
 from goka import Int64Codec, JsonCodec, StringCodec
 from goka.connect import PostgresSink, PostgresWriter, SinkError
-from goka.connect.postgres import Record
+from goka.connect.rows import Record
 from goka.dev.postgres import LocalPostgres
 from goka.errors import ConfigurationError
 

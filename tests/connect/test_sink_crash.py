@@ -1,8 +1,10 @@
-"""SIGKILL sink jobs (an upsert and an append sink of one topic) at random moments: after the
-COPY, with the transaction open, after the commit and before Spark's, or from outside after a
-random delay; restarts with the checkpoint kept or lost, while more records arrive; then the
-upsert table must equal the topic's last value per key (computed here), the append table must
-hold each record exactly once, and the database's offsets the topic's ends.
+"""SIGKILL sink jobs (an upsert and an append PostgreSQL sink and a Parquet sink of one topic)
+at random moments: after the COPY or the files staged, with the transaction open or the
+manifest's entry committed before the files' moves, after the commit and before Spark's, or
+from outside after a random delay; restarts with the checkpoint kept or lost, while more
+records arrive; then the upsert table must equal the topic's last value per key (computed
+here), the append table and the Parquet files (through the manifest and read as a plain
+directory) must hold each record exactly once, and the offsets be the topic's ends.
 
 The suite plays seed 1; ``pytest tests/connect/test_sink_crash.py --crash-sequences 10``
 plays a series from ``--crash-seed`` on, one line per trial.
@@ -20,9 +22,12 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import pyarrow.dataset as ds
 import pytest
 
 from goka import JsonCodec
+from goka.connect import read_table
+from goka.connect.manifest import Manifest
 from goka.kafka.offsets import EndOffsets
 
 from ..helpers import produce
@@ -54,13 +59,13 @@ def trial(seed: int, brokers: str, topic: str, dsn: str, work: Path) -> tuple[in
         if rng.random() < 0.3 and (work / "checkpoints").exists():
             shutil.rmtree(work / "checkpoints")  # the checkpoint lost: the database says
         args = ["--max-offsets", str(rng.choice([200, 800, 5_000])),
-                "--chunk", str(rng.choice([100, 50_000]))]  # fmt: skip
+                "--chunk", str(rng.choice([100, 50_000])), "--rotate", str(rng.randrange(3))]  # fmt: skip
         point = None if last else rng.choice(POINTS)
         if point is not None and point != "outside":
             args += ["--kill", point, "--nth", str(rng.randint(1, 4)),
                      "--marker", str(work / f"killed-{number}")]  # fmt: skip
         command = [sys.executable, "-m", "tests.connect.crash_sink_run", brokers, topic, dsn,
-                   str(work / "checkpoints"), *args]  # fmt: skip
+                   str(work / "checkpoints"), str(work / "archive"), *args]  # fmt: skip
 
         def outside(pid: int, point: str | None = point) -> None:
             if point == "outside":
@@ -73,18 +78,18 @@ def trial(seed: int, brokers: str, topic: str, dsn: str, work: Path) -> tuple[in
             raise AssertionError(f"seed {seed} run {number} {args} exited with {code}:\n"
                                  f"{err[-4000:]}")  # fmt: skip
         kills += killed
-        log.append(f"{point or 'no kill'} {' '.join(args[:4])}: "
+        log.append(f"{point or 'no kill'} {' '.join(args[:6])}: "
                    f"{'killed' if killed else 'caught up'}")  # fmt: skip
         if last:
             break
     runs = f"{'; '.join(log)}; logs: {work}"
     want = last_values(written)
     with psycopg.connect(dsn) as conn:
-        got = dict(conn.execute("SELECT key, n FROM users").fetchall())
+        got: dict[str, int] = dict(conn.execute("SELECT key, n FROM users").fetchall())
         appended = conn.execute(
             "SELECT count(*), count(DISTINCT (goka_partition, goka_offset)), count(*) FILTER "
             "(WHERE goka_deleted) FROM users_log").fetchone()  # fmt: skip
-        offsets = dict(conn.execute("SELECT sink || '/' || partition, next_offset FROM "
+        offsets: dict[str, int] = dict(conn.execute("SELECT sink || '/' || partition, next_offset FROM "
                                     "goka_sink_offsets").fetchall())  # fmt: skip
     assert got == want, f"seed {seed}: upsert table differs ({runs})"
     tombstones = sum(1 for _, v in written if v is None)
@@ -98,6 +103,18 @@ def trial(seed: int, brokers: str, topic: str, dsn: str, work: Path) -> tuple[in
         ends.close()
     assert offsets == {f"{s}/{p}": high[(topic, p)] for s in ("users", "users_log")
                        for p in range(4)}, f"seed {seed}: offsets ({runs})"  # fmt: skip
+    every = sorted((p, o) for p in range(4) for o in range(high[(topic, p)]))
+    assert len(every) == len(written)
+    assert Manifest(str(work / "archive")).offsets() == {p: high[(topic, p)] for p in range(4)
+                                                          if high[(topic, p)]}, f"seed {seed}: manifest ({runs})"  # fmt: skip
+    for name, table in (("manifest", read_table(str(work / "archive"))),
+                        ("directory", ds.dataset(str(work / "archive"), format="parquet",
+                                                 partitioning="hive").to_table())):  # fmt: skip
+        pairs = sorted(zip(table.column("goka_partition").to_pylist(),
+                           table.column("goka_offset").to_pylist(), strict=True))  # fmt: skip
+        assert pairs == every, f"seed {seed}: Parquet files through the {name} ({runs})"
+        deleted = sum(table.column("goka_deleted").to_pylist())
+        assert deleted == tombstones, f"seed {seed}: Parquet tombstones ({runs})"
     shutil.rmtree(work, ignore_errors=True)
     return kills, log
 

@@ -1,7 +1,8 @@
-"""The PostgreSQL sink as a Spark job on the embedded broker and a real PostgreSQL server: the
+"""Sinks as Spark jobs on the embedded broker, a real PostgreSQL server and real files: the
 table equals the topic's last value per key after each run; a run with a lost checkpoint
-resumes from the database's offsets (reads nothing again); a checkpoint behind the database
-replays records that are left out (nothing twice, in upsert and append mode alike)."""
+resumes from the database's offsets or the Parquet manifest (reads nothing again); a
+checkpoint behind the target replays records that are left out (nothing twice, in upsert and
+append mode and in the Parquet files alike)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import psycopg
 import pytest
 
 from goka import JsonCodec
-from goka.connect import PostgresSink
+from goka.connect import ParquetSink, PostgresSink, read_table
 from goka.kafka.offsets import EndOffsets
 from goka.spark.sink import SinkJob
 
@@ -51,8 +52,9 @@ def test_a_sink_job_resumes_from_the_database_with_or_without_its_checkpoint(
     topic = new_topic(partitions=4)
     upserts = PostgresSink(topic, JsonCodec(), dsn, table="users")
     log = PostgresSink(topic, JsonCodec(), dsn, table="users_log", mode="append")
-    jobs = [SinkJob(s, brokers, spark=spark, checkpoint_dir=tmp_path / s.table,
-                    max_offsets_per_trigger=700) for s in (upserts, log)]  # fmt: skip
+    archive = ParquetSink(topic, JsonCodec(), str(tmp_path / "archive"), max_file_records=300)
+    jobs = [SinkJob(s, brokers, spark=spark, checkpoint_dir=tmp_path / s.name,
+                    max_offsets_per_trigger=700) for s in (upserts, log, archive)]  # fmt: skip
     written = items(2_000, seed=1)
     produce(brokers, topic, JsonCodec(), written)
     for job in jobs:
@@ -69,15 +71,15 @@ def test_a_sink_job_resumes_from_the_database_with_or_without_its_checkpoint(
         assert run.records == 1_000 and run.already == 0  # nothing read again
     assert table(dsn) == last_values(written + more)
 
-    kept = {j.sink.table: tmp_path / f"{j.sink.table}-kept" for j in jobs}
+    kept = {j.sink.name: tmp_path / f"{j.sink.name}-kept" for j in jobs}
     for job in jobs:  # a checkpoint behind the database: its batches replay, nothing twice
-        shutil.copytree(job.checkpoint_dir, kept[job.sink.table])
+        shutil.copytree(job.checkpoint_dir, kept[job.sink.name])
     last = items(500, seed=3)
     produce(brokers, topic, JsonCodec(), last)
     for job in jobs:
         job.run_until_caught_up(timeout=240)
         shutil.rmtree(job.checkpoint_dir)
-        shutil.copytree(kept[job.sink.table], job.checkpoint_dir)
+        shutil.copytree(kept[job.sink.name], job.checkpoint_dir)
         run = job.run_until_caught_up(timeout=240)
         assert run.records == 500 and run.already == 500
         assert job.offsets() == ends(brokers, topic)
@@ -87,6 +89,11 @@ def test_a_sink_job_resumes_from_the_database_with_or_without_its_checkpoint(
         appended = conn.execute("SELECT count(*), count(DISTINCT (goka_partition, goka_offset)),"
                                 " count(*) FILTER (WHERE goka_deleted) FROM users_log").fetchone()  # fmt: skip
     assert appended == (3_500, 3_500, sum(1 for _, v in everything if v is None))
+    files = read_table(str(tmp_path / "archive"))
+    high = ends(brokers, topic)
+    assert sorted(zip(files.column("goka_partition").to_pylist(),
+                      files.column("goka_offset").to_pylist(), strict=True)) == sorted(
+        (p, o) for p in range(4) for o in range(high[p]))  # fmt: skip
 
 
 def test_goka_connect_runs_a_sink_and_reports_its_offsets(
