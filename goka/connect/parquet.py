@@ -57,7 +57,7 @@ _INT64 = 2**63
 def _kind(value: Any, name: str) -> str:
     for types, kind in _KINDS:
         if isinstance(value, types):
-            if kind == "int64" and not -_INT64 <= value < _INT64:
+            if isinstance(value, int) and kind == "int64" and not -_INT64 <= value < _INT64:
                 raise ValueError(f"column {name!r}: {value} does not fit a 64-bit integer")
             return kind
     raise ValueError(f"column {name!r}: no Parquet type for {type(value).__name__} values "
