@@ -10,8 +10,14 @@ deleted. Rows/s are records over the whole write (the job: from start to caught 
 tables are checked equal. Memory: the peak RSS of the job (this process and its Spark workers,
 the broker and PostgreSQL left out) and of the plain loop's process.
 
-The Parquet sink and the file source are not built yet: they are reported as such, and the
-ratio per run is the PostgreSQL one. The last line: ``connectors/plain: min X median Y max Z``.
+Parquet sink: the same records archived by the sink job (``goka.connect.ParquetSink``, no
+partition template, zstd) into a fresh directory. The plain loop: one consumer, the JSON
+decoded into columns (key, partition, offset, timestamp, deleted, clicks, page), one
+``pyarrow.parquet.write_table`` per 250,000 records (the job's write size). Both sets of files
+are read back and checked equal (every record once).
+
+The file source is not built yet: it is reported as such. The ratio of a run is the lowest of
+its ratios. The last line: ``connectors/plain: min X median Y max Z``.
 
     python -m bench.connectors [--messages 1000000] [--keys 100000] [--runs 2]
 """
@@ -32,11 +38,13 @@ from typing import Any
 
 import confluent_kafka
 import psycopg
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from bench.common import fresh_topic, summary
 from examples.click_count.demo import tree_memory
 from goka import JsonCodec
-from goka.connect import PostgresSink
+from goka.connect import ParquetSink, PostgresSink, read_table
 from goka.dev import EmbeddedBroker
 from goka.dev.postgres import LocalPostgres
 from goka.kafka.config import producer_config
@@ -110,6 +118,57 @@ def plain(brokers: str, topic: str, dsn: str, messages: int) -> float:
     return seconds
 
 
+def plain_parquet(brokers: str, topic: str, directory: str, messages: int) -> float:
+    """The plain Parquet loop; return its seconds."""
+    consumer = confluent_kafka.Consumer(fast_fetch(brokers, {}))
+    consumer.assign([confluent_kafka.TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING)
+                     for p in range(PARTITIONS)])  # fmt: skip
+    names = ("key", "goka_partition", "goka_offset", "goka_timestamp", "goka_deleted", "clicks",
+             "page")  # fmt: skip
+    schema = pa.schema([("key", pa.string()), ("goka_partition", pa.int32()),
+                        ("goka_offset", pa.int64()),
+                        ("goka_timestamp", pa.timestamp("ms", tz="UTC")),
+                        ("goka_deleted", pa.bool_()), ("clicks", pa.int64()),
+                        ("page", pa.string())])  # fmt: skip
+    columns: list[list[Any]] = [[] for _ in names]
+    started, done, files = time.monotonic(), 0, 0
+
+    def write() -> None:
+        nonlocal files
+        table = pa.table(dict(zip(names, columns, strict=True)), schema=schema)
+        pq.write_table(table, f"{directory}/part-{files:05d}.parquet", compression="zstd")
+        files += 1
+        for column in columns:
+            column.clear()
+
+    os.makedirs(directory, exist_ok=True)
+    while done < messages:
+        for message in consumer.consume(10_000, 1.0):
+            if message.error():
+                continue
+            value = message.value()
+            decoded = None if value is None else json.loads(value)
+            row = (message.key().decode(), message.partition(), message.offset(),
+                   message.timestamp()[1], decoded is None,
+                   None if decoded is None else decoded["clicks"],
+                   None if decoded is None else decoded["page"])  # fmt: skip
+            for column, item in zip(columns, row, strict=True):
+                column.append(item)
+            done += 1
+            if len(columns[0]) == 250_000:
+                write()
+    if columns[0]:
+        write()
+    seconds = time.monotonic() - started
+    consumer.close()
+    return seconds
+
+
+def _records(table: pa.Table) -> set[tuple[Any, ...]]:
+    names = ["key", "goka_partition", "goka_offset", "goka_deleted", "clicks", "page"]
+    return set(zip(*(table.column(n).to_pylist() for n in names), strict=True))
+
+
 class Peak:
     """The peak RSS of a process tree, sampled every 0.2 s while running."""
 
@@ -134,7 +193,10 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=100_000)
     parser.add_argument("--runs", type=int, default=2)
     args = parser.parse_args()
-    ratios, lines = [], []
+    ratios: list[float] = []
+    postgres: list[float] = []
+    parquet: list[float] = []
+    lines: list[str] = []
     with EmbeddedBroker() as broker, LocalPostgres() as server:
         brokers = broker.bootstrap
         topic = fresh_topic(brokers, "sink", PARTITIONS)
@@ -158,7 +220,7 @@ def main() -> None:
                 sink_seconds, sink_rss = time.monotonic() - started, peak.stop()
                 with psycopg.connect(server.dsn, autocommit=True) as conn:
                     conn.execute("DROP TABLE IF EXISTS plain")
-                plain_seconds, plain_rss = _in_a_process(brokers, topic, server.dsn,
+                plain_seconds, plain_rss = _in_a_process(plain, brokers, topic, server.dsn,
                                                          args.messages)  # fmt: skip
                 with psycopg.connect(server.dsn) as conn:
                     query = (f"SELECT key, clicks, page FROM {table} EXCEPT SELECT key, clicks, "
@@ -168,11 +230,35 @@ def main() -> None:
                     want = conn.execute("SELECT count(*) FROM plain").fetchone()
                 assert not got and count == want, f"tables differ: {got[:3]}, {count} {want}"
                 ratio = plain_seconds / sink_seconds
-                ratios.append(ratio)
+                postgres.append(ratio)
                 lines.append(
-                    f"run {run}: sink {args.messages / sink_seconds:,.0f} rows/s (peak RSS "
-                    f"{sink_rss / 2**20:,.0f} MB), plain {args.messages / plain_seconds:,.0f} "
-                    f"rows/s (peak RSS {plain_rss / 2**20:,.0f} MB): sink/plain {ratio:.2f}"
+                    f"run {run}: postgres sink {args.messages / sink_seconds:,.0f} rows/s (peak "
+                    f"RSS {sink_rss / 2**20:,.0f} MB), plain {args.messages / plain_seconds:,.0f}"
+                    f" rows/s (peak RSS {plain_rss / 2**20:,.0f} MB): sink/plain {ratio:.2f}"
+                )
+                print(lines[-1], flush=True)
+                archive = str(state / f"parquet{run}")
+                job = SinkJob(ParquetSink(topic, JsonCodec(), archive), brokers, spark=spark,
+                              checkpoint_dir=state / f"parquet{run}-checkpoint")  # fmt: skip
+                peak = Peak(os.getpid(), leave_out)
+                started = time.monotonic()
+                job.run_until_caught_up()
+                sink_seconds, sink_rss = time.monotonic() - started, peak.stop()
+                target = str(state / f"plain-parquet{run}")
+                plain_seconds, plain_rss = _in_a_process(plain_parquet, brokers, topic, target,
+                                                         args.messages)  # fmt: skip
+                got, want = _records(read_table(archive)), _records(pq.read_table(target))
+                assert got == want and len(got) == args.messages, (
+                    f"files differ: {len(got)} {len(want)} records")  # fmt: skip
+                files = len(os.listdir(archive)) - 1  # (_goka)
+                parquet_ratio = plain_seconds / sink_seconds
+                parquet.append(parquet_ratio)
+                ratios.append(min(ratio, parquet_ratio))
+                lines.append(
+                    f"run {run}: parquet sink {args.messages / sink_seconds:,.0f} rows/s in "
+                    f"{files} files (peak RSS {sink_rss / 2**20:,.0f} MB), plain pyarrow "
+                    f"{args.messages / plain_seconds:,.0f} rows/s (peak RSS "
+                    f"{plain_rss / 2**20:,.0f} MB): sink/plain {parquet_ratio:.2f}"
                 )
                 print(lines[-1], flush=True)
         finally:
@@ -180,16 +266,18 @@ def main() -> None:
             shutil.rmtree(state, ignore_errors=True)
     print(f"\n{args.messages:,} records over {args.keys:,} keys, {PARTITIONS} partitions, "
           f"{args.runs} runs")  # fmt: skip
-    print(f"postgres upsert sink / plain: {summary(ratios)}")
-    print("parquet sink / pyarrow: not built yet; file source / emitter: not built yet")
+    print(f"postgres upsert sink / plain: {summary(postgres)}")
+    print(f"parquet sink / pyarrow: {summary(parquet)}")
+    print("file source / emitter: not built yet")
     print(f"connectors/plain: {summary(ratios)}")
 
 
-def _in_a_process(brokers: str, topic: str, dsn: str, messages: int) -> tuple[float, float]:
-    """The plain loop in a process of its own: its seconds and peak RSS."""
+def _in_a_process(loop: Any, *args: Any) -> tuple[float, float]:
+    """A plain loop (returning its seconds) in a process of its own: its seconds and peak
+    RSS."""
     context = multiprocessing.get_context("spawn")
     results = context.Queue()
-    process = context.Process(target=_plain_child, args=(brokers, topic, dsn, messages, results))
+    process = context.Process(target=_plain_child, args=(loop, args, results))
     process.start()
     assert process.pid is not None
     peak = Peak(process.pid, [])
@@ -198,8 +286,8 @@ def _in_a_process(brokers: str, topic: str, dsn: str, messages: int) -> tuple[fl
     return seconds, peak.stop()
 
 
-def _plain_child(brokers: str, topic: str, dsn: str, messages: int, results: Any) -> None:
-    results.put(plain(brokers, topic, dsn, messages))
+def _plain_child(loop: Any, args: tuple[Any, ...], results: Any) -> None:
+    results.put(loop(*args))
 
 
 if __name__ == "__main__":

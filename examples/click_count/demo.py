@@ -4,9 +4,10 @@ On an embedded broker: the click-count processor group runs as a Spark Structure
 (its own process, ``goka processor run``), a view service serves its table over gRPC (its own
 process, ``goka view serve``), and the web app emits a click per HTTP request with one shared
 Emitter. The demo fires clicks at the web app, reads the counts back over gRPC, checks they equal
-what was sent, and shuts everything down with SIGTERM. Then, where PostgreSQL is installed, it
-materialises the group table into a throwaway PostgreSQL server with ``goka connect run``
-(``examples/click_count/sinks.py``) and checks the rows equal the clicks sent.
+what was sent, and shuts everything down with SIGTERM. Then it archives the clicks to Parquet
+files and, where PostgreSQL is installed, materialises the group table into a throwaway
+PostgreSQL server, both with ``goka connect run`` (``examples/click_count/sinks.py``), and
+checks the files hold every click once and the rows equal the clicks sent.
 """
 
 from __future__ import annotations
@@ -283,37 +284,55 @@ def report(result: DemoResult) -> None:
 
 
 def materialise(brokers: str, sent: Counter[str]) -> bool:
-    """Write ``clicks-table`` into a throwaway PostgreSQL server with the sink of
-    ``examples/click_count/sinks.py`` (``goka connect run ... --until-caught-up``), and check
-    its rows equal the clicks sent. Skipped (True) where PostgreSQL is not installed."""
+    """Archive ``user-clicks`` to Parquet and write ``clicks-table`` into a throwaway
+    PostgreSQL server with the sinks of ``examples/click_count/sinks.py`` (``goka connect run
+    ... --until-caught-up``), and check the files hold every click once and the rows equal
+    the clicks sent. PostgreSQL is skipped where it is not installed."""
     from goka.dev.postgres import LocalPostgres, find_postgres
 
-    if find_postgres() is None:
-        print("PostgreSQL is not installed: the clicks table is not materialised")
-        return True
-    import psycopg
-
-    with LocalPostgres() as server, tempfile.TemporaryDirectory(prefix="goka-sink-") as work:
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "CLICKS_DSN": server.dsn,
+    with tempfile.TemporaryDirectory(prefix="goka-sink-") as work:
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "CLICKS_ARCHIVE": f"{work}/archive",
                "GOKA_LOG_LEVEL": "WARNING"}  # fmt: skip
-        started = time.monotonic()
-        done = subprocess.run(
-            [sys.executable, "-m", "goka", "connect", "run", "examples.click_count.sinks:clicks",
-             "--brokers", brokers, "--checkpoint", str(Path(work) / "checkpoint"),
-             "--until-caught-up"], env=env, cwd=ROOT, capture_output=True, text=True,
-            timeout=600, check=False,
-        )  # fmt: skip
-        if done.returncode != 0:
-            print(f"goka connect run failed:\n{done.stderr[-3000:]}")
+        archived = _connect(brokers, "archive", env, work)
+        if archived is None:
             return False
-        with psycopg.connect(server.dsn) as conn:
-            rows = dict(conn.execute("SELECT key, value FROM clicks").fetchall())
-    equal = rows == dict(sent)
-    print(f"PostgreSQL table clicks (goka connect run, {time.monotonic() - started:.1f} s): "
-          f"{len(rows)} rows, {sum(rows.values())} clicks; rows equal clicks sent: "
-          f"{'OK' if equal else 'MISMATCH'}")  # fmt: skip
-    return equal
+        from goka.connect import read_table
 
+        files = read_table(f"{work}/archive", columns=["key"]).column("key").to_pylist()
+        equal = Counter(files) == sent
+        print(f"Parquet archive of user-clicks (goka connect run, {archived:.1f} s): "
+              f"{len(files)} clicks; every click once: {'OK' if equal else 'MISMATCH'}")  # fmt: skip
+        if find_postgres() is None:
+            print("PostgreSQL is not installed: the clicks table is not materialised")
+            return equal
+        import psycopg
+
+        with LocalPostgres() as server:
+            took = _connect(brokers, "clicks", {**env, "CLICKS_DSN": server.dsn}, work)
+            if took is None:
+                return False
+            with psycopg.connect(server.dsn) as conn:
+                rows = dict(conn.execute("SELECT key, value FROM clicks").fetchall())
+    same = rows == dict(sent)
+    print(f"PostgreSQL table clicks (goka connect run, {took:.1f} s): {len(rows)} rows, "
+          f"{sum(rows.values())} clicks; rows equal clicks sent: "
+          f"{'OK' if same else 'MISMATCH'}")  # fmt: skip
+    return equal and same
+
+
+def _connect(brokers: str, sink: str, env: dict[str, str], work: str) -> float | None:
+    """Run sink ``sink`` of the example until caught up; its seconds (None: it failed)."""
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "goka", "connect", "run", f"examples.click_count.sinks:{sink}",
+         "--brokers", brokers, "--checkpoint", str(Path(work) / f"checkpoint-{sink}"),
+         "--until-caught-up"], env=env, cwd=ROOT, capture_output=True, text=True,
+        timeout=600, check=False,
+    )  # fmt: skip
+    if done.returncode != 0:
+        print(f"goka connect run ...:{sink} failed:\n{done.stderr[-3000:]}")
+        return None
+    return time.monotonic() - started
 
 if __name__ == "__main__":
     sys.exit(main())
