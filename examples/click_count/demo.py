@@ -334,5 +334,6 @@ def _connect(brokers: str, sink: str, env: dict[str, str], work: str) -> float |
         return None
     return time.monotonic() - started
 
+
 if __name__ == "__main__":
     sys.exit(main())

@@ -30,7 +30,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         parser.add_argument("sink", metavar="MODULE:SINK",
                             help="the sink, a goka.connect.PostgresSink or ParquetSink (or a "
                             "function returning one)")  # fmt: skip
-    for parser in (run, status):
+    for parser in (run, status, offsets):
         add_brokers(parser)
     for parser in (run, reset):
         add(parser, "--checkpoint", "Spark's checkpoint directory of the job")
@@ -54,9 +54,9 @@ def load_sink(spec: str) -> Any:
     Raises:
         UsageError: not ``module:attribute``, or not a sink.
     """
-    from goka.connect import ParquetSink, PostgresSink
+    from goka.connect import FileSource, ParquetSink, PostgresSink
 
-    sinks = (PostgresSink, ParquetSink)
+    sinks = (PostgresSink, ParquetSink, FileSource)
     module, _, name = spec.partition(":")
     if not module or not name:
         raise UsageError(f"a sink is given as module:attribute, got {spec!r}")
@@ -64,7 +64,8 @@ def load_sink(spec: str) -> Any:
     if callable(found) and not isinstance(found, sinks):
         found = found()
     if not isinstance(found, sinks):
-        raise UsageError(f"{spec} is not a goka.connect.PostgresSink or ParquetSink: {found!r}")
+        raise UsageError(f"{spec} is not a goka.connect.PostgresSink, ParquetSink or FileSource: "
+                         f"{found!r}")  # fmt: skip
     return found
 
 
@@ -75,11 +76,17 @@ def _checkpoint(args: argparse.Namespace) -> str:
 
 
 def _run(args: argparse.Namespace, stop: threading.Event) -> int:
+    from goka.connect import FileSource, FileSourceJob
     from goka.spark.sink import SinkJob
 
-    job = SinkJob(load_sink(args.sink), brokers(args), checkpoint_dir=_checkpoint(args),
-                  master=args.master, trigger=args.trigger,
-                  max_offsets_per_trigger=args.max_offsets)  # fmt: skip
+    connector = load_sink(args.sink)
+    job: SinkJob | FileSourceJob
+    if isinstance(connector, FileSource):  # a source runs here, not on Spark
+        job = FileSourceJob(connector, brokers(args))
+    else:
+        job = SinkJob(connector, brokers(args), checkpoint_dir=_checkpoint(args),
+                      master=args.master, trigger=args.trigger,
+                      max_offsets_per_trigger=args.max_offsets)  # fmt: skip
     if args.until_caught_up:
         print(job.run_until_caught_up().describe(), flush=True)
         return 0
@@ -95,11 +102,13 @@ def _run(args: argparse.Namespace, stop: threading.Event) -> int:
 
 
 def _status(args: argparse.Namespace, stop: threading.Event) -> int:
-    from goka.connect import PostgresSink
+    from goka.connect import FileSource, PostgresSink
     from goka.connect.task import open_writer
     from goka.kafka.offsets import EndOffsets
 
     sink = load_sink(args.sink)
+    if isinstance(sink, FileSource):
+        return _source_positions(sink, args)
     with open_writer(sink) as writer:
         stored = writer.offsets()
     ends = EndOffsets(brokers(args), {})
@@ -126,9 +135,12 @@ def _status(args: argparse.Namespace, stop: threading.Event) -> int:
 
 
 def _offsets(args: argparse.Namespace, stop: threading.Event) -> int:
+    from goka.connect import FileSource
     from goka.connect.task import open_writer
 
     sink = load_sink(args.sink)
+    if isinstance(sink, FileSource):
+        return _source_positions(sink, args)
     with open_writer(sink) as writer:
         found = writer.offsets()
     if args.json:
@@ -139,10 +151,28 @@ def _offsets(args: argparse.Namespace, stop: threading.Event) -> int:
     return 0
 
 
+def _source_positions(source: Any, args: argparse.Namespace) -> int:
+    """A source's status and offsets: each partition's last position (file and row)."""
+    from goka.connect import FileSourceJob
+
+    found = FileSourceJob(source, brokers(args)).offsets()
+    if args.json:
+        print(json.dumps({str(p): at for p, at in sorted(found.items())}))
+    else:
+        print(f"source {source.name}: {source.describe()} -> {source.topic}")
+        for partition, at in sorted(found.items()):
+            print(f"  partition {partition}: {at}")
+    return 0
+
+
 def _reset(args: argparse.Namespace, stop: threading.Event) -> int:
+    from goka.connect import FileSource
     from goka.spark.sink import SinkJob
 
     sink = load_sink(args.sink)
+    if isinstance(sink, FileSource):
+        raise UsageError(f"source {sink.name}: its positions are the last records of "
+                         f"{sink.topic!r}; delete the topic's records to start over")  # fmt: skip
     job = SinkJob(sink, "", checkpoint_dir=_checkpoint(args))
     if not args.yes:
         print(f"would forget the offsets of sink {sink.name} ({job.offsets()}) and remove "

@@ -1,0 +1,132 @@
+"""SIGKILL ``goka connect run`` of a file source at random moments (records buffered in the
+producer, files half read) while more files arrive (JSON lines, CSV, Parquet), with a
+transform that flat-maps some rows and a dead-letter topic for bad ones; restarts until
+caught up; then every row of every file must be in the topic exactly once (and every bad row
+in the dead-letter topic once), computed here from the files written.
+
+The suite plays seed 1; ``pytest tests/connect/test_source_crash.py --crash-sequences 10``
+plays a series from ``--crash-seed`` on, one line per trial.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import random
+import signal
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from goka.kafka.consumer import read_to_end
+
+from ..spark.crash import kill_session, run_killable
+
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+
+SOURCES = """
+from goka.connect import FileSource
+
+
+def split(record):
+    if int(record["id"]) % 7 == 0:
+        return [{{**record, "part": n}} for n in range(3)]
+    return record
+
+
+source = FileSource({path!r}, {topic!r}, key="user", transform=split,
+                    on_error="dead_letter", dead_letter={dead!r})
+"""
+
+
+def drop_file(rng: random.Random, directory: Path, number: int, first: int) -> tuple[int, int]:
+    """A file of a random format and size, written whole (moved into place); return the ids
+    it holds and its bad rows."""
+    rows = rng.choice([500, 3_000, 12_000])
+    kind = rng.choice(["jsonl", "csv", "parquet"])
+    records = [{"id": first + i, "user": f"u{rng.randrange(50)}"} for i in range(rows)]
+    staged = directory / f".{number:04d}.{kind}"
+    bad = 0
+    if kind == "jsonl":
+        lines = []
+        for record in records:
+            if rng.random() < 0.002:
+                lines.append('{"id": broken')
+                bad += 1
+            lines.append(json.dumps(record))
+        staged.write_text("\n".join(lines) + "\n")
+    elif kind == "csv":
+        with open(staged, "w", newline="") as out:
+            writer = csv.DictWriter(out, ["id", "user"])
+            writer.writeheader()
+            writer.writerows(records)
+    else:
+        pq.write_table(pa.Table.from_pylist(records), staged)
+    os.utime(staged, ns=(time.time_ns(), 1_000_000_000_000 + number * 1_000_000_000))
+    staged.rename(directory / f"{number:04d}.{kind}")
+    return rows, bad
+
+
+def trial(seed: int, brokers: str, new_topic: Callable[..., str], work: Path) -> list[str]:
+    rng = random.Random(seed)
+    topic, dead = new_topic(partitions=4), new_topic(partitions=2)
+    incoming = work / "incoming"
+    incoming.mkdir(parents=True)
+    module = f"sources_{seed}_{time.monotonic_ns()}"
+    (work / f"{module}.py").write_text(SOURCES.format(path=str(incoming), topic=topic, dead=dead))
+    ids, bad, files, log = 0, 0, 0, []
+    for number in range(5):
+        for _ in range(rng.randint(1, 3)):
+            rows, broken = drop_file(rng, incoming, files, ids)
+            ids, bad, files = ids + rows, bad + broken, files + 1
+        last = number == 4
+        command = [sys.executable, "-m", "goka", "connect", "run", f"{module}:source",
+                   "--brokers", brokers, "--until-caught-up"]  # fmt: skip
+
+        def outside(pid: int, last: bool = last) -> None:
+            if not last:
+                time.sleep(rng.uniform(0.3, 2.5))
+                kill_session(pid)
+
+        code, err = run_killable(command, work, work / f"run-{number}.log", meanwhile=outside)
+        killed = code == -signal.SIGKILL
+        if code not in (0, -signal.SIGKILL) or (last and killed):
+            raise AssertionError(f"seed {seed} run {number} exited with {code}:\n{err[-4000:]}")
+        log.append("killed" if killed else "caught up")
+    counted: Counter[tuple[int, int | None]] = Counter()
+    for record in read_to_end(brokers, topic, timeout=60):
+        value = json.loads(record.value or b"")
+        counted[(int(value["id"]), value.get("part"))] += 1
+    expected = Counter({(i, p): 1 for i in range(ids)
+                        for p in ((0, 1, 2) if i % 7 == 0 else (None,))})  # fmt: skip
+    assert counted == expected, (
+        f"seed {seed}: {sum((counted - expected).values())} extra, "
+        f"{sum((expected - counted).values())} missing ({'; '.join(log)}; logs: {work})"
+    )  # fmt: skip
+    letters = list(read_to_end(brokers, dead, timeout=60))
+    assert len(letters) == bad, f"seed {seed}: {len(letters)} dead letters, want {bad}"
+    return [f"{files} files, {ids} rows, {bad} bad: {'; '.join(log)}"]
+
+
+def test_killed_file_sources_produce_each_row_once(
+    brokers: str, new_topic: Callable[..., str], tmp_path_factory: pytest.TempPathFactory,
+    request: pytest.FixtureRequest,
+) -> None:  # fmt: skip
+    count = request.config.getoption("--crash-sequences")
+    first = request.config.getoption("--crash-seed")
+    seeds = list(range(first, first + count)) if count else [1]
+    kills = 0
+    for seed in seeds:
+        lines = trial(seed, brokers, new_topic, tmp_path_factory.mktemp(f"source{seed}"))
+        kills += lines[0].count("killed")
+        print(f"seed {seed}: {lines[0]}", flush=True)
+    assert kills > 0, "no run was killed"
