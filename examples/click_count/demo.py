@@ -301,7 +301,8 @@ def materialise(brokers: str, sent: Counter[str]) -> bool:
         files = read_table(f"{work}/archive", columns=["key"]).column("key").to_pylist()
         equal = Counter(files) == sent
         print(f"Parquet archive of user-clicks (goka connect run, {archived:.1f} s): "
-              f"{len(files)} clicks; every click once: {'OK' if equal else 'MISMATCH'}")  # fmt: skip
+              f"{len(files)} clicks; every click once: "
+              f"{'OK' if equal else 'MISMATCH'}")  # fmt: skip
         if find_postgres() is None:
             print("PostgreSQL is not installed: the clicks table is not materialised")
             return equal

@@ -21,12 +21,6 @@ from goka.connect.postgres import PostgresWriter
 from goka.connect.sink import ParquetSink, PostgresSink
 from goka.errors import SinkError
 
-__all__ = [
-    "ParquetSink",
-    "ParquetWriter",
-    "PostgresSink",
-    "PostgresWriter",
-    "SinkError",
-    "committed_files",
-    "read_table",
-]
+__all__ = ["FileSource", "FileSourceJob", "ParquetSink", "ParquetWriter", "PostgresSink",
+           "PostgresWriter", "SinkError", "SourceError", "SourceTotals", "committed_files",
+           "read_table"]  # fmt: skip

@@ -510,7 +510,8 @@ def _parse(text: str) -> Position:
 
 
 def _mtime_ns(info: Mapping[str, Any]) -> int:
-    found = info.get("mtime", info.get("LastModified", info.get("created", 0)))
+    found: Any = info.get("mtime", info.get("LastModified", info.get("created", 0)))
     if hasattr(found, "timestamp"):
-        return int(round(found.timestamp() * 1e9))
-    return int(round(float(found or 0) * 1e9))
+        seconds: float = found.timestamp()
+        return round(seconds * 1e9)
+    return round(float(found or 0) * 1e9)
