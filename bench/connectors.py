@@ -16,8 +16,12 @@ decoded into columns (key, partition, offset, timestamp, deleted, clicks, page),
 ``pyarrow.parquet.write_table`` per 250,000 records (the job's write size). Both sets of files
 are read back and checked equal (every record once).
 
-The file source is not built yet: it is reported as such. The ratio of a run is the lowest of
-its ratios. The last line: ``connectors/plain: min X median Y max Z``.
+File source: ``--messages`` JSON lines (``{"user": ..., "clicks": n, "page": ...}``) in 10
+files, produced by ``goka.connect.FileSourceJob`` (key from ``user``, position headers) into a
+fresh topic. The plain loop (an emitter loop): one confluent-kafka producer, each line parsed
+for its key and produced as read. Both topics are read back and checked to hold the same
+records. The ratio of a run is the lowest of its ratios. The last line:
+``connectors/plain: min X median Y max Z``.
 
     python -m bench.connectors [--messages 1000000] [--keys 100000] [--runs 2]
 """
@@ -33,6 +37,7 @@ import shutil
 import tempfile
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -44,10 +49,11 @@ import pyarrow.parquet as pq
 from bench.common import fresh_topic, summary
 from examples.click_count.demo import tree_memory
 from goka import JsonCodec
-from goka.connect import ParquetSink, PostgresSink, read_table
+from goka.connect import FileSource, FileSourceJob, ParquetSink, PostgresSink, read_table
 from goka.dev import EmbeddedBroker
 from goka.dev.postgres import LocalPostgres
 from goka.kafka.config import producer_config
+from goka.kafka.consumer import read_to_end
 from goka.kafka.ranges import fast_fetch
 from goka.spark import build_session
 from goka.spark.sink import SinkJob
@@ -164,6 +170,45 @@ def plain_parquet(brokers: str, topic: str, directory: str, messages: int) -> fl
     return seconds
 
 
+def write_files(directory: Path, messages: int, keys: int) -> None:
+    """``messages`` JSON lines in 10 files."""
+    rng = random.Random(13)
+    directory.mkdir(parents=True)
+    per = -(-messages // 10)
+    for number in range(10):
+        count = min(per, messages - number * per)
+        lines = [json.dumps({"user": f"user-{rng.randrange(keys)}", "clicks": number * per + i,
+                             "page": f"/p{rng.randrange(50)}"}) for i in range(count)]  # fmt: skip
+        (directory / f"{number:02d}.jsonl").write_text("\n".join(lines) + "\n")
+        os.utime(directory / f"{number:02d}.jsonl", ns=(0, (1_000 + number) * 10**9))
+
+
+def plain_emitter(brokers: str, topic: str, directory: str, messages: int) -> float:
+    """The plain emitter loop over the files; return its seconds."""
+    started = time.monotonic()
+    producer = confluent_kafka.Producer(producer_config(brokers, {}))
+    produce, done = producer.produce, 0
+    for name in sorted(os.listdir(directory)):
+        with open(os.path.join(directory, name), "rb") as lines:
+            for line in lines:
+                value = line.rstrip(b"\n")
+                key = json.loads(value)["user"].encode()
+                while True:
+                    try:
+                        produce(topic, value, key)
+                        break
+                    except BufferError:
+                        producer.poll(0.01)
+                done += 1
+    assert producer.flush(120) == 0 and done == messages
+    return time.monotonic() - started
+
+
+def _topic_records(brokers: str, topic: str) -> Counter[tuple[bytes, str]]:
+    return Counter((r.key or b"", json.dumps(json.loads(r.value or b""), sort_keys=True))
+                   for r in read_to_end(brokers, topic, timeout=300))  # fmt: skip
+
+
 def _records(table: pa.Table) -> set[tuple[Any, ...]]:
     names = ["key", "goka_partition", "goka_offset", "goka_deleted", "clicks", "page"]
     return set(zip(*(table.column(n).to_pylist() for n in names), strict=True))
@@ -196,11 +241,14 @@ def main() -> None:
     ratios: list[float] = []
     postgres: list[float] = []
     parquet: list[float] = []
+    sources: list[float] = []
     lines: list[str] = []
     with EmbeddedBroker() as broker, LocalPostgres() as server:
         brokers = broker.bootstrap
         topic = fresh_topic(brokers, "sink", PARTITIONS)
         fill(brokers, topic, args.messages, args.keys)
+        inputs = Path(tempfile.mkdtemp(prefix="goka-bench-files-")) / "in"
+        write_files(inputs, args.messages, args.keys)
         spark = build_session("bench-connectors", "local[2]")
         spark.sparkContext.setLogLevel("ERROR")
         state = Path(tempfile.mkdtemp(prefix="goka-bench-"))
@@ -261,14 +309,36 @@ def main() -> None:
                     f"{plain_rss / 2**20:,.0f} MB): sink/plain {parquet_ratio:.2f}"
                 )
                 print(lines[-1], flush=True)
+                target = fresh_topic(brokers, f"files{run}", PARTITIONS)
+                peak = Peak(os.getpid(), leave_out)
+                started = time.monotonic()
+                FileSourceJob(FileSource(str(inputs), target, key="user"),
+                              brokers).run_until_caught_up()  # fmt: skip
+                source_seconds, source_rss = time.monotonic() - started, peak.stop()
+                emitted = fresh_topic(brokers, f"emitted{run}", PARTITIONS)
+                plain_seconds, plain_rss = _in_a_process(plain_emitter, brokers, emitted,
+                                                         str(inputs), args.messages)  # fmt: skip
+                assert _topic_records(brokers, target) == _topic_records(brokers, emitted), (
+                    "the topics differ")  # fmt: skip
+                source_ratio = plain_seconds / source_seconds
+                sources.append(source_ratio)
+                ratios[-1] = min(ratios[-1], source_ratio)
+                lines.append(
+                    f"run {run}: file source {args.messages / source_seconds:,.0f} records/s "
+                    f"(RSS of this process {source_rss / 2**20:,.0f} MB, Spark's workers "
+                    f"idle), plain emitter loop {args.messages / plain_seconds:,.0f} records/s "
+                    f"(peak RSS {plain_rss / 2**20:,.0f} MB): source/plain {source_ratio:.2f}"
+                )
+                print(lines[-1], flush=True)
         finally:
             spark.stop()
             shutil.rmtree(state, ignore_errors=True)
+            shutil.rmtree(inputs.parent, ignore_errors=True)
     print(f"\n{args.messages:,} records over {args.keys:,} keys, {PARTITIONS} partitions, "
           f"{args.runs} runs")  # fmt: skip
     print(f"postgres upsert sink / plain: {summary(postgres)}")
     print(f"parquet sink / pyarrow: {summary(parquet)}")
-    print("file source / emitter: not built yet")
+    print(f"file source / plain emitter: {summary(sources)}")
     print(f"connectors/plain: {summary(ratios)}")
 
 

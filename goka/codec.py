@@ -200,6 +200,12 @@ class JsonCodec:
     def __setstate__(self, hooks: tuple[Any, Any]) -> None:
         self.__init__(default=hooks[0], object_hook=hooks[1])  # type: ignore[misc]  # rebuild
 
+    @property
+    def plain(self) -> bool:
+        """No hooks: any JSON document's text is a valid encoding of what it decodes to (a
+        source may pass JSON through as read)."""
+        return self._hooks == (None, None)
+
     def encode(self, value: Any) -> bytes:
         try:
             return self._encoder.encode(value).encode()

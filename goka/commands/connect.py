@@ -157,11 +157,11 @@ def _source_positions(source: Any, args: argparse.Namespace) -> int:
 
     found = FileSourceJob(source, brokers(args)).offsets()
     if args.json:
-        print(json.dumps({str(p): at for p, at in sorted(found.items())}))
+        print(json.dumps(found))
     else:
         print(f"source {source.name}: {source.describe()} -> {source.topic}")
-        for partition, at in sorted(found.items()):
-            print(f"  partition {partition}: {at}")
+        for partition, at in found.items():
+            print(f"  {partition}: {at}")
     return 0
 
 

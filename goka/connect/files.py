@@ -25,18 +25,16 @@ import io
 import json
 import logging
 import posixpath
-import threading
 import time
-import zlib
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from goka.codec import Codec, JsonCodec
-from goka.connect.positions import POSITION_HEADER, SourceError, last_positions
+from goka.connect.source import SourceTotals, SourceWriter, Unreadable, check_options
+from goka.connect.source_job import SourceJob
 from goka.errors import ConfigurationError
-from goka.partitioner import partition_for
 
 __all__ = ["FileSource", "FileSourceJob", "SourceTotals"]
 
@@ -107,32 +105,13 @@ class FileSource:
 
             if scheme not in fsspec.available_protocols():
                 raise ConfigurationError(f"{where}: fsspec knows no protocol {scheme!r}")
-        if not isinstance(self.topic, str) or not self.topic:
-            raise ConfigurationError(f"{where}: topic must be a non-empty str")
-        if not isinstance(self.codec, Codec):
-            raise ConfigurationError(f"{where}: codec must be a goka Codec, got {self.codec!r}")
         if self.format not in (None, "jsonl", "csv", "parquet"):
             raise ConfigurationError(f"{where}: format must be 'jsonl', 'csv' or 'parquet', "
                                      f"got {self.format!r}")  # fmt: skip
-        for what in ("key", "timestamp"):
-            found = getattr(self, what)
-            if found is not None and not (isinstance(found, str) and found) and not callable(found):
-                raise ConfigurationError(f"{where}: {what} must be a field name or callable")
-        if self.transform is not None and not callable(self.transform):
-            raise ConfigurationError(f"{where}: transform must be callable(record)")
-        if self.on_error not in ("fail", "skip", "dead_letter"):
-            raise ConfigurationError(f"{where}: on_error must be 'fail', 'skip' or "
-                                     f"'dead_letter', got {self.on_error!r}")  # fmt: skip
-        if (self.on_error == "dead_letter") != bool(self.dead_letter):
-            raise ConfigurationError(f"{where}: on_error='dead_letter' and dead_letter=topic "
-                                     "go together")  # fmt: skip
-        if self.dead_letter == self.topic:
-            raise ConfigurationError(f"{where}: the dead-letter topic is the topic itself")
         for what in ("poll_interval", "settle"):
             if not isinstance(getattr(self, what), (int, float)) or getattr(self, what) < 0:
                 raise ConfigurationError(f"{where}: {what} must be a number >= 0")
-        if not self.name:
-            object.__setattr__(self, "name", self.topic)
+        check_options(where, self, [self.topic])
 
     def describe(self) -> str:
         return self.path
@@ -146,26 +125,7 @@ class FileSource:
         return found  # type: ignore[return-value]
 
 
-@dataclass
-class SourceTotals:
-    """What a source run did."""
-
-    files: int = 0
-    records: int = 0
-    produced: int = 0
-    already: int = 0
-    filtered: int = 0
-    skipped: int = 0
-    dead_lettered: int = 0
-    errors: list[str] = field(default_factory=list)
-
-    def describe(self) -> str:
-        return (f"{self.records} records from {self.files} files: {self.produced} produced, "
-                f"{self.already} produced before, {self.filtered} filtered out, {self.skipped} "
-                f"skipped, {self.dead_lettered} dead-lettered")  # fmt: skip
-
-
-class FileSourceJob:
+class FileSourceJob(SourceJob[Position]):
     """Runs a :class:`FileSource` in this process (one idempotent producer: each partition
     in order, the source its only writer).
 
@@ -181,93 +141,35 @@ class FileSourceJob:
             raise ConfigurationError(f"source must be a FileSource, got {source!r}")
         from fsspec.core import url_to_fs
 
-        self.source, self.brokers = source, brokers
-        self.kafka_config = dict(kafka_config or {})
+        super().__init__(source, brokers, kafka_config=kafka_config)
         self.fs, root = url_to_fs(source.path, **dict(source.storage_options or {}))
         self.root = root.rstrip("/") or "/"
-        self.totals = SourceTotals()
-        self._stop = threading.Event()
         self._late: set[tuple[int, str]] = set()
+        self._done: set[tuple[int, str]] = set()
 
-    # -- positions -------------------------------------------------------------------------------
-    def positions(self) -> dict[tuple[str, int], Position | None]:
-        """Each partition's last position (None: nothing written)."""
-        topics = [self.source.topic] + ([self.source.dead_letter] if self.source.dead_letter
-                                        else [])  # fmt: skip
-        found = last_positions(self.brokers, topics, self.source.name, self.kafka_config)
-        return {tp: None if p is None else _parse(p) for tp, p in found.items()}
+    def parse(self, text: str) -> Position:
+        mtime, row, index, path = text.split("\t", 3)
+        return (int(mtime), path, int(row), int(index))
 
-    def offsets(self) -> dict[int, str]:
-        """The topic's partitions' last positions as text (file and row)."""
-        return {p: f"{at[1]} row {at[2]}" + (f" output {at[3]}" if at[3] else "")
-                for (t, p), at in self.positions().items()
-                if t == self.source.topic and at is not None}  # fmt: skip
+    def header(self, position: Position) -> str:
+        return f"{position[0]}\t{position[2]}\t{position[3]}\t{position[1]}"
 
-    def reset(self) -> None:
-        raise SourceError(f"source {self.source.name!r}: its positions are the last records "
-                          f"of {self.source.topic!r}; delete the topic's records to start "
-                          "over")  # fmt: skip
+    def where(self, position: tuple[Any, ...]) -> str:
+        return f"file {position[1]!r} row {position[2]}" + (
+            f" output {position[3]}" if len(position) > 3 and position[3] else "")  # fmt: skip
 
-    # -- running ---------------------------------------------------------------------------------
-    def run_until_caught_up(self) -> SourceTotals:
-        """Produce the files there now (beyond the positions), then stop."""
-        return self._run(watch=False)
+    def read(self, writer: SourceWriter[Position], floor: Position | None, first: bool,
+             watch: bool) -> None:  # fmt: skip
+        # Every partition's last record comes from the floor's file or a later one: the files
+        # before it are done (a partition never written: every file is read again, checked).
+        for file in self._new_files(floor, None if first else writer.last, watch):
+            self._read_file(file, writer)
+            self._done.add(file)
+            if self.stopping:
+                break
 
-    def run(self, timeout: float | None = None) -> SourceTotals:
-        """Produce the files there now and, if the source watches, those that arrive, until
-        :meth:`stop` (or ``timeout``)."""
-        if timeout is not None:
-            threading.Timer(timeout, self._stop.set).start()
-        return self._run(watch=self.source.watch)
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    def _run(self, watch: bool) -> SourceTotals:
-        from goka.kafka.config import producer_config
-        from goka.kafka.offsets import EndOffsets
-
-        source = self.source
-        positions = self.positions()
-        ends = EndOffsets(self.brokers, self.kafka_config)
-        try:
-            topics = [source.topic] + ([source.dead_letter] if source.dead_letter else [])
-            counts = ends.partition_counts(topics)
-        finally:
-            ends.close()
-        failures: list[str] = []
-
-        def delivered(err: Any, message: Any) -> None:
-            if err is not None:
-                failures.append(f"topic {message.topic()!r}: {err}")
-
-        producer = _Producer(producer_config(self.brokers, self.kafka_config), delivered,
-                             failures)  # fmt: skip
-        writer = _Writer(source, producer, positions, counts, self.totals)
-        # Every partition's last record comes from this file or a later one: the files before
-        # it are done (a partition never written: every file is read again, and checked).
-        known = list(positions.values())
-        floor = None if not known or None in known else min(p for p in known if p is not None)
-        done: set[tuple[int, str]] = set()
-        first = True
-        try:
-            while True:
-                files = self._new_files(floor, done, None if first else writer.last, watch)
-                first = False
-                for file in files:
-                    self._read_file(file, writer)
-                    done.add(file)
-                    if self._stop.is_set():
-                        break
-                producer.flush()
-                if not watch or self._stop.wait(source.poll_interval):
-                    break
-        finally:
-            producer.flush()
-        return self.totals
-
-    def _new_files(self, floor: Position | None, done: set[tuple[int, str]],
-                   last: Position | None, settle: bool) -> list[tuple[int, str]]:  # fmt: skip
+    def _new_files(self, floor: Position | None, last: Position | None,
+                   settle: bool) -> list[tuple[int, str]]:  # fmt: skip
         """The files to read, in order, as ``(mtime ns, path)``: not before ``floor``, not
         read in this run, not older than ``last`` (what was produced since the run began:
         such a late file is reported once and not read, or the order would break)."""
@@ -289,7 +191,7 @@ class FileSourceJob:
             if settle and now - mtime / 1e9 < self.source.settle:
                 continue  # maybe still being written
             at = (mtime, relative)
-            if at in done or (floor is not None and at < floor[:2]):
+            if at in self._done or (floor is not None and at < floor[:2]):
                 continue
             if last is not None and at < last[:2]:
                 if at not in self._late:
@@ -302,179 +204,34 @@ class FileSourceJob:
             found.append(at)
         return sorted(found)
 
-    def _read_file(self, file: tuple[int, str], writer: _Writer) -> None:
+    def _read_file(self, file: tuple[int, str], writer: SourceWriter[Position]) -> None:
         mtime, relative = file
         source = self.source
         kind = source.format_of(relative)
         assert kind is not None
         self.totals.files += 1
+        record = writer.record
+        codec = source.codec
+        through = kind == "jsonl" and isinstance(codec, JsonCodec) and codec.plain
         with self.fs.open(posixpath.join(self.root, relative), "rb") as stream:
-            for row, raw, record in _rows(kind, stream, source.csv_options):
-                writer.record((mtime, relative, row, 0), raw, record)
+            for row, raw, value in _rows(kind, stream, source.csv_options):
+                record((mtime, relative, row), raw, value, encoded=raw if through else None)
         log.info("source %s: read %s", source.name, relative)
-
-
-class _Producer:
-    """An idempotent producer; delivery failures stop the source at the next flush."""
-
-    def __init__(self, config: dict[str, Any], delivered: Callable[[Any, Any], None],
-                 failures: list[str]) -> None:  # fmt: skip
-        import confluent_kafka
-
-        self._producer = confluent_kafka.Producer(config)
-        self._delivered, self._failures = delivered, failures
-
-    def produce(self, topic: str, value: bytes | None, key: bytes | None,
-                partition: int | None, timestamp: int, headers: list[Any]) -> None:  # fmt: skip
-        produce = self._producer.produce
-        while True:
-            try:
-                if partition is None:
-                    produce(topic, value, key, timestamp=timestamp, headers=headers,
-                            on_delivery=self._delivered)  # fmt: skip
-                else:
-                    produce(topic, value, key, partition=partition, timestamp=timestamp,
-                            headers=headers, on_delivery=self._delivered)  # fmt: skip
-                break
-            except BufferError:
-                self._producer.poll(0.05)
-
-    def flush(self) -> None:
-        while self._producer.flush(1.0) > 0:
-            pass
-        if self._failures:
-            raise SourceError(f"records could not be produced: {self._failures[:3]}")
-
-
-class _Writer:
-    """Produces a source's records, leaving out those at or below their partition's last
-    position."""
-
-    def __init__(self, source: FileSource, producer: _Producer,
-                 positions: dict[tuple[str, int], Position | None], counts: dict[str, int],
-                 totals: SourceTotals) -> None:  # fmt: skip
-        self.source, self.producer, self.positions, self.totals = (
-            source,
-            producer,
-            positions,
-            totals,
-        )
-        self.counts = counts
-        known = [p for p in positions.values() if p is not None]
-        #: The highest position written.
-        self.last: Position | None = max(known) if known else None
-        #: Below this every partition is done: nothing to check.
-        self.checked_until = max(known) if known else (-1, "", -1, -1)
-        self._key, self._time = source.key, source.timestamp
-        self._encode = source.codec.encode
-
-    def record(self, at: Position, raw: bytes, record: Any) -> None:
-        """Produce what ``record`` (read at ``at``; ``raw``: as read) gives."""
-        totals, source = self.totals, self.source
-        totals.records += 1
-        try:
-            if isinstance(record, _Unreadable):
-                raise record.error
-            outputs = [record] if source.transform is None else source.transform(record)
-            if outputs is None:
-                totals.filtered += 1
-                return
-            if not isinstance(outputs, list):
-                outputs = [outputs]
-            produced = []
-            for index, output in enumerate(outputs):
-                key = self._key_of(output)
-                stamp = self._time_of(output)
-                produced.append(((*at[:3], index), key, self._encode(output), stamp))
-        except Exception as exc:
-            self._failed(at, raw, exc)
-            return
-        for position, key, value, stamp in produced:
-            self._produce(source.topic, position, key, value, stamp, [])
-
-    def _produce(self, topic: str, position: Position, key: bytes | None, value: bytes,
-                 stamp: int, extra: list[Any]) -> None:  # fmt: skip
-        count = self.counts[topic]
-        partition = (partition_for(key, count) if key is not None else
-                     zlib.crc32(f"{position[1]}\0{position[2]}".encode()) % count)  # fmt: skip
-        if position <= self.checked_until:
-            done = self.positions.get((topic, partition))
-            if done is not None and position <= done:
-                self.totals.already += 1
-                return
-        header = (f"{self.source.name}\t{position[0]}\t{position[2]}\t{position[3]}\t"
-                  f"{position[1]}").encode()  # fmt: skip
-        self.producer.produce(topic, value, key, partition, stamp,
-                              [(POSITION_HEADER, header), *extra])  # fmt: skip
-        if topic == self.source.topic:
-            self.totals.produced += 1
-        else:
-            self.totals.dead_lettered += 1
-        if self.last is None or position > self.last:
-            self.last = position
-
-    def _key_of(self, record: Any) -> bytes | None:
-        key = self._key
-        if key is None:
-            return None
-        found = key(record) if callable(key) else _field(record, key)
-        if found is None:
-            raise ValueError(f"no key: field {key!r} is missing" if isinstance(key, str)
-                             else "the key function returned None")  # fmt: skip
-        return str(found).encode()
-
-    def _time_of(self, record: Any) -> int:
-        stamp = self._time
-        if stamp is None:
-            return 0
-        found = stamp(record) if callable(stamp) else _field(record, stamp)
-        if isinstance(found, str) and found.isdigit():  # (CSV: every field is text)
-            found = int(found)
-        if isinstance(found, str):
-            import datetime as dt
-
-            parsed = dt.datetime.fromisoformat(found)
-            if parsed.tzinfo is None:
-                parsed = parsed.replace(tzinfo=dt.UTC)
-            return round(parsed.timestamp() * 1000)
-        if isinstance(found, bool) or not isinstance(found, int) or found < 0:
-            raise ValueError(f"timestamp {found!r} is not milliseconds or an ISO 8601 time")
-        return int(found)
-
-    def _failed(self, at: Position, raw: bytes, exc: Exception) -> None:
-        source = self.source
-        why = f"file {at[1]!r} row {at[2]}: {type(exc).__name__}: {exc}"
-        if source.on_error == "fail":
-            self.producer.flush()
-            raise SourceError(f"source {source.name!r}: {why}") from exc
-        self.totals.errors.append(why)
-        if source.on_error == "skip":
-            log.warning("source %s: skipped %s", source.name, why)
-            self.totals.skipped += 1
-            return
-        assert source.dead_letter is not None
-        self._produce(source.dead_letter, at, None, raw, 0, [("goka-error", why.encode())])
-
-
-class _Unreadable:
-    """A row that could not be parsed (its error raised where the policy applies)."""
-
-    def __init__(self, error: Exception) -> None:
-        self.error = error
 
 
 def _rows(kind: str, stream: Any, csv_options: Mapping[str, Any] | None,
           ) -> Iterator[tuple[int, bytes, Any]]:  # fmt: skip
-    """``(row, raw, record)`` of a file (an unparsable row's record: :class:`_Unreadable`)."""
+    """``(row, raw, record)`` of a file (an unparsable row's record: ``Unreadable``)."""
     if kind == "jsonl":
-        loads = json.loads
+        loads = _STRICT.decode
         for row, line in enumerate(stream):
             if not line.strip():
                 continue
+            raw = line.rstrip(b"\r\n")
             try:
-                yield row, line.rstrip(b"\r\n"), loads(line)
-            except ValueError as exc:
-                yield row, line.rstrip(b"\r\n"), _Unreadable(exc)
+                yield row, raw, loads(raw.decode())
+            except ValueError as exc:  # (UnicodeDecodeError is one)
+                yield row, raw, Unreadable(exc)
     elif kind == "csv":
         text = io.TextIOWrapper(stream, encoding="utf-8", newline="")
         try:
@@ -483,7 +240,7 @@ def _rows(kind: str, stream: Any, csv_options: Mapping[str, Any] | None,
                 raw = json.dumps(record).encode()
                 if None in record or any(v is None for v in record.values()):
                     fields = len(reader.fieldnames or [])
-                    yield row, raw, _Unreadable(ValueError(f"expected {fields} fields"))
+                    yield row, raw, Unreadable(ValueError(f"expected {fields} fields"))
                 else:
                     yield row, raw, record
         finally:
@@ -498,15 +255,12 @@ def _rows(kind: str, stream: Any, csv_options: Mapping[str, Any] | None,
                 row += 1
 
 
-def _field(record: Any, name: str) -> Any:
-    if not isinstance(record, dict):
-        raise ValueError(f"field {name!r}: the record is a {type(record).__name__}, not an object")
-    return record.get(name)
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
 
 
-def _parse(text: str) -> Position:
-    mtime, row, index, path = text.split("\t", 3)
-    return (int(mtime), path, int(row), int(index))
+#: JSON as the codec writes it: no NaN or Infinity (JSON lines pass through as read).
+_STRICT = json.JSONDecoder(parse_constant=_no_constant)
 
 
 def _mtime_ns(info: Mapping[str, Any]) -> int:

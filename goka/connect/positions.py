@@ -38,59 +38,20 @@ def last_positions(brokers: str, topics: Iterable[str], name: str,
         SourceError: a partition's last record has no position of ``name`` (another writer).
         TimeoutError: a last record could not be read in ``timeout`` seconds.
     """
-    import time
+    from goka.kafka.consumer import last_records
 
-    import confluent_kafka
-
-    from goka.kafka.config import consumer_config
-    from goka.kafka.offsets import EndOffsets
-
-    topics = list(topics)
-    ends = EndOffsets(brokers, kafka_config or {})
-    try:
-        counts = ends.partition_counts(topics)
-        partitions = [(t, p) for t in topics for p in range(counts[t])]
-        high, low = ends.high(partitions), ends.low(partitions)
-    finally:
-        ends.close()
-    found: dict[tuple[str, int], str | None] = dict.fromkeys(partitions)
-    wanted = {tp: high[tp] - 1 for tp in partitions if high[tp] > low[tp]}
-    if not wanted:
-        return found
-    consumer = confluent_kafka.Consumer(
-        consumer_config(brokers, {**(kafka_config or {}), "enable.partition.eof": True})
-    )
-    try:
-        consumer.assign([confluent_kafka.TopicPartition(t, p, max(low[(t, p)], o))
-                         for (t, p), o in wanted.items()])  # fmt: skip
-        deadline = time.monotonic() + timeout
-        last: dict[tuple[str, int], Any] = {}
-        while wanted.keys() - last.keys():
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"source {name!r}: the last records of "
-                                   f"{sorted(wanted.keys() - last.keys())} not read in "
-                                   f"{timeout:.0f} s")  # fmt: skip
-            for message in consumer.consume(100, 0.5):
-                tp = (str(message.topic()), int(message.partition() or 0))
-                error = message.error()
-                if error is not None:
-                    if error.code() == confluent_kafka.KafkaError._PARTITION_EOF:
-                        last.setdefault(tp, None)  # (compacted away: none at the end)
-                    continue
-                if int(message.offset() or 0) >= wanted[tp]:
-                    last[tp] = message
-        for tp, message in last.items():
-            if message is None:
-                continue
-            headers = dict(message.headers() or [])
-            position = headers.get(POSITION_HEADER)
-            owner, _, where = (position or b"").decode("utf-8", "replace").partition("\t")
-            if position is None or owner != name:
-                writer = "no source" if position is None else f"source {owner!r}"
-                raise SourceError(f"source {name!r}: topic {tp[0]!r} partition {tp[1]} offset "
-                                  f"{message.offset()} was written by {writer}; a source needs "
-                                  "the partitions it writes to itself")  # fmt: skip
-            found[tp] = where
-    finally:
-        consumer.close()
+    found: dict[tuple[str, int], str | None] = {}
+    last = last_records(brokers, list(topics), kafka_config=kafka_config, timeout=timeout)
+    for (topic, partition), record in last.items():
+        if record is None:
+            found[(topic, partition)] = None
+            continue
+        position = dict(record.headers).get(POSITION_HEADER)
+        owner, _, where = (position or b"").decode("utf-8", "replace").partition("\t")
+        if position is None or owner != name:
+            writer = "no source" if position is None else f"source {owner!r}"
+            raise SourceError(f"source {name!r}: topic {topic!r} partition {partition} offset "
+                              f"{record.offset} was written by {writer}; a source needs the "
+                              "partitions it writes to itself")  # fmt: skip
+        found[(topic, partition)] = where
     return found

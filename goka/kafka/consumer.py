@@ -13,7 +13,7 @@ from goka.errors import BrokerError, TopicError
 from goka.kafka.admin import topic_partitions
 from goka.kafka.config import Brokers, consumer_config
 
-__all__ = ["Record", "read_to_end"]
+__all__ = ["Record", "last_records", "read_to_end"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,11 +76,66 @@ def _consume_until_eof(
         for msg in consumer.consume(10_000, 0.2):
             error = msg.error()
             if error is None:
-                yield Record(
-                    topic, msg.partition(), msg.offset(), msg.key(), msg.value(),
-                    msg.timestamp()[1], tuple(msg.headers() or ()),
-                )  # fmt: skip
+                yield _record(msg)
             elif error.code() == confluent_kafka.KafkaError._PARTITION_EOF:
                 open_partitions.discard(msg.partition())
             else:
                 raise BrokerError(f"reading topic {topic!r}: {error.str()}")
+
+
+def last_records(
+    brokers: Brokers,
+    topics: list[str],
+    *,
+    kafka_config: Mapping[str, Any] | None = None,
+    timeout: float = 60.0,
+) -> dict[tuple[str, int], Record | None]:
+    """The last record of each partition of ``topics`` (None: the partition is empty).
+
+    Raises:
+        TimeoutError: a last record could not be read in ``timeout`` seconds.
+        BrokerError: no broker answered.
+    """
+    from goka.kafka.offsets import EndOffsets
+
+    ends = EndOffsets(brokers, dict(kafka_config or {}))
+    try:
+        counts = ends.partition_counts(topics)
+        partitions = [(t, p) for t in topics for p in range(counts[t])]
+        high, low = ends.high(partitions), ends.low(partitions)
+    finally:
+        ends.close()
+    found: dict[tuple[str, int], Record | None] = dict.fromkeys(partitions)
+    wanted = {tp: high[tp] - 1 for tp in partitions if high[tp] > low[tp]}
+    if not wanted:
+        return found
+    consumer = confluent_kafka.Consumer(
+        {**consumer_config(brokers, kafka_config), "enable.partition.eof": True}
+    )
+    try:
+        consumer.assign([confluent_kafka.TopicPartition(t, p, max(low[(t, p)], o))
+                         for (t, p), o in wanted.items()])  # fmt: skip
+        deadline = time.monotonic() + timeout
+        seen: set[tuple[str, int]] = set()
+        while wanted.keys() - seen:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the last records of {sorted(wanted.keys() - seen)} not "
+                                   f"read in {timeout:.0f} s")  # fmt: skip
+            for message in consumer.consume(100, 0.5):
+                tp = (str(message.topic()), int(message.partition() or 0))
+                error = message.error()
+                if error is not None:
+                    if error.code() == confluent_kafka.KafkaError._PARTITION_EOF:
+                        seen.add(tp)  # (compacted away: none at the end)
+                    continue
+                if int(message.offset() or 0) >= wanted[tp]:
+                    found[tp] = _record(message)
+                    seen.add(tp)
+    finally:
+        consumer.close()
+    return found
+
+
+def _record(msg: Any) -> Record:
+    return Record(msg.topic(), msg.partition(), msg.offset(), msg.key(), msg.value(),
+                  msg.timestamp()[1], tuple(msg.headers() or ()))  # fmt: skip

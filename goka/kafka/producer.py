@@ -162,6 +162,12 @@ def kafka_producer(config: dict[str, Any]) -> Producer:
     return KafkaProducer(config)
 
 
+def raw_producer(config: dict[str, Any]) -> Any:
+    """confluent-kafka's own Producer, for loops that produce millions of records with a
+    default delivery callback in ``config`` (``on_delivery``) instead of one per record."""
+    return confluent_kafka.Producer(config)
+
+
 def timestamp_ms(timestamp: Timestamp | None) -> int:
     """Kafka timestamps are milliseconds since the epoch; 0 lets the producer stamp the time."""
     if timestamp is None:

@@ -1,0 +1,178 @@
+"""Running a source connector in this process: resume from the positions in its topics, read
+what is new, flush, confirm, and look again (see :mod:`goka.connect.source`)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any, Generic
+
+from goka.connect.positions import SourceError, last_positions
+from goka.connect.source import P, SourceTotals, SourceWriter
+
+__all__ = ["SourceJob", "SourceProducer"]
+
+
+class SourceProducer:
+    """An idempotent producer (each partition in order, no duplicates from retries); a failed
+    delivery stops the source at the next :meth:`flush`."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        from goka.kafka.producer import raw_producer
+
+        self._failures: list[str] = []
+        self._producer = raw_producer(
+            {**config, "on_delivery": self._delivered, "delivery.report.only.error": True}
+        )
+
+    def _delivered(self, err: Any, message: Any) -> None:
+        if err is not None:
+            self._failures.append(f"topic {message.topic()!r} partition "
+                                  f"{message.partition()}: {err}")  # fmt: skip
+
+    @property
+    def raw_produce(self) -> Callable[..., None]:
+        """confluent-kafka's ``produce`` (raises BufferError when the queue is full)."""
+        produce: Callable[..., None] = self._producer.produce
+        return produce
+
+    def produce(self, topic: str, value: bytes | None, key: bytes | None, partition: int,
+                timestamp: int, headers: list[Any]) -> None:  # fmt: skip
+        """Produce, waiting while the queue is full."""
+        produce = self._producer.produce
+        while True:
+            try:
+                produce(topic, value, key, partition=partition, timestamp=timestamp,
+                        headers=headers)  # fmt: skip
+                return
+            except BufferError:
+                self._producer.poll(0.05)
+
+    def flush(self) -> None:
+        """Wait until every record is acknowledged.
+
+        Raises:
+            SourceError: a record could not be produced.
+        """
+        while self._producer.flush(1.0) > 0:
+            pass
+        if self._failures:
+            raise SourceError(f"records could not be produced: {self._failures[:3]}")
+
+
+class SourceJob(Generic[P]):
+    """Runs a source in this process: resumes from the positions in its topics, reads what is
+    new (:meth:`read`, each source's own), flushes, and, when watching, looks again every
+    ``poll_interval`` until :meth:`stop`.
+
+    Args:
+        source: the declaration (with ``poll_interval``).
+        brokers: bootstrap servers.
+        kafka_config: librdkafka settings of the producer and of the resume's reads.
+    """
+
+    #: What :attr:`SourceTotals.files` counts for this source.
+    unit = "files"
+
+    def __init__(self, source: Any, brokers: str, *,
+                 kafka_config: dict[str, Any] | None = None) -> None:  # fmt: skip
+        self.source, self.brokers = source, brokers
+        self.kafka_config = dict(kafka_config or {})
+        self.totals = SourceTotals(unit=self.unit)
+        self._stop = threading.Event()
+
+    # -- what each source defines ----------------------------------------------------------------
+    @property
+    def topics(self) -> list[str]:
+        """The topics the source writes (its dead-letter topic included)."""
+        topics = list(getattr(self.source, "topics", None) or [self.source.topic])
+        return topics + ([self.source.dead_letter] if self.source.dead_letter else [])
+
+    def parse(self, text: str) -> P:
+        """A position from its header text."""
+        raise NotImplementedError
+
+    def header(self, position: P) -> str:
+        """A position as its header text."""
+        raise NotImplementedError
+
+    def where(self, position: tuple[Any, ...]) -> str:
+        """A position (or the record part of one) as errors name it."""
+        raise NotImplementedError
+
+    def read(self, writer: SourceWriter[P], floor: P | None, first: bool, watch: bool) -> None:
+        """Give the writer every record beyond ``floor`` (None: from the beginning) there is
+        now, in position order (``first``: the run's first read)."""
+        raise NotImplementedError
+
+    def flushed(self, writer: SourceWriter[P]) -> None:
+        """Everything given to ``writer`` so far is acknowledged (a change stream confirms
+        its position here)."""
+
+    # -- running ---------------------------------------------------------------------------------
+    def positions(self) -> dict[tuple[str, int], P | None]:
+        """Each partition's last position (None: nothing written)."""
+        found = last_positions(self.brokers, self.topics, self.source.name, self.kafka_config)
+        return {tp: None if p is None else self.parse(p) for tp, p in found.items()}
+
+    def offsets(self) -> dict[str, str]:
+        """Each partition's last position as text (``topic/partition`` -> position)."""
+        return {f"{t}/{p}": self.where(at) for (t, p), at in sorted(self.positions().items())
+                if at is not None}  # fmt: skip
+
+    @staticmethod
+    def floor(positions: dict[tuple[str, int], P | None]) -> P | None:
+        """Where reading may resume: every partition's last record lies at or beyond it
+        (None: some partition was never written, so from the beginning)."""
+        known = list(positions.values())
+        if not known or None in known:
+            return None
+        return min(p for p in known if p is not None)
+
+    def reset(self) -> None:
+        raise SourceError(f"source {self.source.name!r}: its positions are the last records of "
+                          f"{self.topics}; delete the topics' records to start over")  # fmt: skip
+
+    def run_until_caught_up(self) -> SourceTotals:
+        """Produce what there is now (beyond the positions), then stop."""
+        return self._run(watch=False)
+
+    def run(self, timeout: float | None = None) -> SourceTotals:
+        """Produce what there is now and, if the source watches, what comes, until
+        :meth:`stop` (or ``timeout``)."""
+        if timeout is not None:
+            threading.Timer(timeout, self._stop.set).start()
+        return self._run(watch=bool(getattr(self.source, "watch", True)))
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def _run(self, watch: bool) -> SourceTotals:
+        from goka.kafka.config import producer_config
+        from goka.kafka.offsets import EndOffsets
+
+        positions = self.positions()
+        ends = EndOffsets(self.brokers, self.kafka_config)
+        try:
+            counts = ends.partition_counts(self.topics)
+        finally:
+            ends.close()
+        producer = SourceProducer(producer_config(self.brokers, self.kafka_config))
+        writer = SourceWriter(self.source, producer, positions, counts, self.totals,
+                              header=self.header, where=self.where)  # fmt: skip
+        floor, first = self.floor(positions), True
+        try:
+            while True:
+                self.read(writer, floor, first, watch)
+                first = False
+                producer.flush()
+                self.flushed(writer)
+                if not watch or self._stop.wait(self.source.poll_interval):
+                    break
+        finally:
+            producer.flush()
+        return self.totals
