@@ -54,9 +54,10 @@ def load_sink(spec: str) -> Any:
     Raises:
         UsageError: not ``module:attribute``, or not a sink.
     """
-    from goka.connect import FileSource, ParquetSink, PostgresSink
+    from goka.connect import ParquetSink, PostgresSink
+    from goka.connect.jobs import SOURCES
 
-    sinks = (PostgresSink, ParquetSink, FileSource)
+    sinks = (PostgresSink, ParquetSink, *SOURCES)
     module, _, name = spec.partition(":")
     if not module or not name:
         raise UsageError(f"a sink is given as module:attribute, got {spec!r}")
@@ -64,7 +65,8 @@ def load_sink(spec: str) -> Any:
     if callable(found) and not isinstance(found, sinks):
         found = found()
     if not isinstance(found, sinks):
-        raise UsageError(f"{spec} is not a goka.connect.PostgresSink, ParquetSink or FileSource: "
+        raise UsageError(f"{spec} is not a goka.connect sink (PostgresSink, ParquetSink) or "
+                         f"source (FileSource, PostgresSource, PostgresCdcSource): "
                          f"{found!r}")  # fmt: skip
     return found
 
@@ -76,13 +78,14 @@ def _checkpoint(args: argparse.Namespace) -> str:
 
 
 def _run(args: argparse.Namespace, stop: threading.Event) -> int:
-    from goka.connect import FileSource, FileSourceJob
+    from goka.connect.jobs import SOURCES, source_job
+    from goka.connect.source_job import SourceJob
     from goka.spark.sink import SinkJob
 
     connector = load_sink(args.sink)
-    job: SinkJob | FileSourceJob
-    if isinstance(connector, FileSource):  # a source runs here, not on Spark
-        job = FileSourceJob(connector, brokers(args))
+    job: SinkJob | SourceJob[Any]
+    if isinstance(connector, SOURCES):  # a source runs here, not on Spark
+        job = source_job(connector, brokers(args))
     else:
         job = SinkJob(connector, brokers(args), checkpoint_dir=_checkpoint(args),
                       master=args.master, trigger=args.trigger,
@@ -102,12 +105,13 @@ def _run(args: argparse.Namespace, stop: threading.Event) -> int:
 
 
 def _status(args: argparse.Namespace, stop: threading.Event) -> int:
-    from goka.connect import FileSource, PostgresSink
+    from goka.connect import PostgresSink
+    from goka.connect.jobs import SOURCES
     from goka.connect.task import open_writer
     from goka.kafka.offsets import EndOffsets
 
     sink = load_sink(args.sink)
-    if isinstance(sink, FileSource):
+    if isinstance(sink, SOURCES):
         return _source_positions(sink, args)
     with open_writer(sink) as writer:
         stored = writer.offsets()
@@ -135,11 +139,11 @@ def _status(args: argparse.Namespace, stop: threading.Event) -> int:
 
 
 def _offsets(args: argparse.Namespace, stop: threading.Event) -> int:
-    from goka.connect import FileSource
+    from goka.connect.jobs import SOURCES
     from goka.connect.task import open_writer
 
     sink = load_sink(args.sink)
-    if isinstance(sink, FileSource):
+    if isinstance(sink, SOURCES):
         return _source_positions(sink, args)
     with open_writer(sink) as writer:
         found = writer.offsets()
@@ -152,27 +156,37 @@ def _offsets(args: argparse.Namespace, stop: threading.Event) -> int:
 
 
 def _source_positions(source: Any, args: argparse.Namespace) -> int:
-    """A source's status and offsets: each partition's last position (file and row)."""
-    from goka.connect import FileSourceJob
+    """A source's status and offsets: each partition's last position (file and row...)."""
+    from goka.connect.jobs import source_job
 
-    found = FileSourceJob(source, brokers(args)).offsets()
+    found = source_job(source, brokers(args)).offsets()
     if args.json:
         print(json.dumps(found))
     else:
-        print(f"source {source.name}: {source.describe()} -> {source.topic}")
+        print(f"source {source.name}: {source.describe()} -> {', '.join(_topics(source))}")
         for partition, at in found.items():
             print(f"  {partition}: {at}")
     return 0
 
 
 def _reset(args: argparse.Namespace, stop: threading.Event) -> int:
-    from goka.connect import FileSource
+    from goka.connect import PostgresCdcSource
+    from goka.connect.jobs import SOURCES, source_job
     from goka.spark.sink import SinkJob
 
     sink = load_sink(args.sink)
-    if isinstance(sink, FileSource):
-        raise UsageError(f"source {sink.name}: its positions are the last records of "
-                         f"{sink.topic!r}; delete the topic's records to start over")  # fmt: skip
+    if isinstance(sink, PostgresCdcSource):
+        if not args.yes:
+            print(f"would drop replication slot {sink.slot} of source {sink.name} (the next run "
+                  "starts at the database's current position); pass --yes to do it")  # fmt: skip
+            return 0
+        source_job(sink, "").reset()
+        print(f"source {sink.name}: replication slot {sink.slot} dropped")
+        return 0
+    if isinstance(sink, SOURCES):
+        raise UsageError(f"source {getattr(sink, 'name', '')}: its positions are the last "
+                         f"records of {', '.join(_topics(sink))}; delete the topics' records "
+                         "to start over")  # fmt: skip
     job = SinkJob(sink, "", checkpoint_dir=_checkpoint(args))
     if not args.yes:
         print(f"would forget the offsets of sink {sink.name} ({job.offsets()}) and remove "
@@ -181,3 +195,7 @@ def _reset(args: argparse.Namespace, stop: threading.Event) -> int:
     job.reset()
     print(f"sink {sink.name}: offsets forgotten, checkpoint {job.checkpoint_dir} removed")
     return 0
+
+
+def _topics(source: Any) -> list[str]:
+    return list(getattr(source, "topics", None) or [source.topic])

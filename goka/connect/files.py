@@ -32,7 +32,13 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from goka.codec import Codec, JsonCodec
-from goka.connect.source import SourceTotals, SourceWriter, Unreadable, check_options
+from goka.connect.source import (
+    SourceTotals,
+    SourceWriter,
+    Unreadable,
+    check_number,
+    check_options,
+)
 from goka.connect.source_job import SourceJob
 from goka.errors import ConfigurationError
 
@@ -108,9 +114,8 @@ class FileSource:
         if self.format not in (None, "jsonl", "csv", "parquet"):
             raise ConfigurationError(f"{where}: format must be 'jsonl', 'csv' or 'parquet', "
                                      f"got {self.format!r}")  # fmt: skip
-        for what in ("poll_interval", "settle"):
-            if not isinstance(getattr(self, what), (int, float)) or getattr(self, what) < 0:
-                raise ConfigurationError(f"{where}: {what} must be a number >= 0")
+        check_number(where, self, "poll_interval")
+        check_number(where, self, "settle")
         check_options(where, self, [self.topic])
 
     def describe(self) -> str:

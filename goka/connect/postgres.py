@@ -34,10 +34,11 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from goka.connect.columns import copy_type, misfit, pg_type
+from goka.connect.database import Database
 from goka.connect.rows import Record, Row, WriteSummary, decode_rows
 from goka.connect.sink import PostgresSink
 from goka.errors import SinkError
@@ -71,23 +72,14 @@ class PostgresWriter:
 
     def __init__(self, sink: PostgresSink, *, retries: int = 8) -> None:
         self.sink, self.retries = sink, retries
-        self._conn: Any = None
-
-    # -- the database ----------------------------------------------------------------------------
-    def _connect(self) -> Any:
-        import psycopg
-
-        if self._conn is None or self._conn.closed:
-            self._conn = psycopg.connect(self.sink.dsn, autocommit=False)
-            with self._conn.transaction():
-                self._conn.execute(self._sql(OFFSETS_DDL, table=self._offsets()))
-        return self._conn
+        self._db = Database(sink.dsn, f"PostgreSQL sink {sink.name!r}", retries=retries,
+                            prepare=lambda conn: conn.execute(
+                                self._sql(OFFSETS_DDL, table=self._offsets())))  # fmt: skip
+        self._retrying = self._db.run
 
     def close(self) -> None:
         """Close the connection."""
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+        self._db.close()
 
     def __enter__(self) -> PostgresWriter:
         return self
@@ -294,30 +286,6 @@ class PostgresWriter:
         summary.upserted += upserted.rowcount
 
     # -- helpers ---------------------------------------------------------------------------------
-    def _retrying(self, work: Callable[[Any], Any], *, transaction: bool = False) -> Any:
-        import psycopg
-
-        delay = 0.2
-        for attempt in range(1, self.retries + 1):
-            try:
-                conn = self._connect()
-                if not transaction:
-                    result = work(conn)
-                    conn.commit()
-                    return result
-                with conn.transaction():
-                    return work(conn)
-            except psycopg.OperationalError as exc:
-                self.close()
-                if attempt == self.retries:
-                    raise
-                log.warning("PostgreSQL sink %r: %s; retrying in %.1f s (attempt %d of %d)",
-                            self.sink.name, str(exc).strip(), delay, attempt,
-                            self.retries)  # fmt: skip
-                time.sleep(delay)
-                delay = min(delay * 2, 5.0)
-        raise AssertionError("unreachable")
-
     def _sql(self, text: str, **names: Any) -> Any:
         from psycopg import sql
 

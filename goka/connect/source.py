@@ -15,6 +15,7 @@ counted) or ``dead_letter`` (the record as read to the dead-letter topic, the re
 
 from __future__ import annotations
 
+import json
 import logging
 import zlib
 from collections.abc import Callable, Sequence
@@ -27,7 +28,7 @@ from goka.errors import ConfigurationError
 from goka.partitioner import partition_for
 
 __all__ = ["SourceOptions", "SourceTotals", "SourceWriter", "Unreadable", "as_ms",
-           "check_options", "field_of"]  # fmt: skip
+           "check_number", "check_options", "field_of"]  # fmt: skip
 
 if TYPE_CHECKING:
     from goka.connect.source_job import SourceProducer
@@ -94,6 +95,19 @@ def check_options(where: str, source: Any, topics: Sequence[str]) -> None:
         object.__setattr__(source, "name", topics[0])
 
 
+def check_number(where: str, source: Any, what: str, *, integer: bool = False) -> None:
+    """Check that option ``what`` of ``source`` is a number >= 0 (``integer``: an int >= 1).
+
+    Raises:
+        ConfigurationError: it is not.
+    """
+    found = getattr(source, what)
+    if integer and (isinstance(found, bool) or not isinstance(found, int) or found < 1):
+        raise ConfigurationError(f"{where}: {what} must be a positive int, got {found!r}")
+    if isinstance(found, bool) or not isinstance(found, int | float) or found < 0:
+        raise ConfigurationError(f"{where}: {what} must be a number >= 0, got {found!r}")
+
+
 @dataclass
 class SourceTotals:
     """What a source run did (``reads``: files, or queries and change batches that found
@@ -127,12 +141,14 @@ class SourceWriter(Generic[P]):
         totals: counted into.
         header: a position as the text of its header (after the source's name and a tab).
         where: a position as an error names it (``file 'a.csv' row 3``).
+        fnv1a: the producer's partitioner is fnv1a (goka's; the writer leaves keyed records
+            to it where it need not know their partition).
     """
 
     def __init__(self, source: SourceOptions, producer: SourceProducer,
                  positions: dict[tuple[str, int], P | None], counts: dict[str, int],
                  totals: SourceTotals, *, header: Callable[[P], str],
-                 where: Callable[[tuple[Any, ...]], str]) -> None:  # fmt: skip
+                 where: Callable[[tuple[Any, ...]], str], fnv1a: bool = True) -> None:  # fmt: skip
         self.source, self.producer, self.totals = source, producer, totals
         self.positions, self.counts = positions, counts
         known = [p for p in positions.values() if p is not None]
@@ -144,21 +160,26 @@ class SourceWriter(Generic[P]):
         self._transform, self._name, self._dead_letter = (source.transform, source.name,
                                                           source.dead_letter)  # fmt: skip
         self._produce = producer.raw_produce
+        self._fnv1a = fnv1a  # the producer partitions keys as partition_for does
 
-    def record(self, at: tuple[Any, ...], raw: bytes, record: Any, *, key: Any = FROM_OPTIONS,
+    def record(self, at: tuple[Any, ...], raw: bytes | None, record: Any, *,
+               key: Any = FROM_OPTIONS,
                headers: Sequence[tuple[str, bytes]] = (), stamp: int | None = None,
-               topic: str | None = None, encoded: bytes | None = None) -> None:  # fmt: skip
-        """Produce what ``record`` (read at ``at``; ``raw``: as read, for a dead letter)
+               topic: str | None = None, encoded: bytes | None = None,
+               tombstone: bool = False) -> None:  # fmt: skip
+        """Produce what ``record`` (read at ``at``; ``raw``: as read, for a dead letter; None:
+        the record as JSON)
         gives: the transform's outputs, each at ``at`` + its index. ``key`` overrides the
-        source's ``key`` (bytes, or None); a None ``record`` with a ``key`` is a tombstone
-        (no transform); ``stamp`` overrides its timestamp; ``topic`` the topic; ``encoded``
-        is the record as the codec would encode it, if the reader knows (JSON as read)."""
+        source's ``key`` (bytes, or None); a ``tombstone`` is produced without a value (no
+        transform; ``record`` is what keys it); ``stamp`` overrides its timestamp; ``topic``
+        the topic; ``encoded`` is the record as the codec would encode it, if the reader
+        knows (JSON as read)."""
         self.totals.records += 1
         transform = self._transform
         try:
             if isinstance(record, Unreadable):
                 raise record.error
-            if transform is None or (record is None and key is not FROM_OPTIONS):
+            if transform is None or tombstone:
                 outputs: Any = (record,)  # (the common case: one record as read)
             else:
                 encoded = None
@@ -173,11 +194,13 @@ class SourceWriter(Generic[P]):
                 found = self._key_of(output) if key is FROM_OPTIONS else key
                 when = (0 if self._time is None else self._time_of(output)) if stamp is None \
                     else stamp  # fmt: skip
-                value = (None if output is None else self._encode(output)) if encoded is None \
-                    else encoded  # fmt: skip
+                if tombstone:
+                    value = None
+                else:
+                    value = self._encode(output) if encoded is None else encoded
                 produced.append((cast(P, (*at, index)), found, value, when))
         except Exception as exc:
-            self._failed(at, raw, exc)
+            self._failed(at, raw, record, exc)
             return
         into = topic or self.source.topic
         for position, found, value, when in produced:
@@ -190,7 +213,7 @@ class SourceWriter(Generic[P]):
         checked = self._checked_until
         if key is None:
             partition = zlib.crc32(repr(position).encode()) % self.counts[topic]
-        elif checked is not None and position <= checked:
+        elif (checked is not None and position <= checked) or not self._fnv1a:
             partition = partition_for(key, self.counts[topic])
         else:  # nothing written there yet: the producer's partitioner (the same: fnv1a)
             partition = -1
@@ -230,7 +253,8 @@ class SourceWriter(Generic[P]):
         assert stamp is not None
         return as_ms(stamp(record) if callable(stamp) else field_of(record, stamp))
 
-    def _failed(self, at: tuple[Any, ...], raw: bytes, exc: Exception) -> None:
+    def _failed(self, at: tuple[Any, ...], raw: bytes | None, record: Any,
+                exc: Exception) -> None:  # fmt: skip
         source = self.source
         why = f"{self._where(at)}: {type(exc).__name__}: {exc}"
         if source.on_error == "fail":
@@ -242,6 +266,8 @@ class SourceWriter(Generic[P]):
             self.totals.skipped += 1
             return
         assert source.dead_letter is not None
+        if raw is None:
+            raw = json.dumps(record, default=str).encode()
         self.produce(source.dead_letter, cast(P, (*at, 0)), None, raw, 0,
                      [(ERROR_HEADER, why.encode())])  # fmt: skip
 

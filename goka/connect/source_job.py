@@ -105,6 +105,9 @@ class SourceJob(Generic[P]):
         now, in position order (``first``: the run's first read)."""
         raise NotImplementedError
 
+    def close(self) -> None:
+        """Let go of what the reads hold (connections); called when a run ends."""
+
     def flushed(self, writer: SourceWriter[P]) -> None:
         """Everything given to ``writer`` so far is acknowledged (a change stream confirms
         its position here)."""
@@ -161,9 +164,11 @@ class SourceJob(Generic[P]):
             counts = ends.partition_counts(self.topics)
         finally:
             ends.close()
-        producer = SourceProducer(producer_config(self.brokers, self.kafka_config))
+        config = producer_config(self.brokers, self.kafka_config)
+        producer = SourceProducer(config)
         writer = SourceWriter(self.source, producer, positions, counts, self.totals,
-                              header=self.header, where=self.where)  # fmt: skip
+                              header=self.header, where=self.where,
+                              fnv1a=config.get("partitioner") == "fnv1a")  # fmt: skip
         floor, first = self.floor(positions), True
         try:
             while True:
@@ -174,5 +179,8 @@ class SourceJob(Generic[P]):
                 if not watch or self._stop.wait(self.source.poll_interval):
                     break
         finally:
-            producer.flush()
+            try:
+                producer.flush()
+            finally:
+                self.close()
         return self.totals
