@@ -37,7 +37,14 @@ $(POSTGRES):
 	  || (apt-get update -q >/dev/null && apt-get install -y -q postgresql >/dev/null) \
 	  || echo "could not install postgresql: the PostgreSQL connector tests will be skipped"
 
-test: $(STAMP) $(CDS) $(BROWSER) $(POSTGRES)
+# wal2json, the output plugin of the change data capture source (Debian's package)
+WAL2JSON := /usr/lib/postgresql/15/lib/wal2json.so
+$(WAL2JSON): | $(POSTGRES)
+	apt-get install -y -q postgresql-15-wal2json >/dev/null 2>&1 \
+	  || (apt-get update -q >/dev/null && apt-get install -y -q postgresql-15-wal2json >/dev/null) \
+	  || echo "could not install postgresql-15-wal2json: the change data capture tests will be skipped"
+
+test: $(STAMP) $(CDS) $(BROWSER) $(POSTGRES) $(WAL2JSON)
 	$(PY) -m pytest
 
 test-fast: $(STAMP)

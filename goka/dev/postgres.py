@@ -122,7 +122,7 @@ class LocalPostgres:
         assert self.root is not None
         options = (f"-k {self.root / 'socket'} -p {self.port} -c listen_addresses='' "
                    "-c fsync=off -c synchronous_commit=off -c full_page_writes=off "
-                   "-c wal_level=logical -c max_replication_slots=8 "
+                   "-c wal_level=logical -c max_replication_slots=32 "
                    "-c max_wal_senders=8")  # fmt: skip
         self._run("pg_ctl", "-D", str(self.root / "data"), "-l", str(self.root / "socket/log"),
                   "-w", "-o", options, "start")  # fmt: skip

@@ -22,11 +22,22 @@ def postgres_server() -> Iterator[LocalPostgres]:
 
 
 @pytest.fixture
-def dsn(postgres_server: LocalPostgres) -> str:
-    """A new, empty database's connection string."""
+def wal2json(postgres_server: LocalPostgres) -> None:
+    """Skip unless the server has the wal2json output plugin (make test installs it)."""
+    if not (postgres_server.bin_dir.parent / "lib" / "wal2json.so").exists():
+        pytest.skip("wal2json is not installed (make test installs postgresql-15-wal2json)")
+
+
+@pytest.fixture
+def dsn(postgres_server: LocalPostgres) -> Iterator[str]:
+    """A new, empty database's connection string (its replication slots are dropped after
+    the test: they hold the server's WAL)."""
     import psycopg
 
     name = f"test{next(_databases)}"
     with psycopg.connect(postgres_server.dsn, autocommit=True) as conn:
         conn.execute(f"CREATE DATABASE {name}")
-    return postgres_server.dsn.replace(f"dbname={postgres_server.database}", f"dbname={name}")
+    yield postgres_server.dsn.replace(f"dbname={postgres_server.database}", f"dbname={name}")
+    with psycopg.connect(postgres_server.dsn, autocommit=True) as conn:
+        conn.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                     "WHERE database = %s AND NOT active", (name,))  # fmt: skip

@@ -188,7 +188,7 @@ def test_the_query_source_retries_while_the_database_restarts(
         source = PostgresSource(server.dsn, topic, query="SELECT id, id * 2 AS twice FROM r",
                                 incrementing_column="id", batch=10)  # fmt: skip
         job = PostgresSourceJob(source, brokers)
-        restarted = []
+        restarted: list[bool] = []
         original = job._query
 
         def query(conn: Any, after: Any, inclusive: bool) -> Any:
@@ -221,6 +221,7 @@ def test_invalid_query_sources_fail_at_once(options: dict[str, Any], message: st
 
 
 # -- change data capture --------------------------------------------------------------------------
+@pytest.mark.usefixtures("wal2json")
 def test_changes_of_two_tables_into_two_topics_end_equal_to_the_tables(
     brokers: str, new_topic: Callable[..., str], dsn: str
 ) -> None:
@@ -256,6 +257,7 @@ def test_changes_of_two_tables_into_two_topics_end_equal_to_the_tables(
     assert PostgresCdcSourceJob(source, brokers).run_until_caught_up().produced == 0
 
 
+@pytest.mark.usefixtures("wal2json")
 def test_a_slot_not_advanced_after_a_crash_gives_nothing_twice(
     brokers: str, new_topic: Callable[..., str], dsn: str
 ) -> None:
@@ -286,6 +288,7 @@ def test_a_slot_not_advanced_after_a_crash_gives_nothing_twice(
     assert PostgresCdcSourceJob(source, brokers).slot_position() != before
 
 
+@pytest.mark.usefixtures("wal2json")
 def test_truncates_are_reported_and_a_foreign_slot_refused(
     brokers: str, new_topic: Callable[..., str], dsn: str
 ) -> None:
