@@ -35,8 +35,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from goka.connect.manifest import Manifest
-from goka.connect.rows import Record, Row, WriteSummary, decode_rows
+from goka.connect.rows import DeadLetterSender, Record, Row, WriteSummary, decode_rows
 from goka.connect.sink import PARQUET_META, ParquetSink, partition_template
+from goka.errors import SinkError
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -116,9 +117,11 @@ class ParquetWriter:
         self.manifest.reset()
 
     # -- writing ---------------------------------------------------------------------------------
-    def write(self, partition: int, records: Sequence[Record], end: int) -> WriteSummary:
+    def write(self, partition: int, records: Sequence[Record], end: int, *,
+              dead_letters: DeadLetterSender | None = None) -> WriteSummary:  # fmt: skip
         """Write ``records`` of ``partition`` (offset order) into files and commit them with
-        ``end`` (the next offset). Records below the committed position are left out.
+        ``end`` (the next offset). Records below the committed position are left out; refused
+        ones (``on_error="dead_letter"``) go to ``dead_letters`` before the commit.
 
         Raises:
             SinkError: a record cannot be written under ``on_error="fail"``, or the root
@@ -145,6 +148,11 @@ class ParquetWriter:
             manifest.set_schema(partition, self._schema(columns))
         schema = self._schema(columns)
         written = [self._stage(partition, f, schema, columns) for f in files]
+        if summary.dead_letters:
+            if dead_letters is None:
+                raise SinkError(f"Parquet sink {self.sink.name!r}: dead letters but nothing "
+                                "to send them with")  # fmt: skip
+            dead_letters(partition, summary.dead_letters)
         manifest.commit(partition, end, written)
         summary.files = len(written)
         for file in files:

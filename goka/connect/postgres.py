@@ -39,7 +39,7 @@ from typing import Any
 
 from goka.connect.columns import copy_type, misfit, pg_type
 from goka.connect.database import Database
-from goka.connect.rows import Record, Row, WriteSummary, decode_rows
+from goka.connect.rows import DeadLetterSender, Record, Row, WriteSummary, decode_rows, refuse
 from goka.connect.sink import PostgresSink
 from goka.errors import SinkError
 
@@ -110,28 +110,40 @@ class PostgresWriter:
         self._retrying(forget, transaction=True)
 
     # -- writing ---------------------------------------------------------------------------------
-    def write(self, partition: int, records: Sequence[Record], end: int) -> WriteSummary:
+    def write(self, partition: int, records: Sequence[Record], end: int, *,
+              dead_letters: DeadLetterSender | None = None) -> WriteSummary:  # fmt: skip
         """Write ``records`` of ``partition`` (offset order) and store ``end`` (the next offset)
         as its position, in one transaction. Records below the stored position are left out.
+        Refused records (``on_error="dead_letter"``) go to ``dead_letters`` before the commit.
 
         Raises:
             SinkError: a record cannot be written under ``on_error="fail"``, or the table does
-                not fit (a column of another type, missing without ``create``): nothing of
-                this write is stored.
+                not fit (a column missing without ``create``): nothing of this write is
+                stored.
             psycopg.OperationalError: the database stayed unreachable through the retries.
         """
         started = time.monotonic()
         summary = WriteSummary()
-        rows, types = self._rows(partition, records, summary)
-        self._retrying(lambda conn: self._transaction(conn, partition, rows, types, end, summary),
-                       transaction=True)  # fmt: skip
+        rows, types, by_offset = self._rows(partition, records, summary)
+        refused = list(summary.dead_letters)
+
+        def transaction(conn: Any) -> None:
+            summary.dead_letters = list(refused)  # (a retry starts over)
+            self._transaction(conn, partition, rows, types, end, summary, by_offset)
+            if summary.dead_letters:
+                if dead_letters is None:
+                    raise SinkError(f"PostgreSQL sink {self.sink.name!r}: dead letters but "
+                                    "nothing to send them with")  # fmt: skip
+                dead_letters(partition, sorted(summary.dead_letters, key=lambda d: d[0][1]))
+
+        self._retrying(transaction, transaction=True)
         summary.seconds = time.monotonic() - started
         return summary
 
     def _rows(self, partition: int, records: Sequence[Record], summary: WriteSummary,
-              ) -> tuple[list[Row], dict[str, str]]:  # fmt: skip
-        """``(offset, key, timestamp, columns or None: a tombstone)`` of each record, and the
-        column types the values need."""
+              ) -> tuple[list[Row], dict[str, str], dict[int, Record]]:  # fmt: skip
+        """``(offset, key, timestamp, columns or None: a tombstone)`` of each record, the
+        column types the values need, and the records by offset."""
         types: dict[str, str] = {}
 
         def check(key: str, offset: int, columns: dict[str, Any] | None) -> None:
@@ -142,13 +154,15 @@ class PostgresWriter:
                     types.setdefault(name, pg_type(item, name))
 
         what = f"PostgreSQL sink {self.sink.name!r}"
-        rows = [row for row, _ in decode_rows(self.sink, what, partition, records, summary, META,
-                                              check)]  # fmt: skip
-        return rows, types
+        rows, by_offset = [], {}
+        for row, record in decode_rows(self.sink, what, partition, records, summary, META, check):
+            rows.append(row)
+            by_offset[row[0]] = record
+        return rows, types, by_offset
 
-    def _transaction(self, conn: Any, partition: int,
-                     rows: list[Row],
-                     types: dict[str, str], end: int, summary: WriteSummary) -> None:  # fmt: skip
+    def _transaction(self, conn: Any, partition: int, rows: list[Row], types: dict[str, str],
+                     end: int, summary: WriteSummary,
+                     by_offset: dict[int, Record]) -> None:  # fmt: skip
         sink = self.sink
         position = conn.execute(
             self._sql("SELECT next_offset FROM {table} WHERE sink = %s AND topic = %s AND "
@@ -158,9 +172,10 @@ class PostgresWriter:
         start = -1 if position is None else int(position[0])
         todo = [r for r in rows if r[0] >= start]
         summary.already = len(rows) - len(todo)
+        summary.dead_letters = [d for d in summary.dead_letters if d[0][1] >= start]
         if todo:
             columns = self._ensure_table(conn, types, summary)
-            self._check(partition, todo, columns)
+            todo = self._fitting(partition, todo, columns, summary, by_offset)
             self._copy(conn, partition, todo, columns, summary)
         conn.execute(
             self._sql("INSERT INTO {table} (sink, topic, partition, next_offset) VALUES "
@@ -213,21 +228,29 @@ class PostgresWriter:
         ).fetchall()
         return {name: (kind, length) for name, kind, length in found}
 
-    def _check(self, partition: int, rows: list[Row],
-               columns: Columns) -> None:  # fmt: skip
-        """Every value fits its column (else a :class:`SinkError` naming it)."""
-        for offset, key, _, values in rows:
+    def _fitting(self, partition: int, rows: list[Row], columns: Columns,
+                 summary: WriteSummary, by_offset: dict[int, Record]) -> list[Row]:  # fmt: skip
+        """The rows whose values fit their columns; the others go to the policy (a
+        :class:`SinkError` naming the record and column under ``fail``)."""
+        fitting = []
+        for row in rows:
+            offset, key, _, values = row
+            problem = ""
             for name, item in (values or {}).items():
                 if item is None:
                     continue
                 kind, length = columns[name]
                 problem = misfit(item, kind, length)
                 if problem:
-                    raise SinkError(
-                        f"PostgreSQL sink {self.sink.name!r}: topic {self.sink.topic!r} "
-                        f"partition {partition} offset {offset} key {key!r}: column {name!r} "
-                        f"({kind}{'' if length is None else f'({length})'}) {problem}"
-                    )
+                    size = "" if length is None else f"({length})"
+                    problem = f"key {key!r}: column {name!r} ({kind}{size}) {problem}"
+                    break
+            if problem:
+                refuse(self.sink, f"PostgreSQL sink {self.sink.name!r}", summary,
+                       by_offset[offset], partition, problem)  # fmt: skip
+            else:
+                fitting.append(row)
+        return fitting
 
     def _copy(self, conn: Any, partition: int,
               rows: list[Row],

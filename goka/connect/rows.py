@@ -11,7 +11,7 @@ from typing import Any
 from goka.connect.columns import NAME, columns_of
 from goka.errors import SinkError
 
-__all__ = ["Record", "Row", "WriteSummary", "decode_rows"]
+__all__ = ["DeadLetterSender", "Record", "Row", "WriteSummary", "decode_rows", "refuse"]
 
 log = logging.getLogger(__name__)
 
@@ -19,19 +19,23 @@ log = logging.getLogger(__name__)
 Record = tuple[str, int, bytes | None, bytes | None, int, Any]
 #: A record to store: offset, key, timestamp (ms), columns (None: a tombstone).
 Row = tuple[int, str, int, dict[str, Any] | None]
+#: Sends a partition's refused records (and why) to the dead-letter topic, before a write
+#: commits (:meth:`goka.connect.dead_letters.DeadLetters.send`).
+DeadLetterSender = Callable[[int, Sequence[tuple[Record, str]]], int]
 
 
 @dataclass
 class WriteSummary:
     """What one write did: rows upserted, deleted (tombstones) or appended, records left out
-    (below the stored position), skipped (``on_error="skip"``, with why), columns added,
-    files written."""
+    (below the stored position), skipped (``on_error="skip"``, with why), dead letters
+    (``on_error="dead_letter"``: the records and why), columns added, files written."""
 
     upserted: int = 0
     deleted: int = 0
     appended: int = 0
     already: int = 0
     skipped: list[str] = field(default_factory=list)
+    dead_letters: list[tuple[Record, str]] = field(default_factory=list)
     added_columns: list[str] = field(default_factory=list)
     files: int = 0
     seconds: float = 0.0
@@ -43,12 +47,11 @@ def decode_rows(
 ) -> Iterator[tuple[Row, Record]]:  # fmt: skip
     """Each record's row (decoded key, columns from the sink's mapper or the value; None: a
     tombstone) with the record. ``check(key, offset, columns)`` may refuse a row (raising
-    ValueError). A record that fails raises :class:`SinkError` (``on_error="fail"``) naming
-    ``what`` (e.g. "PostgreSQL sink 'clicks'"), topic, partition, offset and why, or is
-    skipped, logged and listed in ``summary``."""
+    ValueError). A record that fails goes to :func:`refuse` (``what`` names the sink, e.g.
+    "PostgreSQL sink 'clicks'")."""
     decode, mapper = sink.codec.decode, sink.mapper
     for record in records:
-        topic, offset, raw_key, raw_value, timestamp, _ = record
+        _, offset, raw_key, raw_value, timestamp, _ = record
         try:
             if raw_key is None:
                 raise ValueError("the record has no key")
@@ -68,11 +71,26 @@ def decode_rows(
             if check is not None:
                 check(key, offset, columns)
         except Exception as exc:
-            why = (f"topic {topic!r} partition {partition} offset {offset}: "
-                   f"{type(exc).__name__}: {exc}")  # fmt: skip
-            if sink.on_error == "fail":
-                raise SinkError(f"{what}: {why}") from exc
-            log.warning("%s: skipped %s", what, why)
-            summary.skipped.append(why)
+            refuse(sink, what, summary, record, partition,
+                   f"{type(exc).__name__}: {exc}", exc)  # fmt: skip
             continue
         yield (offset, key, timestamp, columns), record
+
+
+def refuse(sink: Any, what: str, summary: WriteSummary, record: Record, partition: int,
+           reason: str, cause: Exception | None = None) -> None:  # fmt: skip
+    """Apply the sink's ``on_error`` to ``record`` (of ``partition``) for ``reason``: raise
+    :class:`SinkError` naming it (``fail``), or list it in ``summary`` as skipped (logged)
+    or as a dead letter.
+
+    Raises:
+        SinkError: under ``on_error="fail"``.
+    """
+    why = f"topic {record[0]!r} partition {partition} offset {record[1]}: {reason}"
+    if sink.on_error == "fail":
+        raise SinkError(f"{what}: {why}") from cause
+    if sink.on_error == "dead_letter":
+        summary.dead_letters.append((record, why))
+        return
+    log.warning("%s: skipped %s", what, why)
+    summary.skipped.append(why)

@@ -36,8 +36,10 @@ class PostgresSink:
         schema: the table's schema.
         name: the sink's name in the offsets table (default: the table's).
         offsets_table: where each partition's next offset is kept.
-        on_error: ``"fail"`` (default) or ``"skip"`` (logged and counted) for a record that
-            cannot be decoded, mapped or stored.
+        on_error: ``"fail"`` (default), ``"skip"`` (logged and counted) or
+            ``"dead_letter"`` (to ``dead_letter``, exactly once: :mod:`goka.connect.
+            dead_letters`) for a record that cannot be decoded, mapped or stored.
+        dead_letter: the dead-letter topic (as many partitions as the topic at least).
 
     Raises:
         ConfigurationError: an invalid name, mode, policy or mapper.
@@ -53,7 +55,8 @@ class PostgresSink:
     schema: str = "public"
     name: str = ""
     offsets_table: str = "goka_sink_offsets"
-    on_error: Literal["fail", "skip"] = "fail"
+    on_error: Literal["fail", "skip", "dead_letter"] = "fail"
+    dead_letter: str | None = None
 
     def __post_init__(self) -> None:
         where = f"PostgreSQL sink of {self.topic!r}"
@@ -69,9 +72,7 @@ class PostgresSink:
         if self.mode not in ("upsert", "append"):
             raise ConfigurationError(f"{where}: mode must be 'upsert' or 'append', "
                                      f"got {self.mode!r}")  # fmt: skip
-        if self.on_error not in ("fail", "skip"):
-            raise ConfigurationError(f"{where}: on_error must be 'fail' or 'skip', "
-                                     f"got {self.on_error!r}")  # fmt: skip
+        check_policy(where, self)
         if self.mapper is not None and not callable(self.mapper):
             raise ConfigurationError(f"{where}: mapper must be callable(key, value)")
         if not isinstance(self.dsn, str) or not self.dsn:
@@ -118,8 +119,10 @@ class ParquetSink:
             ``"skip"``.
         name: the sink's name (default: the topic's).
         storage_options: fsspec options of the filesystem (credentials, endpoint).
-        on_error: ``"fail"`` (default) or ``"skip"`` (logged and counted) for a record that
-            cannot be decoded, mapped or stored.
+        on_error: ``"fail"`` (default), ``"skip"`` (logged and counted) or
+            ``"dead_letter"`` (to ``dead_letter``, exactly once: :mod:`goka.connect.
+            dead_letters`) for a record that cannot be decoded, mapped or stored.
+        dead_letter: the dead-letter topic (as many partitions as the topic at least).
 
     Raises:
         ConfigurationError: an invalid path, template, size or policy.
@@ -137,7 +140,8 @@ class ParquetSink:
     tombstones: Literal["keep", "skip"] = "keep"
     name: str = ""
     storage_options: Mapping[str, Any] | None = None
-    on_error: Literal["fail", "skip"] = "fail"
+    on_error: Literal["fail", "skip", "dead_letter"] = "fail"
+    dead_letter: str | None = None
 
     def __post_init__(self) -> None:
         where = f"Parquet sink of {self.topic!r}"
@@ -170,9 +174,7 @@ class ParquetSink:
         if self.tombstones not in ("keep", "skip"):
             raise ConfigurationError(f"{where}: tombstones must be 'keep' or 'skip', "
                                      f"got {self.tombstones!r}")  # fmt: skip
-        if self.on_error not in ("fail", "skip"):
-            raise ConfigurationError(f"{where}: on_error must be 'fail' or 'skip', "
-                                     f"got {self.on_error!r}")  # fmt: skip
+        check_policy(where, self)
         if self.mapper is not None and not callable(self.mapper):
             raise ConfigurationError(f"{where}: mapper must be callable(key, value)")
         import pyarrow as pa
@@ -200,6 +202,23 @@ class ParquetSink:
 
 #: Any sink a sink job runs.
 Sink = PostgresSink | ParquetSink
+
+
+def check_policy(where: str, sink: Any) -> None:
+    """Check a sink's ``on_error`` and ``dead_letter``.
+
+    Raises:
+        ConfigurationError: an unknown policy, or a dead-letter topic without the policy (or
+            the other way round, or the sink's own topic).
+    """
+    if sink.on_error not in ("fail", "skip", "dead_letter"):
+        raise ConfigurationError(f"{where}: on_error must be 'fail', 'skip' or 'dead_letter', "
+                                 f"got {sink.on_error!r}")  # fmt: skip
+    if (sink.on_error == "dead_letter") != bool(sink.dead_letter):
+        raise ConfigurationError(f"{where}: on_error='dead_letter' and dead_letter=topic go "
+                                 "together")  # fmt: skip
+    if sink.dead_letter == sink.topic:
+        raise ConfigurationError(f"{where}: the dead-letter topic is the topic itself")
 
 
 def partition_template(template: str, where: str) -> list[tuple[str, str | None]]:

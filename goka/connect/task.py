@@ -7,10 +7,11 @@ filesystem) per sink."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from goka.connect.dead_letters import DeadLetters
 from goka.connect.sink import ParquetSink, PostgresSink, Sink
 
 if TYPE_CHECKING:
@@ -29,10 +30,12 @@ __all__ = [
 #: The rows a sink job's tasks return, one per partition and batch.
 SINK_DDL = (
     "partition int, records long, upserted long, deleted long, appended long, already long, "
-    "skipped long, writes long, files long, end_offset long, seconds double"
+    "skipped long, dead_lettered long, writes long, files long, end_offset long, "
+    "seconds double"
 )
 #: The counts of a task's row (summed over writes, and by the driver over tasks).
-COUNTS = ("records", "upserted", "deleted", "appended", "already", "skipped", "writes", "files")
+COUNTS = ("records", "upserted", "deleted", "appended", "already", "skipped", "dead_lettered",
+          "writes", "files")  # fmt: skip
 
 #: A sink's writer: ``write(partition, records, end) -> WriteSummary``, ``offsets()``,
 #: ``reset()``, ``close()`` (:class:`~goka.connect.postgres.PostgresWriter`,
@@ -97,20 +100,34 @@ def sink_ranges(task: SinkTask, partition: int,
     start, end = ranges[task.sink.topic]
     totals = dict.fromkeys(COUNTS, 0)
     position = start
-    for rows in reader.read(partition, {task.sink.topic: (start, end)}, task.read_timeout,
-                            task.chunk):  # fmt: skip
-        if not rows:
-            continue
-        position = rows[-1][1] + 1
-        done = writer.write(partition, rows, position)
-        totals["records"] += len(rows)
-        for name in ("upserted", "deleted", "appended", "already", "files"):
-            totals[name] += getattr(done, name)
-        totals["skipped"] += len(done.skipped)
-        totals["writes"] += 1
-    if position < end:  # the range ends in offsets without records (compacted, aborted)
-        writer.write(partition, [], end)
-        totals["writes"] += 1
+    letters = (DeadLetters(sink, task.brokers, task.kafka_config)
+               if sink.on_error == "dead_letter" else None)  # fmt: skip
+
+    def send(of: int, refused: Sequence[tuple[Any, str]]) -> int:
+        assert letters is not None
+        sent = letters.send(of, refused)
+        totals["dead_lettered"] += sent
+        return sent
+
+    extra = {} if letters is None else {"dead_letters": send}
+    try:
+        for rows in reader.read(partition, {task.sink.topic: (start, end)}, task.read_timeout,
+                                task.chunk):  # fmt: skip
+            if not rows:
+                continue
+            position = rows[-1][1] + 1
+            done = writer.write(partition, rows, position, **extra)
+            totals["records"] += len(rows)
+            for name in ("upserted", "deleted", "appended", "already", "files"):
+                totals[name] += getattr(done, name)
+            totals["skipped"] += len(done.skipped)
+            totals["writes"] += 1
+        if position < end:  # the range ends in offsets without records (compacted, aborted)
+            writer.write(partition, [], end)
+            totals["writes"] += 1
+    finally:
+        if letters is not None:
+            letters.close()
     return _row({"partition": partition, **totals, "end_offset": end,
                  "seconds": time.monotonic() - started})  # fmt: skip
 

@@ -45,6 +45,7 @@ class SinkTotals:
     appended: int = 0
     already: int = 0
     skipped: int = 0
+    dead_lettered: int = 0
     writes: int = 0
     files: int = 0
     last_batch_at: float = 0.0
@@ -64,7 +65,8 @@ class SinkTotals:
         return (f"{self.records} records in {self.batches} batches ({self.writes} "
                 f"transactions): {self.upserted} upserted, {self.deleted} deleted, "
                 f"{self.appended} appended, {self.already} written before, {self.skipped} "
-                f"skipped" + (f", {self.files} files" if self.files else ""))  # fmt: skip
+                f"skipped, {self.dead_lettered} dead-lettered"
+                + (f", {self.files} files" if self.files else ""))  # fmt: skip
 
 
 class SinkJob:

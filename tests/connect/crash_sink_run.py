@@ -45,8 +45,8 @@ class KillingWriter(PostgresWriter):
         super()._transaction(*args)
         self.kill.reached("before-commit")
 
-    def write(self, *args: Any) -> Any:
-        done = super().write(*args)
+    def write(self, *args: Any, **kwargs: Any) -> Any:
+        done = super().write(*args, **kwargs)
         self.kill.reached("after-commit")
         return done
 
@@ -69,8 +69,8 @@ class KillingParquetWriter(ParquetWriter):
 
         manifest.commit, manifest._place = killing_commit, killing_place  # type: ignore[method-assign,assignment]
 
-    def write(self, *args: Any) -> Any:
-        done = super().write(*args)
+    def write(self, *args: Any, **kwargs: Any) -> Any:
+        done = super().write(*args, **kwargs)
         self.kill.reached("after-commit")
         return done
 

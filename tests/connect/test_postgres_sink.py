@@ -150,13 +150,13 @@ def test_a_value_that_does_not_fit_its_column_names_it(dsn: str) -> None:
         writer.write(0, [("users", 0, b"u", b'{"clicks": 1}', T0, None)], 1)
         with pytest.raises(
             SinkError,
-            match=r"topic 'users' partition 0 offset 1 key 'w': "
+            match=r"topic 'users' partition 0 offset 1: key 'w': "
             r"column 'clicks' \(bigint\) takes no str",
         ):
             writer.write(0, [("users", 1, b"w", b'{"clicks": "many"}', T0, None)], 2)
         with psycopg.connect(dsn) as conn:
             conn.execute("ALTER TABLE users ADD COLUMN page varchar(3)")
-        with pytest.raises(SinkError, match=r"offset 1 .*column 'page' .*at most 3 characters"):
+        with pytest.raises(SinkError, match=r"offset 1: .*column 'page' .*at most 3 characters"):
             writer.write(0, [("users", 1, b"w", b'{"page": "/long"}', T0, None)], 2)
         assert writer.offsets() == {0: 1}  # nothing of the failed writes
 
@@ -216,7 +216,8 @@ def test_a_database_restart_between_writes_is_retried(
     ("options", "message"),
     [({"table": "bad name"}, "table must be a plain SQL name"),
      ({"mode": "merge"}, "mode must be 'upsert' or 'append'"),
-     ({"on_error": "retry"}, "on_error must be 'fail' or 'skip'"),
+     ({"on_error": "retry"}, "on_error must be 'fail', 'skip' or 'dead_letter'"),
+     ({"on_error": "dead_letter"}, "go together"),
      ({"mapper": 42}, "mapper must be callable")],
 )  # fmt: skip
 def test_invalid_declarations_fail_at_once(options: dict[str, Any], message: str) -> None:

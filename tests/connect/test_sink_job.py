@@ -132,3 +132,28 @@ def test_goka_connect_runs_a_sink_and_reports_its_offsets(
     goka("reset", "--yes")
     assert json.loads(goka("offsets", "--json")) == {}
     assert not (tmp_path / "checkpoint").exists()
+
+
+def test_a_sink_job_sends_refused_records_to_its_dead_letter_topic_once(
+    spark: Any, brokers: str, new_topic: Callable[..., str], dsn: str, tmp_path: Path
+) -> None:
+    from goka.kafka.consumer import read_to_end
+
+    topic, dead = new_topic(partitions=4), new_topic(partitions=4)
+    sink = PostgresSink(topic, JsonCodec(), dsn, table="users", on_error="dead_letter",
+                        dead_letter=dead)  # fmt: skip
+    good = items(600, seed=3)
+    bad = [(f"user-{i}", {"clicks": "many", "n": i}) for i in range(40)]  # bigint: no str
+    produce(brokers, topic, JsonCodec(), good[:300])  # the column is bigint from here
+    job = SinkJob(sink, brokers, spark=spark, checkpoint_dir=tmp_path / "checkpoint")
+    job.run_until_caught_up()
+    produce(brokers, topic, JsonCodec(), bad + good[300:])
+    totals = job.run_until_caught_up()
+    shutil.rmtree(tmp_path / "checkpoint")  # a lost checkpoint: the database says where
+    SinkJob(
+        sink, brokers, spark=spark, checkpoint_dir=tmp_path / "checkpoint"
+    ).run_until_caught_up()
+    letters = list(read_to_end(brokers, dead, timeout=30))
+    assert totals.dead_lettered == 40
+    assert sorted(int((r.key or b"").split(b"-")[1]) for r in letters) == list(range(40))
+    assert table(dsn) == last_values(good)
