@@ -25,7 +25,7 @@ import pytest
 from goka.connect.positions import POSITION_HEADER
 from goka.kafka.consumer import read_to_end
 
-from ..spark.crash import kill_session, run_killable
+from ..spark.crash import crash_seeds, kill_session, run_killable
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres, pytest.mark.slow]
 
@@ -143,9 +143,7 @@ def test_killed_postgres_sources_produce_each_row_and_change_once(
     brokers: str, new_topic: Callable[..., str], dsn: str,
     tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest,
 ) -> None:  # fmt: skip
-    count = request.config.getoption("--crash-sequences")
-    first = request.config.getoption("--crash-seed")
-    seeds = list(range(first, first + count)) if count else [1]
+    seeds = crash_seeds(request)
     kills = 0
     for seed in seeds:
         line = trial(seed, brokers, new_topic, _database(dsn, seed),

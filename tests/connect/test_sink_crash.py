@@ -31,7 +31,7 @@ from goka.connect.manifest import Manifest
 from goka.kafka.offsets import EndOffsets
 
 from ..helpers import produce
-from ..spark.crash import kill_session, run_killable
+from ..spark.crash import crash_seeds, kill_session, run_killable
 from .records import last_values
 
 pytestmark = [pytest.mark.postgres, pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow]
@@ -123,9 +123,7 @@ def test_killed_sink_jobs_end_with_exact_tables(
     brokers: str, new_topic: Callable[..., str], postgres_server: Any,
     tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest,
 ) -> None:  # fmt: skip
-    count = request.config.getoption("--crash-sequences")
-    first = request.config.getoption("--crash-seed")
-    seeds = list(range(first, first + count)) if count else [1]
+    seeds = crash_seeds(request)
     lines, total = [], 0
     for seed in seeds:
         dsn = _database(postgres_server, f"crash{seed}_{time.monotonic_ns()}")

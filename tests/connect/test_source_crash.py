@@ -27,7 +27,7 @@ import pytest
 
 from goka.kafka.consumer import read_to_end
 
-from ..spark.crash import kill_session, run_killable
+from ..spark.crash import crash_seeds, kill_session, run_killable
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -121,9 +121,7 @@ def test_killed_file_sources_produce_each_row_once(
     brokers: str, new_topic: Callable[..., str], tmp_path_factory: pytest.TempPathFactory,
     request: pytest.FixtureRequest,
 ) -> None:  # fmt: skip
-    count = request.config.getoption("--crash-sequences")
-    first = request.config.getoption("--crash-seed")
-    seeds = list(range(first, first + count)) if count else [1]
+    seeds = crash_seeds(request)
     kills = 0
     for seed in seeds:
         lines = trial(seed, brokers, new_topic, tmp_path_factory.mktemp(f"source{seed}"))

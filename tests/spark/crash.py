@@ -80,6 +80,14 @@ def kill_of(args: argparse.Namespace) -> Kill | None:
     return Kill(args.kill, args.nth, args.marker) if args.kill else None
 
 
+def crash_seeds(request: Any, suite: tuple[int, ...] = (1,)) -> list[int]:
+    """The seeds of a crash test: ``--crash-sequences N`` from ``--crash-seed`` on, else the
+    suite's own."""
+    count = request.config.getoption("--crash-sequences")
+    first = request.config.getoption("--crash-seed")
+    return list(range(first, first + count)) if count else list(suite)
+
+
 def run_killable(command: list[str], cwd: Path, log: Path, *,
                  meanwhile: Callable[[int], object] = lambda pid: None) -> tuple[int, str]:  # fmt: skip
     """Run ``command`` in a session of its own (``meanwhile(pid)`` runs while it does: it may
