@@ -95,7 +95,8 @@ def test_table_browser_finds_keys_pages_scans_and_shows_html_as_text(
         driver.find_element(By.ID, "scan-button").click()
         pages: list[list[str]] = []
         while True:  # each page is rendered by a script: await it, then its next button
-            pages.append(wait_for(functools.partial(new_page, driver, pages[-1] if pages else []),
+            pages.append(wait_for(functools.partial(new_page, driver, pages[-1] if pages else [],
+                                                    "user-"),
                                   what="the next page of the scan"))  # fmt: skip
             if not click_next(driver):
                 break
@@ -161,10 +162,12 @@ def test_emitter_status_for_flask_and_asgi(brokers: str, new_topic: Callable[...
     assert emitter.status()["closed"] and time.monotonic() - started < 1
 
 
-def new_page(driver: Any, shown: list[str]) -> list[str]:
-    """The keys of the scan's page, once they are not ``shown`` (empty: not yet)."""
+def new_page(driver: Any, shown: list[str], prefix: str) -> list[str]:
+    """The keys of the scan's page, once they are not ``shown`` and all start with ``prefix``
+    (empty: not yet; the page may still show what it showed before the scan)."""
     keys = [row[0] for row in rows(driver, "entries")]
-    return keys if keys != shown else []
+    fresh = keys != shown and all(k.startswith(prefix) for k in keys)
+    return keys if fresh else []
 
 
 def click_next(driver: Any) -> bool:
