@@ -168,14 +168,26 @@ class SourceWriter(Generic[P]):
                topic: str | None = None, encoded: bytes | None = None,
                tombstone: bool = False) -> None:  # fmt: skip
         """Produce what ``record`` (read at ``at``; ``raw``: as read, for a dead letter; None:
-        the record as JSON)
-        gives: the transform's outputs, each at ``at`` + its index. ``key`` overrides the
+        the record as JSON) gives: the transform's outputs, each at ``at`` + its index.
+        ``key`` overrides the
         source's ``key`` (bytes, or None); a ``tombstone`` is produced without a value (no
         transform; ``record`` is what keys it); ``stamp`` overrides its timestamp; ``topic``
         the topic; ``encoded`` is the record as the codec would encode it, if the reader
         knows (JSON as read)."""
         self.totals.records += 1
         transform = self._transform
+        if transform is None and key is FROM_OPTIONS and stamp is None and not tombstone \
+                and type(record) is dict:  # fmt: skip
+            try:  # the common case, kept short: one record as read, keyed by its options
+                data = self._encode(record) if encoded is None else encoded
+                found = self._key_of(record)
+                when = 0 if self._time is None else self._time_of(record)
+            except Exception as exc:
+                self._failed(at, raw, record, exc)
+                return
+            self.produce(topic or self.source.topic, cast(P, (*at, 0)), found, data, when,
+                         headers)  # fmt: skip
+            return
         try:
             if isinstance(record, Unreadable):
                 raise record.error
@@ -241,6 +253,8 @@ class SourceWriter(Generic[P]):
             return None
         if type(record) is dict and type(key) is str:
             found = record.get(key)
+            if type(found) is str:
+                return found.encode()
         else:
             found = key(record) if callable(key) else field_of(record, key)
         if found is None:
