@@ -14,7 +14,12 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge
-from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
 from goka._accel import speedups
@@ -24,6 +29,7 @@ __all__ = [
     "EmitterStats",
     "PyEmitterStats",
     "ViewMetrics",
+    "connector_collector",
     "delivery_figures",
     "emitter_stats",
     "latency_percentile",
@@ -270,3 +276,51 @@ def delivery_figures(stats: EmitterStats) -> dict[str, Any]:
         "latency_p50_seconds": latency_percentile(counts, 0.50),
         "latency_p99_seconds": latency_percentile(counts, 0.99),
     }
+
+
+# -- connectors ------------------------------------------------------------------------------------
+_CONNECTOR_STATES = ("UNASSIGNED", "RUNNING", "STOPPED", "FAILED")
+
+
+class _ConnectorCollector(Collector):
+    def __init__(self, snapshot: Callable[[], dict[str, Any]]) -> None:
+        self._snapshot = snapshot
+
+    def collect(self) -> Iterator[Metric]:
+        connectors = self._snapshot().get("connectors", [])
+        records = CounterMetricFamily(
+            "goka_connector_records",
+            "Records a connector counted, by what happened to them",
+            labels=["connector", "count"],
+        )
+        lag = GaugeMetricFamily(
+            "goka_connector_lag_records",
+            "Records of a sink's topic not written yet",
+            labels=["connector", "topic", "partition"],
+        )
+        state = GaugeMetricFamily("goka_connector_state", "1 for the connector's state, 0 for "
+                                  "the others", labels=["connector", "state"])  # fmt: skip
+        commit = GaugeMetricFamily("goka_connector_last_commit_timestamp_seconds", "When the "
+                                   "connector last committed (batch or flush)",
+                                   labels=["connector"])  # fmt: skip
+        rate = GaugeMetricFamily("goka_connector_records_per_second", "Records moved per "
+                                 "second (last sample)", labels=["connector"])  # fmt: skip
+        for c in connectors:
+            name = c["name"]
+            for count, value in c["counts"].items():
+                records.add_metric([name, count], value)
+            for topic, partition, _, behind in c["partitions"]:
+                if behind is not None:
+                    lag.add_metric([name, topic, str(partition)], behind)
+            for known in _CONNECTOR_STATES:
+                state.add_metric([name, known.lower()], 1 if c["state"] == known else 0)
+            commit.add_metric([name], c["last_commit"])
+            rate.add_metric([name], c["rate"])
+        yield from (records, lag, state, commit, rate)
+
+
+def connector_collector(snapshot: Callable[[], dict[str, Any]]) -> Collector:
+    """A collector of connectors' figures, read at scrape time from a monitor's last sample
+    (:meth:`goka.web.connectors.ConnectorMonitor.snapshot`): records by count, each sink
+    partition's lag, the state, the last commit and records per second."""
+    return _ConnectorCollector(snapshot)

@@ -4,15 +4,20 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 from goka.commands.options import add, add_brokers, brokers
 from goka.errors import UsageError
 
 __all__ = ["load_sink", "register"]
+
+#: The HTTP port of ``goka connect run`` (processors use 9100, view services 9200).
+HTTP_PORT = 9300
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -39,6 +44,10 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     add(run, "--trigger", "micro-batch interval", default="1 second")
     add(run, "--max-offsets", "most records per micro-batch", type=int)
     add(run, "--master", "Spark master (default local[2])")
+    add(run, "--http-host", "address of the HTTP port (monitor /, REST /connectors, /metrics, "
+        "/healthz, /readyz)", default="127.0.0.1")  # fmt: skip
+    add(run, "--http-port", f"HTTP port (0: any free port, printed at start; default {HTTP_PORT}, "
+        "none with --until-caught-up unless given)", type=int)  # fmt: skip
     for parser in (status, offsets):
         parser.add_argument("--json", action="store_true", help="print JSON")
     reset.add_argument("--yes", action="store_true", help="do it (else only say what it does)")
@@ -90,18 +99,53 @@ def _run(args: argparse.Namespace, stop: threading.Event) -> int:
         job = SinkJob(connector, brokers(args), checkpoint_dir=_checkpoint(args),
                       master=args.master, trigger=args.trigger,
                       max_offsets_per_trigger=args.max_offsets)  # fmt: skip
-    if args.until_caught_up:
-        print(job.run_until_caught_up().describe(), flush=True)
+    port = args.http_port if args.http_port is not None or args.until_caught_up else HTTP_PORT
+    with _serving(job, brokers(args), args.http_host, port):
+        if args.until_caught_up:
+            print(job.run_until_caught_up().describe(), flush=True)
+            return 0
+
+        def stopper() -> None:
+            stop.wait()
+            job.stop()
+
+        threading.Thread(target=stopper, name="goka-connect-stop", daemon=True).start()
+        job.run()
+        print(job.totals.describe(), flush=True)
         return 0
 
-    def stopper() -> None:
-        stop.wait()
-        job.stop()
 
-    threading.Thread(target=stopper, name="goka-connect-stop", daemon=True).start()
-    job.run()
-    print(job.totals.describe(), flush=True)
-    return 0
+@contextlib.contextmanager
+def _serving(job: Any, brokers: str, host: str, port: int | None) -> Iterator[None]:
+    """The connector's HTTP port while it runs (None: no port): the monitor page, the REST
+    API, metrics and probes."""
+    if port is None:
+        yield
+        return
+    from prometheus_client import REGISTRY
+
+    from goka.kafka.offsets import EndOffsets
+    from goka.metrics import connector_collector
+    from goka.web.connectors import ConnectorMonitor
+    from goka.web.http import HttpService
+
+    ends = EndOffsets(brokers, {})
+    monitor = ConnectorMonitor([job], ends=ends.high)
+    collector = connector_collector(monitor.snapshot)
+    REGISTRY.register(collector)
+    http = HttpService(host, port, alive=lambda: job.status().state != "FAILED",
+                       ready=lambda: job.status().state == "RUNNING",
+                       routes=[monitor.handle])  # fmt: skip
+    print(f"http {http.url} (monitor /, REST /connectors, /metrics, /healthz, /readyz)",
+          flush=True)  # fmt: skip
+    monitor.start()
+    try:
+        yield
+    finally:
+        monitor.close()
+        http.close()
+        REGISTRY.unregister(collector)
+        ends.close()
 
 
 def _status(args: argparse.Namespace, stop: threading.Event) -> int:

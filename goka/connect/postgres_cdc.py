@@ -195,6 +195,7 @@ class PostgresCdcSourceJob(SourceJob[Position]):
                 return
             writer.producer.flush()
             self._advance(end)
+            self.lifecycle.committed()
 
     def _give(self, writer: SourceWriter[Position], rows: list[Any]) -> str | None:
         """Give the changes of the whole transactions among ``rows`` to the writer; return

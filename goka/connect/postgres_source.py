@@ -187,6 +187,7 @@ class PostgresSourceJob(SourceJob[Position]):
             if len(rows) < self.source.batch:
                 return
             writer.producer.flush()  # (a query's rows out before the next: memory bounded)
+            self.lifecycle.committed()
 
     _after: Position | None = None
     _inclusive = False

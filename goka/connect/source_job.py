@@ -9,6 +9,7 @@ from typing import Any, Generic
 
 from goka.connect.positions import SourceError, last_positions
 from goka.connect.source import P, SourceTotals, SourceWriter
+from goka.connect.status import ConnectorStatus, Lifecycle
 
 __all__ = ["SourceJob", "SourceProducer"]
 
@@ -80,6 +81,40 @@ class SourceJob(Generic[P]):
         self.kafka_config = dict(kafka_config or {})
         self.totals = SourceTotals(unit=self.unit)
         self._stop = threading.Event()
+        self.lifecycle = Lifecycle()
+        self._writer: SourceWriter[P] | None = None
+
+    def status(self) -> ConnectorStatus:
+        """What the job says of itself (see :class:`~goka.connect.status.ConnectorStatus`)."""
+        totals, writer, life = self.totals, self._writer, self.lifecycle
+        counts = {
+            name: int(getattr(totals, name))
+            for name in (
+                "files",
+                "records",
+                "produced",
+                "already",
+                "filtered",
+                "skipped",
+                "dead_lettered",
+            )
+        }
+        counts[self.unit] = counts.pop("files")
+        positions = (
+            {}
+            if writer is None
+            else {
+                f"{t}/{p}": self.where(at)
+                for (t, p), at in sorted(writer.positions.items())
+                if at is not None
+            }
+        )
+        last = None if writer is None or writer.last is None else self.where(writer.last)
+        return ConnectorStatus(
+            self.source.name, "source", type(self.source).__name__, life.state,
+            self.source.describe(), self.topics, counts, positions, last,
+            life.last_commit, list(totals.errors[-20:]), life.failure,
+        )  # fmt: skip
 
     # -- what each source defines ----------------------------------------------------------------
     @property
@@ -170,17 +205,25 @@ class SourceJob(Generic[P]):
                               header=self.header, where=self.where,
                               fnv1a=config.get("partitioner") == "fnv1a")  # fmt: skip
         floor, first = self.floor(positions), True
+        self._writer = writer
+        self.lifecycle.running()
+        error: BaseException | None = None
         try:
             while True:
                 self.read(writer, floor, first, watch)
                 first = False
                 producer.flush()
                 self.flushed(writer)
+                self.lifecycle.committed()
                 if not watch or self._stop.wait(self.source.poll_interval):
                     break
+        except BaseException as exc:
+            error = exc
+            raise
         finally:
             try:
                 producer.flush()
             finally:
                 self.close()
+                self.lifecycle.ended(error)
         return self.totals

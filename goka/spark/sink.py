@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from goka.connect.sink import ParquetSink, PostgresSink, Sink
+from goka.connect.status import ConnectorStatus, Lifecycle
 from goka.connect.task import COUNTS, SinkTask, Writer, encode_task, open_writer
 from goka.errors import ConfigurationError
 
@@ -115,6 +116,20 @@ class SinkJob:
         self._lock = threading.Lock()
         self.totals = SinkTotals()
         self._run: SinkTotals | None = None  # the run of run_until_caught_up, if one runs
+        self.lifecycle = Lifecycle()
+
+    def status(self) -> ConnectorStatus:
+        """What the job says of itself (see :class:`~goka.connect.status.ConnectorStatus`)."""
+        with self._lock:
+            totals = self.totals
+            counts = {name: int(getattr(totals, name)) for name in (*COUNTS, "batches")}
+            positions = {f"{self.sink.topic}/{p}": str(o) for p, o in sorted(totals.ends.items())}
+        life = self.lifecycle
+        return ConnectorStatus(
+            self.sink.name, "sink", type(self.sink).__name__, life.state, self.sink.describe(),
+            [self.sink.topic], counts, positions, last_commit=life.last_commit,
+            errors=[life.failure] if life.failure else [], failure=life.failure,
+        )  # fmt: skip
 
     # -- the target's side -----------------------------------------------------------------------
     def offsets(self) -> dict[int, int]:
@@ -192,6 +207,7 @@ class SinkJob:
         query = writer.start()
         with self._lock:
             self._query = query
+        self.lifecycle.running()
         log.info("sink %s: %s -> %s started (%s)", self.sink.name, self.sink.topic,
                  self.sink.describe(), starting)  # fmt: skip
         return query
@@ -209,6 +225,7 @@ class SinkJob:
             self.totals.add(rows)
             if self._run is not None:
                 self._run.add(rows)
+        self.lifecycle.committed()
         records, writes = sum(int(r["records"]) for r in rows), sum(int(r["writes"]) for r in rows)
         log.info("sink %s batch %d: %d records in %d transactions", self.sink.name, batch_id,
                  records, writes)  # fmt: skip
@@ -218,12 +235,15 @@ class SinkJob:
 
         from goka.spark.summary import translate
 
+        error: BaseException | None = None
         try:
             query.awaitTermination(timeout)  # type: ignore[arg-type]  # takes floats
         except StreamingQueryException as exc:
-            raise translate(exc) from None
+            error = translate(exc)
+            raise error from None
         finally:
             if query.isActive:
                 query.stop()
+            self.lifecycle.ended(error)
             with self._lock:
                 self._query = None
