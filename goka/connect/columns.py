@@ -8,17 +8,50 @@ import decimal
 import re
 from typing import Any
 
-__all__ = ["NAME", "columns_of", "copy_type", "misfit", "pg_type"]
+__all__ = ["NAME", "columns_of", "copy_type", "message_columns", "misfit", "pg_type"]
 
 #: A plain SQL name (tables, columns).
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}\Z")
 
 
 def columns_of(value: Any) -> dict[str, Any]:
-    """The columns of a decoded value: a dict's fields, else one ``value`` column."""
+    """The columns of a decoded value: a dict's fields (JSON, Avro), a protobuf message's
+    fields (:func:`message_columns`), else one ``value`` column."""
     if isinstance(value, dict):
         return value
+    if hasattr(value, "DESCRIPTOR") and hasattr(value, "ListFields"):
+        return message_columns(value)
     return {"value": value}
+
+
+def message_columns(message: Any) -> dict[str, Any]:
+    """A protobuf message's fields as columns: scalars as they are, enums by name, a
+    ``google.protobuf.Timestamp`` as a datetime (UTC), other messages and repeated fields as
+    JSON (dicts and lists; field names as in the .proto); an unset message field is None."""
+    from google.protobuf.json_format import MessageToDict
+    from google.protobuf.message import Message
+
+    columns: dict[str, Any] = {}
+    for field in message.DESCRIPTOR.fields:
+        item: Any = getattr(message, field.name)
+        kind = field.message_type
+        if isinstance(item, Message):
+            if not message.HasField(field.name):
+                columns[field.name] = None
+            elif kind.full_name == "google.protobuf.Timestamp":
+                stamp: Any = item  # (a Timestamp: its class is generated)
+                columns[field.name] = stamp.ToDatetime(tzinfo=dt.UTC)
+            else:
+                columns[field.name] = MessageToDict(item, preserving_proto_field_name=True)
+        elif field.enum_type is not None and not hasattr(item, "extend"):
+            columns[field.name] = field.enum_type.values_by_number[item].name \
+                if item in field.enum_type.values_by_number else item  # fmt: skip
+        elif hasattr(item, "extend"):  # repeated
+            columns[field.name] = [MessageToDict(x, preserving_proto_field_name=True)
+                                   if isinstance(x, Message) else x for x in item]  # fmt: skip
+        else:
+            columns[field.name] = item
+    return columns
 
 
 def pg_type(value: Any, name: str) -> str:

@@ -242,3 +242,49 @@ def test_the_click_count_example_sink_loads_from_the_command_line_spec(
     with PostgresWriter(sink) as writer:
         writer.write(0, [("clicks-table", 0, b"user-01", b"3", T0, None)], 1)
     assert rows(dsn, "SELECT key, value FROM clicks") == [("user-01", 3)]
+
+
+def order_type() -> Any:
+    """A protobuf message class made here: an id, a Timestamp, repeated tags, an enum."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, timestamp_pb2
+
+    field = descriptor_pb2.FieldDescriptorProto
+    pool = descriptor_pool.DescriptorPool()
+    pool.AddSerializedFile(timestamp_pb2.DESCRIPTOR.serialized_pb)
+    proto = descriptor_pb2.FileDescriptorProto(
+        name="order.proto", package="t", syntax="proto3",
+        dependency=["google/protobuf/timestamp.proto"],
+    )  # fmt: skip
+    order = proto.message_type.add(name="Order")
+    state = order.enum_type.add(name="State")
+    state.value.add(name="NEW", number=0)
+    state.value.add(name="PAID", number=1)
+    order.field.add(name="id", number=1, type=field.TYPE_INT64, label=field.LABEL_OPTIONAL)
+    order.field.add(name="placed", number=2, type=field.TYPE_MESSAGE, label=field.LABEL_OPTIONAL,
+                    type_name=".google.protobuf.Timestamp")  # fmt: skip
+    order.field.add(name="tags", number=3, type=field.TYPE_STRING, label=field.LABEL_REPEATED)
+    order.field.add(name="state", number=4, type=field.TYPE_ENUM, label=field.LABEL_OPTIONAL,
+                    type_name=".t.Order.State")  # fmt: skip
+    pool.Add(proto)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("t.Order"))
+
+
+def test_protobuf_values_give_a_column_per_field(dsn: str) -> None:
+    import datetime as dt
+
+    from goka import ProtobufCodec
+
+    order = order_type()
+    codec = ProtobufCodec(order)
+    placed = order(id=7, tags=["a", "b"], state=1)
+    placed.placed.FromDatetime(dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC))
+    fresh = order(id=8)
+    items = [("users", 0, b"o7", codec.encode(placed), T0, None),
+             ("users", 1, b"o8", codec.encode(fresh), T0, None)]  # fmt: skip
+    with PostgresWriter(sink(dsn, codec=codec)) as writer:
+        writer.write(0, items, 2)
+    found = rows(dsn, "SELECT key, id, placed, tags, state FROM users ORDER BY key")
+    assert found == [
+        ("o7", 7, dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC), ["a", "b"], "PAID"),
+        ("o8", 8, None, [], "NEW"),
+    ]
