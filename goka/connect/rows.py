@@ -27,7 +27,8 @@ DeadLetterSender = Callable[[int, Sequence[tuple[Record, str]]], int]
 @dataclass
 class WriteSummary:
     """What one write did: rows upserted, deleted (tombstones) or appended, records left out
-    (below the stored position), skipped (``on_error="skip"``, with why), dead letters
+    (below the stored position), filtered out (the mapper returned None), skipped
+    (``on_error="skip"``, with why), dead letters
     (``on_error="dead_letter"``: the records and why), columns added, files written."""
 
     upserted: int = 0
@@ -35,6 +36,7 @@ class WriteSummary:
     appended: int = 0
     already: int = 0
     skipped: list[str] = field(default_factory=list)
+    filtered: int = 0
     dead_letters: list[tuple[Record, str]] = field(default_factory=list)
     added_columns: list[str] = field(default_factory=list)
     files: int = 0
@@ -63,7 +65,11 @@ def decode_rows(
                 columns = None
             else:
                 value = decode(raw_value)
-                columns = dict(mapper(key, value)) if mapper else columns_of(value)
+                mapped = mapper(key, value) if mapper else columns_of(value)
+                if mapped is None:  # the mapper filtered it out
+                    summary.filtered += 1
+                    continue
+                columns = dict(mapped)
                 for name in columns:
                     if name in meta or not NAME.match(name):
                         raise ValueError(f"column {name!r} is reserved or not a plain name "

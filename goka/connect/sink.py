@@ -29,8 +29,8 @@ class PostgresSink:
         table: the target table (created at the first write if ``create``).
         mode: ``"upsert"`` (one row per key, deleted by a tombstone) or ``"append"`` (one row
             per record).
-        mapper: ``mapper(key, value) -> dict`` of columns (default: a dict value's fields, or a
-            ``value`` column).
+        mapper: ``mapper(key, value) -> dict`` of columns, or None to leave the record out
+            (default: a dict value's or protobuf message's fields, or a ``value`` column).
         create: create the table and add columns for new fields; else the table must exist
             with every column.
         schema: the table's schema.
@@ -50,7 +50,7 @@ class PostgresSink:
     dsn: str
     table: str
     mode: Mode = "upsert"
-    mapper: Callable[[str, Any], Mapping[str, Any]] | None = None
+    mapper: Callable[[str, Any], Mapping[str, Any] | None] | None = None
     create: bool = True
     schema: str = "public"
     name: str = ""
@@ -108,8 +108,8 @@ class ParquetSink:
             directives of the record's time (UTC) and ``{field}`` of the value's fields, e.g.
             ``"date=%Y-%m-%d/country={country}"``; or ``partition_by(key, value, timestamp_ms)
             -> str``; None: the root.
-        mapper: ``mapper(key, value) -> dict`` of columns (default: a dict value's fields, or
-            a ``value`` column).
+        mapper: ``mapper(key, value) -> dict`` of columns, or None to leave the record out
+            (default: a dict value's or protobuf message's fields, or a ``value`` column).
         max_file_records: a file rolls after this many records.
         max_file_bytes: ... or after this many bytes of input (keys and values).
         max_file_ms: ... or when a record is this much later (record time) than the file's
@@ -132,7 +132,7 @@ class ParquetSink:
     codec: Codec[Any]
     path: str
     partition_by: str | Callable[[str, Any, int], str] | None = None
-    mapper: Callable[[str, Any], Mapping[str, Any]] | None = None
+    mapper: Callable[[str, Any], Mapping[str, Any] | None] | None = None
     max_file_records: int = 1_000_000
     max_file_bytes: int = 256 * 2**20
     max_file_ms: int | None = None

@@ -30,12 +30,12 @@ __all__ = [
 #: The rows a sink job's tasks return, one per partition and batch.
 SINK_DDL = (
     "partition int, records long, upserted long, deleted long, appended long, already long, "
-    "skipped long, dead_lettered long, writes long, files long, end_offset long, "
-    "seconds double"
+    "skipped long, filtered long, dead_lettered long, writes long, files long, "
+    "end_offset long, seconds double"
 )
 #: The counts of a task's row (summed over writes, and by the driver over tasks).
-COUNTS = ("records", "upserted", "deleted", "appended", "already", "skipped", "dead_lettered",
-          "writes", "files")  # fmt: skip
+COUNTS = ("records", "upserted", "deleted", "appended", "already", "skipped", "filtered",
+          "dead_lettered", "writes", "files")  # fmt: skip
 
 #: A sink's writer: ``write(partition, records, end) -> WriteSummary``, ``offsets()``,
 #: ``reset()``, ``close()`` (:class:`~goka.connect.postgres.PostgresWriter`,
@@ -118,7 +118,7 @@ def sink_ranges(task: SinkTask, partition: int,
             position = rows[-1][1] + 1
             done = writer.write(partition, rows, position, **extra)
             totals["records"] += len(rows)
-            for name in ("upserted", "deleted", "appended", "already", "files"):
+            for name in ("upserted", "deleted", "appended", "already", "files", "filtered"):
                 totals[name] += getattr(done, name)
             totals["skipped"] += len(done.skipped)
             totals["writes"] += 1

@@ -46,6 +46,7 @@ class SinkTotals:
     appended: int = 0
     already: int = 0
     skipped: int = 0
+    filtered: int = 0
     dead_lettered: int = 0
     writes: int = 0
     files: int = 0
@@ -66,7 +67,7 @@ class SinkTotals:
         return (f"{self.records} records in {self.batches} batches ({self.writes} "
                 f"transactions): {self.upserted} upserted, {self.deleted} deleted, "
                 f"{self.appended} appended, {self.already} written before, {self.skipped} "
-                f"skipped, {self.dead_lettered} dead-lettered"
+                f"skipped, {self.filtered} filtered out, {self.dead_lettered} dead-lettered"
                 + (f", {self.files} files" if self.files else ""))  # fmt: skip
 
 

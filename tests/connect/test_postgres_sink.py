@@ -288,3 +288,16 @@ def test_protobuf_values_give_a_column_per_field(dsn: str) -> None:
         ("o7", 7, dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC), ["a", "b"], "PAID"),
         ("o8", 8, None, [], "NEW"),
     ]
+
+
+def test_a_mapper_that_returns_none_leaves_the_record_out(dsn: str) -> None:
+    items = records(400, seed=5)
+
+    def even(key: str, value: dict[str, Any]) -> dict[str, Any] | None:
+        return value if value["clicks"] % 2 == 0 else None
+
+    with PostgresWriter(sink(dsn, mapper=even)) as writer:
+        summary = writer.write(0, items, 400)
+    kept = [r for r in items if r[3] is None or json.loads(r[3])["clicks"] % 2 == 0]
+    assert summary.filtered == len(items) - len(kept) > 0
+    assert stored(dsn) == last_values(kept)
