@@ -1,6 +1,7 @@
 # One image for every goka-py program, all through the one `goka` command line:
 # `docker run IMAGE processor run module:graph ...`, `docker run IMAGE view serve ...`,
-# `docker run IMAGE broker`; every flag can be set as GOKA_<FLAG> instead. tests/integration/test_dockerfile.py
+# `docker run IMAGE connect run module:connector ...`, `docker run IMAGE broker`; every flag
+# can be set as GOKA_<FLAG> instead. tests/integration/test_dockerfile.py
 # runs this file's install and entrypoint steps in a fresh virtualenv.
 FROM python:3.11-slim-bookworm
 
