@@ -186,8 +186,7 @@ class PostgresSourceJob(SourceJob[Position]):
                 self._after, self._inclusive = at, False
             if len(rows) < self.source.batch:
                 return
-            writer.producer.flush()  # (a query's rows out before the next: memory bounded)
-            self.lifecycle.committed()
+            self.checkpoint(writer)  # (a query's rows out before the next: memory bounded)
 
     _after: Position | None = None
     _inclusive = False

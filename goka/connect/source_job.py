@@ -3,6 +3,7 @@ what is new, flush, confirm, and look again (see :mod:`goka.connect.source`)."""
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from typing import Any, Generic
@@ -12,6 +13,8 @@ from goka.connect.source import P, SourceTotals, SourceWriter
 from goka.connect.status import ConnectorStatus, Lifecycle
 
 __all__ = ["SourceJob", "SourceProducer"]
+
+log = logging.getLogger(__name__)
 
 
 class SourceProducer:
@@ -147,6 +150,50 @@ class SourceJob(Generic[P]):
         """Everything given to ``writer`` so far is acknowledged (a change stream confirms
         its position here)."""
 
+    # -- progress --------------------------------------------------------------------------------
+    @property
+    def progress_topic(self) -> str:
+        """Where the source notes how far every record is acknowledged (one compacted
+        partition, like Kafka Connect's offsets topic): a restart begins there at the
+        earliest, even when some partition never got a record."""
+        return f"goka-source-{self.source.name}"
+
+    def checkpoint(self, writer: SourceWriter[P]) -> None:
+        """Wait for every record given to ``writer``, let the source confirm them
+        (:meth:`flushed`), and note the position they reach in :attr:`progress_topic`."""
+        writer.producer.flush()
+        self.flushed(writer)
+        last = writer.last
+        if last is not None and self._saved_ok and (self._saved is None or last > self._saved):
+            writer.producer.produce(self.progress_topic, self.header(last).encode(),
+                                    self.source.name.encode(), 0, 0, [])  # fmt: skip
+            writer.producer.flush()
+            self._saved = last
+        self.lifecycle.committed()
+
+    def _progress(self) -> P | None:
+        """The position noted last in :attr:`progress_topic` (None: none; the topic is made
+        if missing, and progress is not kept if it cannot be)."""
+        from goka.kafka.consumer import last_records
+        from goka.topic_manager import TopicManager
+
+        topic = self.progress_topic
+        try:
+            TopicManager(self.brokers, **self.kafka_config).ensure_table_exists(topic, 1)
+            found = last_records(self.brokers, [topic], kafka_config=self.kafka_config)
+        except Exception as exc:  # (a speed-up only: every partition's last record suffices)
+            log.warning("source %s: no progress topic %s (%s): a restart may read again from "
+                        "the beginning", self.source.name, topic, exc)  # fmt: skip
+            self._saved_ok = False
+            return None
+        record = found.get((topic, 0))
+        if record is None or record.value is None or record.key != self.source.name.encode():
+            return None
+        return self.parse(record.value.decode())
+
+    _saved: P | None = None
+    _saved_ok = True
+
     # -- running ---------------------------------------------------------------------------------
     def positions(self) -> dict[tuple[str, int], P | None]:
         """Each partition's last position (None: nothing written)."""
@@ -205,16 +252,23 @@ class SourceJob(Generic[P]):
                               header=self.header, where=self.where,
                               fnv1a=config.get("partitioner") == "fnv1a")  # fmt: skip
         floor, first = self.floor(positions), True
-        self._writer = writer
+        progress = self._progress()
+        known = [p for p in positions.values() if p is not None]
+        if progress is not None and (not known or progress > max(known)):
+            log.warning("source %s: %s says %s, beyond every record of %s (records deleted, "
+                        "topics made anew?): reading from the beginning", self.source.name,
+                        self.progress_topic, self.where(progress), self.topics)  # fmt: skip
+            progress = None  # (a record at the progress is in some partition, or lost)
+        if progress is not None and (floor is None or progress > floor):
+            floor = progress  # (everything up to it is acknowledged: no need to read it)
+        self._writer, self._saved = writer, progress
         self.lifecycle.running()
         error: BaseException | None = None
         try:
             while True:
                 self.read(writer, floor, first, watch)
                 first = False
-                producer.flush()
-                self.flushed(writer)
-                self.lifecycle.committed()
+                self.checkpoint(writer)
                 if not watch or self._stop.wait(self.source.poll_interval):
                     break
         except BaseException as exc:

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from goka import StringCodec
+
+from ..helpers import produce
+
 
 def last_values(written: list[tuple[str, Any]]) -> dict[str, int]:
     """Each key's last value's ``n`` (a None value, a tombstone, deletes the key)."""
@@ -14,3 +18,9 @@ def last_values(written: list[tuple[str, Any]]) -> dict[str, int]:
         else:
             table[key] = value["n"]
     return table
+
+
+def forget_progress(brokers: str, name: str) -> None:
+    """Drop what source ``name`` noted in its progress topic (as if the crash came before a
+    flush noted it)."""
+    produce(brokers, f"goka-source-{name}", StringCodec(), [(name, None)])

@@ -28,6 +28,7 @@ from goka.kafka.consumer import Record, read_to_end
 from goka.partitioner import partition_for
 
 from ..helpers import produce, wait_for
+from .records import forget_progress
 
 pytestmark = pytest.mark.kafka
 
@@ -110,6 +111,7 @@ def test_a_run_that_lost_some_partitions_records_resumes_exactly(
 
     partial = FileSource(str(tmp_path), topic, key="user", transform=first)
     FileSourceJob(partial, brokers).run_until_caught_up()
+    forget_progress(brokers, topic)  # (the crash came before a flush noted it)
     assert sum(values(brokers, topic).values()) < 900
     totals = FileSourceJob(source, brokers).run_until_caught_up()
     assert values(brokers, topic) == want(rows)
@@ -212,3 +214,19 @@ def test_invalid_declarations_fail_at_once(options: dict[str, Any], message: str
     path = options.pop("path", "/tmp/in")
     with pytest.raises(ConfigurationError, match=message):
         FileSource(path, "t", **{"codec": JsonCodec(), **options})
+
+
+def test_a_restart_begins_at_the_progress_even_with_partitions_never_written(
+    brokers: str, new_topic: Callable[..., str], tmp_path: Path
+) -> None:
+    topic = new_topic(partitions=4)
+    for number in range(5):  # one key: three of the four partitions never get a record
+        write_jsonl(tmp_path / f"{number}.jsonl", orders(number * 100, 100), mtime=1_000 + number)
+    source = FileSource(str(tmp_path), topic, key=lambda r: "one", name="progress-test")
+    assert FileSourceJob(source, brokers).run_until_caught_up().produced == 500
+    again = FileSourceJob(source, brokers).run_until_caught_up()
+    assert (again.produced, again.files) == (0, 1)  # the progress' file only, not all five
+    assert values(brokers, topic) == want(orders(0, 500))
+    elsewhere = new_topic(partitions=2)  # the same name on an empty topic: the progress is
+    moved = FileSource(str(tmp_path), elsewhere, key="user", name="progress-test")  # ignored
+    assert FileSourceJob(moved, brokers).run_until_caught_up().produced == 500
