@@ -3,7 +3,8 @@
 
 ``initdb`` and ``pg_ctl`` refuse to run as root: as root, the cluster belongs to ``nobody``
 (through ``runuser``). The server listens on a Unix socket in its directory only (no TCP
-port), without fsync (a test server), with ``wal_level=logical`` (change data capture)::
+port), without fsync (a test server: a restart keeps every commit, as the processes stop but
+the machine does not), with ``wal_level=logical`` (change data capture)::
 
     with LocalPostgres() as server:
         psycopg.connect(server.dsn)
@@ -121,7 +122,7 @@ class LocalPostgres:
     def _start(self) -> None:
         assert self.root is not None
         options = (f"-k {self.root / 'socket'} -p {self.port} -c listen_addresses='' "
-                   "-c fsync=off -c synchronous_commit=off -c full_page_writes=off "
+                   "-c fsync=off -c full_page_writes=off "
                    "-c wal_level=logical -c max_replication_slots=32 "
                    "-c max_wal_senders=8")  # fmt: skip
         self._run("pg_ctl", "-D", str(self.root / "data"), "-l", str(self.root / "socket/log"),
