@@ -50,7 +50,7 @@ class SourceProducer:
                         headers=headers)  # fmt: skip
                 return
             except BufferError:
-                self._producer.poll(0.05)
+                self._producer.poll(0.002)  # (errors-only reports: poll waits it out)
 
     def flush(self) -> None:
         """Wait until every record is acknowledged.
@@ -241,6 +241,7 @@ class SourceJob(Generic[P]):
         from goka.kafka.offsets import EndOffsets
 
         positions = self.positions()
+        progress = self._progress()  # (before the producer: see its docstring)
         ends = EndOffsets(self.brokers, self.kafka_config)
         try:
             counts = ends.partition_counts(self.topics)
@@ -252,7 +253,6 @@ class SourceJob(Generic[P]):
                               header=self.header, where=self.where,
                               fnv1a=config.get("partitioner") == "fnv1a")  # fmt: skip
         floor, first = self.floor(positions), True
-        progress = self._progress()
         known = [p for p in positions.values() if p is not None]
         if progress is not None and (not known or progress > max(known)):
             log.warning("source %s: %s says %s, beyond every record of %s (records deleted, "
