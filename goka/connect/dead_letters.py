@@ -8,17 +8,16 @@ only writer of its dead-letter partitions)."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from typing import Any
 
-from goka.connect.positions import POSITION_HEADER, last_positions
+from goka.connect.positions import ERROR_HEADER, POSITION_HEADER, SourceError, last_positions
 from goka.connect.rows import Record
+from goka.connect.source_job import SourceProducer
 from goka.errors import SinkError
 
 __all__ = ["ERROR_HEADER", "DeadLetters"]
-
-#: The header of a dead letter naming why.
-ERROR_HEADER = "goka-error"
 
 
 class DeadLetters:
@@ -34,9 +33,8 @@ class DeadLetters:
     def __init__(self, sink: Any, brokers: str, kafka_config: dict[str, Any] | None = None):
         self.sink, self.brokers = sink, brokers
         self.kafka_config = dict(kafka_config or {})
-        self._producer: Any = None
+        self._producer: SourceProducer | None = None
         self._last: dict[int, int] = {}  # partition -> the highest offset sent (this task)
-        self._failures: list[str] = []
 
     def send(self, partition: int, letters: Sequence[tuple[Record, str]]) -> int:
         """Produce ``letters`` (records of ``partition`` and why) not sent before, and wait
@@ -57,21 +55,14 @@ class DeadLetters:
                 continue
             headers = [(POSITION_HEADER, f"{self.sink.name}\t{record[0]}\t{offset}".encode()),
                        (ERROR_HEADER, why.encode())]  # fmt: skip
-            while True:
-                try:
-                    producer.produce(topic, record[3], record[2], partition=partition,
-                                     timestamp=max(record[4], 0), headers=headers)  # fmt: skip
-                    break
-                except BufferError:
-                    producer.poll(0.05)
+            producer.produce(topic, record[3], record[2], partition, max(record[4], 0), headers)
             last, sent = offset, sent + 1
-        while producer.flush(1.0) > 0:
-            pass
-        if self._failures:
-            failures, self._failures = self._failures[:3], []
+        try:
+            producer.flush()
+        except SourceError as exc:
             self._last.pop(partition, None)  # read again: some may have gone out
             raise SinkError(f"sink {self.sink.name!r}: dead letters to {topic!r} partition "
-                            f"{partition} failed: {failures}")  # fmt: skip
+                            f"{partition} failed: {exc}") from exc  # fmt: skip
         self._last[partition] = last
         return sent
 
@@ -90,22 +81,16 @@ class DeadLetters:
         where = found[(topic, partition)]
         return -1 if where is None else int(where.rsplit("\t", 1)[1])
 
-    def _open(self) -> Any:
+    def _open(self) -> SourceProducer:
         if self._producer is None:
             from goka.kafka.config import producer_config
-            from goka.kafka.producer import raw_producer
 
-            def delivered(err: Any, message: Any) -> None:
-                if err is not None:
-                    self._failures.append(str(err))
-
-            self._producer = raw_producer({**producer_config(self.brokers, self.kafka_config),
-                                           "on_delivery": delivered,
-                                           "delivery.report.only.error": True})  # fmt: skip
+            self._producer = SourceProducer(producer_config(self.brokers, self.kafka_config))
         return self._producer
 
     def close(self) -> None:
         """Wait for what was produced (idempotent)."""
         if self._producer is not None:
             producer, self._producer = self._producer, None
-            producer.flush(30.0)
+            with contextlib.suppress(SourceError):  # (send reported every failure)
+                producer.flush()

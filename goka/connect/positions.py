@@ -18,9 +18,11 @@ from typing import Any
 
 from goka.errors import SinkError
 
-__all__ = ["POSITION_HEADER", "SourceError", "last_positions"]
+__all__ = ["ERROR_HEADER", "POSITION_HEADER", "SourceError", "last_positions"]
 
 POSITION_HEADER = "goka-source"
+#: The header of a dead letter (a source's or a sink's) naming why it was refused.
+ERROR_HEADER = "goka-error"
 
 
 class SourceError(SinkError):

@@ -1,5 +1,5 @@
-"""What every source connector shares: its common options, the producer, the writer that leaves
-out what was written before, and the job's loop.
+"""What every source connector shares: its common options and the writer that leaves out what
+was written before (the producer and the job's loop: :mod:`goka.connect.source_job`).
 
 A source reads records from outside (files, a table, a database's change stream) in an order
 of positions, and gives each to :meth:`SourceWriter.record`. The writer applies the source's
@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast
 
 from goka.codec import Codec
-from goka.connect.positions import POSITION_HEADER, SourceError
+from goka.connect.positions import ERROR_HEADER, POSITION_HEADER, SourceError
 from goka.errors import ConfigurationError
 from goka.partitioner import partition_for
 
@@ -37,8 +37,6 @@ log = logging.getLogger(__name__)
 
 P = TypeVar("P", bound=tuple[Any, ...])
 POLICIES = ("fail", "skip", "dead_letter")
-#: The header of a dead letter naming why.
-ERROR_HEADER = "goka-error"
 #: Leave the key to the source's ``key`` option (see :meth:`SourceWriter.record`).
 FROM_OPTIONS: Any = object()
 
@@ -110,8 +108,8 @@ def check_number(where: str, source: Any, what: str, *, integer: bool = False) -
 
 @dataclass
 class SourceTotals:
-    """What a source run did (``reads``: files, or queries and change batches that found
-    records)."""
+    """What a source run did (``files``: the files read, or the queries or change reads
+    made, as ``unit`` says)."""
 
     files: int = 0
     records: int = 0
@@ -169,11 +167,10 @@ class SourceWriter(Generic[P]):
                tombstone: bool = False) -> None:  # fmt: skip
         """Produce what ``record`` (read at ``at``; ``raw``: as read, for a dead letter; None:
         the record as JSON) gives: the transform's outputs, each at ``at`` + its index.
-        ``key`` overrides the
-        source's ``key`` (bytes, or None); a ``tombstone`` is produced without a value (no
-        transform; ``record`` is what keys it); ``stamp`` overrides its timestamp; ``topic``
-        the topic; ``encoded`` is the record as the codec would encode it, if the reader
-        knows (JSON as read)."""
+        ``key`` overrides the source's ``key`` (bytes, or None); a ``tombstone`` is produced
+        without a value (no transform; ``record`` is what keys it); ``stamp`` overrides its
+        timestamp; ``topic`` the topic; ``encoded`` is the record as the codec would encode
+        it, if the reader knows (JSON as read)."""
         self.totals.records += 1
         transform = self._transform
         if transform is None and key is FROM_OPTIONS and stamp is None and not tombstone \

@@ -61,7 +61,8 @@ class SourceProducer:
         while self._producer.flush(1.0) > 0:
             pass
         if self._failures:
-            raise SourceError(f"records could not be produced: {self._failures[:3]}")
+            failures, self._failures = self._failures[:3], []
+            raise SourceError(f"records could not be produced: {failures}")
 
 
 class SourceJob(Generic[P]):

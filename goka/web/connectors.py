@@ -21,7 +21,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from goka.connect.status import ConnectorStatus
-from goka.web.monitor import Monitor
+from goka.web.monitor import Monitor, clock_text
 from goka.web.pages import e, json_response, table
 from goka.web.tables import Response
 
@@ -69,7 +69,7 @@ class ConnectorMonitor(Monitor):
             total_rate, total_lag = total_rate + rate, total_lag + lag
             connectors.append({**status.as_dict(), "rate": round(rate, 1), "lag": lag,
                                "partitions": rows,
-                               "last_commit_at": _clock(status.last_commit)})  # fmt: skip
+                               "last_commit_at": clock_text(status.last_commit)})  # fmt: skip
         point = {"t": now, "records_per_s": round(total_rate, 1), "lag": total_lag}
         return {"connectors": connectors, "point": point}
 
@@ -187,7 +187,3 @@ def _summary(c: dict[str, Any]) -> str:
     at = f"; at {c['position']}" if c["position"] else ""
     commit = f"; last commit {c['last_commit_at']}" if c["last_commit_at"] else ""
     return f"{c['state']}{failure}; {c['rate']} records/s; {counts}{at}{commit}"
-
-
-def _clock(at: float) -> str:
-    return time.strftime("%H:%M:%S", time.localtime(at)) if at else ""

@@ -34,7 +34,8 @@ def _megabytes(size: int | None) -> str:
     return "" if size is None else f"{size / 1e6:.1f} MB"
 
 
-def _clock(at: float | None) -> str:
+def clock_text(at: float | None) -> str:
+    """A moment as the pages show it (local HH:MM:SS; "" for none)."""
     return time.strftime("%H:%M:%S", time.localtime(at)) if at else ""
 
 
@@ -153,7 +154,7 @@ class ProcessorMonitor(Monitor):
             state = "failed" if failure else "idle" if not active else running
             size = sizes.get(part["partition"])
             rows.append([part["partition"], part["topic"], offset, part["lag"], state,
-                         _clock(part["committed_at"]), round(rate, 1),
+                         clock_text(part["committed_at"]), round(rate, 1),
                          _megabytes(size)])  # fmt: skip
         return {
             "group": processor.graph.group, "mode": processor.mode, "active": active,
@@ -161,7 +162,7 @@ class ProcessorMonitor(Monitor):
             "partitions": rows, "batches": totals.batches, "processed": totals.processed,
             "skipped_applied": totals.skipped_applied, "dead_letters": totals.dead_letters,
             "failed": totals.failed, "errors": list(totals.errors),
-            "last_batch": _clock(totals.last_finished_at) if totals.batches else "",
+            "last_batch": clock_text(totals.last_finished_at) if totals.batches else "",
         }  # fmt: skip
 
     def page(self) -> str:
