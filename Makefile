@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-fast check lint format typecheck bench proto docs clean
+.PHONY: demo test test-fast check lint format typecheck bench proto docs image clean
 
 $(STAMP): pyproject.toml setup.py goka/_speedups.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -44,7 +44,21 @@ $(WAL2JSON): | $(POSTGRES)
 	  || (apt-get update -q >/dev/null && apt-get install -y -q postgresql-15-wal2json >/dev/null) \
 	  || echo "could not install postgresql-15-wal2json: the change data capture tests will be skipped"
 
-test: $(STAMP) $(CDS) $(BROWSER) $(POSTGRES) $(WAL2JSON)
+# buildah builds and runs the image where no Docker engine runs (tools/image.py), debootstrap
+# makes a stand-in for a base image that cannot be pulled (Debian's packages)
+BUILDAH := /usr/bin/buildah
+$(BUILDAH):
+	apt-get install -y -q buildah debootstrap >/dev/null 2>&1 \
+	  || (apt-get update -q >/dev/null && apt-get install -y -q buildah debootstrap >/dev/null) \
+	  || echo "could not install buildah and debootstrap: the image test will be skipped"
+
+# the Dockerfile's image: make image [TARGET=slim] (docker or podman where they answer)
+TARGET ?= full
+image: $(STAMP)
+	docker info >/dev/null 2>&1 || podman info >/dev/null 2>&1 || $(MAKE) $(BUILDAH)
+	$(PY) -m tools.image --target $(TARGET)
+
+test: $(STAMP) $(CDS) $(BROWSER) $(POSTGRES) $(WAL2JSON) $(BUILDAH)
 	$(PY) -m pytest
 
 test-fast: $(STAMP)
