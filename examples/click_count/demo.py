@@ -125,9 +125,8 @@ def _memory(pid: int) -> tuple[float, float]:
     return rss, pss
 
 
-def tree_memory(pid: int) -> tuple[float, float]:
-    """Sums of RSS and PSS (kB) of ``pid`` and its descendants (Linux /proc). The RSS sum counts
-    pages shared between them (the Python workers forked from one daemon) once per process."""
+def descendants(pid: int) -> list[int]:
+    """The processes below ``pid`` (Linux /proc), breadth first: its children come first."""
     children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -136,11 +135,17 @@ def tree_memory(pid: int) -> tuple[float, float]:
             except (OSError, IndexError, ValueError):
                 continue
             children.setdefault(ppid, []).append(int(entry.name))
+    found = list(children.get(pid, []))
+    for below in found:  # grows while it is read
+        found.extend(children.get(below, []))
+    return found
+
+
+def tree_memory(pid: int) -> tuple[float, float]:
+    """Sums of RSS and PSS (kB) of ``pid`` and its descendants (Linux /proc). The RSS sum counts
+    pages shared between them (the Python workers forked from one daemon) once per process."""
     rss = pss = 0.0
-    todo = [pid]
-    while todo:
-        current = todo.pop()
-        todo.extend(children.get(current, []))
+    for current in [pid, *descendants(pid)]:
         own = _memory(current)
         rss, pss = rss + own[0], pss + own[1]
     return rss, pss
