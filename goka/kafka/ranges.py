@@ -45,6 +45,8 @@ class RangeReader:
         self._ends: EndOffsets | None = None
         self._groups: dict[str, confluent_kafka.Consumer] = {}
         self._closed = False
+        self._watermarks: dict[tuple[str, int], tuple[int, int]] = {}  # prefetched, used once
+        self._committed: dict[tuple[str, str, int], tuple[int, str] | None] = {}  # likewise
 
     def _on_error(self, error: Any) -> None:  # librdkafka's: connection trouble, mostly
         self._last_error = (time.monotonic(), str(error.str()))
@@ -67,9 +69,38 @@ class RangeReader:
         Raises:
             BrokerError: the broker did not answer.
         """
+        found = self._watermarks.pop((topic, partition), None)
+        if found is not None:
+            return found
         if self._ends is None:
             self._ends = EndOffsets(self._brokers, self._kafka_config)
         return self._ends.watermarks([(topic, partition)])[(topic, partition)]
+
+    def prefetch(self, partitions: list[tuple[str, int]], group: str | None = None) -> None:
+        """See :meth:`goka.kafka.reader.RecordReader.prefetch`.
+
+        Raises:
+            BrokerError: the broker did not answer.
+        """
+        self._watermarks, self._committed = {}, {}
+        if not partitions:
+            return
+        if self._ends is None:
+            self._ends = EndOffsets(self._brokers, self._kafka_config)
+        self._watermarks = self._ends.watermarks(partitions)
+        if group is None:
+            return
+        try:
+            found = self._group(group).committed(
+                [confluent_kafka.TopicPartition(t, p) for t, p in partitions], timeout=30
+            )
+        except confluent_kafka.KafkaException as exc:
+            raise BrokerError(
+                f"cannot read the committed offsets of group {group!r}: {exc}"
+            ) from exc
+        for tp in found:
+            offset = (tp.offset, tp.metadata or "") if tp.offset >= 0 else None
+            self._committed[(group, tp.topic, tp.partition)] = offset
 
     def close(self) -> None:
         """Close the consumers. Idempotent."""
@@ -128,6 +159,10 @@ class RangeReader:
         self, group: str, partition: int, topics: list[str]
     ) -> dict[str, tuple[int, str]]:
         """Raises: BrokerError: the group coordinator did not answer."""
+        keys = [(group, t, partition) for t in topics]
+        if keys and all(k in self._committed for k in keys):  # prefetched
+            found_now = {k[1]: self._committed.pop(k) for k in keys}
+            return {t: o for t, o in found_now.items() if o is not None}
         try:
             found = self._group(group).committed(
                 [confluent_kafka.TopicPartition(t, partition) for t in topics], timeout=30

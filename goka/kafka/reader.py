@@ -27,6 +27,14 @@ class RecordReader(Protocol):
         """Return the first offset and the high watermark (next offset to be written)."""
         ...
 
+    def prefetch(self, partitions: list[tuple[str, int]], group: str | None = None) -> None:
+        """Ask now, in one request each, for the watermarks of ``partitions`` and the offsets
+        ``group`` committed in them: the next :meth:`watermarks` and :meth:`committed` call
+        for each is answered from these, once (an epoch's start asks for many partitions in
+        turn, a broker round trip each). Replaces what an earlier call left: ``prefetch([])``
+        forgets it."""
+        ...
+
     def tail(self, starts: Mapping[int, Mapping[str, int]]) -> Tail:
         """Follow ``{partition: {topic: start offset}}`` as records arrive."""
         ...

@@ -37,6 +37,7 @@ from goka.processing.config import TaskConfig
 from goka.processing.recovery import CHUNK
 from goka.processing.stores import PartitionStores
 from goka.processing.summary import PartitionSummary, store_bytes
+from goka.processing.timeline import Timeline, no_lap
 from goka.processing.worker import Worker
 
 __all__ = ["BRIDGE_SECONDS", "Epoch", "run_epoch"]
@@ -145,12 +146,22 @@ def _run_epoch(
     """
     started = time.monotonic()
     until, interval = started + seconds, config.commit_interval
+    timeline = Timeline(f"group {config.graph.group} partitions {sorted(starts)}"
+                        + (" (between epochs)" if bridging else ""))  # fmt: skip
+    reader = Clients(config, worker).reader()
     with ExitStack() as stack:
-        epochs = {
-            p: Epoch.begin(PartitionStores(config, p, worker, stack, ask=not bridging), offsets)
-            for p, offsets in sorted(starts.items())
-        }
-        reader = Clients(config, worker).reader()
+        # what each partition's start asks the broker, asked at once (a round trip each else)
+        table = [config.graph.table] if config.graph.persist else []
+        reader.prefetch(sorted({(t, p) for p, offsets in starts.items()
+                                for t in [*offsets, *table]}), config.graph.group)  # fmt: skip
+        try:
+            epochs = {
+                p: Epoch.begin(PartitionStores(config, p, worker, stack, ask=not bridging), offsets)
+                for p, offsets in sorted(starts.items())
+            }
+        finally:
+            reader.prefetch([])  # what the starts did not ask for is not kept (it would age)
+        timeline.lap("begin")  # stores leased and made current
         tail = reader.tail({p: epoch.positions for p, epoch in epochs.items()})
         for epoch in epochs.values():
             epoch.summary.ready_seconds = time.monotonic() - started
@@ -158,31 +169,39 @@ def _run_epoch(
         next_commit = time.monotonic() + interval
         size = _MIN_CHUNK  # records per poll: as many as half a commit interval processes
         deadline = False
+        timeline.lap("assign")  # the consumer assigned
+        timeline.end()
         try:
             while True:
+                timeline.start()
                 now = time.monotonic()
                 deadline = now >= until
                 if deadline or stop() or any(lease.asked for lease in leases):
                     break
                 wait = max(0.0, min(_POLL_SECONDS, until - now, next_commit - now))
                 polled = tail.poll(size, wait)
+                timeline.lap("poll", idle=wait)
                 began, count = time.monotonic(), 0
                 for partition, rows in polled.items():
                     epochs[partition].apply(rows)
                     count += len(rows)
                 if count:  # a slow callback must not hold a commit back for a whole chunk
+                    timeline.lap("process")
                     per_record = max(1e-7, (time.monotonic() - began) / count)
                     size = int(min(CHUNK, max(_MIN_CHUNK, interval / 2 / per_record)))
                 if time.monotonic() >= next_commit:
                     for epoch in epochs.values():
-                        epoch.commit()
+                        epoch.commit(timeline.lap)
                     next_commit = time.monotonic() + interval
+                timeline.end()
         finally:
             tail.close()
         for epoch in epochs.values():
             epoch.commit()
         ends = {p: dict(epoch.positions) for p, epoch in epochs.items()} if deadline else None
-        return [epoch.finish(started) for epoch in epochs.values()], ends
+        summaries = [epoch.finish(started) for epoch in epochs.values()]
+        summaries[0].timeline = timeline.report()
+        return summaries, ends
 
 
 class Epoch:
@@ -281,8 +300,9 @@ class Epoch:
         self.stores.apply_join(records[0][0], records, records[-1][1] + 1, self.summary)
         self.positions[records[0][0]] = records[-1][1] + 1
 
-    def commit(self) -> None:
-        """Wait for every output so far, then write the state changes with the offsets."""
+    def commit(self, lap: Callable[[str], None] = no_lap) -> None:
+        """Wait for every output so far, then write the state changes with the offsets
+        (``lap``: each step done, for the loop's timeline)."""
         sections = self.sections
         if (
             self.positions == self.committed
@@ -292,10 +312,12 @@ class Epoch:
             return
         positions = {t: self.positions[t] for t in self.inputs}
         self.stores.commit(self.output, self.pending, positions, self.summary,
-                           sections=None if sections is None else sections.rows)  # fmt: skip
+                           sections=None if sections is None else sections.rows,
+                           lap=lap)  # fmt: skip
         self.pending.clear()
         if sections is not None:
             sections.clear()
         self.engine.committed()
         self.committed = dict(self.positions)
         self.stores.snapshot(self.summary)  # if due: a long epoch too
+        lap("snapshot")

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,7 @@ from goka.processing.output import Output
 from goka.processing.recovery import StoreRecovery, checked_watermarks
 from goka.processing.signals import PartitionBoard
 from goka.processing.summary import PartitionSummary
+from goka.processing.timeline import no_lap
 from goka.processing.worker import Worker
 from goka.storage import Storage, WriteBatch
 from goka.storage.snapshots import Manifest, StoreState, remove_abandoned, stage
@@ -213,10 +214,12 @@ class PartitionStores:
         self, output: Output, changes: Mapping[str, bytes | None], positions: Mapping[str, int],
         summary: PartitionSummary, *, wait: bool = False,
         sections: Mapping[str, Mapping[str, bytes | None]] | None = None,
+        lap: Callable[[str], None] = no_lap,
     ) -> None:  # fmt: skip
         """Wait for every output so far, then write ``changes`` (and the rows of the time
         ``sections``) with the input ``positions`` and the changelogs' ends in one write, then
-        tell Kafka the group's offsets (if ``wait``, until the broker answered).
+        tell Kafka the group's offsets (if ``wait``, until the broker answered). ``lap`` is
+        told each step done (:class:`~goka.processing.timeline.Timeline`).
 
         Raises:
             DeliveryError: an output was not acknowledged (nothing is written).
@@ -225,14 +228,19 @@ class PartitionStores:
             StorageError: the write failed.
         """
         ends = output.flush()
+        lap("flush")
         rows = {t: dict(r) for t, r in (sections or {}).items() if r}
         batch = WriteBatch(values=dict(changes), sections=rows)
         for topic, offset in {**positions, **ends}.items():
             batch.set_offset(topic, self.partition, offset)
         commit(self.store, batch, who=self._who("partition"))
         summary.commits += 1
-        if not self._deliver(positions, summary, check=False):
+        lap("write")
+        delivered = self._deliver(positions, summary, check=False)
+        lap("finals")
+        if not delivered:
             self.commit_to_group(positions, wait=wait)
+            lap("group_commit")
 
     def _deliver(self, positions: Mapping[str, int], summary: PartitionSummary, *,
                  check: bool) -> bool:  # fmt: skip

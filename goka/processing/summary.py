@@ -11,6 +11,8 @@ from dataclasses import dataclass, fields
 from functools import cache
 from typing import TYPE_CHECKING
 
+from goka.processing.timeline import merge_reports
+
 if TYPE_CHECKING:
     import pyarrow as pa
 
@@ -62,7 +64,8 @@ class PartitionSummary(Counts):
     ``emitted`` counts the emitted messages per output topic (JSON). ``store_bytes`` is the
     size of the group store's files when the task ended (0 for stores kept in memory).
     ``uploads`` lists the snapshot uploads this worker finished since its previous summary, of
-    any partition (JSON).
+    any partition (JSON). ``timeline`` is the continuous loop's
+    (:meth:`goka.processing.timeline.Timeline.report`; on one partition of the loop's task).
     """
 
     partition: int
@@ -76,6 +79,7 @@ class PartitionSummary(Counts):
     uploads: str = ""
     emitted: str = ""
     store_bytes: int = 0
+    timeline: str = ""
 
     def absorb(self, other: PartitionSummary) -> None:
         """Add the counts, errors, uploads and emits of ``other`` (work of the same group that
@@ -86,6 +90,7 @@ class PartitionSummary(Counts):
                 getattr(other, name) or "[]"
             )
             setattr(self, name, json.dumps(found) if found else "")
+        self.timeline = merge_reports(self.timeline, other.timeline)
         emitted = Counter(json.loads(self.emitted or "{}"))
         emitted.update(json.loads(other.emitted or "{}"))
         self.emitted = json.dumps(dict(emitted)) if emitted else ""

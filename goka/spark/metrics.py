@@ -6,7 +6,11 @@ import json
 import threading
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram
+from prometheus_client.core import HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from goka.processing.timeline import BUCKETS
 
 if TYPE_CHECKING:
     from goka.spark.summary import BatchSummary
@@ -109,8 +113,48 @@ def _families() -> dict[str, Any]:
                     labels,
                     buckets=_STATE_BUCKETS,
                 ),
+                loop_steps=_LoopSteps(),
             )
+            REGISTRY.register(_FAMILIES["loop_steps"])
     return _FAMILIES
+
+
+class _LoopSteps(Collector):
+    """``goka_processor_loop_step_seconds``: the continuous loops' step histograms
+    (:mod:`goka.processing.timeline`), added up from the tasks' summaries."""
+
+    _name, _labelnames = "goka_processor_loop_step_seconds", ("group", "step")  # as metrics have
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._figures: dict[tuple[str, str], tuple[list[int], float]] = {}
+
+    def add(self, group: str, report: str) -> None:
+        """Add the step histograms of a timeline report."""
+        if not report:
+            return
+        with self._lock:
+            for step, found in json.loads(report)["steps"].items():
+                counts, total = self._figures.get((group, step), ([0] * len(found["counts"]), 0.0))
+                added = [a + b for a, b in zip(counts, found["counts"], strict=True)]
+                self._figures[(group, step)] = (added, total + found["sum"])
+
+    def collect(self) -> list[Metric]:
+        family = HistogramMetricFamily(
+            self._name,
+            "Duration of each step of the continuous loops' turns (begin, assign, poll, process, "
+            "flush, write, group_commit, finals, snapshot)",
+            labels=list(self._labelnames),
+        )
+        with self._lock:
+            figures = dict(self._figures)
+        for (group, step), (counts, total) in sorted(figures.items()):
+            running, buckets = 0, []
+            for bound, count in zip((*BUCKETS, float("inf")), counts, strict=True):
+                running += count
+                buckets.append(("+Inf" if bound == float("inf") else repr(bound), running))
+            family.add_metric([group, step], buckets, total)
+        return [family]
 
 
 class ProcessorMetrics:
@@ -132,6 +176,7 @@ class ProcessorMetrics:
         f["skipped_applied"].labels(g).inc(summary.skipped_applied)
         f["corrupt"].labels(g).inc(summary.corrupt_stores)
         f["duration"].labels(g).observe(summary.seconds)
+        f["loop_steps"].add(g, summary.timeline)
         for part in summary.partitions:
             f["stores"].labels(g, part.partition, part.store).inc()
             f["table_records"].labels(g, part.partition).inc(part.table_records)

@@ -14,6 +14,7 @@ from pyspark.errors import StreamingQueryException
 
 from goka.errors import GokaError, ProcessorFailed
 from goka.processing.summary import Counts, PartitionSummary
+from goka.processing.timeline import merge_reports
 
 __all__ = ["HISTORY", "BatchSummary", "ProcessorFailed", "Totals", "translate"]
 
@@ -44,6 +45,7 @@ class BatchSummary(Counts):
     errors: list[str] = field(default_factory=list)
     emitted: Counter[str] = field(default_factory=Counter)
     partitions: list[PartitionSummary] = field(default_factory=list)
+    timeline: str = ""
 
     @classmethod
     def of(cls, batch_id: int, partitions: list[PartitionSummary]) -> BatchSummary:
@@ -56,6 +58,7 @@ class BatchSummary(Counts):
             summary.errors += json.loads(part.errors or "[]")
             summary.uploads += json.loads(part.uploads or "[]")
             summary.emitted.update(json.loads(part.emitted or "{}"))
+        summary.timeline = merge_reports(*(part.timeline for part in partitions))
         return summary
 
     def describe(self) -> str:
@@ -80,6 +83,9 @@ class BatchSummary(Counts):
             )
         if self.failed:
             text += f"; {self.failed} failed messages ({self.dead_letters} dead-lettered)"
+        if self.timeline:
+            stalls = json.loads(self.timeline)["stalls"]
+            text += f"; longest loop stall {stalls[0]['seconds'] * 1000:.0f} ms" if stalls else ""
         return text
 
 
@@ -99,6 +105,8 @@ class Totals(Counts):
         errors: the last error messages of failed records.
         first_finished_at, last_finished_at: when the first and the last batch ended (unix s).
         recent: the last batches' summaries, oldest first.
+        timeline: the continuous loops' timelines, merged
+            (:mod:`goka.processing.timeline`): step histograms and the longest stalls.
     """
 
     batches: int = 0
@@ -110,6 +118,7 @@ class Totals(Counts):
     first_finished_at: float = 0.0
     last_finished_at: float = 0.0
     recent: deque[BatchSummary] = field(default_factory=lambda: deque(maxlen=HISTORY))
+    timeline: str = ""
 
     def add_batch(self, batch: BatchSummary) -> None:
         """Add one batch's summary."""
@@ -124,6 +133,7 @@ class Totals(Counts):
         self.first_finished_at = self.first_finished_at or batch.finished_at
         self.last_finished_at = batch.finished_at
         self.recent.append(batch)
+        self.timeline = merge_reports(self.timeline, batch.timeline)
 
     def describe(self, failed: str = "") -> str:
         """One line: what was processed (``failed``: what became of failed records, e.g.

@@ -30,6 +30,7 @@ class FakeKafka:
     committed: dict[tuple[str, str, int], tuple[int, str]] = field(default_factory=dict)
     on_poll: list[Callable[[], object]] = field(default_factory=list)
     low: dict[tuple[str, int], int] = field(default_factory=dict)  # first offsets, if not 0
+    prefetched: list[tuple[list[tuple[str, int]], str | None]] = field(default_factory=list)
 
     def topic(self, name: str) -> list[list[Row]]:
         return self.topics.setdefault(name, [[] for _ in range(self.partitions)])
@@ -122,6 +123,9 @@ class ListReader:
                 raise BrokerError(f"{topic} partition {partition} ends at {len(rows)}, not {end}")
             for low in range(start, end, chunk):
                 yield rows[low : min(end, low + chunk)]
+
+    def prefetch(self, partitions: list[tuple[str, int]], group: str | None = None) -> None:
+        self.kafka.prefetched.append((sorted(partitions), group))
 
     def watermarks(self, topic: str, partition: int) -> tuple[int, int]:
         return self.kafka.low.get((topic, partition), 0), self.kafka.end(topic, partition)

@@ -4,6 +4,7 @@ the epoch runs (``FakeKafka.on_poll`` hooks append them between polls)."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -39,6 +40,23 @@ def test_an_epoch_processes_records_as_they_arrive_and_commits_each_interval(
     flushes = [i for i, e in enumerate(kafka.events) if e == "flush"]
     assert [kafka.events[i] for i in writes] == [f"write clicks {n}" for n in (0, 10, 20, 30)]
     assert all(any(f < w for f in flushes) for w in writes[1:])  # each commit after a flush
+    timeline = json.loads(summary.timeline)  # the loop's steps timed (goka.processing.timeline)
+    steps = timeline["steps"]
+    assert {
+        "begin",
+        "assign",
+        "poll",
+        "process",
+        "flush",
+        "write",
+        "group_commit",
+        "snapshot",
+    } <= set(steps)
+    assert sum(steps["flush"]["counts"]) == sum(steps["write"]["counts"]) == summary.commits
+    assert sum(steps["begin"]["counts"]) == sum(steps["assign"]["counts"]) == 1
+    assert timeline["turns"] >= sum(steps["poll"]["counts"]) >= 3
+    # what the start asks the broker was asked at once, and forgotten after
+    assert kafka.prefetched == [([(IN, 0), ("counts-table", 0)], "counts"), ([], None)]
 
 
 def test_changes_not_committed_yet_are_seen_by_later_records(

@@ -1,0 +1,49 @@
+"""The partition processors' reader on the embedded broker: what an epoch's start asks for is
+asked at once (``prefetch``) and answered from there once, then afresh."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import confluent_kafka
+import pytest
+
+from goka.kafka.config import producer_config
+from goka.kafka.ranges import RangeReader
+
+pytestmark = pytest.mark.kafka
+
+
+def write(brokers: str, topic: str, partition: int, count: int) -> None:
+    producer = confluent_kafka.Producer(producer_config(brokers))
+    for i in range(count):
+        producer.produce(topic, b"v", b"k%d" % i, partition=partition)
+    assert producer.flush(30) == 0
+
+
+def test_prefetched_watermarks_and_offsets_answer_once_then_afresh(
+    brokers: str, new_topic: Callable[..., str]
+) -> None:
+    topic = new_topic(partitions=2)
+    write(brokers, topic, 0, 10)
+    write(brokers, topic, 1, 5)
+    reader = RangeReader(brokers)
+    try:
+        assert reader.commit("g", 0, {topic: 7}, "first", wait=True)
+        reader.prefetch([(topic, 0), (topic, 1)], "g")
+        write(brokers, topic, 0, 3)  # after the prefetch
+        assert reader.commit("g", 0, {topic: 9}, "second", wait=True)
+        assert reader.watermarks(topic, 0) == (0, 10)  # as prefetched
+        assert reader.watermarks(topic, 0) == (0, 13)  # asked again: afresh
+        assert reader.watermarks(topic, 1) == (0, 5)
+        # (the embedded broker keeps no commit metadata: the offsets are compared)
+        assert reader.committed("g", 0, [topic])[topic][0] == 7  # as prefetched
+        assert reader.committed("g", 0, [topic])[topic][0] == 9
+        assert reader.committed("g", 1, [topic]) == {}  # none committed, prefetched or not
+
+        reader.prefetch([(topic, 0)], "g")
+        reader.prefetch([])  # forgets what the first call fetched
+        write(brokers, topic, 0, 2)
+        assert reader.watermarks(topic, 0) == (0, 15)
+    finally:
+        reader.close()
