@@ -11,10 +11,10 @@
 
 The same count in continuous mode (epochs; throughput from the group's committed offsets).
 
-Then end-to-end latency at 2,000 events/s, in continuous and in micro-batch mode: events are
-emitted at that rate while the processor runs; each table record carries its input event's
-timestamp, so a consumer tailing the table measures emit -> visible. Before that, one event
-measures the start (processor started -> its table record visible).
+Then end-to-end latency (:mod:`bench.latency`): at 500 and 2,000 events/s, in continuous and
+in micro-batch mode, on 4 partitions and on 1, each on a fresh broker, in windows of 5 s beside
+the broker's one- and two-hop latency of the same windows, and the processor loop's longest
+stalls.
 
 Last, the cold start in each mode: ``goka processor run`` launched in a new process (a new JVM,
 new Python workers) -> the table record of an event emitted before it visible.
@@ -40,7 +40,8 @@ from pathlib import Path
 
 import confluent_kafka
 
-from bench.common import percentile, summary
+import bench.latency
+from bench.common import summary
 from goka import Context, Int64Codec, StringCodec, TopicManager, define_group, input, persist
 from goka.dev import EmbeddedBroker
 from goka.graph import GroupGraph
@@ -51,10 +52,6 @@ from goka.web.http import HttpService
 from goka.web.monitor import ProcessorMonitor
 
 PARTITIONS = 4
-#: Epochs of the latency runs: short, so that a run of 20 s crosses two epoch boundaries (the
-#: default 30 s would cross none). Longer runs measure the embedded broker more than us: its
-#: hop grows with the length of its topics (p50 5 ms at first, 50 ms after 60 s at 2,000 ev/s).
-LATENCY_EPOCH = 10.0
 KEYS = 100_000
 ROOT = Path(__file__).resolve().parent.parent
 #: Topics are created with an explicit retention: quixstreams reads it to create its changelog
@@ -216,117 +213,6 @@ def quix_run(brokers: str, topic: str, messages: int, how: str = "count") -> str
     return f"{messages / elapsed:,.0f} msg/s"
 
 
-class Tail:
-    """Follows a topic and notes each record's latency (now - its timestamp): a consumer per
-    partition, each on its own thread, so that the observer adds as little as it can (the
-    embedded broker answers a fetch of more partitions later: one hop at 2,000 events/s
-    measured p50 8 / p99 19 ms fetching one partition, 21 / 81 ms fetching four)."""
-
-    def __init__(
-        self, brokers: str, topic: str, fetch_wait: int = 10, partitions: int = PARTITIONS
-    ) -> None:
-        self.brokers, self.topic, self.fetch_wait = brokers, topic, fetch_wait
-        self.samples: list[float] = []
-        self.series: list[tuple[float, float]] = []  # (sent, latency)
-        self.first_seen = threading.Event()  # the record of key "first" arrived
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._run, args=(p,), daemon=True)
-                         for p in range(partitions)]  # fmt: skip
-        for thread in self._threads:
-            thread.start()
-
-    def _run(self, partition: int) -> None:
-        # 10 ms by default: the embedded broker waits the whole fetch wait even when records
-        # are there (and answered much smaller waits with stalls of seconds)
-        config = {**consumer_config(self.brokers), "fetch.wait.max.ms": self.fetch_wait}
-        consumer = confluent_kafka.Consumer(config)
-        consumer.assign([confluent_kafka.TopicPartition(self.topic, partition, 0)])
-        while not self._stop.is_set():
-            # consume(n, t) waits for n records or t seconds: take what is there, else wait
-            # for one (as the processor's tail does), or the wait would be measured too
-            messages = consumer.consume(1000, 0) or [m for m in [consumer.poll(0.05)] if m]
-            now = time.time()
-            for msg in messages:
-                if msg.error() is not None:
-                    continue
-                if msg.key() == b"first":
-                    self.first_seen.set()
-                    continue
-                sent = msg.timestamp()[1] / 1000
-                with self._lock:
-                    self.samples.append(now - sent)
-                    self.series.append((sent, now - sent))
-        consumer.close()
-
-    def wait_for(self, count: int, timeout: float) -> None:
-        deadline = time.time() + timeout
-        while len(self.samples) < count and time.time() < deadline:
-            time.sleep(0.1)
-
-    def close(self) -> None:
-        self._stop.set()
-        for thread in self._threads:
-            thread.join(10)
-
-
-def emit(producer: confluent_kafka.Producer, topic: str, rate: int, seconds: int) -> float:
-    """Emit ``rate`` events/s for ``seconds``, each stamped when sent; return when it began."""
-    begin = time.time()
-    for i in range(rate * seconds):
-        delay = begin + i / rate - time.time()
-        if delay > 0:
-            time.sleep(delay)
-        producer.produce(topic, b"/p", f"user-{i % 1000}", timestamp=int(time.time() * 1000))
-        producer.poll(0)
-    producer.flush(30)
-    return begin
-
-
-def latency(
-    spark: object,
-    brokers: str,
-    rate: int,
-    seconds: int,
-    mode: str,
-    fetch_wait: int = 10,
-    partitions: int = PARTITIONS,
-) -> Latency:
-    """Emit ``rate`` events/s for ``seconds`` to a running processor; every table record carries
-    its event's timestamp, so a consumer tailing the table measures emit -> visible. Before
-    that, one event measures the start: processor started -> its table record visible."""
-    topic = f"bench-latency-{time.monotonic_ns()}"
-    TopicManager(brokers, TOPICS).ensure_stream_exists(topic, partitions)
-    graph = define_group(f"{topic}-g", input(topic, StringCodec(), count), persist(Int64Codec()))
-    TopicManager(brokers).ensure_table_exists(graph.table, partitions)
-    state = Path(tempfile.mkdtemp(prefix="goka-latency-"))
-    producer = confluent_kafka.Producer(producer_config(brokers, {"linger.ms": 1}))
-    producer.produce(topic, b"/p", "first", timestamp=int(time.time() * 1000))
-    producer.flush(30)
-    tail = Tail(brokers, graph.table, fetch_wait, partitions)
-    processor = Processor(graph, brokers, spark=spark, state_dir=state, mode=mode,  # type: ignore[arg-type]
-                          checkpoint_dir=state / "checkpoint", trigger="0 seconds",
-                          epoch=LATENCY_EPOCH,
-                          kafka_config={"fetch.wait.max.ms": fetch_wait})  # fmt: skip
-    started = time.time()
-    runner = threading.Thread(target=processor.run, daemon=True)
-    runner.start()
-    assert tail.first_seen.wait(120), "the first event was not processed within 120 s"
-    start_seconds = time.time() - started
-    begin = emit(producer, topic, rate, seconds)
-    tail.wait_for(rate * seconds, 60)
-    tail.close()
-    processor.stop()
-    runner.join(60)
-    shutil.rmtree(state, ignore_errors=True)
-    if os.environ.get("GOKA_BENCH_SERIES"):  # the worst latency of each second, to find stalls
-        worst: dict[int, float] = {}
-        for sent, took in tail.series:
-            worst[int(sent - begin)] = max(worst.get(int(sent - begin), 0.0), took)
-        print(" ".join(f"{s}:{1000 * w:.0f}" for s, w in sorted(worst.items())), flush=True)
-    return Latency(start_seconds, tail.samples, rate * seconds)
-
-
 def cold_start(brokers: str, mode: str) -> float:
     """Seconds from launching ``goka processor run`` (a new process: JVM, session, Python
     workers) to the table record of an event emitted before it visible."""
@@ -336,7 +222,7 @@ def cold_start(brokers: str, mode: str) -> float:
     producer = confluent_kafka.Producer(producer_config(brokers))
     producer.produce(topic, b"/p", "first")
     producer.flush(30)
-    tail = Tail(brokers, f"{topic}-g-table")
+    tail = bench.latency.Tail(brokers, f"{topic}-g-table", 10, PARTITIONS)
     state = Path(tempfile.mkdtemp(prefix="goka-start-"))
     env = {**os.environ, "GOKA_BENCH_TOPIC": topic, "GOKA_LOG_LEVEL": "WARNING",
            "PYTHONPATH": str(ROOT)}  # fmt: skip
@@ -360,39 +246,6 @@ def cold_start(brokers: str, mode: str) -> float:
     return took
 
 
-def broker_hop(
-    brokers: str, rate: int, seconds: int, fetch_wait: int = 10, partitions: int = PARTITIONS
-) -> Latency:
-    """The baseline: one hop through the broker (emit -> visible to a consumer), measured the
-    same way; a processor's record makes two (input topic, then table topic)."""
-    topic = f"bench-hop-{time.monotonic_ns()}"
-    TopicManager(brokers, TOPICS).ensure_stream_exists(topic, partitions)
-    producer = confluent_kafka.Producer(producer_config(brokers, {"linger.ms": 1}))
-    producer.produce(topic, b"/p", "first")  # emit once the tail reads: not before it fetches
-    producer.flush(30)
-    tail = Tail(brokers, topic, fetch_wait, partitions)
-    assert tail.first_seen.wait(60), "the tail did not start within 60 s"
-    emit(producer, topic, rate, seconds)
-    tail.wait_for(rate * seconds, 30)
-    tail.close()
-    return Latency(0.0, tail.samples, rate * seconds)
-
-
-class Latency:
-    def __init__(self, start_seconds: float, samples: list[float], sent: int) -> None:
-        self.start_seconds, self.samples, self.sent = start_seconds, samples, sent
-
-    def describe(self) -> str:
-        s = self.samples
-        if not s:
-            return f"no table record seen of {self.sent} events"
-        ms = [1000 * x for x in s]
-        return (f"p50 {percentile(ms, 50):,.0f} ms  p99 {percentile(ms, 99):,.0f} ms  "
-                f"p99.9 {percentile(ms, 99.9):,.0f} ms  max {max(ms):,.0f} ms  "
-                f"({len(s)} of {self.sent} events); first event after "
-                f"{self.start_seconds:.1f} s")  # fmt: skip
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=1_000_000)
@@ -410,14 +263,14 @@ def main() -> None:
             spark = build_session("bench", "local[2]")
             monitor_cost(spark, broker.bootstrap, args)
             spark.stop()
-        if args.only in (None, "throughput", "latency"):
+        if args.only in (None, "throughput"):
             spark = build_session("bench", "local[2]")
             spark.sparkContext.setLogLevel("ERROR")
-            if args.only in (None, "throughput"):
-                throughput(spark, broker.bootstrap, args)
-            if args.only in (None, "latency"):
-                latencies(spark, broker.bootstrap, args.latency_seconds, args.fetch_wait)
+            throughput(spark, broker.bootstrap, args)
             spark.stop()
+        if args.only in (None, "latency"):
+            bench.latency.main(["--seconds", str(args.latency_seconds),
+                                "--fetch-wait", str(args.fetch_wait)])  # fmt: skip
         if args.only in (None, "start"):
             print("\ncold start (goka processor run launched -> first event's table record "
                   "visible):")  # fmt: skip
@@ -477,24 +330,6 @@ def monitor_cost(spark: object, brokers: str, args: argparse.Namespace) -> None:
     print(f"continuous steady without monitor: {summary(plain)}")
     print(f"continuous steady, monitor open  : {summary(watched)}")
     print(f"with / without                   : {summary(ratios)}   (target >= 0.95)")
-
-
-def latencies(spark: object, brokers: str, seconds: int, fetch_wait: int) -> None:
-    print(f"\nlatency at 2,000 ev/s for {seconds} s (emit -> table record visible), "
-          f"fetch.wait.max.ms={fetch_wait}, {PARTITIONS} partitions:")  # fmt: skip
-    hop = broker_hop(brokers, 2_000, seconds, fetch_wait)
-    print(f"  {'broker hop':<12}: {hop.describe().split(';')[0]}  (the floor: one of two hops)")
-    for mode in ("continuous", "micro-batch"):
-        found = latency(spark, brokers, 2_000, seconds, mode, fetch_wait)
-        print(f"  {mode:<12}: {found.describe()}", flush=True)
-    # the embedded broker's hop grows with the partitions written to (one hop at 2,000 ev/s
-    # measured p50 8 / 10 / 15 ms for 1 / 2 / 4): on one partition the processor's own share
-    # of a record's latency shows beside the smallest hop this broker offers
-    print("  one partition:")
-    hop = broker_hop(brokers, 2_000, seconds, fetch_wait, partitions=1)
-    print(f"  {'broker hop':<12}: {hop.describe().split(';')[0]}")
-    found = latency(spark, brokers, 2_000, seconds, "continuous", fetch_wait, partitions=1)
-    print(f"  {'continuous':<12}: {found.describe()}", flush=True)
 
 
 if __name__ == "__main__":
