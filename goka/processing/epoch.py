@@ -150,15 +150,16 @@ def _run_epoch(
                         + (" (between epochs)" if bridging else ""))  # fmt: skip
     reader = Clients(config, worker).reader()
     with ExitStack() as stack:
-        # what each partition's start asks the broker, asked at once (a round trip each else)
+        leased = {p: PartitionStores(config, p, worker, stack, ask=not bridging)
+                  for p in sorted(starts)}  # fmt: skip
+        # what each partition's start asks the broker, asked at once (a round trip each else),
+        # and only now: until its stores are leased, another task or bridge may still write
+        # the table and commit the group's offsets (the answers would be behind the stores)
         table = [config.graph.table] if config.graph.persist else []
         reader.prefetch(sorted({(t, p) for p, offsets in starts.items()
                                 for t in [*offsets, *table]}), config.graph.group)  # fmt: skip
         try:
-            epochs = {
-                p: Epoch.begin(PartitionStores(config, p, worker, stack, ask=not bridging), offsets)
-                for p, offsets in sorted(starts.items())
-            }
+            epochs = {p: Epoch.begin(leased[p], starts[p]) for p in sorted(starts)}
         finally:
             reader.prefetch([])  # what the starts did not ask for is not kept (it would age)
         timeline.lap("begin")  # stores leased and made current

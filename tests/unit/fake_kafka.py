@@ -114,6 +114,9 @@ class ListReader:
 
     kafka: FakeKafka
     closed: bool = False
+    # prefetched answers, each given once (as the Kafka reader does)
+    _watermarks: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)
+    _committed: dict[tuple[str, str, int], tuple[int, str] | None] = field(default_factory=dict)
 
     def read(self, partition: int, ranges: Mapping[str, tuple[int, int]], timeout: float,
              chunk: int) -> Iterator[list[Row]]:  # fmt: skip
@@ -126,8 +129,15 @@ class ListReader:
 
     def prefetch(self, partitions: list[tuple[str, int]], group: str | None = None) -> None:
         self.kafka.prefetched.append((sorted(partitions), group))
+        self._watermarks = {(t, p): self._now(t, p) for t, p in partitions}
+        self._committed = {} if group is None else {
+            (group, t, p): self.kafka.committed.get((group, t, p)) for t, p in partitions
+        }  # fmt: skip
 
     def watermarks(self, topic: str, partition: int) -> tuple[int, int]:
+        return self._watermarks.pop((topic, partition), None) or self._now(topic, partition)
+
+    def _now(self, topic: str, partition: int) -> tuple[int, int]:
         return self.kafka.low.get((topic, partition), 0), self.kafka.end(topic, partition)
 
     def tail(self, starts: Mapping[int, Mapping[str, int]]) -> ListTail:
@@ -149,7 +159,11 @@ class ListReader:
     def committed(
         self, group: str, partition: int, topics: list[str]
     ) -> dict[str, tuple[int, str]]:
-        found = {t: self.kafka.committed.get((group, t, partition)) for t in topics}
+        keys = [(group, t, partition) for t in topics]
+        if keys and all(k in self._committed for k in keys):
+            found = {k[1]: self._committed.pop(k) for k in keys}
+        else:
+            found = {t: self.kafka.committed.get((group, t, partition)) for t in topics}
         return {t: c for t, c in found.items() if c is not None}
 
     def close(self) -> None:

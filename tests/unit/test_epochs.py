@@ -4,6 +4,7 @@ the epoch runs (``FakeKafka.on_poll`` hooks append them between polls)."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import time
 from collections import Counter
@@ -276,6 +277,32 @@ def test_a_bridge_gives_its_stores_to_another_process_that_asks(
     assert table_of(kafka) == dict(sent)
     assert kafka.committed[("counts", IN, 0)][0] == 10
     assert summary.processed + sum(s.processed for s in here.worker.take_carried("counts")) == 5
+
+
+def test_an_epoch_asks_the_broker_once_it_holds_the_stores(
+    kafka: FakeKafka, tmp_path: Path
+) -> None:
+    """A bridge in another process processes and writes the table until it lets the stores go:
+    the next epoch asks for the table's end and the group's offsets after that (else the table
+    looks shorter than the store: a TopicRewoundError of a table that never went back)."""
+    here = Machine(kafka, tmp_path, commit_interval=0, epoch=HOUR)
+    builders = dataclasses.replace(here.builders, storage=leveldb_store)
+    here.config = dataclasses.replace(here.config, builders=builders)
+    there = Machine(kafka, tmp_path, commit_interval=0, epoch=HOUR)
+    there.config = dataclasses.replace(there.config, builders=builders)
+    sent = click(kafka, 5)
+    run_epoch(here.config, here.worker, {0: {IN: 0}}, 0.2, bridge=True)
+    clicks = itertools.count(5)
+    kafka.on_poll.append(lambda: sent.update(click(kafka, 1, start=next(clicks))))  # each poll
+    try:
+        (summary,) = run_epoch(there.config, there.worker, {0: {IN: 5}}, 0.3)
+    finally:
+        kafka.on_poll.clear()
+        here.worker.end_bridge()
+    bridged = sum(s.processed for s in here.worker.take_carried("counts"))
+    assert bridged > 0  # the bridge processed on while the epoch began
+    assert summary.processed + bridged == sum(sent.values()) - 5
+    assert table_of(kafka) == dict(sent) == there.state(0)
 
 
 def test_stores_stay_open_for_the_bridge_and_the_next_epoch_where_they_were_handed_over(
