@@ -84,12 +84,14 @@ $(QUIX):
 	.venv-quix/bin/python -m pip install --quiet quixstreams==3.28.1
 	touch $(QUIX)
 
-bench: $(STAMP) $(CDS) $(QUIX)
+bench: $(STAMP) $(CDS) $(QUIX) $(BUILDAH)
 	$(PY) -m bench.engine
 	$(PY) -m bench.emitter
 	$(PY) -m bench.view
 	$(PY) -m bench.processor
 	$(PY) -m bench.windows
+	$(PY) -m bench.idle
+	$(PY) -m bench.image
 
 # the reference pages come from the code (a test checks they are current); the site is strict
 docs: $(STAMP)

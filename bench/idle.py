@@ -1,0 +1,185 @@
+"""What an idle processor costs the broker, against an idle plain consumer of the same
+partitions, in the same run (``python -m bench.idle [--seconds 60]``).
+
+Every client talks to the embedded broker through a counting proxy (the broker advertises the
+proxy's address, so every connection goes through it): the Kafka requests per second by API,
+and the broker process's CPU seconds, over ``--seconds`` each:
+
+* baseline: a plain confluent-kafka consumer assigned to the 4 input partitions, polling
+  (``fetch.wait.max.ms`` as the processor's), and nothing else;
+* the count group in continuous mode (local[2]), after it processed one event.
+
+The last line: ``idle processor/consumer broker CPU: X`` (target <= 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import socket
+import struct
+import tempfile
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import confluent_kafka
+
+from bench.latency import count
+from goka import Int64Codec, StringCodec, TopicManager, define_group, input, persist
+from goka.dev import EmbeddedBroker
+from goka.kafka.config import consumer_config, producer_config
+from goka.spark import Processor, build_session
+
+#: Kafka API keys by name (those a client sends).
+APIS = {0: "Produce", 1: "Fetch", 2: "ListOffsets", 3: "Metadata", 8: "OffsetCommit",
+        9: "OffsetFetch", 10: "FindCoordinator", 11: "JoinGroup", 12: "Heartbeat",
+        18: "ApiVersions", 19: "CreateTopics", 22: "InitProducerId", 32: "DescribeConfigs",
+        60: "DescribeCluster", 71: "GetTelemetrySubscriptions"}  # fmt: skip
+PARTITIONS = 4
+
+
+class CountingProxy:
+    """Forwards 127.0.0.1:<port> to the broker and counts the requests clients send, by API."""
+
+    def __init__(self, upstream: int) -> None:
+        self.upstream, self.requests, self._lock = upstream, Counter[str](), threading.Lock()
+        self._server = socket.create_server(("127.0.0.1", 0))
+        self.port = self._server.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            client, _ = self._server.accept()
+            broker = socket.create_connection(("127.0.0.1", self.upstream))
+            threading.Thread(target=self._requests, args=(client, broker), daemon=True).start()
+            threading.Thread(target=_pipe, args=(broker, client), daemon=True).start()
+
+    def _requests(self, client: socket.socket, broker: socket.socket) -> None:
+        buffer = b""
+        while data := _recv(client):
+            broker.sendall(data)
+            buffer += data
+            while len(buffer) >= 6:
+                size, api = struct.unpack(">ih", buffer[:6])
+                if len(buffer) < 4 + size:
+                    break
+                buffer = buffer[4 + size :]
+                with self._lock:
+                    self.requests[APIS.get(api, f"api {api}")] += 1
+        broker.close()
+
+    def take(self) -> Counter[str]:
+        """The requests counted since the last call."""
+        with self._lock:
+            found, self.requests = self.requests, Counter()
+        return found
+
+
+def _recv(sock: socket.socket) -> bytes:
+    try:
+        return sock.recv(65536)
+    except OSError:
+        return b""
+
+
+def _pipe(source: socket.socket, target: socket.socket) -> None:
+    while data := _recv(source):
+        try:
+            target.sendall(data)
+        except OSError:
+            break
+    target.close()
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid``."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def watch(
+    broker: EmbeddedBroker, proxy: CountingProxy, seconds: float
+) -> tuple[float, Counter[str]]:
+    """Broker CPU seconds and the requests, over ``seconds``."""
+    assert broker.pid is not None
+    proxy.take()
+    before = cpu_seconds(broker.pid)
+    time.sleep(seconds)  # the measurement window itself, not a synchronisation
+    return cpu_seconds(broker.pid) - before, proxy.take()
+
+
+def describe(name: str, cpu: float, requests: Counter[str], seconds: float) -> str:
+    per_second = ", ".join(f"{api} {n / seconds:.1f}" for api, n in requests.most_common())
+    return (f"{name:<15}: broker CPU {cpu:.2f} s in {seconds:.0f} s ({cpu / seconds:.3f}/s); "
+            f"requests/s {sum(requests.values()) / seconds:.1f}: {per_second}")  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=60)
+    args = parser.parse_args(argv)
+    port = socket.create_server(("127.0.0.1", 0))
+    upstream = port.getsockname()[1]
+    port.close()
+    proxy = CountingProxy(upstream)
+    spark = build_session("bench", "local[2]")
+    spark.sparkContext.setLogLevel("ERROR")
+    with EmbeddedBroker(port=upstream, advertised=f"127.0.0.1:{proxy.port}") as broker:
+        brokers = f"127.0.0.1:{proxy.port}"
+        topic = f"idle-{time.monotonic_ns()}"
+        TopicManager(brokers).ensure_stream_exists(topic, PARTITIONS)
+        graph = define_group(f"{topic}-g", input(topic, StringCodec(), count),
+                             persist(Int64Codec()))  # fmt: skip
+        TopicManager(brokers).ensure_table_exists(graph.table, PARTITIONS)
+        cpu, found = watch(broker, proxy, 5)
+        print(describe("nothing", cpu, found, 5), flush=True)
+
+        stop = threading.Event()
+
+        def plain() -> None:
+            config = {**consumer_config(brokers), "fetch.wait.max.ms": 10}
+            consumer = confluent_kafka.Consumer(config)
+            consumer.assign([confluent_kafka.TopicPartition(topic, p, 0)
+                             for p in range(PARTITIONS)])  # fmt: skip
+            while not stop.is_set():
+                consumer.poll(0.05)
+            consumer.close()
+
+        thread = threading.Thread(target=plain, daemon=True)
+        thread.start()
+        time.sleep(2)  # connected and fetching before the window
+        consumer_cpu, found = watch(broker, proxy, args.seconds)
+        stop.set()
+        thread.join(10)
+        print(describe("plain consumer", consumer_cpu, found, args.seconds), flush=True)
+
+        state = Path(tempfile.mkdtemp(prefix="goka-idle-"))
+        processor = Processor(graph, brokers, spark=spark, state_dir=state,  # type: ignore[arg-type]
+                              mode="continuous", checkpoint_dir=state / "checkpoint")  # fmt: skip
+        runner = threading.Thread(target=processor.run, daemon=True)
+        runner.start()
+        producer = confluent_kafka.Producer(producer_config(brokers))
+        producer.produce(topic, b"/p", b"user-1")
+        producer.flush(30)
+        deadline = time.monotonic() + 120
+        while processor.totals.processed + sum(
+            p["offset"] or 0 for p in (processor.partition_status() if processor.prepared else [])
+            if p["topic"] == topic
+        ) < 1:  # fmt: skip
+            assert time.monotonic() < deadline, "the event was not processed within 120 s"
+            time.sleep(0.2)
+        time.sleep(2)
+        processor_cpu, found = watch(broker, proxy, args.seconds)
+        print(describe("idle processor", processor_cpu, found, args.seconds), flush=True)
+        processor.stop()
+        runner.join(60)
+        shutil.rmtree(state, ignore_errors=True)
+    spark.stop()
+    print(f"idle processor/consumer broker CPU: {processor_cpu / max(consumer_cpu, 1e-9):.2f}")
+
+
+if __name__ == "__main__":
+    main()
