@@ -8,6 +8,7 @@ how tests and the tester swap in an in-memory implementation.
 from __future__ import annotations
 
 import datetime as dt
+import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
@@ -17,6 +18,7 @@ from goka.errors import ConfigurationError, DeliveryError
 from goka.kafka.admin import partition_count
 
 __all__ = [
+    "IDEMPOTENT_START",
     "DeliveredMessage",
     "Headers",
     "KafkaProducer",
@@ -25,6 +27,7 @@ __all__ = [
     "ProducerBuilder",
     "Timestamp",
     "delivery_error",
+    "ready_in",
     "timestamp_ms",
 ]
 
@@ -122,6 +125,8 @@ class KafkaProducer:
     """
 
     def __init__(self, config: Mapping[str, Any]) -> None:
+        self.started = time.monotonic()
+        self.idempotent = str(config.get("enable.idempotence", "")).lower() == "true"
         try:
             self._producer = confluent_kafka.Producer(dict(config))
         except (confluent_kafka.KafkaException, ValueError, TypeError) as exc:
@@ -137,6 +142,20 @@ class KafkaProducer:
 
     def __len__(self) -> int:
         return len(self._producer)
+
+
+#: How long after it starts librdkafka's idempotent producer asks for its producer ID; a
+#: delivery before that waits for it (measured: a first delivery 0.50 s after the start, against
+#: 1 ms from a producer a second old).
+IDEMPOTENT_START = 0.5
+
+
+def ready_in(producer: Producer) -> float:
+    """Seconds until ``producer`` delivers without waiting for its producer ID (0: it does
+    now, or it is not an idempotent :class:`KafkaProducer`)."""
+    if not isinstance(producer, KafkaProducer) or not producer.idempotent:
+        return 0.0
+    return max(0.0, producer.started + IDEMPOTENT_START - time.monotonic())
 
 
 def delivery_error(topic: str, key: bytes | None, error: KafkaErrorLike) -> DeliveryError:

@@ -4,11 +4,12 @@ use, kept by the worker process for the next tasks, closed when it closes."""
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Callable, Hashable
 from typing import Any
 
 from goka.kafka.config import producer_config
-from goka.kafka.producer import Producer
+from goka.kafka.producer import Producer, ready_in
 from goka.kafka.reader import RecordReader
 from goka.processing.config import TaskConfig
 from goka.processing.worker import Worker, frozen
@@ -52,6 +53,15 @@ class Clients:
             lambda: builder(settings),
             lambda producer: producer.flush(self.config.flush_timeout),
         )
+
+    def warm_up(self, stop: Callable[[], bool]) -> None:
+        """Build the producer if there is none yet, and wait until it delivers at once
+        (:func:`goka.kafka.producer.ready_in`; or until ``stop()``): a task that will take the
+        stores over from a bridge in another process lets the bridge process on meanwhile,
+        instead of holding its first records back for the producer's start."""
+        producer = self.producer()
+        while (left := ready_in(producer)) > 0 and not stop():
+            time.sleep(min(left, 0.05))  # librdkafka's timer: nothing to wait on
 
     def discard_producer(self) -> None:
         """Build a new producer for the next task: this one failed to deliver (an idempotent

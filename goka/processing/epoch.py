@@ -144,11 +144,14 @@ def _run_epoch(
             stays; the rest is processed again by the next epoch).
         StorageError, BrokerError: a store or the broker failed (likewise).
     """
+    clients = Clients(config, worker)
+    if not bridging:  # a bridge elsewhere processes on until this task's producer is ready
+        clients.warm_up(stop)
     started = time.monotonic()
     until, interval = started + seconds, config.commit_interval
     timeline = Timeline(f"group {config.graph.group} partitions {sorted(starts)}"
                         + (" (between epochs)" if bridging else ""))  # fmt: skip
-    reader = Clients(config, worker).reader()
+    reader = clients.reader()
     with ExitStack() as stack:
         leased = {p: PartitionStores(config, p, worker, stack, ask=not bridging)
                   for p in sorted(starts)}  # fmt: skip

@@ -1,0 +1,42 @@
+"""A new idempotent producer delivers only once it has its producer ID (librdkafka asks for it
+half a second after the producer starts): a task waits for that before taking stores over from
+a bridge elsewhere, which processes on meanwhile."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+
+from goka.kafka.config import producer_config
+from goka.kafka.producer import IDEMPOTENT_START, KafkaProducer, ready_in
+from goka.processing.clients import Clients
+
+from .fake_kafka import FakeKafka, RecordingProducer
+from .machines import Machine
+
+
+def test_a_new_idempotent_producer_is_ready_after_its_start() -> None:
+    started = time.monotonic()
+    producer = KafkaProducer(producer_config("127.0.0.1:9"))  # (no broker needed to build one)
+    left = ready_in(producer)
+    assert IDEMPOTENT_START - (time.monotonic() - started) <= left <= IDEMPOTENT_START
+    plain = KafkaProducer(producer_config("127.0.0.1:9", {"enable.idempotence": False}))
+    assert ready_in(plain) == 0.0
+    assert ready_in(RecordingProducer(FakeKafka())) == 0.0  # a fake: nothing to wait for
+
+
+def test_a_task_waits_for_its_new_producer_unless_it_is_stopped(tmp_path: Path) -> None:
+    machine = Machine(FakeKafka(), tmp_path)
+    clients = Clients(machine.config, machine.worker)
+    started = time.monotonic()
+    clients.warm_up(lambda: False)  # the fake producer is ready at once
+    assert time.monotonic() - started < 0.2
+    producer = KafkaProducer(producer_config("127.0.0.1:9"))
+    builders = dataclasses.replace(machine.config.builders, producer=lambda settings: producer)
+    real = Clients(dataclasses.replace(machine.config, builders=builders), machine.worker)
+    real.warm_up(lambda: True)  # stopped: no wait
+    assert ready_in(producer) > 0
+    real.warm_up(lambda: False)
+    assert ready_in(producer) == 0.0
+    assert time.monotonic() - producer.started >= IDEMPOTENT_START
