@@ -88,19 +88,9 @@ class RangeReader:
         if self._ends is None:
             self._ends = EndOffsets(self._brokers, self._kafka_config)
         self._watermarks = self._ends.watermarks(partitions)
-        if group is None:
-            return
-        try:
-            found = self._group(group).committed(
-                [confluent_kafka.TopicPartition(t, p) for t, p in partitions], timeout=30
-            )
-        except confluent_kafka.KafkaException as exc:
-            raise BrokerError(
-                f"cannot read the committed offsets of group {group!r}: {exc}"
-            ) from exc
-        for tp in found:
-            offset = (tp.offset, tp.metadata or "") if tp.offset >= 0 else None
-            self._committed[(group, tp.topic, tp.partition)] = offset
+        if group is not None:
+            asked = self._ask_committed(group, partitions)
+            self._committed = {(group, t, p): found for (t, p), found in asked.items()}
 
     def close(self) -> None:
         """Close the consumers. Idempotent."""
@@ -161,17 +151,26 @@ class RangeReader:
         """Raises: BrokerError: the group coordinator did not answer."""
         keys = [(group, t, partition) for t in topics]
         if keys and all(k in self._committed for k in keys):  # prefetched
-            found_now = {k[1]: self._committed.pop(k) for k in keys}
-            return {t: o for t, o in found_now.items() if o is not None}
+            found = {k[1]: self._committed.pop(k) for k in keys}
+        else:
+            asked = self._ask_committed(group, [(t, partition) for t in topics])
+            found = {t: offset for (t, _), offset in asked.items()}
+        return {t: offset for t, offset in found.items() if offset is not None}
+
+    def _ask_committed(
+        self, group: str, partitions: list[tuple[str, int]]
+    ) -> dict[tuple[str, int], tuple[int, str] | None]:
+        """The committed ``(offset, note)`` of ``group`` in each partition (None: none)."""
         try:
             found = self._group(group).committed(
-                [confluent_kafka.TopicPartition(t, partition) for t in topics], timeout=30
+                [confluent_kafka.TopicPartition(t, p) for t, p in partitions], timeout=30
             )
         except confluent_kafka.KafkaException as exc:
             raise BrokerError(
                 f"cannot read the committed offsets of group {group!r}: {exc}"
             ) from exc
-        return {tp.topic: (tp.offset, tp.metadata or "") for tp in found if tp.offset >= 0}
+        return {(tp.topic, tp.partition): (tp.offset, tp.metadata or "") if tp.offset >= 0
+                else None for tp in found}  # fmt: skip
 
     def read(
         self, partition: int, ranges: Mapping[str, tuple[int, int]], timeout: float, chunk: int
