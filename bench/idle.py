@@ -32,6 +32,7 @@ from goka import Int64Codec, StringCodec, TopicManager, define_group, input, per
 from goka.dev import EmbeddedBroker
 from goka.kafka.config import consumer_config, producer_config
 from goka.spark import Processor, build_session
+from goka.view import View
 
 #: Kafka API keys by name (those a client sends).
 APIS = {0: "Produce", 1: "Fetch", 2: "ListOffsets", 3: "Metadata", 8: "OffsetCommit",
@@ -157,21 +158,20 @@ def main(argv: list[str] | None = None) -> None:
         print(describe("plain consumer", consumer_cpu, found, args.seconds), flush=True)
 
         state = Path(tempfile.mkdtemp(prefix="goka-idle-"))
-        processor = Processor(graph, brokers, spark=spark, state_dir=state,  # type: ignore[arg-type]
+        processor = Processor(graph, brokers, spark=spark, state_dir=state,
                               mode="continuous", checkpoint_dir=state / "checkpoint")  # fmt: skip
         runner = threading.Thread(target=processor.run, daemon=True)
         runner.start()
         producer = confluent_kafka.Producer(producer_config(brokers))
         producer.produce(topic, b"/p", b"user-1")
         producer.flush(30)
-        deadline = time.monotonic() + 120
-        while processor.totals.processed + sum(
-            p["offset"] or 0 for p in (processor.partition_status() if processor.prepared else [])
-            if p["topic"] == topic
-        ) < 1:  # fmt: skip
-            assert time.monotonic() < deadline, "the event was not processed within 120 s"
-            time.sleep(0.2)
-        time.sleep(2)
+        with View(brokers, graph.table, Int64Codec()) as view:  # the event counted
+            view.wait_recovered(60)
+            deadline = time.monotonic() + 120
+            while view.get("user-1") != 1:
+                assert time.monotonic() < deadline, "the event was not processed within 120 s"
+                time.sleep(0.05)
+        time.sleep(2)  # settled, before the window
         processor_cpu, found = watch(broker, proxy, args.seconds)
         print(describe("idle processor", processor_cpu, found, args.seconds), flush=True)
         processor.stop()

@@ -28,6 +28,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import confluent_kafka
 
@@ -175,7 +176,7 @@ class Run:
     series: list[tuple[float, float]]
     one_hop: list[tuple[float, float]]
     two_hops: list[tuple[float, float]]
-    timeline: dict[str, object] = field(default_factory=dict)
+    timeline: dict[str, Any] = field(default_factory=dict)
 
 
 def measure(spark: object, rate: int, seconds: float, mode: str, *, partitions: int = 4,
@@ -254,7 +255,7 @@ def report(run: Run, window: float) -> list[str]:
     if stalls:
         lines.append("  longest loop stalls while emitting (when, length, steps; the probe's "
                      "hops around it):")  # fmt: skip
-    for stall in [s for s in stalls if s["began"] >= run.begin][:5]:  # type: ignore[attr-defined]
+    for stall in [s for s in stalls if s["began"] >= run.begin][:5]:
         began, took = stall["began"], stall["seconds"]
         steps = ", ".join(f"{n} {t * 1000:.0f}" for n, t in stall["steps"] if t >= 0.001)
         near = _within(run.one_hop, began - 0.5, began + took + 0.5)

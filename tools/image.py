@@ -150,7 +150,7 @@ def ensure_base(tool: str, name: str = BASE) -> str:
     return which."""
     if has_image(tool, name):
         return "present"
-    pull = [tool, "pull", "-q", name] if tool != "buildah" else ["buildah", "pull", "-q", name]
+    pull = [tool, "pull", "-q", name]
     try:
         if subprocess.run(pull, capture_output=True, timeout=120, check=False).returncode == 0:
             return "pulled"

@@ -158,9 +158,11 @@ def _run_epoch(
         # what each partition's start asks the broker, asked at once (a round trip each else),
         # and only now: until its stores are leased, another task or bridge may still write
         # the table and commit the group's offsets (the answers would be behind the stores)
+        # (the table's end matters only to a store opened afresh: recovery checks it then)
         table = [config.graph.table] if config.graph.persist else []
         reader.prefetch(sorted({(t, p) for p, offsets in starts.items()
-                                for t in [*offsets, *table]}), config.graph.group)  # fmt: skip
+                                for t in [*offsets, *(table if leased[p].fresh else [])]}),
+                        config.graph.group)  # fmt: skip
         try:
             epochs = {p: Epoch.begin(leased[p], starts[p]) for p in sorted(starts)}
         finally:

@@ -93,6 +93,12 @@ class PartitionStores:
         return self.leases["partition"].storage
 
     @property
+    def fresh(self) -> bool:
+        """Was the group store opened for this task (False: open in this process since an
+        earlier one)?"""
+        return self.leases["partition"].fresh
+
+    @property
     def leased(self) -> list[Lease]:
         """Every lease of this task's stores."""
         return list(self.leases.values())
