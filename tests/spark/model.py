@@ -123,10 +123,15 @@ def generate(seed: int, first_kill: str | None = None, *, most_kills: int = 3) -
     users, live = rng.randint(50, 300), rng.choice((0, 0, 150, 300))
     kills = [first_kill or rng.choice(KILLS)]
     kills += [rng.choice(KILLS) for _ in range(rng.randint(0, most_kills - 1))]
+    if "restore" in kills:  # a worker with two partitions: one's snapshot before the upload kill
+        partitions = 3
     runs: list[Run] = []
     for kill in kills:
         if kill == "restore" and (not runs or runs[-1].kill != "upload"):
-            runs.append(_run(rng, "upload", runs[-1] if runs else None, backlog, live))
+            upload = _run(rng, "upload", runs[-1] if runs else None, backlog, live)
+            # killed after one partition's snapshot is complete (3 files), so that a restore
+            # has something to fetch
+            runs.append(replace(upload, nth=rng.randint(4, 6)))
         runs.append(_run(rng, kill, runs[-1] if runs else None, backlog, live))
     runs.append(_run(rng, None, runs[-1], backlog, live))
     return Sequence(seed, partitions, backlog, users, live, tuple(runs))
@@ -168,8 +173,8 @@ def _nth(rng: random.Random, run: Run, backlog: int, live: int) -> float:
     if run.kill == "produce":  # a worker produces for about half of the records
         return rng.randint(1, max(1, backlog // 3))
     if run.kill in ("flush", "commit"):
-        if run.mode == "continuous":
-            return rng.randint(1, 30) if live else rng.randint(1, 2)
+        if run.mode == "continuous":  # without live records a worker's backlog may go in one
+            return rng.randint(1, 30) if live else 1  # commit: a second one is a race
         return rng.randint(1, 4 if run.max_offsets and run.max_offsets < 1000 else 2)
     return 0
 
