@@ -32,6 +32,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from goka.codec import Codec, JsonCodec
+from goka.connect.positions import POSITION_HEADER
 from goka.connect.source import (
     SourceTotals,
     SourceWriter,
@@ -219,24 +220,64 @@ class FileSourceJob(SourceJob[Position]):
         codec = source.codec
         through = kind == "jsonl" and isinstance(codec, JsonCodec) and codec.plain
         with self.fs.open(posixpath.join(self.root, relative), "rb") as stream:
-            for row, raw, value in _rows(kind, stream, source.csv_options):
-                record((mtime, relative, row), raw, value, encoded=raw if through else None)
+            if through and writer.plain((mtime, relative)):
+                self._read_plain(mtime, relative, stream, writer)
+            else:
+                for row, raw, value in _rows(kind, stream, source.csv_options):
+                    record((mtime, relative, row), raw, value, encoded=raw if through else None)
         log.info("source %s: read %s", source.name, relative)
+
+    def _read_plain(self, mtime: int, relative: str, stream: Any,
+                    writer: SourceWriter[Position]) -> None:  # fmt: skip
+        """A JSON-lines file whose records go out as read, keyed by a field, to partitions
+        that have nothing of it (:meth:`SourceWriter.plain`): the producer is called here
+        and the position header made from bytes (what ``writer.record`` would do, without
+        its calls per record). A line that is not a JSON object with a string key as the
+        strict decoder reads it goes through ``writer.record`` (its error, its policy)."""
+        source = self.source
+        scan, field_name, topic = _STRICT.raw_decode, source.key, source.topic
+        produce, waiting = writer.producer.raw_produce, writer.producer.produce
+        head, tail = f"{source.name}\t{mtime}\t".encode(), f"\t0\t{relative}".encode()
+        done, last = 0, None
+        try:
+            for row, line in enumerate(stream):
+                if not line.strip():
+                    continue
+                raw = line.rstrip(b"\r\n")
+                try:
+                    text = raw.decode()
+                    value, end = scan(text)
+                    key = value.get(field_name) if type(value) is dict else None
+                except Exception:  # (leading blanks, bad JSON: the decoder's own error below)
+                    key = end = None
+                if type(key) is not str or end != len(text):
+                    writer.count_plain(done, last)
+                    done, last = 0, None
+                    writer.record((mtime, relative, row), raw, _parsed(raw), encoded=raw)
+                    continue
+                headers = [(POSITION_HEADER, b"%s%d%s" % (head, row, tail))]
+                try:
+                    produce(topic, raw, key.encode(), partition=-1, timestamp=0,
+                            headers=headers)  # fmt: skip
+                except BufferError:
+                    waiting(topic, raw, key.encode(), -1, 0, headers)
+                done += 1
+                last = (mtime, relative, row, 0)
+                if done == 4096:  # the counts the monitor shows stay current
+                    writer.count_plain(done, last)
+                    done = 0
+        finally:
+            writer.count_plain(done, last)
 
 
 def _rows(kind: str, stream: Any, csv_options: Mapping[str, Any] | None,
           ) -> Iterator[tuple[int, bytes, Any]]:  # fmt: skip
     """``(row, raw, record)`` of a file (an unparsable row's record: ``Unreadable``)."""
     if kind == "jsonl":
-        loads = _STRICT.decode
         for row, line in enumerate(stream):
-            if not line.strip():
-                continue
-            raw = line.rstrip(b"\r\n")
-            try:
-                yield row, raw, loads(raw.decode())
-            except ValueError as exc:  # (UnicodeDecodeError is one)
-                yield row, raw, Unreadable(exc)
+            if line.strip():
+                raw = line.rstrip(b"\r\n")
+                yield row, raw, _parsed(raw)
     elif kind == "csv":
         text = io.TextIOWrapper(stream, encoding="utf-8", newline="")
         try:
@@ -266,6 +307,14 @@ def _no_constant(name: str) -> Any:
 
 #: JSON as the codec writes it: no NaN or Infinity (JSON lines pass through as read).
 _STRICT = json.JSONDecoder(parse_constant=_no_constant)
+
+
+def _parsed(raw: bytes) -> Any:
+    """A JSON line's record (``Unreadable`` if it is not JSON)."""
+    try:
+        return _STRICT.decode(raw.decode())
+    except ValueError as exc:  # (UnicodeDecodeError is one)
+        return Unreadable(exc)
 
 
 def _mtime_ns(info: Mapping[str, Any]) -> int:

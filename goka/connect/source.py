@@ -215,6 +215,21 @@ class SourceWriter(Generic[P]):
         for position, found, value, when in produced:
             self.produce(into, position, found, value, when, headers)
 
+    def plain(self, first: tuple[Any, ...]) -> bool:
+        """Whether a reader may produce records at positions beyond ``first`` itself, as
+        read (see :meth:`count_plain`): no transform, no timestamp, keys from a field named by
+        a string, goka's partitioner, and no partition has written anything there."""
+        checked = self._checked_until
+        return (self._transform is None and self._time is None and type(self._key) is str
+                and self._fnv1a and (checked is None or first > checked))  # fmt: skip
+
+    def count_plain(self, records: int, last: P | None) -> None:
+        """``records`` were read and produced by the reader itself, the last at ``last``."""
+        self.totals.records += records
+        self.totals.produced += records
+        if last is not None:
+            self.last = last
+
     def produce(self, topic: str, position: P, key: bytes | None, value: bytes | None,
                 stamp: int, extra: Sequence[tuple[str, bytes]] = ()) -> None:  # fmt: skip
         """Produce one record at ``position`` unless its partition has it already (records

@@ -1,10 +1,11 @@
 """SIGKILL ``goka connect run`` of a file source at random moments (records buffered in the
 producer, files half read) while more files arrive (JSON lines, CSV, Parquet), with a
-transform that flat-maps some rows and a dead-letter topic for bad ones; restarts until
-caught up; then every row of every file must be in the topic exactly once (and every bad row
-in the dead-letter topic once), computed here from the files written.
+transform that flat-maps some rows, or with none (JSON lines then go out as read, by the
+reader's own loop), and a dead-letter topic for bad rows; restarts until caught up; then
+every row of every file must be in the topic exactly once (and every bad row in the
+dead-letter topic once), computed here from the files written.
 
-The suite plays seed 1; ``pytest tests/connect/test_source_crash.py --crash-sequences 10``
+The suite plays seed 1 both ways; ``pytest tests/connect/test_source_crash.py --crash-sequences 10``
 plays a series from ``--crash-seed`` on, one line per trial.
 """
 
@@ -43,7 +44,7 @@ def split(record):
     return record
 
 
-source = FileSource({path!r}, {topic!r}, key="user", transform=split,
+source = FileSource({path!r}, {topic!r}, key="user", transform={transform},
                     on_error="dead_letter", dead_letter={dead!r})
 """
 
@@ -76,13 +77,18 @@ def drop_file(rng: random.Random, directory: Path, number: int, first: int) -> t
     return rows, bad
 
 
-def trial(seed: int, brokers: str, new_topic: Callable[..., str], work: Path) -> list[str]:
+def trial(seed: int, brokers: str, new_topic: Callable[..., str], work: Path,
+          transform: bool) -> list[str]:  # fmt: skip
     rng = random.Random(seed)
     topic, dead = new_topic(partitions=4), new_topic(partitions=2)
     incoming = work / "incoming"
     incoming.mkdir(parents=True)
     module = f"sources_{seed}_{time.monotonic_ns()}"
-    (work / f"{module}.py").write_text(SOURCES.format(path=str(incoming), topic=topic, dead=dead))
+    (work / f"{module}.py").write_text(
+        SOURCES.format(
+            path=str(incoming), topic=topic, dead=dead, transform="split" if transform else None
+        )
+    )
     ids, bad, files, log = 0, 0, 0, []
     for number in range(5):
         for _ in range(rng.randint(1, 3)):
@@ -107,7 +113,7 @@ def trial(seed: int, brokers: str, new_topic: Callable[..., str], work: Path) ->
         value = json.loads(record.value or b"")
         counted[(int(value["id"]), value.get("part"))] += 1
     expected = Counter({(i, p): 1 for i in range(ids)
-                        for p in ((0, 1, 2) if i % 7 == 0 else (None,))})  # fmt: skip
+                        for p in ((0, 1, 2) if transform and i % 7 == 0 else (None,))})  # fmt: skip
     assert counted == expected, (
         f"seed {seed}: {sum((counted - expected).values())} extra, "
         f"{sum((expected - counted).values())} missing ({'; '.join(log)}; logs: {work})"
@@ -117,14 +123,16 @@ def trial(seed: int, brokers: str, new_topic: Callable[..., str], work: Path) ->
     return [f"{files} files, {ids} rows, {bad} bad: {'; '.join(log)}"]
 
 
+@pytest.mark.parametrize("transform", [True, False], ids=["transform", "as-read"])
 def test_killed_file_sources_produce_each_row_once(
-    brokers: str, new_topic: Callable[..., str], tmp_path_factory: pytest.TempPathFactory,
-    request: pytest.FixtureRequest,
+    transform: bool, brokers: str, new_topic: Callable[..., str],
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest,
 ) -> None:  # fmt: skip
     seeds = crash_seeds(request)
     kills = 0
     for seed in seeds:
-        lines = trial(seed, brokers, new_topic, tmp_path_factory.mktemp(f"source{seed}"))
+        lines = trial(seed, brokers, new_topic, tmp_path_factory.mktemp(f"source{seed}"),
+                      transform)  # fmt: skip
         kills += lines[0].count("killed")
         print(f"seed {seed}: {lines[0]}", flush=True)
     assert kills > 0, "no run was killed"
