@@ -81,6 +81,7 @@ class View(Generic[V]):
         storage: a storage to use instead of ``path`` (the view closes it).
         allow_stale_reads: serve reads before recovery.
         on_state_change: called as ``fn(old, new)`` on the view's thread.
+        quiet: log state changes at DEBUG, not INFO (a view a service keeps for itself).
         max_batch: records per storage write.
         connect_timeout: seconds to wait for the brokers at start.
         **kafka_config: librdkafka settings.
@@ -98,9 +99,11 @@ class View(Generic[V]):
         on_state_change: Callable[[ViewState, ViewState], object] | None = None,
         max_batch: int = 20_000,
         connect_timeout: float = 10.0,
+        quiet: bool = False,
         **kafka_config: Any,
     ) -> None:
         self.brokers, self.table, self.codec = brokers, table, codec
+        self._state_log = logging.DEBUG if quiet else logging.INFO
         self.allow_stale_reads = allow_stale_reads
         self.max_batch = max_batch
         self.connect_timeout = connect_timeout
@@ -168,7 +171,7 @@ class View(Generic[V]):
         old, self._state = self._state, new
         if old is new:
             return
-        log.info("view %s: %s -> %s", self.table, old.value, new.value)
+        log.log(self._state_log, "view %s: %s -> %s", self.table, old.value, new.value)
         self._metrics.state(new.value)
         for listener in self._listeners:
             try:

@@ -117,13 +117,15 @@ def _run(args: argparse.Namespace, stop: threading.Event) -> int:
 
 @contextlib.contextmanager
 def _serving(job: Any, brokers: str, host: str, port: int | None) -> Iterator[None]:
-    """The connector's HTTP port while it runs (None: no port): the monitor page, the REST
-    API, metrics and probes."""
-    if port is None:
-        yield
-        return
+    """The connector's monitor while it runs: its statuses noted in the status topic (a
+    processor's monitor page shows them) and, with a port, its HTTP port: the monitor page,
+    the REST API, metrics and probes."""
+    import os
+    import socket
+
     from prometheus_client import REGISTRY
 
+    from goka.connect.status import StatusPublisher
     from goka.kafka.offsets import EndOffsets
     from goka.metrics import connector_collector
     from goka.web.connectors import ConnectorMonitor
@@ -133,17 +135,25 @@ def _serving(job: Any, brokers: str, host: str, port: int | None) -> Iterator[No
     monitor = ConnectorMonitor([job], ends=ends.high)
     collector = connector_collector(monitor.snapshot)
     REGISTRY.register(collector)
-    http = HttpService(host, port, alive=lambda: job.status().state != "FAILED",
-                       ready=lambda: job.status().state == "RUNNING",
-                       routes=[monitor.handle])  # fmt: skip
-    print(f"http {http.url} (monitor /, REST /connectors, /metrics, /healthz, /readyz)",
-          flush=True)  # fmt: skip
+    http = None
+    if port is not None:
+        http = HttpService(host, port, alive=lambda: job.status().state != "FAILED",
+                           ready=lambda: job.status().state == "RUNNING",
+                           routes=[monitor.handle])  # fmt: skip
+        print(f"http {http.url} (monitor /, REST /connectors, /metrics, /healthz, /readyz)",
+              flush=True)  # fmt: skip
+    publisher = StatusPublisher(brokers, f"{socket.gethostname()}:{os.getpid()}",
+                                None if http is None else http.url)  # fmt: skip
+    monitor.publish = publisher.publish
     monitor.start()
     try:
         yield
     finally:
         monitor.close()
-        http.close()
+        monitor.refresh()  # the state it ended in, noted
+        publisher.close()
+        if http is not None:
+            http.close()
         REGISTRY.unregister(collector)
         ends.close()
 

@@ -148,6 +148,7 @@ def _processors(args: argparse.Namespace) -> list[Any]:
 
 
 def _run(args: argparse.Namespace, stop: threading.Event) -> int:
+    from goka.connect.status import ConnectorBoard
     from goka.web.http import HttpService
     from goka.web.monitor import ProcessorMonitor
 
@@ -161,7 +162,9 @@ def _run(args: argparse.Namespace, stop: threading.Event) -> int:
         return processors[0].spark().sparkContext.uiWebUrl if processors[0].config.session.ui and \
             started.is_set() else None  # fmt: skip
 
-    monitor = ProcessorMonitor(processors, spark_ui=spark_ui)
+    board = ConnectorBoard(processors[0].config.brokers, _topics(processors),
+                           kafka_config=dict(processors[0].config.kafka_config))  # fmt: skip
+    monitor = ProcessorMonitor(processors, spark_ui=spark_ui, connectors=board.connectors)
     http = HttpService(
         args.http_host, args.http_port,
         alive=lambda: not any(p.failure for p in processors),
@@ -194,7 +197,18 @@ def _run(args: argparse.Namespace, stop: threading.Event) -> int:
         raise
     finally:
         monitor.close()
+        board.close()
         http.close()
+
+
+def _topics(processors: list[Any]) -> set[str]:
+    """Every topic the groups read or write (their connectors are shown on the monitor)."""
+    found: set[str] = set()
+    for processor in processors:
+        graph = processor.graph
+        found.update(e.topic for e in graph.edges() if e.topic)
+        found.update([*graph.input_topics(), *graph.changelogs()])
+    return found
 
 
 def _tls(args: argparse.Namespace) -> tuple[str, str, str | None] | None:

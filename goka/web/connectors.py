@@ -14,6 +14,7 @@ Changing verbs (pause, resume, restart, delete, offsets reset) are the command l
 
 from __future__ import annotations
 
+import logging
 import socket
 import time
 from collections.abc import Callable, Sequence
@@ -27,6 +28,10 @@ from goka.web.tables import Response
 
 __all__ = ["ConnectorMonitor"]
 
+log = logging.getLogger(__name__)
+
+#: Notes the connectors of a sample somewhere (their status topic).
+Publish = Callable[[list[dict[str, Any]]], None]
 #: Reads the high watermarks of ``(topic, partition)`` pairs (for sinks' lag).
 Ends = Callable[[list[tuple[str, int]]], dict[tuple[str, int], int]]
 
@@ -39,14 +44,18 @@ class ConnectorMonitor(Monitor):
             :class:`~goka.connect.source_job.SourceJob`).
         ends: reads topic ends, for the sinks' lag (None: no lag shown).
         worker_id: how the REST API names this process (default: host:port-less hostname).
+        publish: given each sample's connectors (:meth:`goka.connect.status.StatusPublisher.
+            publish`: a processor's monitor shows them).
     """
 
     title = "goka connect"
 
     def __init__(self, jobs: Sequence[Any], *, ends: Ends | None = None,
-                 worker_id: str | None = None, interval: float = 2.0) -> None:  # fmt: skip
+                 worker_id: str | None = None, interval: float = 2.0,
+                 publish: Publish | None = None) -> None:  # fmt: skip
         super().__init__(interval=interval)
         self.jobs = list(jobs)
+        self.publish = publish
         self._ends = ends
         self.worker_id = worker_id or socket.gethostname()
         self._counts: dict[str, tuple[float, int]] = {}
@@ -71,6 +80,11 @@ class ConnectorMonitor(Monitor):
                                "partitions": rows,
                                "last_commit_at": clock_text(status.last_commit)})  # fmt: skip
         point = {"t": now, "records_per_s": round(total_rate, 1), "lag": total_lag}
+        if self.publish is not None:
+            try:
+                self.publish(connectors)
+            except Exception as exc:  # the page and the REST API go on without it
+                log.warning("connector statuses not noted: %s", exc)
         return {"connectors": connectors, "point": point}
 
     def _partitions(self, status: ConnectorStatus) -> list[list[Any]]:

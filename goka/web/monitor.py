@@ -54,7 +54,7 @@ class Monitor:
         self._thread = threading.Thread(target=self._run, name="goka-monitor", daemon=True)
 
     def start(self) -> Monitor:
-        self._refresh()
+        self.refresh()
         self._thread.start()
         return self
 
@@ -63,9 +63,10 @@ class Monitor:
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
-            self._refresh()
+            self.refresh()
 
-    def _refresh(self) -> None:
+    def refresh(self) -> None:
+        """Take a sample now (the thread takes one every ``interval``)."""
         try:
             sample = self.sample()
         except Exception:  # a failed sample keeps the previous one on the page
@@ -109,10 +110,14 @@ class ProcessorMonitor(Monitor):
     title = "goka processor"
 
     def __init__(self, processors: Sequence[Any], *, spark_ui: Callable[[], str | None] =
-                 lambda: None, interval: float = 2.0) -> None:  # fmt: skip
+                 lambda: None, connectors: Callable[[], list[dict[str, Any]]] | None = None,
+                 interval: float = 2.0) -> None:  # fmt: skip
         super().__init__(interval=interval)
         self.processors = list(processors)
         self.spark_ui = spark_ui
+        #: the statuses of the connectors of the groups' topics
+        #: (:meth:`goka.connect.status.ConnectorBoard.connectors`)
+        self.connectors = connectors
         self._offsets: dict[tuple[str, str, int], tuple[int, float]] = {}
 
     def links(self) -> list[tuple[str, str]]:
@@ -127,7 +132,22 @@ class ProcessorMonitor(Monitor):
             total_lag += sum(row[3] or 0 for row in group["partitions"])
             groups.append(group)
         point = {"t": now, "records_per_s": round(total_rate, 1), "lag": total_lag}
-        return {"groups": groups, "point": point, "spark_ui": self.spark_ui()}
+        return {"groups": groups, "connectors": self._connectors(), "point": point,
+                "spark_ui": self.spark_ui()}  # fmt: skip
+
+    def _connectors(self) -> list[list[Any]]:
+        """A row per connector of the groups' topics, as their status topic says."""
+        if self.connectors is None:
+            return []
+        try:
+            found = self.connectors()
+        except Exception as exc:  # the broker unreachable: the groups are still shown
+            log.warning("connector statuses: %s", exc)
+            return []
+        return [[c.get("name"), f"{c.get('type')} {c.get('kind')}", c.get("state"),
+                 c.get("rate"), c.get("lag"), c.get("last_commit_at") or "",
+                 (c.get("errors") or [""])[-1], f"{c.get('silent_for', 0):.0f} s ago",
+                 c.get("url") or ""] for c in found]  # fmt: skip
 
     def _group(self, processor: Any, now: float) -> dict[str, Any]:
         active = processor.active
@@ -191,12 +211,18 @@ class ProcessorMonitor(Monitor):
                 + "<h2>recent errors</h2>"
                 + table(["error"], [[err] for err in group["errors"]], ident=f"errors-{i}")
             )
+        if self.connectors is not None:
+            parts.append("<h2>connectors</h2>" + table(
+                ["connector", "type", "state", "records/s", "lag", "last commit", "last error",
+                 "heard", "monitor"], snapshot.get("connectors", []), ident="connectors",
+                numeric=(3, 4)))  # fmt: skip
         chart = "<h2>records/s and lag</h2><svg id='chart' width='600' height='140'></svg>"
         return "".join(parts) + chart
 
     def script(self) -> str:
         return """
 every(2000, '/api/monitor', doc => {
+  fill('connectors', doc.connectors, [3, 4]);
   doc.groups.forEach((g, i) => {
     fill('partitions-' + i, g.partitions, [0, 2, 3, 6]);
     fill('errors-' + i, g.errors.map(x => [x]), []);

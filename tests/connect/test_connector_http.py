@@ -1,6 +1,7 @@
 """Connectors over HTTP on a real socket: ``goka connect run`` of a watching file source serves
 its monitor JSON, Kafka Connect's status and offsets verbs and Prometheus metrics while it
-runs, and stops cleanly on SIGTERM; a sink job's monitor shows each partition's lag against
+runs, notes its status for the monitor of the processors of its topics, and stops cleanly on
+SIGTERM; a sink job's monitor shows each partition's lag against
 the topic's end (0 when caught up, the records produced since otherwise)."""
 
 from __future__ import annotations
@@ -20,10 +21,12 @@ import pytest
 
 from goka import JsonCodec
 from goka.connect import PostgresSink
+from goka.connect.status import ConnectorBoard, StatusPublisher
 from goka.kafka.consumer import read_to_end
 from goka.kafka.offsets import EndOffsets
 from goka.spark.sink import SinkJob
 from goka.web.connectors import ConnectorMonitor
+from goka.web.monitor import ProcessorMonitor
 
 from ..helpers import produce, wait_for
 
@@ -54,6 +57,7 @@ def test_goka_connect_run_serves_status_offsets_metrics_and_stops_on_sigterm(
     command = [sys.executable, "-m", "goka", "connect", "run", "sources:source", "--brokers",
                brokers, "--http-port", "0"]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"}
+    board = ConnectorBoard(brokers, {topic})
     with subprocess.Popen(command, env=env, cwd=tmp_path, text=True, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE) as process:  # fmt: skip
         try:
@@ -82,14 +86,49 @@ def test_goka_connect_run_serves_status_offsets_metrics_and_stops_on_sigterm(
             assert f"source {topic}" in page and "partitions-0" in page
             with pytest.raises(urllib.error.HTTPError, match="404"):
                 get(f"{url}/connectors/nobody/status")
+            # a processor of the topic sees the connector on its monitor page
+            noted = wait_for(
+                lambda: [c for c in board.connectors() if c["counts"]["produced"] == 300],
+                what="its status",
+            )
+            assert noted[0]["state"] == "RUNNING" and noted[0]["url"] == url
+            monitor = ProcessorMonitor([], connectors=board.connectors)
+            assert monitor.sample()["connectors"][0][:3] == [topic, "source FileSource",
+                                                              "RUNNING"]  # fmt: skip
+            monitor.refresh()
+            assert f"<td>{topic}</td>" in monitor.page()
+            other = ConnectorBoard(brokers, {"another-topic"})
+            assert other.connectors() == []
+            other.close()
         finally:
             process.send_signal(signal.SIGTERM)
             _, err = process.communicate(timeout=30)
         assert process.returncode == 0, err[-3000:]
+    assert [c["state"] for c in board.connectors()] == ["STOPPED"]  # noted as it ended
+    board.close()
     again = subprocess.run([*command[:-2], "--until-caught-up"], env=env, cwd=tmp_path,
                            capture_output=True, text=True, timeout=120)  # fmt: skip
     assert again.returncode == 0 and "300 produced before" in again.stdout, again.stderr[-2000:]
     assert "http " not in again.stdout  # no port for a bounded run unless asked
+
+
+def test_a_connector_not_heard_of_while_running_is_shown_silent(
+    brokers: str, new_topic: Callable[..., str]
+) -> None:
+    """A connector killed (or stuck) notes nothing more: once its last note is older than
+    ``silent_after``, a processor's monitor shows it SILENT, not RUNNING."""
+    topic = new_topic(partitions=1)
+    publisher = StatusPublisher(brokers, "host:1", "http://host:9300")
+    publisher.publish([{"name": f"{topic}-c", "type": "sink", "kind": "PostgresSink",
+                        "state": "RUNNING", "topics": [topic], "counts": {}}])  # fmt: skip
+    publisher.close()
+    board = ConnectorBoard(brokers, {topic}, silent_after=1.0)
+    try:
+        first = wait_for(board.connectors, what="the note")
+        assert first[0]["state"] == "RUNNING" and first[0]["worker"] == "host:1"
+        wait_for(lambda: board.connectors()[0]["state"] == "SILENT", what="silent")
+    finally:
+        board.close()
 
 
 @pytest.mark.spark

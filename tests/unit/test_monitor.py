@@ -50,7 +50,7 @@ def test_states_progress_sizes_rates_and_errors(tmp_path: Path) -> None:
     processor.active = False
     assert monitor.sample()["groups"][0]["partitions"][1][4] == "idle"
     processor.failure = "ProcessingError: boom"
-    monitor._refresh()
+    monitor.refresh()
     page = monitor.handle("/")
     assert page is not None and b"FAILED: ProcessingError: boom" in page.body
     assert b"4 already applied (skipped)" in page.body
