@@ -143,6 +143,7 @@ class ConnectorBoard:
         self.silent_after, self.look_every = silent_after, look_every
         self._config = dict(kafka_config or {})
         self._view: Any = None
+        self._manager: Any = None
         self._looked = -look_every
 
     def connectors(self) -> list[dict[str, Any]]:
@@ -169,7 +170,9 @@ class ConnectorBoard:
         from goka.view import View
 
         self._looked = time.monotonic()
-        if TopicManager(self.brokers, **self._config).exists(STATUS_TOPIC):
+        if self._manager is None:  # (one admin client, not one per look)
+            self._manager = TopicManager(self.brokers, **self._config)
+        if self._manager.exists(STATUS_TOPIC):
             memory = MemoryStorage(STATUS_TOPIC)
             self._view = View(self.brokers, STATUS_TOPIC, JsonCodec(), storage=memory, quiet=True,
                               allow_stale_reads=True, **self._config).start()  # fmt: skip
