@@ -9,7 +9,15 @@ and the broker process's CPU seconds, over ``--seconds`` each:
   (``fetch.wait.max.ms`` as the processor's), and nothing else;
 * the count group in continuous mode (local[2]), after it processed one event.
 
-The last line: ``idle processor/consumer broker CPU: X`` (target <= 2).
+Then busy, at ``--rate`` events a second (2,000) emitted into the input (the emitter's own
+requests are left out: the proxy skips clients named ``bench-...``), over ``--busy-seconds``
+each: a plain relay doing the processor's work by hand (a consumer of the 4 partitions, a
+producer of each key's new count to a table topic, the group's offsets committed as often as
+the processor commits them), then the count group. Requests per second in all and per
+partition, by API.
+
+The last lines: ``busy processor/relay: requests X, broker CPU Y`` and
+``idle processor/consumer broker CPU: X`` (target <= 2).
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ from bench.latency import count
 from goka import Int64Codec, StringCodec, TopicManager, define_group, input, persist
 from goka.dev import EmbeddedBroker
 from goka.kafka.config import consumer_config, producer_config
+from goka.processing.stores import GROUP_COMMIT_SECONDS
 from goka.spark import Processor, build_session
 from goka.view import View
 
@@ -67,7 +76,9 @@ class CountingProxy:
                 size, api = struct.unpack(">ih", buffer[:6])
                 if len(buffer) < 4 + size:
                     break
-                buffer = buffer[4 + size :]
+                request, buffer = buffer[: 4 + size], buffer[4 + size :]
+                if _client(request).startswith(b"bench-"):
+                    continue  # the bench's own emitter and view
                 with self._lock:
                     self.requests[APIS.get(api, f"api {api}")] += 1
         broker.close()
@@ -77,6 +88,14 @@ class CountingProxy:
         with self._lock:
             found, self.requests = self.requests, Counter()
         return found
+
+
+def _client(request: bytes) -> bytes:
+    """The client id of a request (size, API key, version, correlation id, client id)."""
+    if len(request) < 14:
+        return b""
+    (length,) = struct.unpack(">h", request[12:14])
+    return request[14 : 14 + max(length, 0)]
 
 
 def _recv(sock: socket.socket) -> bytes:
@@ -112,15 +131,71 @@ def watch(
     return cpu_seconds(broker.pid) - before, proxy.take()
 
 
-def describe(name: str, cpu: float, requests: Counter[str], seconds: float) -> str:
+def describe(name: str, cpu: float, requests: Counter[str], seconds: float, *,
+             per_partition: bool = False) -> str:  # fmt: skip
     per_second = ", ".join(f"{api} {n / seconds:.1f}" for api, n in requests.most_common())
+    total = sum(requests.values()) / seconds
+    each = f" ({total / PARTITIONS:.1f} per partition)" if per_partition else ""
     return (f"{name:<15}: broker CPU {cpu:.2f} s in {seconds:.0f} s ({cpu / seconds:.3f}/s); "
-            f"requests/s {sum(requests.values()) / seconds:.1f}: {per_second}")  # fmt: skip
+            f"requests/s {total:.1f}{each}: {per_second}")  # fmt: skip
+
+
+class Emitter:
+    """Emits ``rate`` events a second to ``topic`` on a thread (client id ``bench-emitter``:
+    the proxy leaves its requests out), until :meth:`stop`."""
+
+    def __init__(self, brokers: str, topic: str, rate: int) -> None:
+        self._stop = threading.Event()
+        config = producer_config(brokers, {"client.id": "bench-emitter", "linger.ms": 1})
+        self._producer = confluent_kafka.Producer(config)
+        self._thread = threading.Thread(target=self._run, args=(topic, rate), daemon=True)
+        self._thread.start()
+
+    def _run(self, topic: str, rate: int) -> None:
+        sent, started = 0, time.monotonic()
+        while not self._stop.is_set():
+            due = int((time.monotonic() - started) * rate)
+            for _ in range(due - sent):
+                self._producer.produce(topic, b"/p", f"user-{sent % 1000}".encode())
+                sent += 1
+            self._producer.poll(0.005)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        self._producer.flush(30)
+
+
+def relay(brokers: str, topic: str, target: str, stop: threading.Event) -> None:
+    """The processor's work done by hand: a consumer of the input's partitions and a producer
+    writing each key's new count to ``target``; the group's offsets committed every
+    :data:`~goka.processing.stores.GROUP_COMMIT_SECONDS`, as the processor commits them."""
+    consumer = confluent_kafka.Consumer({**consumer_config(brokers), "fetch.wait.max.ms": 10,
+                                         "group.id": f"{target}-relay"})  # fmt: skip
+    consumer.assign([confluent_kafka.TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+    producer = confluent_kafka.Producer(producer_config(brokers))
+    counts: Counter[bytes] = Counter()
+    committed = time.monotonic()
+    while not stop.is_set():
+        for message in consumer.consume(500, 0.05):
+            if message.error() is None:
+                key = message.key() or b""
+                counts[key] += 1
+                producer.produce(target, struct.pack(">q", counts[key]), key,
+                                 partition=message.partition() or 0)  # fmt: skip
+        producer.poll(0)
+        if time.monotonic() - committed >= GROUP_COMMIT_SECONDS:
+            consumer.commit(asynchronous=True)
+            committed = time.monotonic()
+    producer.flush(30)
+    consumer.close()
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=60)
+    parser.add_argument("--busy-seconds", type=float, default=30)
+    parser.add_argument("--rate", type=int, default=2_000, help="events/s while busy")
     args = parser.parse_args(argv)
     port = socket.create_server(("127.0.0.1", 0))
     upstream = port.getsockname()[1]
@@ -157,6 +232,22 @@ def main(argv: list[str] | None = None) -> None:
         thread.join(10)
         print(describe("plain consumer", consumer_cpu, found, args.seconds), flush=True)
 
+        source, relayed = f"{topic}-relay", f"{topic}-relayed"  # (the group's input stays idle)
+        TopicManager(brokers).ensure_stream_exists(source, PARTITIONS)
+        TopicManager(brokers).ensure_table_exists(relayed, PARTITIONS)
+        stop = threading.Event()
+        thread = threading.Thread(target=relay, args=(brokers, source, relayed, stop),
+                                  daemon=True)  # fmt: skip
+        thread.start()
+        emitter = Emitter(brokers, source, args.rate)
+        time.sleep(2)  # relaying before the window
+        relay_cpu, relay_requests = watch(broker, proxy, args.busy_seconds)
+        emitter.stop()
+        stop.set()
+        thread.join(30)
+        print(describe("busy relay", relay_cpu, relay_requests, args.busy_seconds,
+                       per_partition=True), flush=True)  # fmt: skip
+
         state = Path(tempfile.mkdtemp(prefix="goka-idle-"))
         processor = Processor(graph, brokers, spark=spark, state_dir=state,
                               mode="continuous", checkpoint_dir=state / "checkpoint")  # fmt: skip
@@ -174,10 +265,19 @@ def main(argv: list[str] | None = None) -> None:
         time.sleep(2)  # settled, before the window
         processor_cpu, found = watch(broker, proxy, args.seconds)
         print(describe("idle processor", processor_cpu, found, args.seconds), flush=True)
+        emitter = Emitter(brokers, topic, args.rate)
+        time.sleep(2)  # processing before the window
+        busy_cpu, busy_requests = watch(broker, proxy, args.busy_seconds)
+        emitter.stop()
+        print(describe("busy processor", busy_cpu, busy_requests, args.busy_seconds,
+                       per_partition=True), flush=True)  # fmt: skip
         processor.stop()
         runner.join(60)
         shutil.rmtree(state, ignore_errors=True)
     spark.stop()
+    requests = sum(busy_requests.values()) / max(1, sum(relay_requests.values()))
+    print(f"busy processor/relay: requests {requests:.2f}, broker CPU "
+          f"{busy_cpu / max(relay_cpu, 1e-9):.2f}")  # fmt: skip
     print(f"idle processor/consumer broker CPU: {processor_cpu / max(consumer_cpu, 1e-9):.2f}")
 
 

@@ -204,6 +204,7 @@ def _run_epoch(
             tail.close()
         for epoch in epochs.values():
             epoch.commit()
+            epoch.stores.catch_up_group()  # the group's offsets as far as the store's
         ends = {p: dict(epoch.positions) for p, epoch in epochs.items()} if deadline else None
         summaries = [epoch.finish(started) for epoch in epochs.values()]
         summaries[0].timeline = timeline.report()
@@ -315,6 +316,7 @@ class Epoch:
             and not self.pending
             and not (sections is not None and any(sections.rows.values()))
         ):
+            self.stores.catch_up_group(due=True)
             return
         positions = {t: self.positions[t] for t in self.inputs}
         self.stores.commit(self.output, self.pending, positions, self.summary,

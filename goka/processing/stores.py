@@ -37,9 +37,14 @@ from goka.storage import Storage, WriteBatch
 from goka.storage.snapshots import Manifest, StoreState, remove_abandoned, stage
 from goka.timekeeping import PendingRows, section_graces
 
-__all__ = ["PartitionStores"]
+__all__ = ["GROUP_COMMIT_SECONDS", "PartitionStores"]
 
 log = logging.getLogger(__name__)
+
+#: How often at most a partition's commits also commit the group's offsets to Kafka (the
+#: store's offsets are the truth; the group's are for lag tools, tasks and Go processors):
+#: a commit interval of 0.1 s does not send ten OffsetCommits a second per partition.
+GROUP_COMMIT_SECONDS = 1.0
 
 
 class PartitionStores:
@@ -71,6 +76,8 @@ class PartitionStores:
         self.root = Path(config.state_dir) / self.graph.group
         self._inputs = frozenset(self.graph.input_topics())
         self._manifests: list[Manifest] | None = None
+        self._group_at = -GROUP_COMMIT_SECONDS  # when the group's offsets were committed
+        self._group_behind: Mapping[str, int] | None = None  # committed to the store only
         url = config.board_url
         self._board: PartitionBoard | None = None if url is None else worker.client(
             ("board", url), lambda: PartitionBoard(url), lambda board: None)  # fmt: skip
@@ -244,9 +251,22 @@ class PartitionStores:
         lap("write")
         delivered = self._deliver(positions, summary, check=False)
         lap("finals")
-        if not delivered:
+        if delivered:
+            self._group_at, self._group_behind = time.monotonic(), None
+        elif wait or time.monotonic() - self._group_at >= GROUP_COMMIT_SECONDS:
             self.commit_to_group(positions, wait=wait)
             lap("group_commit")
+        else:
+            self._group_behind = dict(positions)
+
+    def catch_up_group(self, *, due: bool = False) -> None:
+        """Commit the group's offsets the store is ahead of (held back by
+        :data:`GROUP_COMMIT_SECONDS`): as a task ends, or (``due``) once that time passed
+        (a partition whose records stopped coming: its lag goes to 0)."""
+        if self._group_behind is None:
+            return
+        if not due or time.monotonic() - self._group_at >= GROUP_COMMIT_SECONDS:
+            self.commit_to_group(self._group_behind)
 
     def _deliver(self, positions: Mapping[str, int], summary: PartitionSummary, *,
                  check: bool) -> bool:  # fmt: skip
@@ -268,6 +288,7 @@ class PartitionStores:
         begin there, and for a Go processor taking the group over. At the end of a batch or
         epoch, ``wait`` for the broker: a stopped processor has left its offsets. Return
         False if a commit ``wait``-ed for failed."""
+        self._group_at, self._group_behind = time.monotonic(), None
         note = json.dumps({"time": round(time.time(), 3)})
         inputs = {t: o for t, o in positions.items() if t in self._inputs}
         return self.clients.reader().commit(self.graph.group, self.partition, inputs, note,
