@@ -7,6 +7,7 @@ import argparse
 import contextlib
 import importlib
 import json
+import logging
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -15,6 +16,8 @@ from goka.commands.options import add, add_brokers, brokers
 from goka.errors import UsageError
 
 __all__ = ["load_sink", "register"]
+
+log = logging.getLogger(__name__)
 
 #: The HTTP port of ``goka connect run`` (processors use 9100, view services 9200).
 HTTP_PORT = 9300
@@ -125,7 +128,7 @@ def _serving(job: Any, brokers: str, host: str, port: int | None) -> Iterator[No
 
     from prometheus_client import REGISTRY
 
-    from goka.connect.status import StatusPublisher
+    from goka.connect.status import STATUS_TOPIC, StatusPublisher
     from goka.kafka.offsets import EndOffsets
     from goka.metrics import connector_collector
     from goka.web.connectors import ConnectorMonitor
@@ -142,16 +145,21 @@ def _serving(job: Any, brokers: str, host: str, port: int | None) -> Iterator[No
                            routes=[monitor.handle])  # fmt: skip
         print(f"http {http.url} (monitor /, REST /connectors, /metrics, /healthz, /readyz)",
               flush=True)  # fmt: skip
-    publisher = StatusPublisher(brokers, f"{socket.gethostname()}:{os.getpid()}",
-                                None if http is None else http.url)  # fmt: skip
-    monitor.publish = publisher.publish
+    publisher = None
+    try:
+        publisher = StatusPublisher(brokers, f"{socket.gethostname()}:{os.getpid()}",
+                                    None if http is None else http.url)  # fmt: skip
+        monitor.publish = publisher.publish
+    except Exception as exc:  # (topics not creatable here: the connector runs without it)
+        log.warning("connector status not noted in %s: %s", STATUS_TOPIC, exc)
     monitor.start()
     try:
         yield
     finally:
         monitor.close()
         monitor.refresh()  # the state it ended in, noted
-        publisher.close()
+        if publisher is not None:
+            publisher.close()
         if http is not None:
             http.close()
         REGISTRY.unregister(collector)
