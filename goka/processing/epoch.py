@@ -155,6 +155,7 @@ def _run_epoch(
     with ExitStack() as stack:
         leased = {p: PartitionStores(config, p, worker, stack, ask=not bridging)
                   for p in sorted(starts)}  # fmt: skip
+        timeline.lap("lease")
         # what each partition's start asks the broker, asked at once (a round trip each else),
         # and only now: until its stores are leased, another task or bridge may still write
         # the table and commit the group's offsets (the answers would be behind the stores)
@@ -163,11 +164,12 @@ def _run_epoch(
         reader.prefetch(sorted({(t, p) for p, offsets in starts.items()
                                 for t in [*offsets, *(table if leased[p].fresh else [])]}),
                         config.graph.group)  # fmt: skip
+        timeline.lap("ask")
         try:
             epochs = {p: Epoch.begin(leased[p], starts[p]) for p in sorted(starts)}
         finally:
             reader.prefetch([])  # what the starts did not ask for is not kept (it would age)
-        timeline.lap("begin")  # stores leased and made current
+        timeline.lap("begin")  # stores made current
         tail = reader.tail({p: epoch.positions for p, epoch in epochs.items()})
         for epoch in epochs.values():
             epoch.summary.ready_seconds = time.monotonic() - started

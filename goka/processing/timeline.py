@@ -23,12 +23,16 @@ __all__ = ["BUCKETS", "STEPS", "Timeline", "merge_reports", "no_lap"]
 
 log = logging.getLogger(__name__)
 
-#: The steps of a turn: begin and assign (an epoch's first turn: its stores leased and made
-#: current; its consumer assigned), poll (the consumer), process (the engine, producing its
-#: effects), flush (waiting for the broker to acknowledge every output so far), write (state
-#: and offsets into the store), group_commit (the group's offsets to Kafka), finals (windows'
-#: final results), snapshot (staging the stores' files for upload, when due).
+#: The steps of a turn: lease, ask, begin and assign (an epoch's first turn: its stores leased,
+#: from another process if one held them; the broker asked where its inputs and table end and
+#: where the group is; the stores made current; its consumer assigned), poll (the consumer),
+#: process (the engine, producing its effects), flush (waiting for the broker to acknowledge
+#: every output so far), write (state and offsets into the store), group_commit (the group's
+#: offsets to Kafka), finals (windows' final results), snapshot (staging the stores' files for
+#: upload, when due).
 STEPS = (
+    "lease",
+    "ask",
     "begin",
     "assign",
     "poll",
