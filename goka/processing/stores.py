@@ -251,9 +251,9 @@ class PartitionStores:
         lap("write")
         delivered = self._deliver(positions, summary, check=False)
         lap("finals")
-        if delivered:
-            self._group_at, self._group_behind = time.monotonic(), None
-        elif wait or time.monotonic() - self._group_at >= GROUP_COMMIT_SECONDS:
+        if delivered:  # (the group's offsets went first: commit_to_group noted it)
+            return
+        if wait or time.monotonic() - self._group_at >= GROUP_COMMIT_SECONDS:
             self.commit_to_group(positions, wait=wait)
             lap("group_commit")
         else:
