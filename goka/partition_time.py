@@ -102,6 +102,7 @@ class PartitionTime:
         self.timers_topic = graph.group.timers
         self._timers, self._windows = timers, dict(windows)
         self._edges = dict(graph.windows)
+        self._topics = {n: e.topic for n, e in graph.windows.items()}
         self._graces = {n: e.index_grace for n, e in graph.windows.items()}
         self._decode_data = graph.timers.codec.decode if graph.timers else None
         self._encode_data = graph.timers.codec.encode if graph.timers else None
@@ -364,17 +365,18 @@ class PartitionTime:
     def _window_row(self, name: str, row: str, value: bytes | None, source: Any, end: int,
                     existed: bool | None = None) -> None:  # fmt: skip
         """Write window ``row`` (its composite key; the window ends at ``end``; ``existed``:
-        whether it has a value, if the caller knows)."""
+        whether it has a value, if the caller knows). (A hot path: a call per window
+        update; :meth:`_lower` and :func:`~goka.timekeeping.close_key` are inlined.)"""
         rows = self.window_rows[name]
-        edge = self._edges[name]
         stored = "w" + row
         if existed is None:
             existed = rows.get(stored) is not None
-        created = value is not None and not existed
         rows.put(stored, value)
-        if value is None or created:
-            close_at = min(end + self._graces[name], MAX_TIME)
-            index = close_key(close_at, row)
+        if value is None or not existed:
+            close_at = end + self._graces[name]
+            if close_at > MAX_TIME:
+                close_at = MAX_TIME
+            index = f"c{close_at:015d}{row}"
             closing = self._closing.get(name)
             if value is None:
                 self._expiring[name].remove(index)
@@ -383,11 +385,14 @@ class PartitionTime:
             else:
                 if closing is None or not self.deferred_finals:  # else: after its delivery
                     self._expiring[name].add(index, b"")
-                    self._lower("stream", close_at + edge.retention)
+                    expires = close_at + self._edges[name].retention
+                    if expires < self._floor_stream:
+                        self._floor_stream = expires
                 if closing is not None:
                     closing.add(index, b"")
-                    self._lower("stream", close_at)
-        self.effects.append((WINDOW, edge.topic, row, value, None, source))
+                    if close_at < self._floor_stream:
+                        self._floor_stream = close_at
+        self.effects.append((WINDOW, self._topics[name], row, value, None, source))
 
     def _row(self, key: str, value: bytes | None, source: Any) -> None:
         self.timer_rows.put(key, value)

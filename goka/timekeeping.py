@@ -22,6 +22,7 @@ yields index rows in order from both.
 from __future__ import annotations
 
 import heapq
+from functools import partial
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -107,7 +108,7 @@ def due_key(domain: str, at: int, name: str, key: str) -> str:
 
 def composite(key: str, start: int, end: int) -> str:
     """A window's changelog key: the record key, ``@``, fixed-width start and end."""
-    return f"{key}@{ms15(start)}-{ms15(end)}"
+    return f"{key}@{start:015d}-{end:015d}"  # ms15 inlined: a hot path
 
 
 def decode_composite(text: str) -> tuple[str, int, int]:
@@ -124,7 +125,7 @@ def decode_composite(text: str) -> tuple[str, int, int]:
 
 def close_key(close_at: int, window: str) -> str:
     """A window's close index row (``window``: its composite key)."""
-    return f"c{ms15(close_at)}{window}"
+    return f"c{close_at:015d}{window}"  # ms15 inlined: a hot path
 
 
 def section_graces(graph: GroupGraph) -> dict[str, int | None]:
@@ -145,9 +146,9 @@ def section_rows(
     if grace is not None:  # a window: its value, and its close index when created or deleted
         window = f"w{key}"
         rows: dict[str, bytes | None] = {window: value}
-        if value is None or old(window) is None:
-            end = decode_composite(key)[2]
-            rows[close_key(min(end + grace, MAX_TIME), key)] = None if value is None else b""
+        index = window_index(key, value, grace, existed=old(window) is not None)
+        if index is not None:
+            rows[index[0]] = index[1]
         return rows
     rows = {key: value}
     if key.startswith("k"):
@@ -160,6 +161,17 @@ def section_rows(
             domain, at, data = decode_timer(value)
             rows[due_key(domain, at, name, owner)] = data
     return rows
+
+
+def window_index(
+    key: str, value: bytes | None, grace: int, *, existed: bool
+) -> tuple[str, bytes | None] | None:
+    """The close index row to write with window ``key`` = ``value`` (None: deleted) and how,
+    given whether the window ``existed``; None if the index does not change (an update)."""
+    if value is not None and existed:
+        return None
+    end = decode_composite(key)[2]
+    return close_key(min(end + grace, MAX_TIME), key), None if value is None else b""
 
 
 #: What undoes a change: ``(mapping, key, previous value or ABSENT)``.
@@ -185,16 +197,25 @@ class Overlay:
         self.section = section
         self.changes: dict[str, bytes | None] = {}
         self._journal = journal
-        self._committed: dict[str, bytes | None] = {}  # read once per batch: it does not change
+        # what a batch reads below its changes does not change during the batch; over a
+        # PendingView, its layers are read directly (a hot path: a read per window update)
+        if isinstance(section, PendingView):
+            self._pending, self._committed, self._read = section.layers()
+        else:
+            self._pending, self._committed, self._read = {}, {}, section.get
 
     def get(self, key: str) -> bytes | None:
         """The row's value as of now in the batch."""
-        if key in self.changes:
-            return self.changes[key]
+        changes = self.changes
+        if key in changes:
+            return changes[key]
+        pending = self._pending
+        if key in pending:
+            return pending[key]
         committed = self._committed
         if key in committed:
             return committed[key]
-        value = committed[key] = self.section.get(key)
+        value = committed[key] = self._read(key)
         return value
 
     def put(self, key: str, value: bytes | None) -> None:
@@ -290,20 +311,25 @@ class PendingRows:
 
     def apply(self, topic: str, key: str, value: bytes | None) -> None:
         """Changelog row ``key`` = ``value`` of ``topic``, with its derived rows."""
-        pending, section, committed = (
-            self.rows[topic],
-            self._sections[topic],
-            self._committed[topic],
-        )
+        pending, grace = self.rows[topic], self._graces[topic]
+        if grace is None:
+            pending.update(section_rows(partial(self._old, topic), key, value, grace=None))
+            return
+        window = "w" + key  # a window (the hot path: a call per window update)
+        index = window_index(key, value, grace, existed=self._old(topic, window) is not None)
+        pending[window] = value
+        if index is not None:
+            pending[index[0]] = index[1]
 
-        def old(row: str) -> bytes | None:
-            if row in pending:
-                return pending[row]
-            if row not in committed:
-                committed[row] = section.get(row)
-            return committed[row]
-
-        pending.update(section_rows(old, key, value, grace=self._graces[topic]))
+    def _old(self, topic: str, row: str) -> bytes | None:
+        """``row`` of ``topic`` as the last batch left it."""
+        pending = self.rows[topic]
+        if row in pending:
+            return pending[row]
+        committed = self._committed[topic]
+        if row not in committed:
+            committed[row] = self._sections[topic].get(row)
+        return committed[row]
 
     def clear(self) -> None:
         """Forget the rows (committed)."""
@@ -322,6 +348,12 @@ class PendingView:
                  committed: dict[str, bytes | None] | None = None) -> None:  # fmt: skip
         self._section, self._pending = section, pending
         self._committed = {} if committed is None else committed
+
+    def layers(self) -> tuple[dict[str, bytes | None], dict[str, bytes | None],
+                              Callable[[str], bytes | None]]:  # fmt: skip
+        """The pending rows, the committed rows read so far (a cache kept until the commit)
+        and the committed section's reader: what :meth:`get` reads, in order."""
+        return self._pending, self._committed, self._section.get
 
     def get(self, key: str) -> bytes | None:
         """The row's value, pending or committed."""

@@ -117,15 +117,17 @@ class Windows:
         if not self._windows:
             return
         time, name, ctx = self._time, self._name, self._ctx
-        key, source, rows = ctx.key, ctx._message, time.window_rows[name]
+        key, source, get = ctx.key, ctx._message, time.window_rows[name].get
         edge = time.edge(name)
         decode, encode = edge.codec.decode, edge.codec.encode
         emit = edge.output if edge.emit == "update" else None
+        write = time._window_row
         for window in self._windows:  # the hot path of a windowed group: each row read once
-            row = composite(key, window.start, window.end)
-            raw = rows.get("w" + row)
+            start, end = window
+            row = f"{key}@{start:015d}-{end:015d}"  # goka.timekeeping.composite, inlined
+            raw = get("w" + row)
             value = change(None if raw is None else decode(raw))
-            time._window_row(name, row, encode(value), source, window.end, raw is not None)
+            write(name, row, encode(value), source, end, raw is not None)
             if emit is not None:
                 ctx.emit(emit, key, value, headers(name, window))
 
@@ -168,7 +170,9 @@ def open_windows(time: PartitionTime, name: str, at: int) -> tuple[list[Window],
         late = min(at + 1 + grace, MAX_TIME) <= stream
         return ([] if late else [Window(at, at + 1)]), late
     assert spec is not None
-    windows = [w for w in spec.windows(at) if min(w.end + grace, MAX_TIME) > stream]
+    if stream >= MAX_TIME:  # (a window's close time is at most MAX_TIME)
+        return [], True
+    windows = [w for w in spec.windows(at) if w.end + grace > stream]
     return windows, not windows
 
 

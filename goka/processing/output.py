@@ -122,19 +122,27 @@ def _send_effects(
     results included), loopbacks, and add the emits per topic to ``emitted``."""
     counts = dict.fromkeys((TABLE, EMIT, LOOP, TIMER, WINDOW, FINAL), 0)
     last = {e[1]: i for i, e in enumerate(result.effects) if e[0] in CHANGELOG_KINDS}
-    for index, (kind, topic, key, data, headers, source) in enumerate(result.effects):
+    named = (SRC_PARTITION, b"%d" % partition)
+    topics: dict[str, tuple[str, bytes]] = {}
+    source, provenance = None, []  # the provenance of the last source, for the rows it made
+    for index, (kind, topic, key, data, headers, made_by) in enumerate(result.effects):
         counts[kind] += 1
         if kind in CHANGELOG_KINDS:
-            provenance = [(SRC_TOPIC, source[0].encode()), (SRC_PARTITION, b"%d" % partition),
-                          (SRC_OFFSET, b"%d" % source[1])]  # fmt: skip
+            if made_by is not source:
+                source = made_by
+                read = topics.get(source[0])
+                if read is None:
+                    read = topics[source[0]] = (SRC_TOPIC, source[0].encode())
+                provenance = [read, named, (SRC_OFFSET, b"%d" % source[1])]
             if headers:  # a changelog row may say more (goka.timekeeping.STREAM_TIME_HEADER)
-                provenance += headers
+                provenance = [*provenance, *headers]
+                source = None
             callback = on_last_update if last[topic] == index else on_delivery
-            _send(producer, topic, data, key, callback, provenance, source[4], partition)
+            _send(producer, topic, data, key, callback, provenance, made_by[4], partition)
         else:
             if kind in (EMIT, FINAL):
                 emitted[topic] = emitted.get(topic, 0) + 1
-            _send(producer, topic, data, key, on_delivery, headers, source[4], -1)
+            _send(producer, topic, data, key, on_delivery, headers, made_by[4], -1)
     return counts[TABLE], counts[EMIT] + counts[FINAL], counts[LOOP]
 
 

@@ -240,11 +240,11 @@ class LevelDBStorage:
                     put(_offset_key(topic, partition), b"%d" % offset)
                 for name, rows in batch.sections.items():
                     space = _SECTION + name.encode() + b"\x00"
-                    for key, value in rows.items():
+                    for key, value in rows.items():  # (_key inlined: a row per window)
                         if value is None:
-                            delete(space + _key(key))
+                            delete(space + key.encode("utf-8", "surrogateescape"))
                         else:
-                            put(space + _key(key), value)
+                            put(space + key.encode("utf-8", "surrogateescape"), value)
         except plyvel.Error as exc:
             raise self._failed("writing to", exc) from exc
 
@@ -313,7 +313,7 @@ class _Section:
         self._storage, self._space = storage, space
 
     def get(self, key: str) -> bytes | None:
-        return self._storage._get(self._space + _key(key))
+        return self._storage._get(self._space + key.encode("utf-8", "surrogateescape"))  # _key
 
     def items(
         self, *, start: str | None = None, stop: str | None = None, prefix: str | None = None,
