@@ -24,6 +24,7 @@ import functools
 import heapq
 import json
 import logging
+import threading
 import time
 from collections.abc import Callable, Mapping
 from contextlib import ExitStack
@@ -31,6 +32,7 @@ from dataclasses import asdict
 
 from goka.engine import Engine, Message
 from goka.errors import StorageCorruptError, StorageLockedError
+from goka.kafka.reader import RecordReader
 from goka.processing.applied import record_before
 from goka.processing.clients import Clients
 from goka.processing.config import TaskConfig
@@ -145,72 +147,119 @@ def _run_epoch(
         StorageError, BrokerError: a store or the broker failed (likewise).
     """
     clients = Clients(config, worker)
-    if not bridging:  # a bridge elsewhere processes on until this task's producer is ready
-        clients.warm_up(stop)
-    started = time.monotonic()
-    until, interval = started + seconds, config.commit_interval
-    timeline = Timeline(f"group {config.graph.group} partitions {sorted(starts)}"
-                        + (" (between epochs)" if bridging else ""))  # fmt: skip
     reader = clients.reader()
-    with ExitStack() as stack:
-        leased = {p: PartitionStores(config, p, worker, stack, ask=not bridging)
-                  for p in sorted(starts)}  # fmt: skip
-        timeline.lap("lease")
-        # what each partition's start asks the broker, asked at once (a round trip each else),
-        # and only now: until its stores are leased, another task or bridge may still write
-        # the table and commit the group's offsets (the answers would be behind the stores)
-        # (the table's end matters only to a store opened afresh: recovery checks it then)
-        table = [config.graph.table] if config.graph.persist else []
-        reader.prefetch(sorted({(t, p) for p, offsets in starts.items()
-                                for t in [*offsets, *(table if leased[p].fresh else [])]}),
-                        config.graph.group)  # fmt: skip
-        timeline.lap("ask")
-        try:
+    # what each partition's start asks the broker (watermarks, the group's offsets), asked at
+    # once (a round trip each else) while the stores are leased and the producer warms up:
+    # the answers may predate what a bridge commits before it lets go of the stores, so a
+    # rewound-topic check they fail is asked again (goka.processing.recovery
+    # .checked_watermarks), and offsets the group committed since are behind the stores,
+    # which the start skips to anyway (the table's end matters only to a store opened afresh)
+    table = [config.graph.table] if config.graph.persist else []
+    asking = _Asking(reader, sorted({(t, p) for p, offsets in starts.items()
+                                     for t in [*offsets, *table]}), config.graph.group)  # fmt: skip
+    try:
+        if not bridging:  # a bridge elsewhere processes on until this task's producer is ready
+            clients.warm_up(stop)
+        started = time.monotonic()
+        until = started + seconds
+        timeline = Timeline(f"group {config.graph.group} partitions {sorted(starts)}"
+                            + (" (between epochs)" if bridging else ""))  # fmt: skip
+        with ExitStack() as stack:
+            leased = {p: PartitionStores(config, p, worker, stack, ask=not bridging)
+                      for p in sorted(starts)}  # fmt: skip
+            timeline.lap("lease")
+            asking.wait()
+            timeline.lap("ask")  # (what the answers took beyond the leases)
             epochs = {p: Epoch.begin(leased[p], starts[p]) for p in sorted(starts)}
-        finally:
             reader.prefetch([])  # what the starts did not ask for is not kept (it would age)
-        timeline.lap("begin")  # stores made current
-        tail = reader.tail({p: epoch.positions for p, epoch in epochs.items()})
-        for epoch in epochs.values():
-            epoch.summary.ready_seconds = time.monotonic() - started
-        leases = [lease for e in epochs.values() for lease in e.stores.leased] if bridging else []
-        next_commit = time.monotonic() + interval
-        size = _MIN_CHUNK  # records per poll: as many as half a commit interval processes
-        deadline = False
-        timeline.lap("assign")  # the consumer assigned
-        timeline.end()
+            timeline.lap("begin")  # stores made current
+            return _follow(config, reader, epochs, timeline, started, until, stop, bridging)
+    except BaseException:
+        asking.wait(quiet=True)  # (the reader is no longer shared with its thread)
+        reader.prefetch([])
+        raise
+
+
+def _follow(
+    config: TaskConfig,
+    reader: RecordReader,
+    epochs: dict[int, Epoch],
+    timeline: Timeline,
+    started: float,
+    until: float,
+    stop: Callable[[], bool],
+    bridging: bool,
+) -> tuple[list[PartitionSummary], dict[int, dict[str, int]] | None]:
+    """Follow the inputs of ``epochs`` from where they begin until ``until`` or ``stop()``
+    (see :func:`_run_epoch`)."""
+    interval = config.commit_interval
+    tail = reader.tail({p: epoch.positions for p, epoch in epochs.items()})
+    for epoch in epochs.values():
+        epoch.summary.ready_seconds = time.monotonic() - started
+    leases = [lease for e in epochs.values() for lease in e.stores.leased] if bridging else []
+    next_commit = time.monotonic() + interval
+    size = _MIN_CHUNK  # records per poll: as many as half a commit interval processes
+    deadline = False
+    timeline.lap("assign")  # the consumer assigned
+    timeline.end()
+    try:
+        while True:
+            timeline.start()
+            now = time.monotonic()
+            deadline = now >= until
+            if deadline or stop() or any(lease.asked for lease in leases):
+                break
+            wait = max(0.0, min(_POLL_SECONDS, until - now, next_commit - now))
+            polled = tail.poll(size, wait)
+            timeline.lap("poll", idle=wait)
+            began, count = time.monotonic(), 0
+            for partition, rows in polled.items():
+                epochs[partition].apply(rows)
+                count += len(rows)
+            if count:  # a slow callback must not hold a commit back for a whole chunk
+                timeline.lap("process")
+                per_record = max(1e-7, (time.monotonic() - began) / count)
+                size = int(min(CHUNK, max(_MIN_CHUNK, interval / 2 / per_record)))
+            if time.monotonic() >= next_commit:
+                for epoch in epochs.values():
+                    epoch.commit(timeline.lap)
+                next_commit = time.monotonic() + interval
+            timeline.end()
+    finally:
+        tail.close()
+    for epoch in epochs.values():
+        epoch.commit()
+        epoch.stores.catch_up_group()  # the group's offsets as far as the store's
+    ends = {p: dict(epoch.positions) for p, epoch in epochs.items()} if deadline else None
+    summaries = [epoch.finish(started) for epoch in epochs.values()]
+    summaries[0].timeline = timeline.report()
+    return summaries, ends
+
+
+class _Asking:
+    """Asks the broker for what an epoch's start checks, in a thread (see :func:`_run_epoch`)."""
+
+    def __init__(self, reader: RecordReader, partitions: list[tuple[str, int]], group: str):
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._ask, args=(reader, partitions, group),
+                                        name=f"goka-ask-{group}", daemon=True)  # fmt: skip
+        self._thread.start()
+
+    def _ask(self, reader: RecordReader, partitions: list[tuple[str, int]], group: str) -> None:
         try:
-            while True:
-                timeline.start()
-                now = time.monotonic()
-                deadline = now >= until
-                if deadline or stop() or any(lease.asked for lease in leases):
-                    break
-                wait = max(0.0, min(_POLL_SECONDS, until - now, next_commit - now))
-                polled = tail.poll(size, wait)
-                timeline.lap("poll", idle=wait)
-                began, count = time.monotonic(), 0
-                for partition, rows in polled.items():
-                    epochs[partition].apply(rows)
-                    count += len(rows)
-                if count:  # a slow callback must not hold a commit back for a whole chunk
-                    timeline.lap("process")
-                    per_record = max(1e-7, (time.monotonic() - began) / count)
-                    size = int(min(CHUNK, max(_MIN_CHUNK, interval / 2 / per_record)))
-                if time.monotonic() >= next_commit:
-                    for epoch in epochs.values():
-                        epoch.commit(timeline.lap)
-                    next_commit = time.monotonic() + interval
-                timeline.end()
-        finally:
-            tail.close()
-        for epoch in epochs.values():
-            epoch.commit()
-            epoch.stores.catch_up_group()  # the group's offsets as far as the store's
-        ends = {p: dict(epoch.positions) for p, epoch in epochs.items()} if deadline else None
-        summaries = [epoch.finish(started) for epoch in epochs.values()]
-        summaries[0].timeline = timeline.report()
-        return summaries, ends
+            reader.prefetch(partitions, group)
+        except BaseException as exc:  # raised where the answers are waited for
+            self._error = exc
+
+    def wait(self, *, quiet: bool = False) -> None:
+        """Wait for the answers (the reader has them).
+
+        Raises:
+            BrokerError: the broker did not answer (unless ``quiet``).
+        """
+        self._thread.join()
+        if self._error is not None and not quiet:
+            raise self._error
 
 
 class Epoch:

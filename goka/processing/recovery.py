@@ -84,11 +84,9 @@ class StoreRecovery:
         scratch: a directory on the store's file system for fetching snapshots.
         read_timeout: seconds to read the tail.
         report: told ``(state, records read, records to read)`` while the store is made
-            current: ``restoring`` (from a snapshot or an older copy) or ``rebuilding`` (the
-            whole topic).
-        sections: the changelogs of the store's sections (a timed group's timers and window
-            tables), each with the grace its index rows derive from (None: timers); they are
-            replayed with ``topic``, by the same rules.
+            current: ``restoring`` (a snapshot, an older copy) or ``rebuilding`` (the topic).
+        sections: the changelogs of the store's sections (timers, window tables), each with
+            the grace its index rows derive from (None: timers), replayed like ``topic``.
     """
 
     def __init__(
@@ -363,6 +361,8 @@ def checked_watermarks(
             after it (records deleted): reading on would silently lose them.
     """
     low, high = reader.watermarks(topic, partition)
+    if offset > high or 0 <= offset < low:  # a prefetched answer may predate the store's last
+        low, high = reader.watermarks(topic, partition)  # commit (an epoch's start): ask now
     TopicRewoundError.check(topic, partition, offset, low, high, reader=who)
     return low, high
 

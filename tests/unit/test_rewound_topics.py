@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 
 from goka.errors import TopicRewoundError
+from goka.processing.recovery import checked_watermarks
 from goka.storage import MemoryStorage, WriteBatch
 
-from .fake_kafka import FakeKafka
+from .fake_kafka import FakeKafka, ListReader
 from .machines import (
     CLICKS,
     ENRICH,
@@ -196,3 +197,18 @@ def test_an_epoch_whose_group_table_was_truncated_fails_before_committing(
     with pytest.raises(TopicRewoundError, match=f"topic '{CLICKS.table}' partition 0 ends at"):
         epoch(machine, {IN: 20}, script.done)
     assert machine.offsets(0)[(IN, 0)] == 20  # the three clicks were not committed
+
+
+def test_an_answer_asked_before_the_store_moved_on_is_asked_again(kafka: FakeKafka) -> None:
+    # an epoch asks for watermarks while it leases its stores; a bridge may commit further
+    # records before it lets go of them: its answer is behind, not a rewound topic
+    reader = ListReader(kafka)
+    click(kafka, 3)
+    reader.prefetch([(IN, 0)])  # (0, 3)
+    click(kafka, 2)  # what the bridge processed: the store is at 5
+    assert checked_watermarks(reader, IN, 0, 5, "who") == (0, 5)
+    recreate(kafka, IN, 3)  # now the topic did go back: the answer asked again says so too
+    reader.prefetch([(IN, 0)])
+    with pytest.raises(TopicRewoundError) as failed:
+        checked_watermarks(reader, IN, 0, 5, "who")
+    assert (failed.value.position, failed.value.high) == (5, 3)
