@@ -32,7 +32,6 @@ from goka.timekeeping import (
     Journal,
     Overlay,
     Section,
-    close_key,
     composite,
     decode_composite,
     decode_timer,

@@ -22,8 +22,8 @@ yields index rows in order from both.
 from __future__ import annotations
 
 import heapq
-from functools import partial
 from collections.abc import Callable, Iterator, Mapping
+from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from goka.timekeeping import MAX_TIME, composite, decode_composite
+from goka.timekeeping import MAX_TIME, decode_composite
 from goka.windows import Session, Window
 
 if TYPE_CHECKING:

@@ -92,6 +92,14 @@ class RangeReader:
             asked = self._ask_committed(group, partitions)
             self._committed = {(group, t, p): found for (t, p), found in asked.items()}
 
+    def tell(
+        self, watermarks: Mapping[tuple[str, int], tuple[int, int]],
+        committed: Mapping[tuple[str, str, int], tuple[int, str] | None] | None = None,
+    ) -> None:  # fmt: skip
+        """See :meth:`goka.kafka.reader.RecordReader.tell`."""
+        self._watermarks.update(watermarks)
+        self._committed.update(committed or {})
+
     def close(self) -> None:
         """Close the consumers. Idempotent."""
         if self._closed:

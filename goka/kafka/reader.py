@@ -35,6 +35,15 @@ class RecordReader(Protocol):
         forgets it."""
         ...
 
+    def tell(
+        self, watermarks: Mapping[tuple[str, int], tuple[int, int]],
+        committed: Mapping[tuple[str, str, int], tuple[int, str] | None] | None = None,
+    ) -> None:  # fmt: skip
+        """Answers known without asking (partitions followed until just now), kept as
+        :meth:`prefetch` keeps its answers (added to them): ``{(topic, partition): (first,
+        high watermark)}`` and ``{(group, topic, partition): (offset, note) or None}``."""
+        ...
+
     def tail(self, starts: Mapping[int, Mapping[str, int]]) -> Tail:
         """Follow ``{partition: {topic: start offset}}`` as records arrive."""
         ...
@@ -71,6 +80,11 @@ class Tail(Protocol):
     def poll(self, max_rows: int, timeout: float) -> dict[int, list[Row]]:
         """Return the records that arrived by partition, at most ``max_rows``; wait up to
         ``timeout`` seconds for the first one (return as soon as there is one)."""
+        ...
+
+    def watermarks(self) -> dict[tuple[str, int], tuple[int, int]]:
+        """The first offset and high watermark of each followed partition, as the last
+        answers to the tail's reads said (no request; partitions without one left out)."""
         ...
 
     def close(self) -> None:

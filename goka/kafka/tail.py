@@ -80,6 +80,17 @@ class KafkaTail:
             found.append(row)  # type: ignore[arg-type]  # topic and offset are set on records
         return rows
 
+    def watermarks(self) -> dict[TP, tuple[int, int]]:
+        """See :meth:`goka.kafka.reader.Tail.watermarks` (from the last fetch responses)."""
+        found = {}
+        for topic, partition in self._starts:
+            low, high = self._consumer.get_watermark_offsets(
+                confluent_kafka.TopicPartition(topic, partition), cached=True
+            )
+            if low is not None and high is not None and 0 <= low <= high:
+                found[(topic, partition)] = (int(low), int(high))
+        return found
+
     def close(self) -> None:
         """Stop following (the consumer stays open for its reader)."""
         self._consumer.unassign()

@@ -24,7 +24,6 @@ import functools
 import heapq
 import json
 import logging
-import threading
 import time
 from collections.abc import Callable, Mapping
 from contextlib import ExitStack
@@ -32,11 +31,11 @@ from dataclasses import asdict
 
 from goka.engine import Engine, Message
 from goka.errors import StorageCorruptError, StorageLockedError
-from goka.kafka.reader import RecordReader
 from goka.processing.applied import record_before
 from goka.processing.clients import Clients
 from goka.processing.config import TaskConfig
 from goka.processing.recovery import CHUNK
+from goka.processing.starts import Asking, followed, forget_followed, take_followed, tell
 from goka.processing.stores import PartitionStores
 from goka.processing.summary import PartitionSummary, store_bytes
 from goka.processing.timeline import Timeline, no_lap
@@ -46,8 +45,9 @@ __all__ = ["BRIDGE_SECONDS", "Epoch", "run_epoch"]
 
 log = logging.getLogger(__name__)
 
-#: How long an epoch waits for records before it checks the clock and the stop signal.
-_POLL_SECONDS = 0.05
+#: How long an epoch waits for records before it checks the clock and the stop signal; a
+#: bridge checks more often whether another process asks for its stores (it waits meanwhile).
+_POLL_SECONDS, _BRIDGE_POLL_SECONDS = 0.05, 0.01
 #: The fewest records an epoch asks a poll for (it asks for more while they are quick).
 _MIN_CHUNK = 100
 #: The longest a worker goes on processing after an epoch, waiting for the next one's task.
@@ -76,11 +76,11 @@ def run_epoch(
     worker.end_bridge(hold=bridge)  # stores stay open for a bridge (or the next epoch here)
     until = time.monotonic() + seconds
     try:
-        summaries, ends = _run_epoch(config, worker, starts, seconds, stop)
+        summaries, ends = _run_epoch(config, worker, starts, seconds, stop, handover=bridge)
     except StorageCorruptError as exc:
         log.warning("group %s: epoch goes on with a rebuilt store: %s", config.graph.group, exc)
         left = max(0.0, until - time.monotonic())
-        summaries, ends = _run_epoch(config, worker, starts, left, stop)
+        summaries, ends = _run_epoch(config, worker, starts, left, stop, handover=bridge)
         summaries[0].corrupt_stores += 1
     by_partition = {s.partition: s for s in summaries}
     for carried in worker.take_carried(config.graph.group):
@@ -115,6 +115,7 @@ def _bridge(
     finally:
         if not ended():  # else the next task of this process takes the stores over
             worker.hold(False)
+            forget_followed(worker, group)  # (only that task may take them as they are)
     log.debug("group %s: between epochs: %s records in %.2f s", group,
               sum(s.processed for s in summaries), max(s.seconds for s in summaries))  # fmt: skip
     worker.carry(group, summaries)
@@ -128,6 +129,7 @@ def _run_epoch(
     stop: Callable[[], bool] = lambda: False,
     *,
     bridging: bool = False,
+    handover: bool = False,
 ) -> tuple[list[PartitionSummary], dict[int, dict[str, int]] | None]:
     """Process partitions continuously for ``seconds`` (an epoch; see the module docstring),
     each from ``starts[partition]`` ``{topic: offset}`` of its inputs and joined tables, or from
@@ -147,16 +149,19 @@ def _run_epoch(
         StorageError, BrokerError: a store or the broker failed (likewise).
     """
     clients = Clients(config, worker)
-    reader = clients.reader()
+    reader, group = clients.reader(), config.graph.group
     # what each partition's start asks the broker (watermarks, the group's offsets), asked at
     # once (a round trip each else) while the stores are leased and the producer warms up:
     # the answers may predate what a bridge commits before it lets go of the stores, so a
     # rewound-topic check they fail is asked again (goka.processing.recovery
     # .checked_watermarks), and offsets the group committed since are behind the stores,
-    # which the start skips to anyway (the table's end matters only to a store opened afresh)
+    # which the start skips to anyway (the table's end matters only to a store opened afresh);
+    # what partitions followed here until just now would be told is known (goka.processing
+    # .starts)
+    known = take_followed(worker, group, starts)
     table = [config.graph.table] if config.graph.persist else []
-    asking = _Asking(reader, sorted({(t, p) for p, offsets in starts.items()
-                                     for t in [*offsets, *table]}), config.graph.group)  # fmt: skip
+    asking = Asking(reader, sorted({(t, p) for p, offsets in starts.items() if p not in known
+                                    for t in [*offsets, *table]}), group)  # fmt: skip
     try:
         if not bridging:  # a bridge elsewhere processes on until this task's producer is ready
             clients.warm_up(stop)
@@ -169,11 +174,22 @@ def _run_epoch(
                       for p in sorted(starts)}  # fmt: skip
             timeline.lap("lease")
             asking.wait()
+            tell(reader, group, leased, known)
             timeline.lap("ask")  # (what the answers took beyond the leases)
             epochs = {p: Epoch.begin(leased[p], starts[p]) for p in sorted(starts)}
             reader.prefetch([])  # what the starts did not ask for is not kept (it would age)
             timeline.lap("begin")  # stores made current
-            return _follow(config, reader, epochs, timeline, started, until, stop, bridging)
+            return _follow(
+                config,
+                worker,
+                epochs,
+                timeline,
+                started,
+                until,
+                stop,
+                bridging=bridging,
+                handover=handover or bridging,
+            )
     except BaseException:
         asking.wait(quiet=True)  # (the reader is no longer shared with its thread)
         reader.prefetch([])
@@ -182,18 +198,21 @@ def _run_epoch(
 
 def _follow(
     config: TaskConfig,
-    reader: RecordReader,
+    worker: Worker,
     epochs: dict[int, Epoch],
     timeline: Timeline,
     started: float,
     until: float,
     stop: Callable[[], bool],
+    *,
     bridging: bool,
+    handover: bool,
 ) -> tuple[list[PartitionSummary], dict[int, dict[str, int]] | None]:
     """Follow the inputs of ``epochs`` from where they begin until ``until`` or ``stop()``
-    (see :func:`_run_epoch`)."""
-    interval = config.commit_interval
-    tail = reader.tail({p: epoch.positions for p, epoch in epochs.items()})
+    (see :func:`_run_epoch`); if ``handover`` (a bridge, or an epoch a bridge may follow),
+    leave where they ended to what begins next here (:func:`goka.processing.starts.followed`)."""
+    interval, longest = config.commit_interval, _BRIDGE_POLL_SECONDS if bridging else _POLL_SECONDS
+    tail = Clients(config, worker).reader().tail({p: e.positions for p, e in epochs.items()})
     for epoch in epochs.values():
         epoch.summary.ready_seconds = time.monotonic() - started
     leases = [lease for e in epochs.values() for lease in e.stores.leased] if bridging else []
@@ -209,7 +228,7 @@ def _follow(
             deadline = now >= until
             if deadline or stop() or any(lease.asked for lease in leases):
                 break
-            wait = max(0.0, min(_POLL_SECONDS, until - now, next_commit - now))
+            wait = max(0.0, min(longest, until - now, next_commit - now))
             polled = tail.poll(size, wait)
             timeline.lap("poll", idle=wait)
             began, count = time.monotonic(), 0
@@ -226,40 +245,17 @@ def _follow(
                 next_commit = time.monotonic() + interval
             timeline.end()
     finally:
+        marks = tail.watermarks()
         tail.close()
     for epoch in epochs.values():
         epoch.commit()
         epoch.stores.catch_up_group()  # the group's offsets as far as the store's
+    if handover and (deadline or bridging):
+        followed(worker, config.graph.group, {p: e.positions for p, e in epochs.items()}, marks)
     ends = {p: dict(epoch.positions) for p, epoch in epochs.items()} if deadline else None
     summaries = [epoch.finish(started) for epoch in epochs.values()]
     summaries[0].timeline = timeline.report()
     return summaries, ends
-
-
-class _Asking:
-    """Asks the broker for what an epoch's start checks, in a thread (see :func:`_run_epoch`)."""
-
-    def __init__(self, reader: RecordReader, partitions: list[tuple[str, int]], group: str):
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._ask, args=(reader, partitions, group),
-                                        name=f"goka-ask-{group}", daemon=True)  # fmt: skip
-        self._thread.start()
-
-    def _ask(self, reader: RecordReader, partitions: list[tuple[str, int]], group: str) -> None:
-        try:
-            reader.prefetch(partitions, group)
-        except BaseException as exc:  # raised where the answers are waited for
-            self._error = exc
-
-    def wait(self, *, quiet: bool = False) -> None:
-        """Wait for the answers (the reader has them).
-
-        Raises:
-            BrokerError: the broker did not answer (unless ``quiet``).
-        """
-        self._thread.join()
-        if self._error is not None and not quiet:
-            raise self._error
 
 
 class Epoch:

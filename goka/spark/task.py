@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import functools
+import gc
 import logging
 import threading
 import time
@@ -104,6 +105,7 @@ def _worker(config: TaskConfig) -> Worker:
 
     if config.log_level and not logging.getLogger().handlers:
         configure(config.log_level, config.log_format)  # log as `goka processor run` does
+    gc.unfreeze()  # what the last task's end froze is the collector's again (see _rows)
     return Worker.current()
 
 
@@ -183,4 +185,9 @@ def _rows(summaries: Sequence[PartitionSummary]) -> pa.RecordBatch:
     from goka.processing.summary import summary_schema
 
     schema = summary_schema()
+    # a task ends: PySpark's daemon runs a full garbage collection after each task, holding
+    # the GIL for as long as a pass over every object takes (about 100 ms with the stores'
+    # caches): the bridge between two epochs (goka.processing.epoch) stalls meanwhile. What
+    # lives now is frozen, out of that pass, until the next task here begins (_worker)
+    gc.freeze()
     return record_batch([[getattr(s, name) for s in summaries] for name in schema.names], schema)

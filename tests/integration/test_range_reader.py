@@ -1,8 +1,10 @@
 """The partition processors' reader on the embedded broker: what an epoch's start asks for is
-asked at once (``prefetch``) and answered from there once, then afresh."""
+asked at once (``prefetch``) or known from the reads before it (``tell``, ``Tail.watermarks``)
+and answered from there once, then afresh."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import confluent_kafka
@@ -45,5 +47,33 @@ def test_prefetched_watermarks_and_offsets_answer_once_then_afresh(
         reader.prefetch([])  # forgets what the first call fetched
         write(brokers, topic, 0, 2)
         assert reader.watermarks(topic, 0) == (0, 15)
+    finally:
+        reader.close()
+
+
+def test_a_tail_knows_the_watermarks_of_what_it_read_and_the_reader_is_told_them(
+    brokers: str, new_topic: Callable[..., str]
+) -> None:
+    topic = new_topic(partitions=2)
+    write(brokers, topic, 0, 10)
+    write(brokers, topic, 1, 4)
+    reader = RangeReader(brokers)
+    try:
+        tail = reader.tail({0: {topic: 3}, 1: {topic: 0}})
+        read: dict[int, int] = {0: 0, 1: 0}
+        deadline = time.monotonic() + 30
+        while read != {0: 7, 1: 4}:
+            assert time.monotonic() < deadline, f"read {read}"
+            for partition, rows in tail.poll(100, 0.5).items():
+                read[partition] += len(rows)
+        marks = tail.watermarks()
+        tail.close()
+        assert marks == {(topic, 0): (0, 10), (topic, 1): (0, 4)}
+        write(brokers, topic, 0, 2)  # after the reads: a told answer is what they said
+        reader.tell({(topic, 0): marks[(topic, 0)]}, {("g", topic, 0): (10, "")})
+        assert reader.watermarks(topic, 0) == (0, 10)  # as told, once
+        assert reader.watermarks(topic, 0) == (0, 12)
+        assert reader.committed("g", 0, [topic]) == {topic: (10, "")}  # as told, once
+        assert reader.committed("g", 0, [topic]) == {}  # asked: none committed
     finally:
         reader.close()

@@ -31,6 +31,7 @@ class FakeKafka:
     on_poll: list[Callable[[], object]] = field(default_factory=list)
     low: dict[tuple[str, int], int] = field(default_factory=dict)  # first offsets, if not 0
     prefetched: list[tuple[list[tuple[str, int]], str | None]] = field(default_factory=list)
+    told: list[list[tuple[str, int]]] = field(default_factory=list)  # answers known, not asked
 
     def topic(self, name: str) -> list[list[Row]]:
         return self.topics.setdefault(name, [[] for _ in range(self.partitions)])
@@ -137,6 +138,14 @@ class ListReader:
     def watermarks(self, topic: str, partition: int) -> tuple[int, int]:
         return self._watermarks.pop((topic, partition), None) or self._now(topic, partition)
 
+    def tell(
+        self, watermarks: Mapping[tuple[str, int], tuple[int, int]],
+        committed: Mapping[tuple[str, str, int], tuple[int, str] | None] | None = None,
+    ) -> None:  # fmt: skip
+        self.kafka.told.append(sorted(watermarks))
+        self._watermarks.update(watermarks)
+        self._committed.update(committed or {})
+
     def _now(self, topic: str, partition: int) -> tuple[int, int]:
         return self.kafka.low.get((topic, partition), 0), self.kafka.end(topic, partition)
 
@@ -191,6 +200,10 @@ class ListTail:
                     offsets[topic] = start + len(found)
                     left -= len(found)
         return rows
+
+    def watermarks(self) -> dict[tuple[str, int], tuple[int, int]]:
+        return {(t, p): (0, len(self.kafka.rows(t, p)))
+                for p, offsets in self.positions.items() for t in offsets}  # fmt: skip
 
     def close(self) -> None:
         self.kafka.events.append("tail closed")

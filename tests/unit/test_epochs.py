@@ -240,6 +240,27 @@ def test_a_worker_processes_on_between_epochs_and_the_next_epoch_reports_it(
     assert machine.offsets(0)[(IN, 0)] == 17
 
 
+def test_what_follows_an_epoch_here_is_told_what_the_broker_would_answer_not_asking_it(
+    kafka: FakeKafka, tmp_path: Path
+) -> None:
+    machine = Machine(kafka, tmp_path, commit_interval=0, epoch=HOUR)
+    sent = click(kafka, 10)
+    run_epoch(machine.config, machine.worker, {0: {IN: 0}}, 0.2, bridge=True)
+    sent += click(kafka, 7, start=10)
+    _await(lambda: kafka.committed[("counts", IN, 0)][0] == 17, "the bridge commits")
+    (second,) = run_epoch(machine.config, machine.worker, {0: {IN: 10}}, 0.1)
+    assert second.processed == 7 and machine.state(0) == dict(sent) == table_of(kafka)
+    # the first epoch asked about its input and table; the bridge after it and the epoch
+    # after the bridge asked about nothing: they were told what the reads before them said
+    asked = [p for p in kafka.prefetched if p[0] or p[1]]
+    assert asked == [([(IN, 0), ("counts-table", 0)], "counts"), ([], "counts"), ([], "counts")]
+    assert kafka.told == [[(IN, 0)], [(IN, 0)]]
+    # an epoch that reached its deadline without a bridge, and then one more here: asked
+    run_epoch(machine.config, machine.worker, {0: {IN: 17}}, 0.1)
+    run_epoch(machine.config, machine.worker, {0: {IN: 17}}, 0.1)
+    assert [p for p in kafka.prefetched if p[0] or p[1]][-1][0] == [(IN, 0), ("counts-table", 0)]
+
+
 def test_an_epoch_that_was_stopped_leaves_no_bridge(kafka: FakeKafka, tmp_path: Path) -> None:
     machine = Machine(kafka, tmp_path, commit_interval=0, epoch=HOUR)
     click(kafka, 4)
@@ -271,12 +292,13 @@ def test_a_bridge_gives_its_stores_to_another_process_that_asks(
     assert summary.processed + sum(s.processed for s in here.worker.take_carried("counts")) == 5
 
 
-def test_an_epoch_asks_the_broker_once_it_holds_the_stores(
+def test_an_epoch_asking_the_broker_while_a_bridge_elsewhere_commits_asks_again(
     kafka: FakeKafka, tmp_path: Path
 ) -> None:
     """A bridge in another process processes and writes the table until it lets the stores go:
-    the next epoch asks for the table's end and the group's offsets after that (else the table
-    looks shorter than the store: a TopicRewoundError of a table that never went back)."""
+    the next epoch asks for the table's end and the group's offsets meanwhile, so an answer
+    that looks shorter than the store is asked again (else a TopicRewoundError of a table
+    that never went back)."""
     here = Machine(kafka, tmp_path, commit_interval=0, epoch=HOUR)
     builders = dataclasses.replace(here.builders, storage=leveldb_store)
     here.config = dataclasses.replace(here.config, builders=builders)
