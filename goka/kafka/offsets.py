@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import confluent_kafka
@@ -58,6 +59,7 @@ class EndOffsets:
     ) -> None:
         self.timeout = timeout
         self._consumer = confluent_kafka.Consumer(fast_fetch(brokers, kafka_config))
+        self._pool: ThreadPoolExecutor | None = None  # queries at once (each waits its answer)
 
     def partition_counts(self, topics: list[str]) -> dict[str, int]:
         """Return the partition count of each topic.
@@ -81,7 +83,12 @@ class EndOffsets:
 
     def watermarks(self, partitions: list[TP]) -> dict[TP, tuple[int, int]]:
         """Return the first offset and the high watermark of each partition."""
-        queried = {tp: self._query(tp) for tp in partitions}
+        if len(partitions) > 1:  # at once: a query waits for its answer (releasing the GIL)
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(8, thread_name_prefix="goka-offsets")
+            queried = dict(zip(partitions, self._pool.map(self._query, partitions), strict=True))
+        else:
+            queried = {tp: self._query(tp) for tp in partitions}
         probe = {tp: hi for tp, (lo, hi) in queried.items() if hi > lo}
         found = self._fetch_high(probe) if probe else {}
         return {tp: (lo, found.get(tp, hi)) for tp, (lo, hi) in queried.items()}
@@ -121,6 +128,8 @@ class EndOffsets:
 
     def close(self) -> None:
         """Close the consumer."""
+        if self._pool is not None:
+            self._pool.shutdown()
         self._consumer.close()
 
 
