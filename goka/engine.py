@@ -168,7 +168,7 @@ class Engine:
             state=(persist.codec.decode, persist.codec.encode) if persist else None,
             outputs={t: e.codec.encode for t, e in graph.outputs.items()},
             loop=(graph.loop_topic, graph.loop.codec.encode) if graph.loop else None,
-            read_table=self.read_table, max_bytes=self.max_message_bytes,
+            read_table=_table_reader(graph.group, self._readers), max_bytes=self.max_message_bytes,
             undo=on_error != "fail", time=self.time,
         )  # fmt: skip
         self._reset()
@@ -334,15 +334,28 @@ class Engine:
 
     def read_table(self, kind: str, table: str, key: str) -> Any:
         """Read and decode ``key`` of a joined or looked-up table (for :class:`Context`)."""
-        found = self._readers[kind].get(table)
+        return self.context._read_table(kind, table, key)
+
+
+def _table_reader(
+    group: str, readers: Mapping[str, Mapping[str, tuple[TableReader, Callable[[bytes], Any]]]]
+) -> Callable[[str, str, str], Any]:
+    """What :meth:`Engine.read_table` does, for the engine's :class:`Context` (a method of
+    the engine would make the two a reference cycle: everything an engine holds, its time
+    state's queues included, would wait for the cyclic garbage collector when it goes)."""
+
+    def read_table(kind: str, table: str, key: str) -> Any:
+        found = readers[kind].get(table)
         if found is None:
-            declared = ", ".join(self._readers[kind]) or "none"
+            declared = ", ".join(readers[kind]) or "none"
             raise ContextError(
-                f"group {self.graph.group!r}: {table!r} is not a {kind} table ({kind}s: {declared})"
+                f"group {group!r}: {table!r} is not a {kind} table ({kind}s: {declared})"
             )
         reader, decode = found
         raw = reader(key)
         return None if raw is None else decode(raw)
+
+    return read_table
 
 
 def _wall_ms() -> int:

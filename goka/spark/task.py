@@ -105,8 +105,16 @@ def _worker(config: TaskConfig) -> Worker:
 
     if config.log_level and not logging.getLogger().handlers:
         configure(config.log_level, config.log_format)  # log as `goka processor run` does
-    gc.unfreeze()  # what the last task's end froze is the collector's again (see _rows)
-    return Worker.current()
+    worker = Worker.current()
+    global _frozen
+    if not _frozen:  # PySpark's daemon collects all garbage after each task, holding the GIL
+        gc.collect()  # for a pass over every object (a bridge between epochs waits meanwhile,
+        gc.freeze()  # goka.processing.epoch): what lives at the first task (modules, mostly)
+        _frozen = True  # lives as long as the process, and is left out of those passes
+    return worker
+
+
+_frozen = False  # (see _worker)
 
 
 #: The rows of :func:`ready_worker`.
@@ -185,9 +193,4 @@ def _rows(summaries: Sequence[PartitionSummary]) -> pa.RecordBatch:
     from goka.processing.summary import summary_schema
 
     schema = summary_schema()
-    # a task ends: PySpark's daemon runs a full garbage collection after each task, holding
-    # the GIL for as long as a pass over every object takes (about 100 ms with the stores'
-    # caches): the bridge between two epochs (goka.processing.epoch) stalls meanwhile. What
-    # lives now is frozen, out of that pass, until the next task here begins (_worker)
-    gc.freeze()
     return record_batch([[getattr(s, name) for s in summaries] for name in schema.names], schema)
