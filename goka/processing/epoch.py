@@ -151,13 +151,12 @@ def _run_epoch(
     clients = Clients(config, worker)
     reader, group = clients.reader(), config.graph.group
     # what each partition's start asks the broker (watermarks, the group's offsets), asked at
-    # once (a round trip each else) while the stores are leased and the producer warms up:
+    # once while the stores are leased and the producer warms up (goka.processing.starts):
     # the answers may predate what a bridge commits before it lets go of the stores, so a
-    # rewound-topic check they fail is asked again (goka.processing.recovery
-    # .checked_watermarks), and offsets the group committed since are behind the stores,
-    # which the start skips to anyway (the table's end matters only to a store opened afresh);
-    # what partitions followed here until just now would be told is known (goka.processing
-    # .starts)
+    # rewound-topic check they fail is asked again (recovery.checked_watermarks), and offsets
+    # the group committed since are behind the stores, which the start skips to anyway (the
+    # table's end matters only to a store opened afresh); partitions followed here until just
+    # now are not asked about: what their last reads answered is known
     known = take_followed(worker, group, starts)
     table = [config.graph.table] if config.graph.persist else []
     asking = Asking(reader, sorted({(t, p) for p, offsets in starts.items() if p not in known
