@@ -332,17 +332,14 @@ class Engine:
         name = getattr(callback, "__qualname__", repr(callback))
         return f"callback {name} raised {type(exc).__name__}: {exc}"
 
-    def read_table(self, kind: str, table: str, key: str) -> Any:
-        """Read and decode ``key`` of a joined or looked-up table (for :class:`Context`)."""
-        return self.context._read_table(kind, table, key)
-
 
 def _table_reader(
     group: str, readers: Mapping[str, Mapping[str, tuple[TableReader, Callable[[bytes], Any]]]]
 ) -> Callable[[str, str, str], Any]:
-    """What :meth:`Engine.read_table` does, for the engine's :class:`Context` (a method of
-    the engine would make the two a reference cycle: everything an engine holds, its time
-    state's queues included, would wait for the cyclic garbage collector when it goes)."""
+    """Reads and decodes a key of a joined or looked-up table, for the engine's
+    :class:`Context` (a function, not a method of the engine: the two would make a reference
+    cycle, and everything an engine holds, its time state's queues included, would wait for
+    the cyclic garbage collector when it goes)."""
 
     def read_table(kind: str, table: str, key: str) -> Any:
         found = readers[kind].get(table)

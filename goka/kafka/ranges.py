@@ -7,9 +7,9 @@ records arrive: :mod:`goka.kafka.tail`.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import confluent_kafka
@@ -48,7 +48,6 @@ class RangeReader:
         self._closed = False
         self._watermarks: dict[tuple[str, int], tuple[int, int]] = {}  # prefetched, used once
         self._committed: dict[tuple[str, str, int], tuple[int, str] | None] = {}  # likewise
-        self._committed_error: BrokerError | None = None
 
     def _on_error(self, error: Any) -> None:  # librdkafka's: connection trouble, mostly
         self._last_error = (time.monotonic(), str(error.str()))
@@ -89,26 +88,14 @@ class RangeReader:
             return
         if self._ends is None:
             self._ends = EndOffsets(self._brokers, self._kafka_config)
-        asking = None  # the group's offsets asked meanwhile (another consumer, another thread)
-        if group is not None:
-            asking = threading.Thread(target=self._prefetch_committed, args=(group, partitions))
-            asking.start()
-        try:
+        if group is None:
             self._watermarks = self._ends.watermarks(partitions)
-        finally:
-            if asking is not None:
-                asking.join()
-        error, self._committed_error = self._committed_error, None
-        if error is not None:
-            raise error
-
-    def _prefetch_committed(self, group: str, partitions: list[tuple[str, int]]) -> None:
-        try:
-            asked = self._ask_committed(group, partitions)
-        except BrokerError as exc:  # raised by prefetch
-            self._committed_error = exc
             return
-        self._committed = {(group, t, p): found for (t, p), found in asked.items()}
+        with ThreadPoolExecutor(1) as pool:  # the group's offsets meanwhile (another consumer)
+            asking = pool.submit(self._ask_committed, group, partitions)
+            self._watermarks = self._ends.watermarks(partitions)
+            found = asking.result()
+        self._committed = {(group, t, p): offset for (t, p), offset in found.items()}
 
     def tell(
         self, watermarks: Mapping[tuple[str, int], tuple[int, int]],

@@ -5,7 +5,8 @@ and answered from there once, then afresh."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import confluent_kafka
 import pytest
@@ -23,14 +24,25 @@ def write(brokers: str, topic: str, partition: int, count: int) -> None:
     assert producer.flush(30) == 0
 
 
+@contextmanager
+def reading(
+    brokers: str, new_topic: Callable[..., str], counts: tuple[int, int]
+) -> Iterator[tuple[str, RangeReader]]:
+    """A new topic of two partitions holding ``counts`` records, and a reader (closed after)."""
+    topic = new_topic(partitions=2)
+    for partition, count in enumerate(counts):
+        write(brokers, topic, partition, count)
+    reader = RangeReader(brokers)
+    try:
+        yield topic, reader
+    finally:
+        reader.close()
+
+
 def test_prefetched_watermarks_and_offsets_answer_once_then_afresh(
     brokers: str, new_topic: Callable[..., str]
 ) -> None:
-    topic = new_topic(partitions=2)
-    write(brokers, topic, 0, 10)
-    write(brokers, topic, 1, 5)
-    reader = RangeReader(brokers)
-    try:
+    with reading(brokers, new_topic, (10, 5)) as (topic, reader):
         assert reader.commit("g", 0, {topic: 7}, "first", wait=True)
         reader.prefetch([(topic, 0), (topic, 1)], "g")
         write(brokers, topic, 0, 3)  # after the prefetch
@@ -47,18 +59,12 @@ def test_prefetched_watermarks_and_offsets_answer_once_then_afresh(
         reader.prefetch([])  # forgets what the first call fetched
         write(brokers, topic, 0, 2)
         assert reader.watermarks(topic, 0) == (0, 15)
-    finally:
-        reader.close()
 
 
 def test_a_tail_knows_the_watermarks_of_what_it_read_and_the_reader_is_told_them(
     brokers: str, new_topic: Callable[..., str]
 ) -> None:
-    topic = new_topic(partitions=2)
-    write(brokers, topic, 0, 10)
-    write(brokers, topic, 1, 4)
-    reader = RangeReader(brokers)
-    try:
+    with reading(brokers, new_topic, (10, 4)) as (topic, reader):
         tail = reader.tail({0: {topic: 3}, 1: {topic: 0}})
         read: dict[int, int] = {0: 0, 1: 0}
         deadline = time.monotonic() + 30
@@ -75,5 +81,3 @@ def test_a_tail_knows_the_watermarks_of_what_it_read_and_the_reader_is_told_them
         assert reader.watermarks(topic, 0) == (0, 12)
         assert reader.committed("g", 0, [topic]) == {topic: (10, "")}  # as told, once
         assert reader.committed("g", 0, [topic]) == {}  # asked: none committed
-    finally:
-        reader.close()
