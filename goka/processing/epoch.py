@@ -7,7 +7,7 @@ before any input, as Goka recovers them), then follows its inputs and joined tab
 stores' offsets: it runs the engine on each group of records as they arrive (joined tables'
 records are applied in time order between them), produces at once, and every
 ``commit_interval`` commits what it processed since, through the same owner of commits as a
-micro-batch (changes not committed yet are read through an overlay on the store).
+micro-batch, without waiting for its outputs (:mod:`goka.processing.epoch_partition`).
 
 Between two epochs Spark ends the query's batch, writes its checkpoint and plans the next one:
 about a second in which no task runs. So that records arriving then are not held back, a task
@@ -21,24 +21,20 @@ the group in that process reports what the bridge did in its summary.
 from __future__ import annotations
 
 import functools
-import heapq
-import json
 import logging
 import time
 from collections.abc import Callable, Mapping
 from contextlib import ExitStack
-from dataclasses import asdict
 
-from goka.engine import Engine, Message
 from goka.errors import StorageCorruptError, StorageLockedError
-from goka.processing.applied import record_before
 from goka.processing.clients import Clients
 from goka.processing.config import TaskConfig
+from goka.processing.epoch_partition import Epoch
 from goka.processing.recovery import CHUNK
 from goka.processing.starts import Asking, followed, forget_followed, take_followed, tell
 from goka.processing.stores import PartitionStores
-from goka.processing.summary import PartitionSummary, store_bytes
-from goka.processing.timeline import Timeline, no_lap
+from goka.processing.summary import PartitionSummary
+from goka.processing.timeline import Timeline
 from goka.processing.worker import Worker
 
 __all__ = ["BRIDGE_SECONDS", "Epoch", "run_epoch"]
@@ -242,12 +238,16 @@ def _follow(
                 for epoch in epochs.values():
                     epoch.commit(timeline.lap)
                 next_commit = time.monotonic() + interval
+            else:
+                for epoch in epochs.values():
+                    if epoch.sealed:  # a commit whose outputs may be acknowledged by now
+                        epoch.settle(timeline.lap)
             timeline.end()
     finally:
         marks = tail.watermarks()
         tail.close()
     for epoch in epochs.values():
-        epoch.commit()
+        epoch.commit(wait=True)
         epoch.stores.catch_up_group()  # the group's offsets as far as the store's
     if handover and (deadline or bridging):
         followed(worker, config.graph.group, {p: e.positions for p, e in epochs.items()}, marks)
@@ -255,123 +255,3 @@ def _follow(
     summaries = [epoch.finish(started) for epoch in epochs.values()]
     summaries[0].timeline = timeline.report()
     return summaries, ends
-
-
-class Epoch:
-    """One partition in an epoch (see :func:`run_epoch`): its stores, its position, what it
-    has not committed yet."""
-
-    def __init__(
-        self, stores: PartitionStores, positions: dict[str, int], summary: PartitionSummary
-    ) -> None:
-        self.stores, self.positions, self.summary = stores, positions, summary
-        self.config, self.graph, self.partition = stores.config, stores.graph, stores.partition
-        self.inputs = [t for t in self.graph.input_topics() if t in positions]
-        self.joins = {t: stores.leases[f"join-{t}"].storage for t in self.graph.joins}
-        self.pending: dict[str, bytes | None] = {}  # state changes not committed yet
-        get, pending = stores.store.get, self.pending
-
-        def read(key: str) -> bytes | None:
-            return pending[key] if key in pending else get(key)
-
-        self.sections = stores.pending_rows()  # time rows not committed yet
-        self.engine = Engine(
-            self.graph, self.partition, store=read,
-            tables={**{t: s.get for t, s in self.joins.items()}, **stores.clients.lookups()},
-            on_error=self.config.on_error, max_message_bytes=self.config.max_message_bytes,
-            fire_budget=self.config.fire_budget, deferred_finals=True,
-            **stores.engine_sections(self.sections),
-        )  # fmt: skip
-        self.output = stores.output()
-        self.committed = dict(positions)
-        if self.graph.timed:  # what a commit inside a backlog left is due now
-            self._process([], after=record_before({t: positions[t] for t in self.inputs}))
-
-    @classmethod
-    def begin(cls, stores: PartitionStores, starts: Mapping[str, int]) -> Epoch:
-        """Make ``stores`` current for an epoch planned from ``starts`` (inputs and joined
-        tables): inputs from where the group committed if that is further, joined tables up
-        to their end (current before any input, as Goka recovers them)."""
-        summary = PartitionSummary(stores.partition, started_at=time.time())
-        inputs = [t for t in stores.graph.input_topics() if t in starts]
-        target = stores.begin({t: starts[t] for t in inputs}, summary)
-        applied = stores.applied(inputs)
-        for topic in inputs:  # an epoch follows its inputs from here: they must still be there
-            stores.check(topic, applied.offsets[topic])
-        # what it skips: beyond where it begins (the group's commits, where further than
-        # Spark's plan: Spark plans an epoch before the previous one and its bridge end)
-        stores.skip(applied, applied.behind(target, inputs), summary, check=False)
-        positions = dict(applied.offsets)
-        for table in stores.graph.joins:
-            reflected = stores.applied([table]).offsets[table]
-            high = stores.check(table, max(starts[table], reflected))
-            positions[table] = stores.recover_join(table, high, summary)
-        return cls(stores, positions, summary)
-
-    def finish(self, started: float) -> PartitionSummary:
-        """Snapshot the stores if due; return the epoch's summary."""
-        summary = self.summary
-        summary.ends = json.dumps({t: self.positions[t] for t in self.inputs})
-        summary.store_bytes = store_bytes(self.stores.store)
-        self.stores.commit_to_group(self.committed, wait=True)
-        self.stores.snapshot(summary)
-        summary.uploads = json.dumps([asdict(r) for r in self.stores.worker.reports()])
-        summary.seconds = time.monotonic() - started
-        return summary
-
-    def apply(self, rows: list[Message]) -> None:
-        by_topic: dict[str, list[Message]] = {}
-        for row in rows:
-            by_topic.setdefault(row[0], []).append(row)
-        if len(by_topic) > 1:  # records of several topics: in time order, each topic in order
-            rows = list(heapq.merge(*by_topic.values(), key=lambda m: m[4]))
-        if not self.joins:
-            self._process(rows)
-            return
-        run: list[Message] = []
-        for row in rows:  # a join sees the table updates that precede an input record in time
-            if run and (row[0] in self.joins) != (run[0][0] in self.joins):
-                self._join(run) if run[0][0] in self.joins else self._process(run)
-                run = []
-            run.append(row)
-        self._join(run) if run[0][0] in self.joins else self._process(run)
-
-    def _process(self, messages: list[Message], after: Message | None = None) -> None:
-        rest = messages
-        while True:
-            result, after = self.engine.process(rest, after=after), None
-            self.stores.take(result, self.output, self.summary, self.sections)
-            self.pending.update(result.changes())
-            done, rest = rest[: result.consumed], rest[result.consumed :]
-            for message in done:
-                self.positions[message[0]] = message[1] + 1
-            if not rest and not self.engine.backlog:
-                return
-            self.commit()  # what fired hit the budget: commit, then go on
-
-    def _join(self, records: list[Message]) -> None:
-        self.stores.apply_join(records[0][0], records, records[-1][1] + 1, self.summary)
-        self.positions[records[0][0]] = records[-1][1] + 1
-
-    def commit(self, lap: Callable[[str], None] = no_lap) -> None:
-        """Wait for every output so far, then write the state changes with the offsets
-        (``lap``: each step done, for the loop's timeline)."""
-        sections = self.sections
-        if (
-            self.positions == self.committed
-            and not self.pending
-            and not (sections is not None and any(sections.rows.values()))
-        ):
-            self.stores.catch_up_group(due=True)
-            return
-        positions = {t: self.positions[t] for t in self.inputs}
-        self.stores.commit(self.output, self.pending, positions, self.summary,
-                           sections=None if sections is None else sections.rows,
-                           lap=lap)  # fmt: skip
-        self.pending.clear()
-        if sections is not None:
-            sections.clear()
-        self.engine.committed()
-        self.committed = dict(self.positions)
-        self.stores.snapshot(self.summary)  # if due: a long epoch too
-        lap("snapshot")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -28,9 +29,36 @@ log = logging.getLogger(__name__)
 CHANGELOG_KINDS = (TABLE, TIMER, WINDOW)
 
 
+class Generation:
+    """The outputs produced between two commits: how many are not acknowledged yet, the
+    failures, and where each changelog ended after its last update (its delivery report)."""
+
+    __slots__ = ("ends", "failures", "outstanding", "sealed_at")
+
+    def __init__(self) -> None:
+        self.outstanding = 0
+        self.failures: list[str] = []
+        self.ends: dict[str, int] = {}
+        self.sealed_at = 0.0
+
+    def on_delivery(self, error: Any, message: Any) -> None:
+        self.outstanding -= 1
+        if error is not None:
+            self.failures.append(f"{message.topic()}: {error.str()}")
+
+    def on_last_update(self, error: Any, message: Any) -> None:
+        self.on_delivery(error, message)
+        if error is None:  # one partition, in order: the last one ends the batch's updates
+            self.ends[message.topic()] = message.offset() + 1
+
+
 class Output:
     """Produces a partition's effects and dead letters and checks that each was delivered,
-    and that changelog updates land after what ``store`` has of each changelog."""
+    and that changelog updates land after what ``store`` has of each changelog.
+
+    What is produced between two commits is a :class:`Generation`: a commit seals it
+    (:meth:`seal`) and writes its state once it is acknowledged (:meth:`settle`), while the
+    next one is produced."""
 
     def __init__(
         self,
@@ -40,11 +68,10 @@ class Output:
         store: Storage,
         on_failure: Callable[[], object] = lambda: None,
     ) -> None:
-        """``on_failure()`` runs when a flush finds a delivery failed (before it raises)."""
+        """``on_failure()`` runs when a generation is found to have failed (before it raises)."""
         self.producer, self.partition, self.config = producer, partition, config
         self.on_failure = on_failure
-        self.failures: list[str] = []
-        self.ends: dict[str, int] = {}  # changelog -> its end after the last update delivered
+        self.generation = Generation()
         stored = store.offsets()
         self.stored = {
             t: stored[(t, partition)] for t in config.graph.changelogs() if (t, partition) in stored
@@ -52,19 +79,12 @@ class Output:
         self.errors: list[str] = []
         self.emitted: dict[str, int] = {}  # per output topic
 
-    def _on_delivery(self, error: Any, message: Any) -> None:
-        if error is not None:
-            self.failures.append(f"{message.topic()}: {error.str()}")
-
-    def _on_last_update(self, error: Any, message: Any) -> None:
-        self._on_delivery(error, message)
-        if error is None:  # one partition, in order: the last one ends the batch's updates
-            self.ends[message.topic()] = message.offset() + 1
-
     def send(self, result: BatchResult, summary: PartitionSummary) -> None:
         """Produce ``result``'s effects (and its dead letters) and count them in ``summary``."""
-        counts = _send_effects(self.producer, result, self.partition, self._on_delivery,
-                               self._on_last_update, self.emitted)  # fmt: skip
+        generation, letters = self.generation, self.config.on_error == "dead_letter"
+        generation.outstanding += len(result.effects) + (len(result.failed) if letters else 0)
+        counts = _send_effects(self.producer, result, self.partition, generation.on_delivery,
+                               generation.on_last_update, self.emitted)  # fmt: skip
         summary.emitted = json.dumps(self.emitted)
         summary.table_updates += counts[0]
         summary.emits += counts[1]
@@ -75,14 +95,29 @@ class Output:
         summary.errors = json.dumps(self.errors)
         for error, _ in result.failed:
             log.warning("%s: %s", self.config.on_error, error)
-        if self.config.on_error == "dead_letter":
+        if letters:
             summary.dead_letters += _send_dead_letters(
-                self.producer, result, self.partition, self.config, self._on_delivery
+                self.producer, result, self.partition, self.config, generation.on_delivery
             )
 
-    def flush(self) -> dict[str, int]:
-        """Wait for every delivery; return the end of each changelog after its last update
-        since the previous flush (a changelog not updated is left out).
+    def seal(self) -> Generation:
+        """End the current generation (what is produced from now on is the next one)."""
+        sealed, self.generation = self.generation, Generation()
+        sealed.sealed_at = time.monotonic()
+        return sealed
+
+    def wait(self) -> None:
+        """Wait (up to the flush timeout) until every output so far is acknowledged."""
+        self.producer.flush(self.config.flush_timeout)
+
+    def poll(self) -> None:
+        """Take the delivery reports that came (without waiting)."""
+        self.producer.poll(0)
+
+    def settle(self, generation: Generation, *, waited: bool = False) -> dict[str, int] | None:
+        """The end of each changelog after ``generation``'s last update (one not updated is
+        left out) once all its outputs are acknowledged; None while some are not (after
+        :meth:`wait`: ``waited``, they never will be). Generations are settled in order.
 
         Raises:
             DeliveryError: a message was refused, failed, or not acknowledged in time.
@@ -90,23 +125,31 @@ class Output:
                 changelog: it was truncated or recreated (nothing may be committed: the
                 changelogs are the truth).
         """
-        remaining = self.producer.flush(self.config.flush_timeout)
-        if remaining or self.failures:
+        remaining, timeout = generation.outstanding, self.config.flush_timeout
+        if remaining > 0 and not waited and time.monotonic() - generation.sealed_at < timeout:
+            return None
+        if remaining > 0 or generation.failures:
             self.on_failure()
             raise DeliveryError(
                 self.config.graph.table,
                 None,
                 f"partition {self.partition}: {remaining} messages unacknowledged after "
-                f"{self.config.flush_timeout:g}s, {len(self.failures)} failed: "
-                f"{self.failures[:3]}",
+                f"{timeout:g}s, {len(generation.failures)} failed: {generation.failures[:3]}",
             )
-        ends, self.ends = self.ends, {}
-        for topic, end in ends.items():
+        for topic, end in generation.ends.items():
             stored = self.stored.get(topic)
             self.stored[topic] = end
             if stored is not None and end <= stored:
                 who = f"group {self.config.graph.group!r} (partition store)"
                 raise TopicRewoundError(topic, self.partition, stored, 0, end, reader=who)
+        return generation.ends
+
+    def flush(self) -> dict[str, int]:
+        """Seal the generation, wait for it and settle it (:meth:`settle`'s errors)."""
+        generation = self.seal()
+        self.wait()
+        ends = self.settle(generation, waited=True)
+        assert ends is not None
         return ends
 
 

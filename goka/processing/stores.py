@@ -229,10 +229,8 @@ class PartitionStores:
         sections: Mapping[str, Mapping[str, bytes | None]] | None = None,
         lap: Callable[[str], None] = no_lap,
     ) -> None:  # fmt: skip
-        """Wait for every output so far, then write ``changes`` (and the rows of the time
-        ``sections``) with the input ``positions`` and the changelogs' ends in one write, then
-        tell Kafka the group's offsets (if ``wait``, until the broker answered). ``lap`` is
-        told each step done (:class:`~goka.processing.timeline.Timeline`).
+        """Wait for every output so far, then :meth:`write` (``lap`` is told each step done:
+        :class:`~goka.processing.timeline.Timeline`).
 
         Raises:
             DeliveryError: an output was not acknowledged (nothing is written).
@@ -242,6 +240,22 @@ class PartitionStores:
         """
         ends = output.flush()
         lap("flush")
+        self.write(changes, positions, ends, summary, wait=wait, sections=sections, lap=lap)
+
+    def write(
+        self, changes: Mapping[str, bytes | None], positions: Mapping[str, int],
+        ends: Mapping[str, int], summary: PartitionSummary, *, wait: bool = False,
+        sections: Mapping[str, Mapping[str, bytes | None]] | None = None,
+        lap: Callable[[str], None] = no_lap,
+    ) -> None:  # fmt: skip
+        """Write ``changes`` (and the rows of the time ``sections``) with the input
+        ``positions`` and the changelogs' ``ends`` (their outputs acknowledged) in one write,
+        then tell Kafka the group's offsets (if ``wait``, until the broker answered).
+
+        Raises:
+            OffsetRegressionError: an offset would go back (a bug; nothing is written).
+            StorageError: the write failed.
+        """
         rows = {t: dict(r) for t, r in (sections or {}).items() if r}
         batch = WriteBatch(values=dict(changes), sections=rows)
         for topic, offset in {**positions, **ends}.items():

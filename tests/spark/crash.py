@@ -108,7 +108,13 @@ def run_killable(command: list[str], cwd: Path, log: Path, *,
 class _Producer:
     def __init__(self, inner: Producer, kill: Kill) -> None:
         self.inner, self.kill = inner, kill
-        self.poll, self.purge, self.partition_count = inner.poll, inner.purge, inner.partition_count
+        self.purge, self.partition_count = inner.purge, inner.partition_count
+
+    def poll(self, timeout: float) -> int:
+        served = self.inner.poll(timeout)
+        if served:  # delivery reports: a continuous commit may be written next
+            self.kill.reached("flush")
+        return served
 
     def produce(self, *args: Any, **kwargs: Any) -> None:
         self.kill.reached("produce")

@@ -15,7 +15,7 @@ What a run's configuration draws from:
 * where it is killed: ``first-epoch`` (in continuous mode, as soon as its stores applied
   records while Spark has not committed the epoch: the defect of the mode-switch issue),
   ``timer`` (a random moment, often before Spark has even started), ``produce``, ``flush``
-  (between the flush and the state commit), ``commit`` (after a state commit), ``upload``
+  (outputs acknowledged, by a flush or a poll's delivery reports, before the state commit), ``commit`` (after a state commit), ``upload``
   (during a snapshot upload), ``restore`` (during a snapshot restore, on a new machine).
 
 Clicks are either a backlog emitted before the first run, or also a live flow while the killed

@@ -5,7 +5,7 @@ then the group table topic, the partition stores and a view must all equal the t
 (``tests/spark/model.py``).
 
 The suite plays five sequences whose first runs are killed where the mode-switch defect
-was, between a flush and its commit, during a restore (after a kill during an upload), after
+was, between outputs acknowledged and their commit, during a restore (after a kill during an upload), after
 a commit, and at a random moment; in three of them at most one later kill is drawn at random
 (the flush and restore sequences end with their first kill: each run costs the suite about
 15 s, and the series below draws later kills after every kind).

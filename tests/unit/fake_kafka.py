@@ -93,6 +93,7 @@ class RecordingProducer:
             number = (
                 where if where is not None else partition_for(text.encode(), self.kafka.partitions)
             )
+            self.kafka.events.append(f"deliver {topic}")
             on_delivery(None, FakeMessage(topic, number, offset, key, value, headers, timestamp))
         return len(done)
 

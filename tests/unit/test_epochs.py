@@ -19,6 +19,7 @@ from goka.errors import DeliveryError
 from goka.partitioner import partition_for
 from goka.processing.config import Builders, TaskConfig, leveldb_store
 from goka.processing.epoch import run_epoch
+from goka.processing.epoch_partition import MAX_SEALED
 from goka.processing.timeline import STEPS
 from goka.processing.worker import Worker
 
@@ -39,17 +40,54 @@ def test_an_epoch_processes_records_as_they_arrive_and_commits_each_interval(
     assert machine.state(0) == dict(sent) == table_of(kafka)
     assert kafka.committed[("counts", IN, 0)][0] == 30 == machine.offsets(0)[(IN, 0)]
     writes = [i for i, e in enumerate(kafka.events) if e.startswith("write clicks")]
-    flushes = [i for i, e in enumerate(kafka.events) if e == "flush"]
     assert [kafka.events[i] for i in writes] == [f"write clicks {n}" for n in (0, 10, 20, 30)]
-    assert all(any(f < w for f in flushes) for w in writes[1:])  # each commit after a flush
+    for n, w in zip((10, 20, 30), writes[1:], strict=True):  # each commit after its outputs
+        assert kafka.events[:w].count(f"deliver {CLICKS.table}") == n
     timeline = json.loads(summary.timeline)  # the loop's steps timed (goka.processing.timeline)
     steps = timeline["steps"]
     assert set(steps) == set(STEPS)  # every step timed
-    assert sum(steps["flush"]["counts"]) == sum(steps["write"]["counts"]) == summary.commits
+    assert sum(steps["flush"]["counts"]) >= sum(steps["write"]["counts"]) == summary.commits
     assert all(sum(steps[s]["counts"]) == 1 for s in ("lease", "ask", "begin", "assign"))
     assert timeline["turns"] >= sum(steps["poll"]["counts"]) >= 3
     # what the start asks the broker was asked at once, and forgotten after
     assert kafka.prefetched == [([(IN, 0), ("counts-table", 0)], "counts"), ([], None)]
+
+
+def test_a_commit_does_not_stop_the_loop_its_state_is_written_once_its_outputs_are_in(
+    kafka: FakeKafka, tmp_path: Path
+) -> None:
+    sent: Counter[str] = Counter()
+
+    def acknowledged() -> None:
+        kafka.unacknowledged = False
+        sent.update(click(kafka, 5, start=10))
+
+    kafka.unacknowledged = True  # the broker does not answer the first two commits' outputs
+    script = Script(kafka, lambda: sent.update(click(kafka, 5)),
+                    lambda: sent.update(click(kafka, 5, start=5)), acknowledged)  # fmt: skip
+    machine = Machine(kafka, tmp_path, commit_interval=0)
+    summary = epoch(machine, {IN: 0}, script.done)
+    writes = [e for e in kafka.events if e.startswith("write clicks")]
+    assert writes == [f"write clicks {n}" for n in (0, 5, 10, 15)]  # each commit, in order
+    first = kafka.events.index("write clicks 5")
+    assert kafka.events[:first].count(f"produce {CLICKS.table}") == 15  # processed on meanwhile
+    assert kafka.events[:first].count(f"deliver {CLICKS.table}") == 15
+    assert summary.commits == 3
+    assert machine.state(0) == dict(sent) == table_of(kafka)  # read through what waited
+
+
+def test_a_commit_waits_for_the_outputs_once_too_many_commits_wait(
+    kafka: FakeKafka, tmp_path: Path
+) -> None:
+    kafka.unacknowledged = True
+    script = Script(kafka, *[lambda i=i: click(kafka, 2, start=2 * i)
+                             for i in range(MAX_SEALED + 3)])  # fmt: skip
+    machine = Machine(kafka, tmp_path, commit_interval=0)
+    with pytest.raises(DeliveryError, match=r"partition 0: 2 messages unacknowledged"):
+        epoch(machine, {IN: 0}, script.done)
+    assert script.polls == MAX_SEALED + 1  # the commit of the last poll waited, and failed
+    assert [e for e in kafka.events if e.startswith("write clicks")] == ["write clicks 0"]
+    assert ("counts", IN, 0) not in kafka.committed
 
 
 def test_changes_not_committed_yet_are_seen_by_later_records(

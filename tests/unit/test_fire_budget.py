@@ -62,7 +62,7 @@ COMMITS = Commits()
 
 @pytest.fixture(autouse=True)
 def small_budget(monkeypatch: pytest.MonkeyPatch) -> None:
-    real = PartitionStores.commit
+    real = PartitionStores.write
     COMMITS.made, COMMITS.stop_at = 0, None
 
     def counted(self: PartitionStores, *args: Any, **kwargs: Any) -> None:
@@ -71,7 +71,7 @@ def small_budget(monkeypatch: pytest.MonkeyPatch) -> None:
         real(self, *args, **kwargs)
         COMMITS.made += 1
 
-    monkeypatch.setattr(PartitionStores, "commit", counted)
+    monkeypatch.setattr(PartitionStores, "write", counted)
 
 
 def fill(kafka: FakeKafka) -> None:

@@ -1,0 +1,190 @@
+"""One partition in a continuous epoch (:mod:`goka.processing.epoch`): its stores, where it
+is in its inputs, and its commits, which do not stop it.
+
+A commit (every ``commit_interval``) *seals* what the partition processed since the last one:
+its state changes, its inputs' offsets, and the outputs it produced meanwhile (a
+:class:`~goka.processing.output.Generation`). The partition processes on; the changes are
+written to the store with the offsets (and the changelogs' ends) once every one of those
+outputs is acknowledged, commits in order (the loop looks at each turn). Until then they are
+read from memory. A timed group's commit waits for its outputs (its time state is read afresh
+from what was written), and so does one when :data:`MAX_SEALED` commits wait already.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+
+from goka.engine import Engine, Message
+from goka.processing.applied import record_before
+from goka.processing.output import Generation
+from goka.processing.stores import PartitionStores
+from goka.processing.summary import PartitionSummary, store_bytes
+from goka.processing.timeline import no_lap
+
+__all__ = ["MAX_SEALED", "Epoch", "Sealed"]
+
+
+class Epoch:
+    """One partition in an epoch (see :func:`run_epoch`): its stores, its position, what it
+    has not committed yet."""
+
+    def __init__(
+        self, stores: PartitionStores, positions: dict[str, int], summary: PartitionSummary
+    ) -> None:
+        self.stores, self.positions, self.summary = stores, positions, summary
+        self.config, self.graph, self.partition = stores.config, stores.graph, stores.partition
+        self.inputs = [t for t in self.graph.input_topics() if t in positions]
+        self.joins = {t: stores.leases[f"join-{t}"].storage for t in self.graph.joins}
+        self.pending: dict[str, bytes | None] = {}  # state changes not written yet
+        self.changes: dict[str, bytes | None] = {}  # those since the last commit sealed
+        self.sealed: deque[Sealed] = deque()  # commits waiting for their outputs
+        get, pending = stores.store.get, self.pending
+
+        def read(key: str) -> bytes | None:
+            return pending[key] if key in pending else get(key)
+
+        self.sections = stores.pending_rows()  # time rows not committed yet
+        self.engine = Engine(
+            self.graph, self.partition, store=read,
+            tables={**{t: s.get for t, s in self.joins.items()}, **stores.clients.lookups()},
+            on_error=self.config.on_error, max_message_bytes=self.config.max_message_bytes,
+            fire_budget=self.config.fire_budget, deferred_finals=True,
+            **stores.engine_sections(self.sections),
+        )  # fmt: skip
+        self.output = stores.output()
+        self.committed = self.reached = dict(positions)  # written; sealed
+        if self.graph.timed:  # what a commit inside a backlog left is due now
+            self._process([], after=record_before({t: positions[t] for t in self.inputs}))
+
+    @classmethod
+    def begin(cls, stores: PartitionStores, starts: Mapping[str, int]) -> Epoch:
+        """Make ``stores`` current for an epoch planned from ``starts`` (inputs and joined
+        tables): inputs from where the group committed if that is further, joined tables up
+        to their end (current before any input, as Goka recovers them)."""
+        summary = PartitionSummary(stores.partition, started_at=time.time())
+        inputs = [t for t in stores.graph.input_topics() if t in starts]
+        target = stores.begin({t: starts[t] for t in inputs}, summary)
+        applied = stores.applied(inputs)
+        for topic in inputs:  # an epoch follows its inputs from here: they must still be there
+            stores.check(topic, applied.offsets[topic])
+        # what it skips: beyond where it begins (the group's commits, where further than
+        # Spark's plan: Spark plans an epoch before the previous one and its bridge end)
+        stores.skip(applied, applied.behind(target, inputs), summary, check=False)
+        positions = dict(applied.offsets)
+        for table in stores.graph.joins:
+            reflected = stores.applied([table]).offsets[table]
+            high = stores.check(table, max(starts[table], reflected))
+            positions[table] = stores.recover_join(table, high, summary)
+        return cls(stores, positions, summary)
+
+    def finish(self, started: float) -> PartitionSummary:
+        """Snapshot the stores if due; return the epoch's summary."""
+        summary = self.summary
+        summary.ends = json.dumps({t: self.positions[t] for t in self.inputs})
+        summary.store_bytes = store_bytes(self.stores.store)
+        self.stores.commit_to_group(self.committed, wait=True)
+        self.stores.snapshot(summary)
+        summary.uploads = json.dumps([asdict(r) for r in self.stores.worker.reports()])
+        summary.seconds = time.monotonic() - started
+        return summary
+
+    def apply(self, rows: list[Message]) -> None:
+        by_topic: dict[str, list[Message]] = {}
+        for row in rows:
+            by_topic.setdefault(row[0], []).append(row)
+        if len(by_topic) > 1:  # records of several topics: in time order, each topic in order
+            rows = list(heapq.merge(*by_topic.values(), key=lambda m: m[4]))
+        if not self.joins:
+            self._process(rows)
+            return
+        run: list[Message] = []
+        for row in rows:  # a join sees the table updates that precede an input record in time
+            if run and (row[0] in self.joins) != (run[0][0] in self.joins):
+                self._join(run) if run[0][0] in self.joins else self._process(run)
+                run = []
+            run.append(row)
+        self._join(run) if run[0][0] in self.joins else self._process(run)
+
+    def _process(self, messages: list[Message], after: Message | None = None) -> None:
+        rest = messages
+        while True:
+            result, after = self.engine.process(rest, after=after), None
+            self.stores.take(result, self.output, self.summary, self.sections)
+            changes = result.changes()
+            self.pending.update(changes)
+            self.changes.update(changes)
+            done, rest = rest[: result.consumed], rest[result.consumed :]
+            for message in done:
+                self.positions[message[0]] = message[1] + 1
+            if not rest and not self.engine.backlog:
+                return
+            self.commit(wait=True)  # what fired hit the budget: commit, then go on
+
+    def _join(self, records: list[Message]) -> None:
+        self.stores.apply_join(records[0][0], records, records[-1][1] + 1, self.summary)
+        self.positions[records[0][0]] = records[-1][1] + 1
+
+    def commit(self, lap: Callable[[str], None] = no_lap, *, wait: bool = False) -> None:
+        """Seal what was processed since the last commit: its state changes are written with
+        its offsets once its outputs are acknowledged (:meth:`settle`), the loop processing on
+        meanwhile (``wait``: now; always for a timed group, whose time state is read afresh
+        from what was written; and when :data:`MAX_SEALED` wait). ``lap``: each step done,
+        for the loop's timeline."""
+        sections = self.sections
+        rows = None if sections is None else sections.rows
+        if self.positions != self.reached or self.changes or (rows and any(rows.values())):
+            inputs = {t: self.positions[t] for t in self.inputs}
+            self.sealed.append(Sealed(self.output.seal(), self.changes, inputs,
+                                      dict(self.positions), rows))  # fmt: skip
+            self.changes, self.reached = {}, dict(self.positions)
+            wait = wait or rows is not None or len(self.sealed) > MAX_SEALED
+        elif not self.sealed:
+            self.stores.catch_up_group(due=True)
+            return
+        self.settle(lap, wait=wait)
+
+    def settle(self, lap: Callable[[str], None] = no_lap, *, wait: bool = False) -> None:
+        """Write the sealed commits whose outputs are all acknowledged, in order (``wait``:
+        all of them, waiting for their outputs)."""
+        self.output.wait() if wait else self.output.poll()
+        lap("flush")
+        pending = self.pending
+        while self.sealed:
+            head = self.sealed[0]
+            ends = self.output.settle(head.generation, waited=wait)
+            if ends is None:
+                return
+            self.stores.write(head.changes, head.inputs, ends, self.summary,
+                              sections=head.sections, lap=lap)  # fmt: skip
+            self.sealed.popleft()
+            for key, value in head.changes.items():  # read from the store now, unless changed
+                if pending.get(key, _GONE) is value:  # since (a later commit writes that)
+                    del pending[key]
+            if self.sections is not None:
+                self.sections.clear()
+                self.engine.committed()
+            self.committed = head.reached
+            self.stores.snapshot(self.summary)  # if due: a long epoch too
+            lap("snapshot")
+
+
+#: How many commits may wait for their outputs before the next one waits for them all.
+MAX_SEALED = 4
+_GONE = object()
+
+
+@dataclass
+class Sealed:
+    """A commit waiting for its outputs (:meth:`Epoch.commit`): the state changes to write,
+    the inputs' offsets to write with them, the offsets of all it follows, the time rows."""
+
+    generation: Generation
+    changes: dict[str, bytes | None]
+    inputs: dict[str, int]
+    reached: dict[str, int]
+    sections: dict[str, dict[str, bytes | None]] | None
