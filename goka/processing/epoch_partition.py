@@ -162,9 +162,11 @@ class Epoch:
             self.stores.write(head.changes, head.inputs, ends, self.summary,
                               sections=head.sections, lap=lap)  # fmt: skip
             self.sealed.popleft()
-            for key, value in head.changes.items():  # read from the store now, unless changed
-                if pending.get(key, _GONE) is value:  # since (a later commit writes that)
-                    del pending[key]
+            written = head.changes.keys() - self.changes.keys()  # read from the store now,
+            for later in self.sealed:  # unless changed since (a later commit writes that)
+                written -= later.changes.keys()
+            for key in written:
+                del pending[key]
             if self.sections is not None:
                 self.sections.clear()
                 self.engine.committed()
@@ -175,7 +177,6 @@ class Epoch:
 
 #: How many commits may wait for their outputs before the next one waits for them all.
 MAX_SEALED = 4
-_GONE = object()
 
 
 @dataclass

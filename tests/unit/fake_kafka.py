@@ -32,6 +32,7 @@ class FakeKafka:
     low: dict[tuple[str, int], int] = field(default_factory=dict)  # first offsets, if not 0
     prefetched: list[tuple[list[tuple[str, int]], str | None]] = field(default_factory=list)
     told: list[list[tuple[str, int]]] = field(default_factory=list)  # answers known, not asked
+    producers: list[RecordingProducer] = field(default_factory=list)
 
     def topic(self, name: str) -> list[list[Row]]:
         return self.topics.setdefault(name, [[] for _ in range(self.partitions)])
@@ -55,7 +56,15 @@ class FakeKafka:
 
     # -- builders ------------------------------------------------------------------------------
     def producer(self, config: dict[str, Any]) -> RecordingProducer:
-        return RecordingProducer(self)
+        self.producers.append(RecordingProducer(self))
+        return self.producers[-1]
+
+    def acknowledge(self) -> None:
+        """Deliver what the producers have queued (``unacknowledged`` or not)."""
+        held, self.unacknowledged = self.unacknowledged, False
+        for producer in self.producers:
+            producer.poll(0)
+        self.unacknowledged = held
 
     def reader(self, brokers: str, settings: Mapping[str, Any]) -> ListReader:
         return ListReader(self)

@@ -14,7 +14,16 @@ from typing import Any
 
 import pytest
 
-from goka import Context, Int64Codec, StringCodec, define_group, input, loop, persist
+from goka import (
+    Context,
+    Int64Codec,
+    StringCodec,
+    define_group,
+    input,
+    loop,
+    output,
+    persist,
+)
 from goka.errors import DeliveryError
 from goka.partitioner import partition_for
 from goka.processing.config import Builders, TaskConfig, leveldb_store
@@ -74,6 +83,43 @@ def test_a_commit_does_not_stop_the_loop_its_state_is_written_once_its_outputs_a
     assert kafka.events[:first].count(f"deliver {CLICKS.table}") == 15
     assert summary.commits == 3
     assert machine.state(0) == dict(sent) == table_of(kafka)  # read through what waited
+
+
+def toggle(ctx: Context[str], command: str) -> None:
+    if command == "set":
+        ctx.set_value("a")  # one-character values: the same bytes object each time
+    elif command == "delete":
+        ctx.delete()
+    else:
+        ctx.emit("seen", ctx.key, ctx.value() or "none")
+
+
+TOGGLE = define_group("toggle", input(IN, StringCodec(), toggle), output("seen", StringCodec()),
+                      persist(StringCodec()))  # fmt: skip
+
+
+def test_a_value_set_again_while_commits_wait_is_read_after_an_older_commit_is_written(
+    kafka: FakeKafka, tmp_path: Path
+) -> None:
+    def command(name: str) -> Callable[[], object]:
+        return lambda: kafka.append(IN, "k", name.encode(), partition=0)
+
+    def first_two_acknowledged() -> None:
+        kafka.acknowledge()  # the set and the delete: written after this poll's commit
+        command("set")()  # the same value again, its commit waiting
+
+    def acknowledged() -> None:
+        kafka.unacknowledged = False
+
+    kafka.unacknowledged = True
+    script = Script(kafka, command("set"), command("delete"), first_two_acknowledged,
+                    command("get"), acknowledged)  # fmt: skip
+    machine = Machine(kafka, tmp_path, TOGGLE, commit_interval=0)
+    epoch(machine, {IN: 0}, script.done)
+    assert [r[3] for r in kafka.rows("seen", 0)] == [b"a"]
+    assert [e for e in kafka.events if e.startswith("write clicks")] == [
+        f"write clicks {n}" for n in (0, 1, 2, 3, 4)
+    ]
 
 
 def test_a_commit_waits_for_the_outputs_once_too_many_commits_wait(
