@@ -31,8 +31,16 @@ from goka.processing.clients import Clients
 from goka.processing.config import TaskConfig
 from goka.processing.epoch_partition import Epoch
 from goka.processing.recovery import CHUNK
-from goka.processing.starts import Asking, followed, forget_followed, take_followed, tell
-from goka.processing.stores import PartitionStores
+from goka.processing.starts import (
+    Asking,
+    followed,
+    forget_followed,
+    leave_note,
+    take_followed,
+    take_notes,
+    tell,
+)
+from goka.processing.stores import PartitionStores, store_path
 from goka.processing.summary import PartitionSummary
 from goka.processing.timeline import Timeline
 from goka.processing.worker import Worker
@@ -136,7 +144,7 @@ def _run_epoch(
 
     One task may run several partitions (a Spark job with fewer task slots than partitions):
     one consumer follows them all, one producer serves them, and every ``commit_interval``
-    one flush precedes the commit of each.
+    each commits (:mod:`goka.processing.epoch_partition`).
 
     Raises:
         ProcessingError: a message failed under the ``fail`` policy.
@@ -152,10 +160,15 @@ def _run_epoch(
     # rewound-topic check they fail is asked again (recovery.checked_watermarks), and offsets
     # the group committed since are behind the stores, which the start skips to anyway (the
     # table's end matters only to a store opened afresh); partitions followed here until just
-    # now are not asked about: what their last reads answered is known
+    # now are not asked about: what their last reads answered is known; nor are those whose
+    # stores another process here holds: it leaves what it knew as it lets go of them
     known = take_followed(worker, group, starts)
+    held = worker.stores.held_elsewhere
+    noted = {p for p in starts if p not in known and not bridging
+             and held(store_path(config, "partition", p))}  # fmt: skip
     table = [config.graph.table] if config.graph.persist else []
-    asking = Asking(reader, sorted({(t, p) for p, offsets in starts.items() if p not in known
+    asking = Asking(reader, sorted({(t, p) for p, offsets in starts.items()
+                                    if p not in known and p not in noted
                                     for t in [*offsets, *table]}), group)  # fmt: skip
     try:
         if not bridging:  # a bridge elsewhere processes on until this task's producer is ready
@@ -169,7 +182,7 @@ def _run_epoch(
                       for p in sorted(starts)}  # fmt: skip
             timeline.lap("lease")
             asking.wait()
-            tell(reader, group, leased, known)
+            tell(reader, group, leased, {**known, **take_notes(leased, noted)}, noted)
             timeline.lap("ask")  # (what the answers took beyond the leases)
             epochs = {p: Epoch.begin(leased[p], starts[p]) for p in sorted(starts)}
             reader.prefetch([])  # what the starts did not ask for is not kept (it would age)
@@ -254,4 +267,8 @@ def _follow(
     ends = {p: dict(epoch.positions) for p, epoch in epochs.items()} if deadline else None
     summaries = [epoch.finish(started) for epoch in epochs.values()]
     summaries[0].timeline = timeline.report()
+    if any(lease.asked for lease in leases):  # another process here waits for the stores
+        for partition, epoch in epochs.items():
+            leave_note(epoch.stores, epoch.positions,
+                       {tp: m for tp, m in marks.items() if tp[1] == partition})  # fmt: skip
     return summaries, ends

@@ -36,6 +36,7 @@ from pathlib import Path
 from goka.errors import StorageCorruptError, StorageLockedError
 from goka.processing.holders import (
     forget_holder,
+    holder_file,
     open_inbox,
     open_when_released,
     release_marker,
@@ -159,6 +160,13 @@ class StoreHolder:
         lease.idle_since, lease.settled = time.monotonic(), False
         lease.lock.release()
         self._wake()
+
+    def held_elsewhere(self, path: Path) -> bool:
+        """Does another process hold the store at ``path`` open (its ``.holder`` file)?"""
+        with self._lock:
+            if path in self._stores:
+                return False
+        return holder_file(path).exists()
 
     def _acquire(
         self,

@@ -6,19 +6,37 @@ stores are where that left them: the watermarks the last reads answered stand in
 beyond the end or below the start fails the tail anyway), and the group's offsets are the
 stores' (the group committed up to there as the last one ended; no other process took the
 partition meanwhile: it would have taken the stores, or, on another machine, its task would
-have been this one)."""
+have been this one).
+
+Where another process of the machine holds the stores (its bridge: Spark ran this task in
+another Python worker), that process leaves the same (:func:`leave_note`, a file beside the
+store) as it lets go of them: the start does not ask for those partitions in advance, and is
+told what the note says (:func:`take_notes`); a partition without a note is asked about as it
+begins."""
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Set
+from pathlib import Path
 
 from goka.kafka.reader import RecordReader
 from goka.processing.stores import PartitionStores
 from goka.processing.worker import Worker
 
-__all__ = ["Asking", "followed", "forget_followed", "take_followed", "tell"]
+__all__ = [
+    "Asking",
+    "followed",
+    "forget_followed",
+    "leave_note",
+    "take_followed",
+    "take_notes",
+    "tell",
+]
 
 #: How long what a process followed stands in for asking the broker as the next epoch or
 #: bridge begins there (at an epoch boundary: milliseconds).
@@ -59,20 +77,67 @@ def forget_followed(worker: Worker, group: str) -> None:
     worker.take_carried((_FOLLOWED, group))
 
 
+def leave_note(stores: PartitionStores, ended: Mapping[str, int],
+               marks: Mapping[tuple[str, int], tuple[int, int]]) -> None:  # fmt: skip
+    """Leave beside the partition's store, for the process of this machine that asked for
+    it, where this process followed the partition up to (committed: the stores and the
+    group's offsets) and the watermarks its last reads answered."""
+    path = _note_file(stores.leases["partition"].path)
+    temporary = path.with_name(f"{path.name}-{os.getpid()}")
+    with contextlib.suppress(OSError):  # (a store without a directory: no note, it asks)
+        temporary.write_text(json.dumps({
+            "at": time.time(), "ended": dict(ended),
+            "marks": [[t, p, low, high] for (t, p), (low, high) in marks.items()],
+        }))  # fmt: skip
+        os.replace(temporary, path)
+
+
+def take_notes(leased: Mapping[int, PartitionStores], expected: Set[int]) -> Followed:
+    """The notes left by the process that held the stores of ``expected`` partitions
+    (:func:`leave_note`) at most :data:`FOLLOWED_SECONDS` ago; every note found is removed."""
+    found = {}
+    for partition in expected:
+        path = _note_file(leased[partition].leases["partition"].path)
+        try:
+            note = json.loads(path.read_text())
+            path.unlink()
+        except (OSError, ValueError):
+            continue
+        if time.time() - note["at"] <= FOLLOWED_SECONDS:
+            marks = {(t, p): (low, high) for t, p, low, high in note["marks"]}
+            found[partition] = (note["ended"], marks)
+    return found
+
+
+def _note_file(store: Path) -> Path:
+    return store.with_name(f"{store.name}.followed")
+
+
 def tell(
-    reader: RecordReader, group: str, leased: Mapping[int, PartitionStores], known: Followed
-) -> None:
+    reader: RecordReader, group: str, leased: Mapping[int, PartitionStores], known: Followed,
+    noted: Set[int] = frozenset(),
+) -> None:  # fmt: skip
     """Give ``reader`` the answers for the partitions followed until just now whose stores
-    are where that left them (still open here): the watermarks their last reads answered,
-    and the group's offsets as the stores'. The others were not asked about in advance: they
-    are asked as they begin, one answer at a time (their stores changed hands: seldom)."""
+    are where that left them (still open here, or ``noted``: opened after another process's
+    note): the watermarks their last reads answered, and the group's offsets as the stores'
+    (and, to a store opened afresh, the table's end as the store's: the process that held
+    it wrote the table up to there). The others were not asked about in advance: they are
+    asked as they begin, one answer at a time."""
     for partition, (positions, marks) in known.items():
         stores = leased[partition]
-        if stores.fresh or stores.applied(list(positions)).offsets != positions:
+        fresh = stores.fresh
+        if (fresh and partition not in noted) or stores.applied(
+            list(positions)
+        ).offsets != positions:
             continue
         inputs = stores.graph.input_topics()
-        reader.tell(marks, {(group, t, partition): (o, "") for t, o in positions.items()
-                            if t in inputs})  # fmt: skip
+        answers = dict(marks)
+        table = (stores.graph.table, partition)
+        end = stores.store.offsets().get(table, -1)
+        if fresh and stores.graph.persist and end >= 0:
+            answers[table] = (min(answers.get(table, (end, end))[0], end), end)
+        reader.tell(answers, {(group, t, partition): (o, "") for t, o in positions.items()
+                              if t in inputs})  # fmt: skip
 
 
 class Asking:

@@ -47,6 +47,11 @@ log = logging.getLogger(__name__)
 GROUP_COMMIT_SECONDS = 1.0
 
 
+def store_path(config: TaskConfig, name: str, partition: int) -> Path:
+    """Where the store ``name`` (``partition``, ``join-<table>``) of ``partition`` lives."""
+    return Path(config.state_dir) / config.graph.group / f"{name}-{partition}"
+
+
 class PartitionStores:
     """The stores of ``partition`` for one task, leased until ``stack`` closes (see the module
     docstring). Not thread-safe.
@@ -330,7 +335,7 @@ class PartitionStores:
     # -- helpers ---------------------------------------------------------------------------------
     def _lease(self, name: str, table: str, ask: bool) -> Any:
         return self.worker.lease(
-            self.config.builders.storage, self.root / f"{name}-{self.partition}", table,
+            self.config.builders.storage, store_path(self.config, name, self.partition), table,
             timeout=self.config.store_timeout, discard_corrupt=True, ask=ask,
         )  # fmt: skip
 

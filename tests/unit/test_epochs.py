@@ -376,14 +376,52 @@ def test_a_bridge_gives_its_stores_to_another_process_that_asks(
     assert summary.processed + sum(s.processed for s in here.worker.take_carried("counts")) == 5
 
 
+def test_a_bridge_elsewhere_leaves_what_it_knew_and_the_next_epoch_asks_the_broker_nothing(
+    kafka: FakeKafka, tmp_path: Path
+) -> None:
+    here = Machine(kafka, tmp_path, commit_interval=0, epoch=HOUR)
+    builders = dataclasses.replace(here.builders, storage=leveldb_store)
+    here.config = dataclasses.replace(here.config, builders=builders)
+    there = Machine(kafka, tmp_path, commit_interval=0, epoch=HOUR)  # another worker process
+    there.config = dataclasses.replace(there.config, builders=builders)
+    sent = click(kafka, 5)
+    run_epoch(here.config, here.worker, {0: {IN: 0}}, 0.2, bridge=True)
+    sent += click(kafka, 5, start=5)
+    _await(lambda: kafka.committed[("counts", IN, 0)][0] == 10, "the bridge commits")
+    kafka.prefetched.clear()
+    sent += click(kafka, 3, start=10)
+    (summary,) = run_epoch(there.config, there.worker, {0: {IN: 5}}, 0.3)
+    here.worker.end_bridge()
+    bridged = sum(s.processed for s in here.worker.take_carried("counts"))
+    assert summary.store == "opened" and summary.processed + bridged == 8
+    assert table_of(kafka) == dict(sent) == there.state(0)
+    assert [p for p in kafka.prefetched if p[0]] == []  # nothing asked in advance
+    assert kafka.told[-1] == [(IN, 0), ("counts-table", 0)]  # the table's end: the store's
+    assert not list(tmp_path.glob("counts/*.followed"))  # the note was taken
+    # a note that aged is not taken (the store was where it said: only the time tells)
+    told = len(kafka.told)
+    run_epoch(there.config, there.worker, {0: {IN: 13}}, 0.1, bridge=True)
+    _await(lambda: len(kafka.told) > told, "the bridge begins (told what the epoch read)")
+    kafka.told.clear()
+    kafka.prefetched.clear()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("goka.processing.starts.FOLLOWED_SECONDS", -1.0)
+        run_epoch(here.config, here.worker, {0: {IN: 13}}, 0.1)
+    there.worker.end_bridge()
+    assert kafka.told == [] and [p for p in kafka.prefetched if p[0]] == []  # asked as it began
+
+
 def test_an_epoch_asking_the_broker_while_a_bridge_elsewhere_commits_asks_again(
     kafka: FakeKafka, tmp_path: Path
 ) -> None:
     """A bridge in another process processes and writes the table until it lets the stores go:
-    the next epoch asks for the table's end and the group's offsets meanwhile, so an answer
-    that looks shorter than the store is asked again (else a TopicRewoundError of a table
-    that never went back)."""
+    the next epoch asks for the table's end and the group's offsets meanwhile (the holder has
+    no inbox, so it is not known to be there, leaving a note), so an answer that looks
+    shorter than the store is asked again (else a TopicRewoundError of a table that never
+    went back)."""
     here = Machine(kafka, tmp_path, commit_interval=0, epoch=HOUR)
+    here.worker.close()
+    here.worker = Worker(inbox=False)  # asked by a file, which it finds within its poll
     builders = dataclasses.replace(here.builders, storage=leveldb_store)
     here.config = dataclasses.replace(here.config, builders=builders)
     there = Machine(kafka, tmp_path, commit_interval=0, epoch=HOUR)
