@@ -267,8 +267,8 @@ def _follow(
     ends = {p: dict(epoch.positions) for p, epoch in epochs.items()} if deadline else None
     summaries = [epoch.finish(started) for epoch in epochs.values()]
     summaries[0].timeline = timeline.report()
-    if any(lease.asked for lease in leases):  # another process here waits for the stores
-        for partition, epoch in epochs.items():
+    if bridging:  # for another process here that takes the stores next (asked for them, or
+        for partition, epoch in epochs.items():  # from the holder after this one's next task)
             leave_note(epoch.stores, epoch.positions,
                        {tp: m for tp, m in marks.items() if tp[1] == partition})  # fmt: skip
     return summaries, ends

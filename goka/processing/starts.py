@@ -8,11 +8,11 @@ stores' (the group committed up to there as the last one ended; no other process
 partition meanwhile: it would have taken the stores, or, on another machine, its task would
 have been this one).
 
-Where another process of the machine holds the stores (its bridge: Spark ran this task in
-another Python worker), that process leaves the same (:func:`leave_note`, a file beside the
-store) as it lets go of them: the start does not ask for those partitions in advance, and is
-told what the note says (:func:`take_notes`); a partition without a note is asked about as it
-begins."""
+Where another process of the machine holds the stores (Spark ran this task in another
+Python worker), that process's bridge left the same as it ended (:func:`leave_note`, a file
+beside the store: as it let go of them, or as its next task began and its holder kept them):
+the start does not ask for those partitions in advance, and is told what the note says
+(:func:`take_notes`); a partition without a note is asked about as it begins."""
 
 from __future__ import annotations
 
@@ -79,9 +79,9 @@ def forget_followed(worker: Worker, group: str) -> None:
 
 def leave_note(stores: PartitionStores, ended: Mapping[str, int],
                marks: Mapping[tuple[str, int], tuple[int, int]]) -> None:  # fmt: skip
-    """Leave beside the partition's store, for the process of this machine that asked for
-    it, where this process followed the partition up to (committed: the stores and the
-    group's offsets) and the watermarks its last reads answered."""
+    """Leave beside the partition's store, for a process of this machine that takes it next,
+    where this process followed the partition up to (committed: the stores and the group's
+    offsets) and the watermarks its last reads answered."""
     path = _note_file(stores.leases["partition"].path)
     temporary = path.with_name(f"{path.name}-{os.getpid()}")
     with contextlib.suppress(OSError):  # (a store without a directory: no note, it asks)

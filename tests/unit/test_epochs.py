@@ -411,6 +411,26 @@ def test_a_bridge_elsewhere_leaves_what_it_knew_and_the_next_epoch_asks_the_brok
     assert kafka.told == [] and [p for p in kafka.prefetched if p[0]] == []  # asked as it began
 
 
+def test_stores_a_bridge_left_to_its_holder_come_with_its_note_to_another_process(
+    kafka: FakeKafka, tmp_path: Path
+) -> None:
+    here = Machine(kafka, tmp_path, commit_interval=0, epoch=HOUR)
+    builders = dataclasses.replace(here.builders, storage=leveldb_store)
+    here.config = dataclasses.replace(here.config, builders=builders)
+    there = Machine(kafka, tmp_path, commit_interval=0, epoch=HOUR)
+    there.config = dataclasses.replace(there.config, builders=builders)
+    sent = click(kafka, 5)
+    run_epoch(here.config, here.worker, {0: {IN: 0}}, 0.2, bridge=True)
+    sent += click(kafka, 2, start=5)
+    _await(lambda: kafka.committed[("counts", IN, 0)][0] == 7, "the bridge commits")
+    here.worker.end_bridge(hold=True)  # its next task began (another partition's): it holds on
+    kafka.prefetched.clear()
+    (summary,) = run_epoch(there.config, there.worker, {0: {IN: 5}}, 0.2)
+    assert summary.store == "opened" and table_of(kafka) == dict(sent) == there.state(0)
+    assert [p for p in kafka.prefetched if p[0]] == []
+    assert kafka.told[-1] == [(IN, 0), ("counts-table", 0)]
+
+
 def test_an_epoch_asking_the_broker_while_a_bridge_elsewhere_commits_asks_again(
     kafka: FakeKafka, tmp_path: Path
 ) -> None:
