@@ -22,8 +22,7 @@ yields index rows in order from both.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterator, Mapping
-from functools import partial
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -199,8 +198,12 @@ class Overlay:
         self._journal = journal
         # what a batch reads below its changes does not change during the batch; over a
         # PendingView, its layers are read directly (a hot path: a read per window update)
-        if isinstance(section, PendingView):
-            self._pending, self._committed, self._read = section.layers()
+        self._pending: dict[str, bytes | None]
+        self._committed: dict[str, bytes | None]
+        self._read: Callable[[str], bytes | None]
+        layers = getattr(section, "layers", None)  # a PendingView (goka.pending_rows)
+        if layers is not None:
+            self._pending, self._committed, self._read = layers()
         else:
             self._pending, self._committed, self._read = {}, {}, section.get
 
@@ -286,111 +289,3 @@ class DueQueue:
             if not added or head[0] <= added[0][0]:
                 return head
         return added[0] if added else None
-
-
-class PendingRows:
-    """Section rows written since the last commit, over the committed sections: what the
-    engine reads between commits (an epoch runs many batches per commit), and what the next
-    commit writes. Changelog rows come in with :meth:`apply`, which adds the index rows
-    derived from them (:func:`section_rows`).
-
-    Args:
-        sections: the committed sections, by changelog topic.
-        graces: each topic's window grace (None: the timers section).
-    """
-
-    def __init__(self, sections: Mapping[str, Section], graces: Mapping[str, int | None]):
-        self._sections, self._graces = dict(sections), dict(graces)
-        self.rows: dict[str, dict[str, bytes | None]] = {t: {} for t in self._sections}
-        self._committed: dict[str, dict[str, bytes | None]] = {t: {} for t in self._sections}
-
-    def view(self, topic: str) -> PendingView:
-        """The section of ``topic`` as the engine sees it (what it reads of the committed
-        section is kept until the commit: :meth:`apply` reads the same rows again)."""
-        return PendingView(self._sections[topic], self.rows[topic], self._committed[topic])
-
-    def apply(self, topic: str, key: str, value: bytes | None) -> None:
-        """Changelog row ``key`` = ``value`` of ``topic``, with its derived rows."""
-        pending, grace = self.rows[topic], self._graces[topic]
-        if grace is None:
-            pending.update(section_rows(partial(self._old, topic), key, value, grace=None))
-            return
-        window = "w" + key  # a window (the hot path: a call per window update)
-        index = window_index(key, value, grace, existed=self._old(topic, window) is not None)
-        pending[window] = value
-        if index is not None:
-            pending[index[0]] = index[1]
-
-    def _old(self, topic: str, row: str) -> bytes | None:
-        """``row`` of ``topic`` as the last batch left it."""
-        pending = self.rows[topic]
-        if row in pending:
-            return pending[row]
-        committed = self._committed[topic]
-        if row not in committed:
-            committed[row] = self._sections[topic].get(row)
-        return committed[row]
-
-    def clear(self) -> None:
-        """Forget the rows (committed)."""
-        for rows in self.rows.values():
-            rows.clear()
-        for read in self._committed.values():
-            read.clear()
-
-
-class PendingView:
-    """A committed section with pending rows on top (reads only)."""
-
-    __slots__ = ("_committed", "_pending", "_section")
-
-    def __init__(self, section: Section, pending: dict[str, bytes | None],
-                 committed: dict[str, bytes | None] | None = None) -> None:  # fmt: skip
-        self._section, self._pending = section, pending
-        self._committed = {} if committed is None else committed
-
-    def layers(self) -> tuple[dict[str, bytes | None], dict[str, bytes | None],
-                              Callable[[str], bytes | None]]:  # fmt: skip
-        """The pending rows, the committed rows read so far (a cache kept until the commit)
-        and the committed section's reader: what :meth:`get` reads, in order."""
-        return self._pending, self._committed, self._section.get
-
-    def get(self, key: str) -> bytes | None:
-        """The row's value, pending or committed."""
-        pending = self._pending
-        if key in pending:
-            return pending[key]
-        committed = self._committed
-        if key in committed:
-            return committed[key]
-        value = committed[key] = self._section.get(key)
-        return value
-
-    def items(
-        self, *, start: str | None = None, stop: str | None = None, prefix: str | None = None,
-        reverse: bool = False,
-    ) -> Iterator[tuple[str, bytes]]:  # fmt: skip
-        """Rows in key order, pending ones merged in (lazily: a section may be large)."""
-        committed = self._section.items(start=start, stop=stop, prefix=prefix, reverse=reverse)
-        if not self._pending:
-            yield from committed
-            return
-        pending = sorted(
-            (k, v) for k, v in self._pending.items()
-            if (prefix is None or k.startswith(prefix)) and (start is None or k >= start)
-            and (stop is None or k < stop)
-        )  # fmt: skip
-        if reverse:
-            pending.reverse()
-        first, later = (0, 1) if not reverse else (1, 0)  # at equal keys, the pending row
-        merged = heapq.merge(
-            ((k, first, v) for k, v in pending), ((k, later, v) for k, v in committed),
-            reverse=reverse,
-        )  # fmt: skip
-        last = None
-        for key, _, value in merged:
-            if key == last:
-                continue
-            last = key
-            if value is not None:
-                yield key, value

@@ -6,8 +6,9 @@ its state changes, its inputs' offsets, and the outputs it produced meanwhile (a
 :class:`~goka.processing.output.Generation`). The partition processes on; the changes are
 written to the store with the offsets (and the changelogs' ends) once every one of those
 outputs is acknowledged, commits in order (the loop looks at each turn). Until then they are
-read from memory. A timed group's commit waits for its outputs (its time state is read afresh
-from what was written), and so does one when :data:`MAX_SEALED` commits wait already.
+read from memory: state changes, and a timed group's time rows (timers, windows and their
+indexes: :class:`~goka.pending_rows.PendingRows` keeps a generation per commit). A commit
+waits for its outputs when :data:`MAX_SEALED` commits wait already, and at an epoch's end.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ class Epoch:
         def read(key: str) -> bytes | None:
             return pending[key] if key in pending else get(key)
 
-        self.sections = stores.pending_rows()  # time rows not committed yet
+        self.sections = stores.pending_rows(generations=True)  # time rows not written yet
         self.engine = Engine(
             self.graph, self.partition, store=read,
             tables={**{t: s.get for t, s in self.joins.items()}, **stores.clients.lookups()},
@@ -132,17 +133,17 @@ class Epoch:
     def commit(self, lap: Callable[[str], None] = no_lap, *, wait: bool = False) -> None:
         """Seal what was processed since the last commit: its state changes are written with
         its offsets once its outputs are acknowledged (:meth:`settle`), the loop processing on
-        meanwhile (``wait``: now; always for a timed group, whose time state is read afresh
-        from what was written; and when :data:`MAX_SEALED` wait). ``lap``: each step done,
+        meanwhile (``wait``: now; and when :data:`MAX_SEALED` wait). ``lap``: each step done,
         for the loop's timeline."""
         sections = self.sections
-        rows = None if sections is None else sections.rows
-        if self.positions != self.reached or self.changes or (rows and any(rows.values())):
+        fresh = None if sections is None else sections.fresh
+        if self.positions != self.reached or self.changes or (fresh and any(fresh.values())):
             inputs = {t: self.positions[t] for t in self.inputs}
+            rows = None if sections is None else sections.seal()
             self.sealed.append(Sealed(self.output.seal(), self.changes, inputs,
                                       dict(self.positions), rows))  # fmt: skip
             self.changes, self.reached = {}, dict(self.positions)
-            wait = wait or rows is not None or len(self.sealed) > MAX_SEALED
+            wait = wait or len(self.sealed) > MAX_SEALED
         elif not self.sealed:
             self.stores.catch_up_group(due=True)
             return
@@ -159,6 +160,11 @@ class Epoch:
             ends = self.output.settle(head.generation, waited=wait)
             if ends is None:
                 return
+            if self.stores.finals is not None:  # final results delivered after an earlier
+                # commit wrote their changelog rows (watermarks, expiries) into the store, after
+                # this commit's rows in the changelog: the store is past this commit's ends
+                stored = self.stores.store.offsets()
+                ends = {t: max(o, stored.get((t, self.partition), o)) for t, o in ends.items()}
             self.stores.write(head.changes, head.inputs, ends, self.summary,
                               sections=head.sections, lap=lap)  # fmt: skip
             self.sealed.popleft()
@@ -167,9 +173,9 @@ class Epoch:
                 written -= later.changes.keys()
             for key in written:
                 del pending[key]
-            if self.sections is not None:
-                self.sections.clear()
-                self.engine.committed()
+            if self.sections is not None and head.sections is not None:
+                self.sections.written(head.sections, [s.sections or {} for s in self.sealed])
+                self.engine.committed()  # (the time state reads what is due afresh)
             self.committed = head.reached
             self.stores.snapshot(self.summary)  # if due: a long epoch too
             lap("snapshot")

@@ -22,6 +22,7 @@ from typing import Any
 from goka.context import TIMER, WINDOW
 from goka.engine import BatchResult, Message
 from goka.keys import key_str
+from goka.pending_rows import PendingRows
 from goka.processing.applied import Applied, commit
 from goka.processing.clients import Clients
 from goka.processing.config import TaskConfig
@@ -35,7 +36,7 @@ from goka.processing.timeline import no_lap
 from goka.processing.worker import Worker
 from goka.storage import Storage, WriteBatch
 from goka.storage.snapshots import Manifest, StoreState, remove_abandoned, stage
-from goka.timekeeping import PendingRows, section_graces
+from goka.timekeeping import section_graces
 
 __all__ = ["GROUP_COMMIT_SECONDS", "PartitionStores"]
 
@@ -189,13 +190,15 @@ class PartitionStores:
         summary.skipped_applied += skipped
 
     # -- applying and committing -----------------------------------------------------------------
-    def pending_rows(self) -> PendingRows | None:
+    def pending_rows(self, *, generations: bool = False) -> PendingRows | None:
         """The time sections of the group store (a timed group; else None), to read and
-        change between commits (read it after :meth:`begin`: a restore replaces the store)."""
+        change between commits (read it after :meth:`begin`: a restore replaces the store;
+        ``generations``: see :class:`~goka.pending_rows.PendingRows`)."""
         if not self.graph.timed:
             return None
         graces = section_graces(self.graph)
-        return PendingRows({t: self.store.section(t) for t in graces}, graces)
+        return PendingRows({t: self.store.section(t) for t in graces}, graces,
+                           generations=generations)  # fmt: skip
 
     def take(self, result: BatchResult, output: Output, summary: PartitionSummary,
              pending: PendingRows | None) -> None:  # fmt: skip
@@ -231,7 +234,7 @@ class PartitionStores:
     def commit(
         self, output: Output, changes: Mapping[str, bytes | None], positions: Mapping[str, int],
         summary: PartitionSummary, *, wait: bool = False,
-        sections: Mapping[str, Mapping[str, bytes | None]] | None = None,
+        sections: Mapping[str, dict[str, bytes | None]] | None = None,
         lap: Callable[[str], None] = no_lap,
     ) -> None:  # fmt: skip
         """Wait for every output so far, then :meth:`write` (``lap`` is told each step done:
@@ -250,7 +253,7 @@ class PartitionStores:
     def write(
         self, changes: Mapping[str, bytes | None], positions: Mapping[str, int],
         ends: Mapping[str, int], summary: PartitionSummary, *, wait: bool = False,
-        sections: Mapping[str, Mapping[str, bytes | None]] | None = None,
+        sections: Mapping[str, dict[str, bytes | None]] | None = None,
         lap: Callable[[str], None] = no_lap,
     ) -> None:  # fmt: skip
         """Write ``changes`` (and the rows of the time ``sections``) with the input
@@ -261,7 +264,7 @@ class PartitionStores:
             OffsetRegressionError: an offset would go back (a bug; nothing is written).
             StorageError: the write failed.
         """
-        rows = {t: dict(r) for t, r in (sections or {}).items() if r}
+        rows = {t: r for t, r in (sections or {}).items() if r}  # (written at once)
         batch = WriteBatch(values=dict(changes), sections=rows)
         for topic, offset in {**positions, **ends}.items():
             batch.set_offset(topic, self.partition, offset)

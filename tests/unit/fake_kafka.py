@@ -27,6 +27,7 @@ class FakeKafka:
     events: list[str] = field(default_factory=list)
     fail_deliveries_to: set[str] = field(default_factory=set)
     unacknowledged: bool = False  # flush() leaves messages queued (a broker that does not answer)
+    late: bool = False  # poll() takes no reports, flush() waits for them (a broker answering late)
     committed: dict[tuple[str, str, int], tuple[int, str]] = field(default_factory=dict)
     on_poll: list[Callable[[], object]] = field(default_factory=list)
     low: dict[tuple[str, int], int] = field(default_factory=dict)  # first offsets, if not 0
@@ -63,7 +64,7 @@ class FakeKafka:
         """Deliver what the producers have queued (``unacknowledged`` or not)."""
         held, self.unacknowledged = self.unacknowledged, False
         for producer in self.producers:
-            producer.poll(0)
+            producer.poll(0, flushing=True)
         self.unacknowledged = held
 
     def reader(self, brokers: str, settings: Mapping[str, Any]) -> ListReader:
@@ -86,8 +87,8 @@ class RecordingProducer:
         self.kafka.events.append(f"produce {topic}")
         self.queued.append((topic, partition, key, value, headers, timestamp, on_delivery))
 
-    def poll(self, timeout: float) -> int:
-        if self.kafka.unacknowledged:
+    def poll(self, timeout: float, *, flushing: bool = False) -> int:
+        if self.kafka.unacknowledged or (self.kafka.late and not flushing):
             return 0
         done, self.queued = self.queued, []
         for topic, partition, key, value, headers, timestamp, on_delivery in done:
@@ -108,7 +109,7 @@ class RecordingProducer:
 
     def flush(self, timeout: float) -> int:
         self.kafka.events.append("flush")
-        self.poll(timeout)
+        self.poll(timeout, flushing=True)
         return len(self.queued)
 
     def partition_count(self, topic: str, timeout: float) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,12 +29,13 @@ from goka import (
 from goka.errors import DeliveryError, ProcessingError
 from goka.graph import GroupGraph
 from goka.processing.finals import Finals
+from goka.processing.output import Output
 from goka.tester import Tester
 from goka.timekeeping import decode_composite
 from goka.windowing import WINDOW_START
 
 from .fake_kafka import FakeKafka
-from .machines import Machine
+from .machines import Machine, Script, epoch
 
 IN, FINALS, SECOND = "views", "per-minute", 1_000
 
@@ -142,3 +144,38 @@ def test_results_out_before_the_watermark_moved_are_not_produced_again(
     Machine(kafka, tmp_path / "b", graph).run(0, {IN: (0, len(EVENTS))})
     assert finals(kafka) == wanted(tester)  # none twice
     assert windows(kafka, graph) == windows_of_tester(tester, graph)
+
+
+@pytest.mark.parametrize("retention", [86_400_000, 0], ids=["kept", "expired-at-close"])
+def test_an_epoch_whose_commits_wait_for_their_outputs_closes_each_window_once(
+    kafka: FakeKafka, tmp_path: Path, retention: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Commits of a continuous epoch do not stop it: windows opened in a commit not written
+    yet are updated, closed and expired by later records; the results come from the store
+    once the commits that closed the windows are written."""
+    graph = graph_of(retention)
+
+    def step(index: int) -> Callable[[], object]:
+        def run() -> None:
+            if index % 3 == 0:  # what the last three polls produced is acknowledged now
+                kafka.acknowledge()
+            key, event = EVENTS[index]
+            kafka.append(IN, key, json.dumps(event).encode(), partition=0, timestamp=1)
+
+        return run
+
+    def acknowledged() -> None:
+        kafka.late = False
+
+    kafka.late = True  # delivery reports come only when waited for, or every third poll
+    waits: list[int] = []
+    real = Output.wait
+    monkeypatch.setattr(Output, "wait", lambda self: waits.append(1) or real(self))
+    script = Script(kafka, *[step(i) for i in range(len(EVENTS))], acknowledged)
+    machine = Machine(kafka, tmp_path, graph, commit_interval=0)
+    summary = epoch(machine, {IN: 0}, script.done)
+    tester = run_tester(graph)
+    assert summary.commits >= len(EVENTS) - 1 and len(waits) <= 1  # at the end, if at all
+    assert wanted(tester) and finals(kafka) == wanted(tester)
+    assert windows(kafka, graph) == windows_of_tester(tester, graph)
+    assert len(windows(kafka, graph)) == (7 if retention else 1)
