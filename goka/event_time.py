@@ -86,6 +86,8 @@ def fire_due(engine: Engine, trigger: Message, result: BatchResult, *, wall: boo
     assert time is not None
     time.backlog = None
     deferred = time.deferred_finals
+    if deferred:
+        time.close_due(trigger)
     while (due := time.next_due(wall=wall)) is not None:
         if deferred and due.kind == "close":  # no effects (the budget's concern): it is
             time.fired(due, (trigger[0], trigger[1], None, None, due.at, None))  # closed

@@ -13,10 +13,9 @@ by the wall clock fire in time order (at equal times: windows close, then timers
 
 from __future__ import annotations
 
-import datetime as dt
 import sys
 from collections.abc import Callable, Mapping
-from typing import Any, NamedTuple
+from typing import Any
 
 from goka.context import TIMER, WINDOW
 from goka.edges import WindowEdge
@@ -28,10 +27,12 @@ from goka.timekeeping import (
     MAX_TIME,
     STREAM_TIME_HEADER,
     TTL_TIMER,
+    Due,
     DueQueue,
     Journal,
     Overlay,
     Section,
+    Timer,
     composite,
     decode_composite,
     decode_timer,
@@ -44,35 +45,6 @@ from goka.timekeeping import (
 from goka.windows import Window
 
 __all__ = ["Due", "PartitionTime", "Timer"]
-
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
-
-
-class Timer(NamedTuple):
-    """A timer that fired: its name, when it was due (ms), its clock and its data."""
-
-    name: str
-    at_ms: int
-    domain: str
-    data: Any
-
-    @property
-    def at(self) -> dt.datetime:
-        """When it was due, in UTC."""
-        return _EPOCH + dt.timedelta(milliseconds=self.at_ms)
-
-
-class Due(NamedTuple):
-    """Something to do at ``at``: ``kind`` is ``close``, ``expire`` (a window: ``name`` is the
-    window table, ``key`` its composite key) or ``timer`` (``name``, ``key``, ``data``)."""
-
-    at: int
-    order: int
-    kind: str
-    name: str
-    key: str
-    data: bytes
-    row: str
 
 
 class PartitionTime:
@@ -329,6 +301,25 @@ class PartitionTime:
         else:
             self._expiring[due.name].remove(due.row)
             self._window_row(due.name, due.key, None, source, decode_composite(due.key)[2])
+
+    def close_due(self, trigger: Any) -> None:
+        """Close every window of the final tables due by the stream time (deferred finals:
+        a close has no effects; each table's close watermark moves to its last), attributed
+        to ``trigger``. (A burst of closes at each window boundary: one pass over the queues,
+        not :meth:`next_due` per window.)"""
+        stream = self.stream_time
+        if stream < self._floor_stream:
+            return
+        for name, queue in self._closing.items():
+            last = None
+            while (row := queue.first()) is not None and int(row[0][1 : 1 + DIGITS]) <= stream:
+                queue.remove(row[0])
+                last = row[0]
+            if last is not None:
+                at, encoded = int(last[1 : 1 + DIGITS]), last.encode()
+                self.timer_rows.put(f"c{name}", encoded)
+                self._closed[name] = (encoded, (trigger[0], trigger[1], None, None, at, None))
+                self._floor_stream = -1  # recomputed by next_due
 
     def closed_all(self) -> None:
         """What was due after a trigger has fired: write the close watermark of each window

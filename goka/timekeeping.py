@@ -21,17 +21,20 @@ yields index rows in order from both.
 
 from __future__ import annotations
 
+import datetime as dt
 import heapq
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 if TYPE_CHECKING:
     from goka.graph import GroupGraph
 
 __all__ = [
+    "Due",
     "DueQueue",
     "Overlay",
     "Section",
+    "Timer",
     "composite",
     "decode_composite",
     "ms15",
@@ -51,6 +54,36 @@ STREAM_TIME = "s"
 #: The header of a changelog row written for a record that moved its partition's stream time,
 #: naming the stream time after it (see :meth:`goka.partition_time.PartitionTime.raised`).
 STREAM_TIME_HEADER = "goka-stream-time"
+
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
+class Timer(NamedTuple):
+    """A timer that fired: its name, when it was due (ms), its clock and its data."""
+
+    name: str
+    at_ms: int
+    domain: str
+    data: Any
+
+    @property
+    def at(self) -> dt.datetime:
+        """When it was due, in UTC."""
+        return _EPOCH + dt.timedelta(milliseconds=self.at_ms)
+
+
+class Due(NamedTuple):
+    """Something to do at ``at``: ``kind`` is ``close``, ``expire`` (a window: ``name`` is the
+    window table, ``key`` its composite key) or ``timer`` (``name``, ``key``, ``data``)."""
+
+    at: int
+    order: int
+    kind: str
+    name: str
+    key: str
+    data: bytes
+    row: str
 
 
 def stream_time_key(partition: int) -> str:
