@@ -61,6 +61,9 @@ class BatchResult:
             commits, then passes the rest again.
         late: records dropped as late for a window (those sent to the dead-letter topic are
             in ``failed``).
+        windows: each window table's rows the batch changed (``w<window key>``: the last
+            value, None: deleted), by changelog topic (a timed group's; for the partition's
+            pending rows: :meth:`goka.pending_rows.PendingRows.apply_windows`).
     """
 
     effects: list[Effect] = field(default_factory=list)
@@ -68,6 +71,7 @@ class BatchResult:
     processed: int = 0
     consumed: int = 0
     late: int = 0
+    windows: dict[str, dict[str, bytes | None]] = field(default_factory=dict)
 
     def changes(self) -> dict[str, bytes | None]:
         """Return the final raw state of each changed key (None: deleted), to commit."""
@@ -199,6 +203,8 @@ class Engine:
         try:
             if self.time is not None or self._times.custom:
                 process_timed(self, messages, result, after)
+                if self.time is not None:
+                    result.windows = self.time.window_changes()
             elif self.on_error == "fail":
                 self._process(messages, result)
             else:

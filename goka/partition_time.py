@@ -342,6 +342,10 @@ class PartitionTime:
                                f"(windows: {declared})")  # fmt: skip
         return edge
 
+    def window_changes(self) -> dict[str, dict[str, bytes | None]]:
+        """The window rows the batch changed (``w<key>``: last value), by changelog topic."""
+        return {self._topics[n]: rows.changes for n, rows in self.window_rows.items()}
+
     def window_value(self, name: str, key: str, window: Window) -> bytes | None:
         """The stored value of ``window`` of ``key``."""
         return self.window_rows[name].get("w" + composite(key, window.start, window.end))

@@ -8,7 +8,14 @@ import heapq
 from collections.abc import Callable, Iterator, Mapping
 from functools import partial
 
-from goka.timekeeping import Section, section_rows, window_index
+from goka.timekeeping import (
+    DIGITS,
+    MAX_TIME,
+    Section,
+    close_key,
+    section_rows,
+    window_index,
+)
 
 __all__ = ["PendingRows", "PendingView"]
 
@@ -60,6 +67,31 @@ class PendingRows:
             fresh[window] = value
             if index is not None:
                 fresh[index[0]] = index[1]
+
+    def apply_windows(self, windows: Mapping[str, Mapping[str, bytes | None]]) -> None:
+        """A batch's window rows (``w<key>`` = its last value, None: deleted, by topic:
+        :attr:`goka.engine.BatchResult.windows`), with their close index rows: what
+        :meth:`apply` of each of the batch's window changelog rows in order leaves (a
+        window created or deleted since the last batch gets or loses its index row)."""
+        for topic, changes in windows.items():
+            pending, grace = self.rows[topic], self._graces[topic]
+            assert grace is not None
+            fresh = self.fresh[topic] if self._generations else None
+            old = self._old
+            for window, value in changes.items():
+                if value is None:
+                    index: bytes | None = None
+                elif old(topic, window) is None:
+                    index = b""
+                else:
+                    pending[window] = value
+                    if fresh is not None:
+                        fresh[window] = value
+                    continue
+                close = close_key(min(int(window[-DIGITS:]) + grace, MAX_TIME), window[1:])
+                pending[window], pending[close] = value, index
+                if fresh is not None:
+                    fresh[window], fresh[close] = value, index
 
     def _old(self, topic: str, row: str) -> bytes | None:
         """``row`` of ``topic`` as the last batch left it."""

@@ -19,7 +19,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from goka.context import TIMER, WINDOW
+from goka.context import TIMER
 from goka.engine import BatchResult, Message
 from goka.keys import key_str
 from goka.pending_rows import PendingRows
@@ -208,8 +208,9 @@ class PartitionStores:
         output.send(result, summary)
         if pending is not None:  # the time changelog rows
             for kind, topic, key, value, _, _ in result.effects:
-                if kind in (TIMER, WINDOW):
+                if kind == TIMER:
                     pending.apply(topic, key, value)
+            pending.apply_windows(result.windows)  # (the batch's last value of each row)
 
     def engine_sections(self, pending: PendingRows | None) -> dict[str, Any]:
         """The engine's keyword arguments for the time sections of ``pending``."""
