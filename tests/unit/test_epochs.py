@@ -356,57 +356,48 @@ def test_an_epoch_that_was_stopped_leaves_no_bridge(kafka: FakeKafka, tmp_path: 
     assert machine.worker.take_carried("counts") == []
 
 
-def test_a_bridge_gives_its_stores_to_another_process_that_asks(
+def two_processes(kafka: FakeKafka, tmp_path: Path) -> tuple[Machine, Machine]:
+    """Two worker processes of one machine (one state directory), with LevelDB stores: one
+    process at a time may open a store."""
+    machines = (
+        Machine(kafka, tmp_path, commit_interval=0, epoch=HOUR),
+        Machine(kafka, tmp_path, commit_interval=0, epoch=HOUR),
+    )
+    for machine in machines:
+        builders = dataclasses.replace(machine.builders, storage=leveldb_store)
+        machine.config = dataclasses.replace(machine.config, builders=builders)
+    return machines
+
+
+def test_a_bridge_gives_its_stores_to_another_process_that_asks_with_what_it_knew(
     kafka: FakeKafka, tmp_path: Path
 ) -> None:
-    here = Machine(kafka, tmp_path, commit_interval=0, epoch=HOUR)
-    builders = dataclasses.replace(here.builders, storage=leveldb_store)
-    here.config = dataclasses.replace(here.config, builders=builders)
-    there = Machine(kafka, tmp_path, commit_interval=0, epoch=HOUR)  # another worker process
-    there.config = dataclasses.replace(there.config, builders=builders)
+    here, there = two_processes(kafka, tmp_path)  # worker processes of one machine
     sent = click(kafka, 5)
     run_epoch(here.config, here.worker, {0: {IN: 0}}, 0.2, bridge=True)
     sent += click(kafka, 5, start=5)
+    kafka.prefetched.clear()
     started = time.monotonic()
     (summary,) = run_epoch(there.config, there.worker, {0: {IN: 5}}, 0.5)
     assert time.monotonic() - started < 5  # asked, the bridge let go at once
     here.worker.end_bridge()  # as its next task would (it ended already, asked)
-    assert table_of(kafka) == dict(sent)
-    assert kafka.committed[("counts", IN, 0)][0] == 10
-    assert summary.processed + sum(s.processed for s in here.worker.take_carried("counts")) == 5
-
-
-def test_a_bridge_elsewhere_leaves_what_it_knew_and_the_next_epoch_asks_the_broker_nothing(
-    kafka: FakeKafka, tmp_path: Path
-) -> None:
-    here = Machine(kafka, tmp_path, commit_interval=0, epoch=HOUR)
-    builders = dataclasses.replace(here.builders, storage=leveldb_store)
-    here.config = dataclasses.replace(here.config, builders=builders)
-    there = Machine(kafka, tmp_path, commit_interval=0, epoch=HOUR)  # another worker process
-    there.config = dataclasses.replace(there.config, builders=builders)
-    sent = click(kafka, 5)
-    run_epoch(here.config, here.worker, {0: {IN: 0}}, 0.2, bridge=True)
-    sent += click(kafka, 5, start=5)
-    _await(lambda: kafka.committed[("counts", IN, 0)][0] == 10, "the bridge commits")
-    kafka.prefetched.clear()
-    sent += click(kafka, 3, start=10)
-    (summary,) = run_epoch(there.config, there.worker, {0: {IN: 5}}, 0.3)
-    here.worker.end_bridge()
-    bridged = sum(s.processed for s in here.worker.take_carried("counts"))
-    assert summary.store == "opened" and summary.processed + bridged == 8
     assert table_of(kafka) == dict(sent) == there.state(0)
-    assert [p for p in kafka.prefetched if p[0]] == []  # nothing asked in advance
+    assert kafka.committed[("counts", IN, 0)][0] == 10
+    bridged = sum(s.processed for s in here.worker.take_carried("counts"))
+    assert summary.store == "opened" and summary.processed + bridged == 5
+    # the bridge left what it knew beside the store: the epoch asked the broker nothing
+    assert [p for p in kafka.prefetched if p[0]] == []
     assert kafka.told[-1] == [(IN, 0), ("counts-table", 0)]  # the table's end: the store's
     assert not list(tmp_path.glob("counts/*.followed"))  # the note was taken
     # a note that aged is not taken (the store was where it said: only the time tells)
     told = len(kafka.told)
-    run_epoch(there.config, there.worker, {0: {IN: 13}}, 0.1, bridge=True)
+    run_epoch(there.config, there.worker, {0: {IN: 10}}, 0.1, bridge=True)
     _await(lambda: len(kafka.told) > told, "the bridge begins (told what the epoch read)")
     kafka.told.clear()
     kafka.prefetched.clear()
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr("goka.processing.starts.FOLLOWED_SECONDS", -1.0)
-        run_epoch(here.config, here.worker, {0: {IN: 13}}, 0.1)
+        run_epoch(here.config, here.worker, {0: {IN: 10}}, 0.1)
     there.worker.end_bridge()
     assert kafka.told == [] and [p for p in kafka.prefetched if p[0]] == []  # asked as it began
 
@@ -414,11 +405,7 @@ def test_a_bridge_elsewhere_leaves_what_it_knew_and_the_next_epoch_asks_the_brok
 def test_stores_a_bridge_left_to_its_holder_come_with_its_note_to_another_process(
     kafka: FakeKafka, tmp_path: Path
 ) -> None:
-    here = Machine(kafka, tmp_path, commit_interval=0, epoch=HOUR)
-    builders = dataclasses.replace(here.builders, storage=leveldb_store)
-    here.config = dataclasses.replace(here.config, builders=builders)
-    there = Machine(kafka, tmp_path, commit_interval=0, epoch=HOUR)
-    there.config = dataclasses.replace(there.config, builders=builders)
+    here, there = two_processes(kafka, tmp_path)
     sent = click(kafka, 5)
     run_epoch(here.config, here.worker, {0: {IN: 0}}, 0.2, bridge=True)
     sent += click(kafka, 2, start=5)
@@ -439,13 +426,9 @@ def test_an_epoch_asking_the_broker_while_a_bridge_elsewhere_commits_asks_again(
     no inbox, so it is not known to be there, leaving a note), so an answer that looks
     shorter than the store is asked again (else a TopicRewoundError of a table that never
     went back)."""
-    here = Machine(kafka, tmp_path, commit_interval=0, epoch=HOUR)
+    here, there = two_processes(kafka, tmp_path)
     here.worker.close()
     here.worker = Worker(inbox=False)  # asked by a file, which it finds within its poll
-    builders = dataclasses.replace(here.builders, storage=leveldb_store)
-    here.config = dataclasses.replace(here.config, builders=builders)
-    there = Machine(kafka, tmp_path, commit_interval=0, epoch=HOUR)
-    there.config = dataclasses.replace(there.config, builders=builders)
     sent = click(kafka, 5)
     run_epoch(here.config, here.worker, {0: {IN: 0}}, 0.2, bridge=True)
     clicks = itertools.count(5)
