@@ -5,7 +5,7 @@ and what its commits write (:mod:`goka.processing.epoch_partition`)."""
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from functools import partial
 
 from goka.timekeeping import (
@@ -14,10 +14,20 @@ from goka.timekeeping import (
     Section,
     close_key,
     section_rows,
-    window_index,
 )
 
-__all__ = ["PendingRows", "PendingView"]
+__all__ = ["PendingRows", "PendingView", "let_go"]
+
+
+def let_go(visible: dict[str, bytes | None], written: Mapping[str, bytes | None],
+           later: Iterable[Mapping[str, bytes | None]]) -> None:  # fmt: skip
+    """``written`` rows are in the store now: drop from ``visible`` (what is read before the
+    store) those that no ``later`` generation changed (its value is the one to read)."""
+    gone = set(written)
+    for generation in later:
+        gone -= generation.keys()
+    for key in gone:
+        del visible[key]
 
 
 class PendingRows:
@@ -50,23 +60,13 @@ class PendingRows:
 
     def apply(self, topic: str, key: str, value: bytes | None) -> None:
         """Changelog row ``key`` = ``value`` of ``topic``, with its derived rows."""
-        pending, grace = self.rows[topic], self._graces[topic]
-        fresh = self.fresh[topic] if self._generations else None
-        if grace is None:
-            rows = section_rows(partial(self._old, topic), key, value, grace=None)
-            pending.update(rows)
-            if fresh is not None:
-                fresh.update(rows)
+        if self._graces[topic] is not None:  # a window
+            self.apply_windows({topic: {"w" + key: value}})
             return
-        window = "w" + key  # a window (the hot path: a call per window update)
-        index = window_index(key, value, grace, existed=self._old(topic, window) is not None)
-        pending[window] = value
-        if index is not None:
-            pending[index[0]] = index[1]
-        if fresh is not None:
-            fresh[window] = value
-            if index is not None:
-                fresh[index[0]] = index[1]
+        rows = section_rows(partial(self._old, topic), key, value, grace=None)
+        self.rows[topic].update(rows)
+        if self._generations:
+            self.fresh[topic].update(rows)
 
     def apply_windows(self, windows: Mapping[str, Mapping[str, bytes | None]]) -> None:
         """A batch's window rows (``w<key>`` = its last value, None: deleted, by topic:
@@ -122,12 +122,7 @@ class PendingRows:
         """The ``sealed`` rows are in the sections: forget those that no ``later`` sealed
         generation nor the fresh rows changed, and what was read of the sections."""
         for topic, rows in sealed.items():
-            gone = rows.keys() - self.fresh[topic].keys()
-            for generation in later:
-                gone -= generation[topic].keys()
-            pending = self.rows[topic]
-            for key in gone:
-                del pending[key]
+            let_go(self.rows[topic], rows, [self.fresh[topic], *(g[topic] for g in later)])
         for read in self._committed.values():
             read.clear()
 

@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 
 from goka.engine import Engine, Message
+from goka.pending_rows import let_go
 from goka.processing.applied import record_before
 from goka.processing.output import Generation
 from goka.processing.stores import PartitionStores
@@ -168,11 +169,7 @@ class Epoch:
             self.stores.write(head.changes, head.inputs, ends, self.summary,
                               sections=head.sections, lap=lap)  # fmt: skip
             self.sealed.popleft()
-            written = head.changes.keys() - self.changes.keys()  # read from the store now,
-            for later in self.sealed:  # unless changed since (a later commit writes that)
-                written -= later.changes.keys()
-            for key in written:
-                del pending[key]
+            let_go(pending, head.changes, [self.changes, *(s.changes for s in self.sealed)])
             if self.sections is not None and head.sections is not None:
                 self.sections.written(head.sections, [s.sections or {} for s in self.sealed])
                 self.engine.committed()  # (the time state reads what is due afresh)

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from goka.pending_rows import PendingRows
 from goka.storage import WriteBatch
 from goka.storage.memory import MemoryStorage
-from goka.timekeeping import composite
+from goka.timekeeping import composite, window_index
 
 TOPIC, GRACE = "g-window-minute", 5_000
 #: Three windows of two keys (ends 60 s and 120 s apart).
@@ -20,12 +20,23 @@ operations = st.lists(st.tuples(st.sampled_from(WINDOWS), st.sampled_from([None,
                       max_size=12)  # fmt: skip
 
 
-def pending_over(committed: dict[str, bytes | None]) -> tuple[PendingRows, MemoryStorage]:
+def replayed(section: dict[str, bytes], rows: list[tuple[str, bytes | None]]) -> dict[str, bytes]:
+    """``section`` after each window changelog row in order, with its close index row (as a
+    restore replays them: goka.timekeeping.window_index)."""
+    section = dict(section)
+    for key, value in rows:
+        index = window_index(key, value, GRACE, existed=f"w{key}" in section)
+        for row, data in [(f"w{key}", value), *([index] if index is not None else [])]:
+            if data is None:
+                section.pop(row, None)
+            else:
+                section[row] = data
+    return section
+
+
+def pending_over(committed: dict[str, bytes]) -> tuple[PendingRows, MemoryStorage]:
     store = MemoryStorage("g-table")
-    setup = PendingRows({TOPIC: store.section(TOPIC)}, {TOPIC: GRACE})
-    for key, value in committed.items():  # what earlier commits left, index rows and all
-        setup.apply(TOPIC, key, value)
-    store.write(WriteBatch(sections={TOPIC: dict(setup.rows[TOPIC])}))
+    store.write(WriteBatch(sections={TOPIC: dict(replayed({}, list(committed.items())))}))
     return PendingRows({TOPIC: store.section(TOPIC)}, {TOPIC: GRACE}, generations=True), store
 
 
@@ -45,11 +56,9 @@ def seen(pending: PendingRows, store: MemoryStorage) -> dict[str, bytes]:
 def test_a_batchs_last_values_leave_what_its_rows_applied_in_order_leave(
     committed: dict[str, bytes], rows: list[tuple[str, bytes | None]]
 ) -> None:
-    one_by_one, store = pending_over(committed)
-    for key, value in rows:
-        one_by_one.apply(TOPIC, key, value)
-    at_once, same = pending_over(committed)
-    at_once.apply_windows({TOPIC: {"w" + key: value for key, value in rows}})
-    assert seen(at_once, same) == seen(one_by_one, store)
-    written = at_once.seal()[TOPIC]  # what the commit writes: the same rows, nothing else
-    assert written == at_once.rows[TOPIC]
+    pending, store = pending_over(committed)
+    before = dict(store.section(TOPIC).items())
+    pending.apply_windows({TOPIC: {"w" + key: value for key, value in rows}})
+    assert seen(pending, store) == replayed(before, rows)
+    written = pending.seal()[TOPIC]  # what the commit writes: the same rows, nothing else
+    assert written == pending.rows[TOPIC]
