@@ -84,6 +84,12 @@ class BytesCodec:
     def decode(self, data: bytes) -> bytes:
         return bytes(data)
 
+    def __eq__(self, other: object) -> bool:  # (no settings: every one is the same codec)
+        return isinstance(other, BytesCodec)
+
+    def __hash__(self) -> int:
+        return hash(BytesCodec)
+
     def __repr__(self) -> str:
         return "BytesCodec()"
 
@@ -165,6 +171,12 @@ class Int64Codec:
         if not _INT64_MIN <= value <= _INT64_MAX:
             raise CodecError(self.name, f"{bytes(data)[:40]!r} is outside the signed 64-bit range")
         return value
+
+    def __eq__(self, other: object) -> bool:  # (no settings: every one is the same codec)
+        return isinstance(other, Int64Codec)
+
+    def __hash__(self) -> int:
+        return hash(Int64Codec)
 
     def __repr__(self) -> str:
         return "Int64Codec()"

@@ -39,9 +39,8 @@ from goka.kafka.producer import Producer
 from goka.kafka.reader import RecordReader
 from goka.keys import key_bytes
 from goka.storage import Storage, WriteBatch
-from goka.timekeeping import DIGITS, decode_composite, section_rows, stream_time_key
-from goka.windowing import headers
-from goka.windows import Window
+from goka.timekeeping import DIGITS, section_rows, stream_time_key
+from goka.windowing import WINDOW_END, WINDOW_NAME, WINDOW_START
 
 __all__ = ["FINAL_ID", "Finals", "delivered_key"]
 
@@ -145,31 +144,26 @@ class Finals:
         expired: dict[str, list[str]] = {}
         produced = total = 0
         produce, poll, group = self.producer.produce, self.producer.poll, self.group
-        tables = {
-            name: (edge, store.section(edge.topic).get, edge.codec.decode, edge.output,
-                   self.graph.outputs[edge.output].codec.encode)
-            for name, edge in self.edges.items() if edge.output is not None
-        }  # fmt: skip
+        tables = {name: self._table(store, name) for name in marks}
+        tail = 2 * DIGITS + 2  # of a composite key: "@<start>-<end>"
         for name, index in self._closed(store, marks):  # the hot loop: a row per result
-            edge, read, decode, topic, encode = tables[name]
+            retention, read, recode, topic, named = tables[name]
             row = index[1 + DIGITS :]
             raw = read("w" + row)
             if raw is None:
                 continue
             close_at = int(index[1 : 1 + DIGITS])
-            if close_at + edge.retention <= stream_time:
+            if close_at + retention <= stream_time:
                 expired.setdefault(name, []).append(row)
             total += 1
             ident = f"{group}/{self.partition}/{name}/{row}"
             if ident in found:
                 continue
-            key, start, end = decode_composite(row)
-            sent: list[tuple[str, str | bytes | None]] = [
-                *headers(name, Window(start, end)),
-                (FINAL_ID, ident.encode()),
-            ]
-            produce(topic, encode(decode(raw)), key_bytes(key), on_delivery=delivered,
-                    headers=sent, timestamp=close_at)  # fmt: skip
+            start, end = int(row[1 - tail : -DIGITS - 1]), int(row[-DIGITS:])
+            sent = [named, (WINDOW_START, b"%d" % start), (WINDOW_END, b"%d" % end),
+                    (FINAL_ID, ident.encode())]  # fmt: skip
+            produce(topic, raw if recode is None else recode(raw), key_bytes(row[:-tail]),
+                    on_delivery=delivered, headers=sent, timestamp=close_at)  # fmt: skip
             produced += 1
             if produced % 10_000 == 0:
                 poll(0)
@@ -187,6 +181,21 @@ class Finals:
         self.delivered += produced
         return produced
 
+    def _table(self, store: Storage, name: str) -> tuple[int, Any, Any, str, Any]:
+        """What the hot loop of :meth:`deliver` needs of window table ``name``: its
+        retention, a reader of its rows, what turns a stored value into a result's (None:
+        the value as stored: the output's codec is the window's), the output topic and the
+        header naming the table."""
+        edge = self.edges[name]
+        assert edge.output is not None  # (window() requires one for final results)
+        out = self.graph.outputs[edge.output].codec
+        recode = None
+        if out is not edge.codec and out != edge.codec:  # (decode(encode(v)) == v: no change)
+            decode, encode = edge.codec.decode, out.encode
+            recode = lambda raw: encode(decode(raw))  # noqa: E731
+        return (edge.retention, store.section(edge.topic).get, recode, edge.output,
+                (WINDOW_NAME, name.encode()))  # fmt: skip
+
     def _closed(
         self, store: Storage, marks: dict[str, tuple[str | None, str]]
     ) -> Iterator[tuple[str, str]]:
@@ -197,9 +206,12 @@ class Finals:
             section = store.section(self.edges[name].topic)
             start = "c" if done is None else done + "\x00"
             for index, _ in section.items(prefix="c", start=start, stop=closed + "\x00"):
-                yield index, name
+                yield name, index
 
-        merged = heapq.merge(*(rows(n, d, c) for n, (d, c) in marks.items()))
+        if len(marks) == 1:  # (the usual case: one table of final results)
+            ((name, (done, closed)),) = marks.items()
+            return rows(name, done, closed)
+        merged = heapq.merge(*(((i, n) for n, i in rows(n, *m)) for n, m in marks.items()))
         return ((name, index) for index, name in merged)
 
     def _write(self, store: Storage, rows: dict[str, bytes | None],

@@ -179,3 +179,47 @@ def test_an_epoch_whose_commits_wait_for_their_outputs_closes_each_window_once(
     assert wanted(tester) and finals(kafka) == wanted(tester)
     assert windows(kafka, graph) == windows_of_tester(tester, graph)
     assert len(windows(kafka, graph)) == (7 if retention else 1)
+
+
+class Tagged:
+    """A codec of ints unlike the window's (``b"n=<int>"``): results are re-encoded."""
+
+    name = "tagged"
+
+    def encode(self, value: int) -> bytes:
+        return b"n=%d" % value
+
+    def decode(self, data: bytes) -> int:
+        return int(data.removeprefix(b"n="))
+
+
+def test_results_of_two_tables_go_out_in_close_order_each_in_its_output_codec(
+    kafka: FakeKafka, tmp_path: Path
+) -> None:
+    """Two tables of final results, one whose output's codec is not the window's."""
+    pairs = f"{FINALS}-pairs"
+
+    def both(ctx: Context[int], event: dict[str, int]) -> None:
+        ctx.window("minute").update(lambda n: (n or 0) + 1)
+        ctx.window("pair").update(lambda n: (n or 0) + 10)
+
+    graph = define_group(
+        "two-tables", input(IN, JsonCodec(), both, event_time=at),
+        window("minute", Tumbling(minutes=1), Int64Codec(), emit="final", output=FINALS),
+        window("pair", Tumbling(minutes=2), Int64Codec(), emit="final", output=pairs),
+        output(FINALS, Int64Codec()), output(pairs, Tagged()), persist(Int64Codec()),
+    )  # fmt: skip
+    fill(kafka)
+    Machine(kafka, tmp_path, graph).run(0, {IN: (0, len(EVENTS))})
+    tester = run_tester(graph)
+    for topic in (FINALS, pairs):
+        got = [(r[2], dict(r[5])[WINDOW_START], r[3], r[4])
+               for p in range(kafka.partitions) for r in kafka.rows(topic, p)]  # fmt: skip
+        expected = [(m.key.encode(), dict(m.headers)[WINDOW_START], m.value, m.timestamp)
+                    for m in tester.messages(topic)]  # fmt: skip
+        assert expected and Counter(got) == Counter(expected)
+    out = [r for p in range(kafka.partitions) for r in kafka.rows(pairs, p)]
+    assert all(r[3].startswith(b"n=") for r in out)
+    for topic in (FINALS, pairs):  # each in close order (a result's timestamp: its close)
+        stamps = [r[4] for r in kafka.rows(topic, 0)]
+        assert stamps == sorted(stamps)
