@@ -106,7 +106,8 @@ class TimeAccess:
         """
         if self._message[2] is None:
             self._keyless()
-        return Windows(self, self._timed("windows"), name)  # type: ignore[arg-type]  # a Context
+        time = self._time if self._time is not None else self._timed("windows")
+        return Windows(self, time, name)  # type: ignore[arg-type]  # a Context
 
     def _timed(self, what: str) -> PartitionTime:
         if self._time is None:

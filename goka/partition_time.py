@@ -42,7 +42,7 @@ from goka.timekeeping import (
     stream_time_key,
     timer_key,
 )
-from goka.windows import Window
+from goka.windows import Session, Window
 
 __all__ = ["Due", "PartitionTime", "Timer"]
 
@@ -75,6 +75,10 @@ class PartitionTime:
         self._edges = dict(graph.windows)
         self._topics = {n: e.topic for n, e in graph.windows.items()}
         self._graces = {n: e.index_grace for n, e in graph.windows.items()}
+        #: Of each window table of fixed windows (not sessions): its windows of a time, and
+        #: its grace (what :func:`goka.windowing.open_windows` asks, for a record's windows).
+        self.fixed = {n: (e.spec.windows, e.index_grace) for n, e in graph.windows.items()
+                      if e.spec is not None and not isinstance(e.spec, Session)}  # fmt: skip
         self._decode_data = graph.timers.codec.decode if graph.timers else None
         self._encode_data = graph.timers.codec.encode if graph.timers else None
         stored = timers.get(self._stream_key)

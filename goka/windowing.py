@@ -75,8 +75,15 @@ class Windows:
 
     def __init__(self, ctx: Context[Any], time: PartitionTime, name: str) -> None:
         self._ctx, self._time, self._name = ctx, time, name
-        edge = time.edge(name)
         at = ctx.event_time_ms
+        fixed = time.fixed.get(name)
+        if fixed is not None and time.stream_time < MAX_TIME:  # open_windows, inlined
+            of, grace, stream = fixed[0], fixed[1], time.stream_time
+            windows = [w for w in of(at) if w.end + grace > stream]
+            if windows:  # (a hot path: a call per record of a windowed group)
+                self._windows = windows
+                return
+        edge = time.edge(name)
         windows, late = open_windows(time, name, at)
         if late:
             time.late(name, ctx, Window(at, at + 1))
