@@ -48,6 +48,24 @@ def _delivered(error: Any, message: Any) -> None:
     """A delivery report (the processor counts each)."""
 
 
+def _read(rows: dict[bytes, bytes], get: Callable[[bytes], Any], row: bytes,
+          calls: Calls) -> bytes | None:  # fmt: skip
+    """``row`` as this commit left it, else as stored (a counted read)."""
+    value = rows.get(row)
+    if value is None:
+        value = get(row)
+        calls["get"] += 1
+    return value
+
+
+def _commit(db: Any, rows: dict[bytes, bytes], calls: Calls) -> None:
+    """Store a commit's rows (counted puts, in one write batch)."""
+    calls["put"] += len(rows)
+    with db.write_batch() as batch:
+        for row, value in rows.items():
+            batch.put(row, value)
+
+
 def plain(records: Records, commit: int, db: Any, producer: Any) -> Calls:
     """Per record: the key's count read, written to the changelog; rows stored per commit."""
     get, produce = db.get, producer.produce
@@ -56,17 +74,11 @@ def plain(records: Records, commit: int, db: Any, producer: Any) -> Calls:
         rows: dict[bytes, bytes] = {}
         for key, _ in records[first : first + commit]:
             row = b"d" + key
-            old = rows.get(row)
-            if old is None:
-                old = get(row)
-                calls["get"] += 1
+            old = _read(rows, get, row, calls)
             rows[row] = value = b"%d" % (int(old or b"0") + 1)
             produce("table", value, key, partition=0, on_delivery=_delivered, headers=HEADERS)
         calls["produce"] += min(commit, len(records) - first)
-        calls["put"] += len(rows)
-        with db.write_batch() as batch:
-            for row, value in rows.items():
-                batch.put(row, value)
+        _commit(db, rows, calls)
     return calls
 
 
@@ -75,7 +87,7 @@ def windowed(size: int, advance: int, *, final: bool, grace: int = 5_000) -> Loo
     when created); with ``final``, each window closed by the stream time read again and its
     result produced."""
 
-    def loop(records: Records, commit: int, db: Any, producer: Any) -> None:
+    def loop(records: Records, commit: int, db: Any, producer: Any) -> Calls:
         get, produce = db.get, producer.produce
         calls = dict.fromkeys(("produce", "get", "put"), 0)
         closing: list[tuple[int, bytes]] = []
@@ -87,10 +99,7 @@ def windowed(size: int, advance: int, *, final: bool, grace: int = 5_000) -> Loo
                 for start in range(last - size + advance, last + 1, advance):
                     window = b"%s@%015d-%015d" % (key, start, start + size)
                     row = b"w" + window
-                    old = rows.get(row)
-                    if old is None:
-                        old = get(row)
-                        calls["get"] += 1
+                    old = _read(rows, get, row, calls)
                     rows[row] = value = b"%d" % (int(old or b"0") + 1)
                     if old is None:
                         rows[b"c%015d%s" % (start + size + grace, window)] = b""
@@ -102,17 +111,11 @@ def windowed(size: int, advance: int, *, final: bool, grace: int = 5_000) -> Loo
                 while closed < len(closing) and closing[closed][0] <= at:
                     window = closing[closed][1]
                     closed += 1
-                    result = rows.get(b"w" + window)
-                    if result is None:
-                        result = get(b"w" + window)
-                        calls["get"] += 1
+                    result = _read(rows, get, b"w" + window, calls)
                     produce("results", result, window[:-32], on_delivery=_delivered,
                             headers=HEADERS)  # fmt: skip
                     calls["produce"] += 1
-            calls["put"] += len(rows)
-            with db.write_batch() as batch:
-                for row, value in rows.items():
-                    batch.put(row, value)
+            _commit(db, rows, calls)
         return calls
 
     return loop
