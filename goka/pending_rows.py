@@ -123,6 +123,10 @@ class PendingRows:
         generation nor the fresh rows changed, and what was read of the sections."""
         for topic, rows in sealed.items():
             let_go(self.rows[topic], rows, [self.fresh[topic], *(g[topic] for g in later)])
+        self.forget_reads()
+
+    def forget_reads(self) -> None:
+        """Forget what was read of the sections (they were written)."""
         for read in self._committed.values():
             read.clear()
 

@@ -255,12 +255,16 @@ def _follow(
                 for epoch in epochs.values():
                     if epoch.sealed:  # a commit whose outputs may be acknowledged by now
                         epoch.settle(timeline.lap)
+            for epoch in epochs.values():
+                if epoch.stores.delivery is not None:  # final results being produced
+                    epoch.deliver(timeline.lap)
             timeline.end()
     finally:
         marks = tail.watermarks()
         tail.close()
     for epoch in epochs.values():
         epoch.commit(wait=True)
+        epoch.deliver(wait=True)
         epoch.stores.catch_up_group()  # the group's offsets as far as the store's
     if handover and (deadline or bridging):
         followed(worker, config.graph.group, {p: e.positions for p, e in epochs.items()}, marks)

@@ -167,7 +167,7 @@ class Epoch:
                 stored = self.stores.store.offsets()
                 ends = {t: max(o, stored.get((t, self.partition), o)) for t, o in ends.items()}
             self.stores.write(head.changes, head.inputs, ends, self.summary,
-                              sections=head.sections, lap=lap)  # fmt: skip
+                              sections=head.sections, lap=lap, defer=True)  # fmt: skip
             self.sealed.popleft()
             let_go(pending, head.changes, [self.changes, *(s.changes for s in self.sealed)])
             if self.sections is not None and head.sections is not None:
@@ -177,9 +177,27 @@ class Epoch:
             self.stores.snapshot(self.summary)  # if due: a long epoch too
             lap("snapshot")
 
+    def deliver(self, lap: Callable[[str], None] = no_lap, *, wait: bool = False) -> None:
+        """Go on producing the final results a commit made due (:data:`FINALS_PER_TURN` of
+        them; ``wait``: all, and those of windows closed meanwhile, waiting for them)."""
+        stores, ended = self.stores, False
+        while stores.delivery is not None:
+            ended = stores.deliver_some(self.summary, None if wait else FINALS_PER_TURN) or ended
+            if not wait:
+                break
+        lap("finals")
+        if ended and self.sections is not None:  # windows whose results went out may expire
+            self.sections.forget_reads()
+            self.engine.committed()
+
 
 #: How many commits may wait for their outputs before the next one waits for them all.
 MAX_SEALED = 4
+
+#: How many final results a turn of the loop produces (10-20 ms here), the rest waiting for
+#: the next turns: a window boundary closes a window per key, and the loop must not stop for
+#: them all.
+FINALS_PER_TURN = 1_000
 
 
 @dataclass

@@ -22,6 +22,12 @@ at each delivery) and produces only what it does not find there. A batch that di
 moved no watermark (a rebuild leaves out its changelog rows), and its replay closes the
 windows again.
 
+A continuous epoch does not stop for them: a window boundary closes a window per key, and
+their results are produced a few per turn of its loop (:class:`Delivery`), records processed
+and commits written meanwhile; the windows those commits close wait for the next delivery,
+which begins once this one's watermark moved. A micro-batch, and a task's beginning, produce
+them at once.
+
 No per-result row is written: a result costs one output record.
 """
 
@@ -121,6 +127,13 @@ class Finals:
             DeliveryError: a result or a watermark row was not acknowledged (the watermark
                 stays).
         """
+        delivery = self.begin(store, check=check)
+        return 0 if delivery is None else delivery.finish()
+
+    def begin(self, store: Storage, *, check: bool) -> Delivery | None:
+        """The delivery of the results of the windows closed and not delivered (None: none):
+        :meth:`Delivery.step` produces them a few at a time, :meth:`Delivery.finish` moves
+        the watermarks (see :meth:`deliver`)."""
         section = store.section(self.timers)
         marks = {}
         for name in self.edges:
@@ -128,58 +141,8 @@ class Finals:
             if closed is not None and closed > (done or b""):
                 marks[name] = (None if done is None else done.decode(), closed.decode())
         if not marks:
-            return 0
-        found = self._produced(section) if check else set()
-        failures: list[str] = []
-        ends: dict[tuple[str, int], int] = {}
-
-        def delivered(error: Any, message: Any) -> None:
-            if error is not None:
-                failures.append(f"{message.topic()}: {error.str()}")
-            else:
-                where = (message.topic(), message.partition())
-                ends[where] = max(ends.get(where, 0), message.offset() + 1)
-
-        stream_time = int(section.get(stream_time_key(self.partition)) or b"-1")
-        expired: dict[str, list[str]] = {}
-        produced = total = 0
-        produce, poll, group = self.producer.produce, self.producer.poll, self.group
-        tables = {name: self._table(store, name) for name in marks}
-        tail = 2 * DIGITS + 2  # of a composite key: "@<start>-<end>"
-        for name, index in self._closed(store, marks):  # the hot loop: a row per result
-            retention, read, recode, topic, named = tables[name]
-            row = index[1 + DIGITS :]
-            raw = read("w" + row)
-            if raw is None:
-                continue
-            close_at = int(index[1 : 1 + DIGITS])
-            if close_at + retention <= stream_time:
-                expired.setdefault(name, []).append(row)
-            total += 1
-            ident = f"{group}/{self.partition}/{name}/{row}"
-            if ident in found:
-                continue
-            start, end = int(row[1 - tail : -DIGITS - 1]), int(row[-DIGITS:])
-            sent = [named, (WINDOW_START, b"%d" % start), (WINDOW_END, b"%d" % end),
-                    (FINAL_ID, ident.encode())]  # fmt: skip
-            produce(topic, raw if recode is None else recode(raw), key_bytes(row[:-tail]),
-                    on_delivery=delivered, headers=sent, timestamp=close_at)  # fmt: skip
-            produced += 1
-            if produced % 10_000 == 0:
-                poll(0)
-        self._flush(failures, "final results")  # the watermarks move only once they are in
-        rows: dict[str, bytes | None] = {
-            delivered_key(n): c.encode() for n, (_, c) in marks.items()
-        }
-        for (topic, partition), end in ends.items():
-            rows[_position_key(topic, partition)] = b"%d" % end
-        self._write(store, rows, expired)
-        if check and produced < total:
-            log.info("group %s partition %d: %d final results were produced before a stop, "
-                     "%d produced now", self.group, self.partition, total - produced,
-                     produced)  # fmt: skip
-        self.delivered += produced
-        return produced
+            return None
+        return Delivery(self, store, marks, self._produced(section) if check else set())
 
     def _table(self, store: Storage, name: str) -> tuple[int, Any, Any, str, Any]:
         """What the hot loop of :meth:`deliver` needs of window table ``name``: its
@@ -272,3 +235,103 @@ class Finals:
         if topic not in self._counts:
             self._counts[topic] = self.producer.partition_count(topic, self.read_timeout)
         return self._counts[topic]
+
+
+class Delivery:
+    """The results of the windows closed up to the close watermarks ``marks`` (by table:
+    ``(delivered, closed)``), being produced (:meth:`Finals.begin`). The store may be written
+    meanwhile (later commits: their windows wait for the next delivery); the windows read
+    are closed, and none expires before its result is delivered."""
+
+    def __init__(self, finals: Finals, store: Storage, marks: dict[str, tuple[str | None, str]],
+                 found: set[str]) -> None:  # fmt: skip
+        self.finals, self.store, self.marks, self.found = finals, store, marks, found
+        self.failures: list[str] = []
+        self.ends: dict[tuple[str, int], int] = {}
+        self.outstanding = self.produced = self.total = 0
+        self.expired: dict[str, list[str]] = {}
+        section = store.section(finals.timers)
+        self.stream_time = int(section.get(stream_time_key(finals.partition)) or b"-1")
+        self.tables = {name: finals._table(store, name) for name in marks}
+        self._rows: Iterator[tuple[str, str]] | None = finals._closed(store, marks)
+
+    def _delivered(self, error: Any, message: Any) -> None:
+        self.outstanding -= 1
+        if error is not None:
+            self.failures.append(f"{message.topic()}: {error.str()}")
+        else:
+            where = (message.topic(), message.partition())
+            self.ends[where] = max(self.ends.get(where, 0), message.offset() + 1)
+
+    @property
+    def acknowledged(self) -> bool:
+        """Is every result produced and acknowledged (or failed)?"""
+        return self._rows is None and self.outstanding == 0
+
+    def step(self, budget: int | None = None) -> bool:
+        """Produce up to ``budget`` more results (None: all of them); return whether all are
+        produced."""
+        rows = self._rows
+        if rows is None:
+            return True
+        produce, poll = self.finals.producer.produce, self.finals.producer.poll
+        prefix, found, tables = (
+            f"{self.finals.group}/{self.finals.partition}/",
+            self.found,
+            self.tables,
+        )
+        stream_time, delivered, tail = self.stream_time, self._delivered, 2 * DIGITS + 2
+        count = 0
+        for name, index in rows:  # the hot loop: a row per result
+            retention, read, recode, topic, named = tables[name]
+            row = index[1 + DIGITS :]
+            raw = read("w" + row)
+            if raw is None:
+                continue
+            close_at = int(index[1 : 1 + DIGITS])
+            if close_at + retention <= stream_time:
+                self.expired.setdefault(name, []).append(row)
+            self.total += 1
+            ident = f"{prefix}{name}/{row}"
+            if ident in found:
+                continue
+            start, end = int(row[1 - tail : -DIGITS - 1]), int(row[-DIGITS:])
+            sent = [named, (WINDOW_START, b"%d" % start), (WINDOW_END, b"%d" % end),
+                    (FINAL_ID, ident.encode())]  # fmt: skip
+            produce(topic, raw if recode is None else recode(raw), key_bytes(row[:-tail]),
+                    on_delivery=delivered, headers=sent, timestamp=close_at)  # fmt: skip
+            self.outstanding += 1
+            self.produced += 1
+            if self.produced % 10_000 == 0:
+                poll(0)
+            count += 1
+            if budget is not None and count >= budget:
+                return False
+        self._rows = None
+        return True
+
+    def finish(self) -> int:
+        """Produce what is left, wait until every result is acknowledged, then move the
+        delivered watermarks (and delete the windows due to expire); return how many
+        results were produced.
+
+        Raises:
+            DeliveryError: a result or a watermark row was not acknowledged (the watermark
+                stays).
+        """
+        finals = self.finals
+        self.step()
+        finals._flush(self.failures, "final results")  # the watermarks move only once they are in
+        rows: dict[str, bytes | None] = {
+            delivered_key(n): c.encode() for n, (_, c) in self.marks.items()
+        }
+        for (topic, partition), end in self.ends.items():
+            rows[_position_key(topic, partition)] = b"%d" % end
+        finals._write(self.store, rows, self.expired)
+        produced, total = self.produced, self.total
+        if self.found and produced < total:
+            log.info("group %s partition %d: %d final results were produced before a stop, "
+                     "%d produced now", finals.group, finals.partition, total - produced,
+                     produced)  # fmt: skip
+        finals.delivered += produced
+        return produced

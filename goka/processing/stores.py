@@ -26,7 +26,7 @@ from goka.pending_rows import PendingRows
 from goka.processing.applied import Applied, commit
 from goka.processing.clients import Clients
 from goka.processing.config import TaskConfig
-from goka.processing.finals import Finals
+from goka.processing.finals import Delivery, Finals
 from goka.processing.leases import Lease
 from goka.processing.output import Output
 from goka.processing.recovery import StoreRecovery, checked_watermarks
@@ -92,6 +92,8 @@ class PartitionStores:
                    flush_timeout=config.flush_timeout, read_timeout=config.read_timeout)
             if any(e.emit == "final" for e in self.graph.windows.values()) else None
         )  # fmt: skip
+        self.delivery: Delivery | None = None  # final results being produced (``defer``)
+        self._written: Mapping[str, int] = {}  # the inputs' positions last written
         self.leases: dict[str, Lease] = {
             "partition": stack.enter_context(self._lease("partition", self.graph.table, ask))
         }
@@ -255,11 +257,13 @@ class PartitionStores:
         self, changes: Mapping[str, bytes | None], positions: Mapping[str, int],
         ends: Mapping[str, int], summary: PartitionSummary, *, wait: bool = False,
         sections: Mapping[str, dict[str, bytes | None]] | None = None,
-        lap: Callable[[str], None] = no_lap,
+        lap: Callable[[str], None] = no_lap, defer: bool = False,
     ) -> None:  # fmt: skip
         """Write ``changes`` (and the rows of the time ``sections``) with the input
         ``positions`` and the changelogs' ``ends`` (their outputs acknowledged) in one write,
-        then tell Kafka the group's offsets (if ``wait``, until the broker answered).
+        then tell Kafka the group's offsets (if ``wait``, until the broker answered). Final
+        results the write makes due are produced, or with ``defer`` begin to be
+        (:attr:`delivery`, :meth:`deliver_some`), if none are being produced.
 
         Raises:
             OffsetRegressionError: an offset would go back (a bug; nothing is written).
@@ -271,8 +275,9 @@ class PartitionStores:
             batch.set_offset(topic, self.partition, offset)
         commit(self.store, batch, who=self._who("partition"))
         summary.commits += 1
+        self._written = positions
         lap("write")
-        delivered = self._deliver(positions, summary, check=False)
+        delivered = self._deliver(positions, summary, check=False, defer=defer)
         lap("finals")
         if delivered:  # (the group's offsets went first: commit_to_group noted it)
             return
@@ -292,17 +297,37 @@ class PartitionStores:
             self.commit_to_group(self._group_behind)
 
     def _deliver(self, positions: Mapping[str, int], summary: PartitionSummary, *,
-                 check: bool) -> bool:  # fmt: skip
+                 check: bool, defer: bool = False) -> bool:  # fmt: skip
         """Produce the committed final results (:mod:`goka.processing.finals`) once the group
         has committed ``positions``, the store's: a store rebuilt elsewhere begins there, so
-        it never processes again a batch whose final results went out. Return whether the
-        group's offsets were committed (False: nothing to deliver, or the commit failed: the
-        results wait for the next commit or task)."""
-        if self.finals is None or not self.finals.pending(self.store):
+        it never processes again a batch whose final results went out (``defer``: begin to,
+        :attr:`delivery`). Return whether the group's offsets were committed (False: nothing
+        to deliver, some being delivered, or the commit failed: the results wait for the
+        next commit or task)."""
+        if self.finals is None or self.delivery is not None or not self.finals.pending(self.store):
             return False
         if not self.commit_to_group(positions, wait=True):
             return False
-        summary.emits += self.finals.deliver(self.store, check=check)
+        delivery = self.finals.begin(self.store, check=check)
+        if delivery is not None and defer:
+            self.delivery = delivery
+        elif delivery is not None:
+            summary.emits += delivery.finish()
+        return True
+
+    def deliver_some(self, summary: PartitionSummary, budget: int | None) -> bool:
+        """Go on producing the final results of :attr:`delivery`: up to ``budget`` more (None:
+        all, waiting for them). Once all are acknowledged, move the watermarks, and begin
+        the results of windows closed meanwhile, if any. Return whether a delivery ended
+        (the store changed: windows may have expired)."""
+        delivery = self.delivery
+        if delivery is None:
+            return False
+        if budget is not None and not (delivery.step(budget) and delivery.acknowledged):
+            return False
+        self.delivery = None
+        summary.emits += delivery.finish()
+        self._deliver(self._written, summary, check=False, defer=True)
         return True
 
     def commit_to_group(self, positions: Mapping[str, int], *, wait: bool = False) -> bool:

@@ -223,3 +223,44 @@ def test_results_of_two_tables_go_out_in_close_order_each_in_its_output_codec(
     for topic in (FINALS, pairs):  # each in close order (a result's timestamp: its close)
         stamps = [r[4] for r in kafka.rows(topic, 0)]
         assert stamps == sorted(stamps)
+
+
+def test_an_epoch_produces_the_results_of_a_window_boundary_over_turns_processing_on(
+    kafka: FakeKafka, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A window boundary closes a window per key: a continuous epoch produces their results
+    a few per turn (one here), processing records and writing commits meanwhile (windows
+    closed by those wait for the next delivery); each result once, the watermark moved once
+    all are in, as the tester does."""
+    from goka.partitioner import partition_for
+    from goka.processing import epoch_partition
+
+    keys = [k for k in (f"user-{i}" for i in range(40)) if partition_for(k.encode(), 2) == 0][:8]
+    events = [(k, {"t": t * SECOND}) for t in (1, 61, 121, 181) for k in keys]
+    events.append((keys[0], {"t": 300 * SECOND}))  # closes all but the last
+    graph = graph_of(0)
+    monkeypatch.setattr(epoch_partition, "FINALS_PER_TURN", 1)
+    overlapped: list[int] = []  # records processed while results of a delivery were out
+    real_apply = epoch_partition.Epoch.apply
+
+    def apply(self: Any, rows: Any) -> None:
+        if self.stores.delivery is not None:
+            overlapped.append(len(rows))
+        real_apply(self, rows)
+
+    monkeypatch.setattr(epoch_partition.Epoch, "apply", apply)
+    steps = [
+        lambda k=k, e=e: kafka.append(IN, k, json.dumps(e).encode(), partition=0, timestamp=1)
+        for k, e in events
+    ]
+    script = Script(kafka, *steps)
+    machine = Machine(kafka, tmp_path, graph, commit_interval=0)
+    epoch(machine, {IN: 0}, script.done)
+    tester = Tester(graph, partitions=2, now=0)
+    for key, event in events:
+        tester.consume(IN, key, event)
+    assert len(wanted(tester)) == 4 * len(keys) and finals(kafka) == wanted(tester)
+    assert overlapped, "no record was processed while final results were being produced"
+    assert windows(kafka, graph) == {
+        (k, w.start, w.end): v for k in keys for w, v in tester.windows(graph.group, "minute", k)
+    }
