@@ -44,8 +44,11 @@ class LookupTable(Protocol):
 
 def leveldb_store(path: Path, table: str) -> Storage:
     """The default storage builder of partition stores: LevelDB with a bounded footprint (a
-    worker may hold many stores open)."""
-    return LevelDBStorage(path, table, cache_mb=32, max_open_files=256)
+    worker may hold many stores open), and a write buffer for the rate a processor writes
+    (32 MB against LevelDB's 4: 1.5x the records per second of a continuous hopping-window
+    group, 1.1x of a tumbling one, in ``bench.windows``' input; a store written little
+    holds little of it)."""
+    return LevelDBStorage(path, table, cache_mb=32, max_open_files=256, write_buffer_mb=32)
 
 
 def lookup_view(brokers: str, table: str, kafka_config: Mapping[str, Any]) -> LookupTable:

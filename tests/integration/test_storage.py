@@ -230,6 +230,25 @@ def test_leveldb_survives_reopening(tmp_path: Path) -> None:
         assert storage.info.path == str(tmp_path / "db")
 
 
+@pytest.mark.parametrize("buffer_mb", [4, 32])
+def test_leveldb_keeps_what_its_write_buffer_holds_in_memory_and_its_log(
+    tmp_path: Path, buffer_mb: int
+) -> None:
+    """8 MB written: with a 4 MB write buffer some went to table files, with 32 MB none did
+    (processors' stores have 32: goka.processing.config.leveldb_store); all is read back,
+    also after reopening."""
+    storage = LevelDBStorage(tmp_path / "db", "t-table", write_buffer_mb=buffer_mb)
+    rows = {f"k{i:06d}": bytes([i % 251]) * 1_000 for i in range(8_000)}
+    for first in range(0, len(rows), 1_000):
+        storage.write(WriteBatch(values=dict(list(rows.items())[first : first + 1_000])))
+    tables = list((tmp_path / "db").glob("*.ldb"))
+    assert (len(tables) > 0) == (buffer_mb == 4), tables
+    storage.close()
+    storage = LevelDBStorage(tmp_path / "db", "t-table", write_buffer_mb=buffer_mb)
+    assert dict(storage.items()) == rows
+    storage.close()
+
+
 def test_leveldb_of_another_table_is_refused(tmp_path: Path) -> None:
     LevelDBStorage(tmp_path / "db", "clicks-table").close()
     with pytest.raises(StorageError, match="holds table 'clicks-table', not 'users-table'"):
