@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import heapq
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from goka.edges import WindowEdge
@@ -48,13 +48,17 @@ from goka.storage import Storage, WriteBatch
 from goka.timekeeping import DIGITS, section_rows, stream_time_key
 from goka.windowing import WINDOW_END, WINDOW_NAME, WINDOW_START
 
-__all__ = ["FINAL_ID", "Finals", "delivered_key"]
+__all__ = ["FINAL_ID", "Delivery", "Finals", "Written", "delivered_key"]
 
 log = logging.getLogger(__name__)
 
 #: Header naming a final result: ``<group>/<partition>/<window>/<key>@<start>-<end>``.
 FINAL_ID = "goka-final-id"
 POSITION = "p"
+
+
+#: Section rows by changelog topic (None: deleted), as a write wrote them.
+Written = Mapping[str, Mapping[str, bytes | None]]
 
 
 def delivered_key(name: str) -> str:
@@ -130,10 +134,12 @@ class Finals:
         delivery = self.begin(store, check=check)
         return 0 if delivery is None else delivery.finish()
 
-    def begin(self, store: Storage, *, check: bool) -> Delivery | None:
+    def begin(self, store: Storage, *, check: bool,
+              written: Written | None = None) -> Delivery | None:  # fmt: skip
         """The delivery of the results of the windows closed and not delivered (None: none):
         :meth:`Delivery.step` produces them a few at a time, :meth:`Delivery.finish` moves
-        the watermarks (see :meth:`deliver`)."""
+        the watermarks (see :meth:`deliver`). ``written``: section rows (by changelog topic)
+        the last write wrote, read from there rather than from the store."""
         section = store.section(self.timers)
         marks = {}
         for name in self.edges:
@@ -142,22 +148,29 @@ class Finals:
                 marks[name] = (None if done is None else done.decode(), closed.decode())
         if not marks:
             return None
-        return Delivery(self, store, marks, self._produced(section) if check else set())
+        found = self._produced(section) if check else set()
+        return Delivery(self, store, marks, found, written or {})
 
-    def _table(self, store: Storage, name: str) -> tuple[int, Any, Any, str, Any]:
+    def _table(self, store: Storage, name: str,
+               written: Written) -> tuple[int, Any, Any, str, Any]:  # fmt: skip
         """What the hot loop of :meth:`deliver` needs of window table ``name``: its
-        retention, a reader of its rows, what turns a stored value into a result's (None:
+        retention, a reader of its rows (``written``'s first: a closed window does not change
+        before its result is delivered), what turns a stored value into a result's (None:
         the value as stored: the output's codec is the window's), the output topic and the
         header naming the table."""
         edge = self.edges[name]
+        read: Callable[[str], bytes | None] = store.section(edge.topic).get
+        rows = written.get(edge.topic)
+        if rows:
+            stored = read
+            read = lambda row: rows[row] if row in rows else stored(row)  # noqa: E731
         assert edge.output is not None  # (window() requires one for final results)
         out = self.graph.outputs[edge.output].codec
         recode = None
         if out is not edge.codec and out != edge.codec:  # (decode(encode(v)) == v: no change)
             decode, encode = edge.codec.decode, out.encode
             recode = lambda raw: encode(decode(raw))  # noqa: E731
-        return (edge.retention, store.section(edge.topic).get, recode, edge.output,
-                (WINDOW_NAME, name.encode()))  # fmt: skip
+        return edge.retention, read, recode, edge.output, (WINDOW_NAME, name.encode())
 
     def _closed(
         self, store: Storage, marks: dict[str, tuple[str | None, str]]
@@ -244,7 +257,7 @@ class Delivery:
     are closed, and none expires before its result is delivered."""
 
     def __init__(self, finals: Finals, store: Storage, marks: dict[str, tuple[str | None, str]],
-                 found: set[str]) -> None:  # fmt: skip
+                 found: set[str], written: Written) -> None:  # fmt: skip
         self.finals, self.store, self.marks, self.found = finals, store, marks, found
         self.failures: list[str] = []
         self.ends: dict[tuple[str, int], int] = {}
@@ -252,7 +265,7 @@ class Delivery:
         self.expired: dict[str, list[str]] = {}
         section = store.section(finals.timers)
         self.stream_time = int(section.get(stream_time_key(finals.partition)) or b"-1")
-        self.tables = {name: finals._table(store, name) for name in marks}
+        self.tables = {name: finals._table(store, name, written) for name in marks}
         self._rows: Iterator[tuple[str, str]] | None = finals._closed(store, marks)
 
     def _delivered(self, error: Any, message: Any) -> None:

@@ -26,7 +26,7 @@ from goka.pending_rows import PendingRows
 from goka.processing.applied import Applied, commit
 from goka.processing.clients import Clients
 from goka.processing.config import TaskConfig
-from goka.processing.finals import Delivery, Finals
+from goka.processing.finals import Delivery, Finals, Written
 from goka.processing.leases import Lease
 from goka.processing.output import Output
 from goka.processing.recovery import StoreRecovery, checked_watermarks
@@ -277,7 +277,7 @@ class PartitionStores:
         summary.commits += 1
         self._written = positions
         lap("write")
-        delivered = self._deliver(positions, summary, check=False, defer=defer)
+        delivered = self._deliver(positions, summary, check=False, defer=defer, written=rows)
         lap("finals")
         if delivered:  # (the group's offsets went first: commit_to_group noted it)
             return
@@ -297,7 +297,8 @@ class PartitionStores:
             self.commit_to_group(self._group_behind)
 
     def _deliver(self, positions: Mapping[str, int], summary: PartitionSummary, *,
-                 check: bool, defer: bool = False) -> bool:  # fmt: skip
+                 check: bool, defer: bool = False,
+                 written: Written | None = None) -> bool:  # fmt: skip
         """Produce the committed final results (:mod:`goka.processing.finals`) once the group
         has committed ``positions``, the store's: a store rebuilt elsewhere begins there, so
         it never processes again a batch whose final results went out (``defer``: begin to,
@@ -308,7 +309,7 @@ class PartitionStores:
             return False
         if not self.commit_to_group(positions, wait=True):
             return False
-        delivery = self.finals.begin(self.store, check=check)
+        delivery = self.finals.begin(self.store, check=check, written=written)
         if delivery is not None and defer:
             self.delivery = delivery
         elif delivery is not None:
