@@ -249,11 +249,20 @@ def test_an_epoch_produces_the_results_of_a_window_boundary_over_turns_processin
         real_apply(self, rows)
 
     monkeypatch.setattr(epoch_partition.Epoch, "apply", apply)
+    real_deliver = epoch_partition.Epoch.deliver
+    left: list[bool] = []  # at the epoch's end: was a delivery still going on?
+
+    def deliver(self: Any, lap: Any = None, *, wait: bool = False) -> None:
+        if wait:
+            left.append(self.stores.delivery is not None)
+        real_deliver(self, *([lap] if lap else []), wait=wait)
+
+    monkeypatch.setattr(epoch_partition.Epoch, "deliver", deliver)
     steps = [
         lambda k=k, e=e: kafka.append(IN, k, json.dumps(e).encode(), partition=0, timestamp=1)
         for k, e in events
     ]
-    script = Script(kafka, *steps)
+    script = Script(kafka, *steps, *[lambda: None] * 20)  # then quiet: no records, no commits
     machine = Machine(kafka, tmp_path, graph, commit_interval=0)
     epoch(machine, {IN: 0}, script.done)
     tester = Tester(graph, partitions=2, now=0)
@@ -261,6 +270,7 @@ def test_an_epoch_produces_the_results_of_a_window_boundary_over_turns_processin
         tester.consume(IN, key, event)
     assert len(wanted(tester)) == 4 * len(keys) and finals(kafka) == wanted(tester)
     assert overlapped, "no record was processed while final results were being produced"
+    assert left == [False]  # the quiet turns finished it: the reports were taken
     assert windows(kafka, graph) == {
         (k, w.start, w.end): v for k in keys for w, v in tester.windows(graph.group, "minute", k)
     }
