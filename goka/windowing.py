@@ -76,18 +76,10 @@ class Windows:
     def __init__(self, ctx: Context[Any], time: PartitionTime, name: str) -> None:
         self._ctx, self._time, self._name = ctx, time, name
         at = ctx.event_time_ms
-        fixed = time.fixed.get(name)
-        if fixed is not None and time.stream_time < MAX_TIME:  # open_windows, inlined
-            of, grace, stream = fixed[0], fixed[1], time.stream_time
-            windows = [w for w in of(at) if w.end + grace > stream]
-            if windows:  # (a hot path: a call per record of a windowed group)
-                self._windows = windows
-                return
-        edge = time.edge(name)
         windows, late = open_windows(time, name, at)
         if late:
             time.late(name, ctx, Window(at, at + 1))
-        elif isinstance(edge.spec, Session):
+        elif name not in time.fixed:  # sessions
             windows = [self._merge(at)]
         self._windows = windows  # made WindowStates only when asked for (iterated, one)
 
@@ -171,16 +163,17 @@ def headers(name: str, window: Window) -> list[tuple[str, bytes]]:
 def open_windows(time: PartitionTime, name: str, at: int) -> tuple[list[Window], bool]:
     """The windows of a record at ``at`` in window table ``name`` still open by the stream
     time, and whether it was late for all."""
-    edge = time.edge(name)
-    spec, grace, stream = edge.spec, edge.index_grace, time.stream_time
-    if isinstance(spec, Session):
-        late = min(at + 1 + grace, MAX_TIME) <= stream
-        return ([] if late else [Window(at, at + 1)]), late
-    assert spec is not None
-    if stream >= MAX_TIME:  # (a window's close time is at most MAX_TIME)
-        return [], True
-    windows = [w for w in spec.windows(at) if w.end + grace > stream]
-    return windows, not windows
+    stream, fixed = time.stream_time, time.fixed.get(name)
+    if fixed is not None:  # (a hot path: a call per record of a windowed group)
+        if stream >= MAX_TIME:  # (a window's close time is at most MAX_TIME)
+            return [], True
+        of, grace = fixed
+        windows = [w for w in of(at) if w.end + grace > stream]
+        return windows, not windows
+    edge = time.edge(name)  # (a session: fixed holds every other declared window)
+    assert isinstance(edge.spec, Session)
+    late = min(at + 1 + edge.index_grace, MAX_TIME) <= stream
+    return ([] if late else [Window(at, at + 1)]), late
 
 
 def sessions(time: PartitionTime, name: str, key: str, at: int) -> list[tuple[Window, bytes]]:
