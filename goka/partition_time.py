@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from goka.context import TIMER, WINDOW
+from goka.created_windows import CreatedWindows, reader
 from goka.edges import WindowEdge
 from goka.errors import ContextError
 from goka.graph import GroupGraph
@@ -79,6 +80,7 @@ class PartitionTime:
         #: its grace (what :func:`goka.windowing.open_windows` asks, for a record's windows).
         self.fixed = {n: (e.spec.windows, e.index_grace) for n, e in graph.windows.items()
                       if e.spec is not None and not isinstance(e.spec, Session)}  # fmt: skip
+        self._created = {n: CreatedWindows(windows[n]) for n in self.fixed}
         self._decode_data = graph.timers.codec.decode if graph.timers else None
         self._encode_data = graph.timers.codec.encode if graph.timers else None
         stored = timers.get(self._stream_key)
@@ -99,6 +101,10 @@ class PartitionTime:
         self._stream_row = -1  # the stream time a row of this batch says already
         self.timer_rows = Overlay(self._timers, journal)
         self.window_rows = {n: Overlay(s, journal) for n, s in self._windows.items()}
+        for created in self._created.values():
+            created.closed(self.stream_time)
+        self._readers = {n: reader(rows, self._created.get(n), self._graces[n])
+                         for n, rows in self.window_rows.items()}  # fmt: skip
         if self._stale:
             self._queues = {
                 d: DueQueue(self._timers, f"q{d[0]}", journal=journal) for d in ("stream", "wall")
@@ -119,7 +125,7 @@ class PartitionTime:
             self._stale = False
         self.left, self.late_dropped = sys.maxsize, 0  # left: what may fire (fire budget)
         self.late_records: list[tuple[str, Any]] = []
-        self._late_seen: set[str] = set()
+        self.late_seen: set[str] = set()  # window tables the record was late for
 
     def abandon(self) -> None:
         """The batch failed: the next starts from the committed stream time and rows."""
@@ -135,7 +141,7 @@ class PartitionTime:
         """A record begins: what :meth:`rollback` returns to."""
         self._mark_stream_time = self.stream_time
         self._mark_late = (self.late_dropped, len(self.late_records))
-        self._late_seen.clear()
+        self.late_seen.clear()
         if self.journal is not None:
             self.journal.clear()
 
@@ -146,20 +152,6 @@ class PartitionTime:
         del self.late_records[kept:]
         if self.journal is not None:
             rollback(self.journal)
-
-    def late(self, name: str, ctx: Any, window: Window) -> None:
-        """The record of ``ctx`` is late for window table ``name``: apply its policy (once
-        per record and table)."""
-        if name in self._late_seen:
-            return
-        self._late_seen.add(name)
-        policy = self.edge(name).late
-        if policy == "drop":
-            self.late_dropped += 1
-        elif policy == "dead_letter":
-            self.late_records.append((name, ctx._message))
-        else:
-            policy(ctx, ctx._value, window)
 
     def raised(self, source: Any, first: int) -> None:
         """The record ``source`` moved the stream time (its effects begin at ``first``): a
@@ -350,9 +342,10 @@ class PartitionTime:
         """The window rows the batch changed (``w<key>``: last value), by changelog topic."""
         return {self._topics[n]: rows.changes for n, rows in self.window_rows.items()}
 
-    def window_value(self, name: str, key: str, window: Window) -> bytes | None:
-        """The stored value of ``window`` of ``key``."""
-        return self.window_rows[name].get("w" + composite(key, window.start, window.end))
+    def window_reader(self, name: str) -> Callable[[str, int], bytes | None]:
+        """What reads window table ``name`` as of now: ``read(row, end)``, the value of
+        window ``row`` (its composite key) ending at ``end``."""
+        return self._readers[name]
 
     def set_window(self, name: str, key: str, window: Window, value: bytes | None,
                    source: Any) -> None:  # fmt: skip
@@ -365,11 +358,9 @@ class PartitionTime:
         """Write window ``row`` (its composite key; the window ends at ``end``; ``existed``:
         whether it has a value, if the caller knows). (A hot path: a call per window
         update; :meth:`_lower` and :func:`~goka.timekeeping.close_key` are inlined.)"""
-        rows = self.window_rows[name]
-        stored = "w" + row
         if existed is None:
-            existed = rows.get(stored) is not None
-        rows.put(stored, value)
+            existed = self._readers[name](row, end) is not None
+        self.window_rows[name].put("w" + row, value)
         if value is None or not existed:
             close_at = end + self._graces[name]
             if close_at > MAX_TIME:
@@ -390,6 +381,9 @@ class PartitionTime:
                     closing.add(index, b"")
                     if close_at < self._floor_stream:
                         self._floor_stream = close_at
+                created = self._created.get(name)
+                if created is not None:
+                    created.created(row, close_at)
         self.effects.append((WINDOW, self._topics[name], row, value, None, source))
 
     def _row(self, key: str, value: bytes | None, source: Any) -> None:

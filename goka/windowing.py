@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from goka.timekeeping import MAX_TIME, decode_composite
+from goka.timekeeping import MAX_TIME, composite, decode_composite
 from goka.windows import Session, Window
 
 if TYPE_CHECKING:
@@ -50,7 +50,8 @@ class WindowState:
 
     def value(self) -> Any:
         """The window's value, or None."""
-        raw = self._time.window_value(self._name, self._ctx.key, self.window)
+        start, end = self.window
+        raw = self._time.window_reader(self._name)(composite(self._ctx.key, start, end), end)
         return None if raw is None else self._time.edge(self._name).codec.decode(raw)
 
     def set_value(self, value: Any) -> None:
@@ -78,7 +79,7 @@ class Windows:
         at = ctx.event_time_ms
         windows, late = open_windows(time, name, at)
         if late:
-            time.late(name, ctx, Window(at, at + 1))
+            _late(time, name, ctx, Window(at, at + 1))
         elif name not in time.fixed:  # sessions
             windows = [self._merge(at)]
         self._windows = windows  # made WindowStates only when asked for (iterated, one)
@@ -116,7 +117,7 @@ class Windows:
         if not self._windows:
             return
         time, name, ctx = self._time, self._name, self._ctx
-        key, source, get = ctx.key, ctx._message, time.window_rows[name].get
+        key, source, read = ctx.key, ctx._message, time.window_reader(name)
         edge = time.edge(name)
         decode, encode = edge.codec.decode, edge.codec.encode
         emit = edge.output if edge.emit == "update" else None
@@ -124,7 +125,7 @@ class Windows:
         for window in self._windows:  # the hot path of a windowed group: each row read once
             start, end = window
             row = f"{key}@{start:015d}-{end:015d}"  # goka.timekeeping.composite, inlined
-            raw = get("w" + row)
+            raw = read(row, end)
             value = change(None if raw is None else decode(raw))
             write(name, row, encode(value), source, end, raw is not None)
             if emit is not None:
@@ -158,6 +159,21 @@ def headers(name: str, window: Window) -> list[tuple[str, bytes]]:
     """The headers naming a window, on its results."""
     return [(WINDOW_NAME, name.encode()), (WINDOW_START, str(window.start).encode()),
             (WINDOW_END, str(window.end).encode())]  # fmt: skip
+
+
+def _late(time: PartitionTime, name: str, ctx: Context[Any], window: Window) -> None:
+    """The record of ``ctx`` is late for window table ``name``: apply its policy (once per
+    record and table)."""
+    if name in time.late_seen:
+        return
+    time.late_seen.add(name)
+    policy = time.edge(name).late
+    if policy == "drop":
+        time.late_dropped += 1
+    elif policy == "dead_letter":
+        time.late_records.append((name, ctx._message))
+    else:
+        policy(ctx, ctx._value, window)
 
 
 def open_windows(time: PartitionTime, name: str, at: int) -> tuple[list[Window], bool]:
