@@ -61,9 +61,10 @@ class BatchResult:
             commits, then passes the rest again.
         late: records dropped as late for a window (those sent to the dead-letter topic are
             in ``failed``).
-        windows: each window table's rows the batch changed (``w<window key>``: the last
-            value, None: deleted), by changelog topic (a timed group's; for the partition's
-            pending rows: :meth:`goka.pending_rows.PendingRows.apply_windows`).
+        windows: each window table's section rows the batch changed (``w<window key>``: the
+            last value, None: deleted; with the close index rows of windows created or
+            deleted), by changelog topic (a timed group's; for the partition's pending rows:
+            :meth:`goka.pending_rows.PendingRows.apply_windows`).
     """
 
     effects: list[Effect] = field(default_factory=list)

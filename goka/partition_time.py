@@ -339,7 +339,8 @@ class PartitionTime:
         return edge
 
     def window_changes(self) -> dict[str, dict[str, bytes | None]]:
-        """The window rows the batch changed (``w<key>``: last value), by changelog topic."""
+        """The window section rows the batch changed (``w<key>``: last value, and the close
+        index rows of windows created or deleted), by changelog topic."""
         return {self._topics[n]: rows.changes for n, rows in self.window_rows.items()}
 
     def window_reader(self, name: str) -> Callable[[str, int], bytes | None]:
@@ -360,12 +361,14 @@ class PartitionTime:
         update; :meth:`_lower` and :func:`~goka.timekeeping.close_key` are inlined.)"""
         if existed is None:
             existed = self._readers[name](row, end) is not None
-        self.window_rows[name].put("w" + row, value)
+        rows = self.window_rows[name]
+        rows.put("w" + row, value)
         if value is None or not existed:
             close_at = end + self._graces[name]
             if close_at > MAX_TIME:
                 close_at = MAX_TIME
             index = f"c{close_at:015d}{row}"
+            rows.put(index, None if value is None else b"")  # its close index row
             closing = self._closing.get(name)
             if value is None:
                 self._expiring[name].remove(index)

@@ -8,13 +8,7 @@ import heapq
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from functools import partial
 
-from goka.timekeeping import (
-    DIGITS,
-    MAX_TIME,
-    Section,
-    close_key,
-    section_rows,
-)
+from goka.timekeeping import Section, section_rows
 
 __all__ = ["PendingRows", "PendingView", "let_go"]
 
@@ -60,38 +54,20 @@ class PendingRows:
 
     def apply(self, topic: str, key: str, value: bytes | None) -> None:
         """Changelog row ``key`` = ``value`` of ``topic``, with its derived rows."""
-        if self._graces[topic] is not None:  # a window
-            self.apply_windows({topic: {"w" + key: value}})
-            return
-        rows = section_rows(partial(self._old, topic), key, value, grace=None)
+        rows = section_rows(partial(self._old, topic), key, value, grace=self._graces[topic])
         self.rows[topic].update(rows)
         if self._generations:
             self.fresh[topic].update(rows)
 
     def apply_windows(self, windows: Mapping[str, Mapping[str, bytes | None]]) -> None:
-        """A batch's window rows (``w<key>`` = its last value, None: deleted, by topic:
-        :attr:`goka.engine.BatchResult.windows`), with their close index rows: what
-        :meth:`apply` of each of the batch's window changelog rows in order leaves (a
-        window created or deleted since the last batch gets or loses its index row)."""
+        """A batch's window section rows (the last value of each, None: deleted, by topic:
+        :attr:`goka.engine.BatchResult.windows`): its window rows and the close index rows
+        of the windows it created or deleted, what :meth:`apply` of each of the batch's
+        window changelog rows in order leaves."""
         for topic, changes in windows.items():
-            pending, grace = self.rows[topic], self._graces[topic]
-            assert grace is not None
-            fresh = self.fresh[topic] if self._generations else None
-            old = self._old
-            for window, value in changes.items():
-                if value is None:
-                    index: bytes | None = None
-                elif old(topic, window) is None:
-                    index = b""
-                else:
-                    pending[window] = value
-                    if fresh is not None:
-                        fresh[window] = value
-                    continue
-                close = close_key(min(int(window[-DIGITS:]) + grace, MAX_TIME), window[1:])
-                pending[window], pending[close] = value, index
-                if fresh is not None:
-                    fresh[window], fresh[close] = value, index
+            self.rows[topic].update(changes)
+            if self._generations:
+                self.fresh[topic].update(changes)
 
     def _old(self, topic: str, row: str) -> bytes | None:
         """``row`` of ``topic`` as the last batch left it."""

@@ -1,6 +1,8 @@
-"""The rows a batch's windows leave in the partition's pending rows (goka.pending_rows): taken
-at once from the batch's last values, they amount to what applying each window changelog row
-in order leaves, close index rows included."""
+"""A continuous partition's pending time rows (goka.pending_rows): what a batch changed is
+read over the store until written; each commit seals a generation, written once its outputs
+are acknowledged, and lets go of the rows no later generation changed. (That a batch's rows
+taken at once are what replaying its changelog rows in order leaves is tested with engines:
+tests/unit/test_created_windows.py.)"""
 
 from __future__ import annotations
 
@@ -10,55 +12,49 @@ from hypothesis import strategies as st
 from goka.pending_rows import PendingRows
 from goka.storage import WriteBatch
 from goka.storage.memory import MemoryStorage
-from goka.timekeeping import composite, window_index
 
-TOPIC, GRACE = "g-window-minute", 5_000
-#: Three windows of two keys (ends 60 s and 120 s apart).
-WINDOWS = [composite(k, s, s + 60_000) for k in ("u", "w") for s in (0, 60_000)][:3]
+TOPIC, TIMERS, GRACE = "g-window-minute", "g-timers", 5_000
+ROWS = ["wu@1", "wu@2", "cu@1", "cu@2"]
 
-operations = st.lists(st.tuples(st.sampled_from(WINDOWS), st.sampled_from([None, b"1", b"2"])),
-                      max_size=12)  # fmt: skip
-
-
-def replayed(section: dict[str, bytes], rows: list[tuple[str, bytes | None]]) -> dict[str, bytes]:
-    """``section`` after each window changelog row in order, with its close index row (as a
-    restore replays them: goka.timekeeping.window_index)."""
-    section = dict(section)
-    for key, value in rows:
-        index = window_index(key, value, GRACE, existed=f"w{key}" in section)
-        for row, data in [(f"w{key}", value), *([index] if index is not None else [])]:
-            if data is None:
-                section.pop(row, None)
-            else:
-                section[row] = data
-    return section
-
-
-def pending_over(committed: dict[str, bytes]) -> tuple[PendingRows, MemoryStorage]:
-    store = MemoryStorage("g-table")
-    store.write(WriteBatch(sections={TOPIC: dict(replayed({}, list(committed.items())))}))
-    return PendingRows({TOPIC: store.section(TOPIC)}, {TOPIC: GRACE}, generations=True), store
+batches = st.lists(st.dictionaries(st.sampled_from(ROWS), st.sampled_from([None, b"1", b"2"])),
+                   min_size=1, max_size=6)  # fmt: skip
 
 
 def seen(pending: PendingRows, store: MemoryStorage) -> dict[str, bytes]:
-    """The section as the next batch reads it: the store's rows with the pending on top."""
-    rows = dict(store.section(TOPIC).items())
-    for key, value in pending.rows[TOPIC].items():
-        if value is None:
-            rows.pop(key, None)
-        else:
-            rows[key] = value
-    return rows
+    """The section as the engine reads it: the store's rows with the pending on top."""
+    view = pending.view(TOPIC)
+    return {k: v for k in ROWS if (v := view.get(k)) is not None}
 
 
-@settings(max_examples=300, deadline=None)
-@given(st.dictionaries(st.sampled_from(WINDOWS), st.sampled_from([b"0", b"9"])), operations)
-def test_a_batchs_last_values_leave_what_its_rows_applied_in_order_leave(
-    committed: dict[str, bytes], rows: list[tuple[str, bytes | None]]
+@settings(max_examples=200, deadline=None)
+@given(batches, st.lists(st.booleans(), min_size=6, max_size=6), st.integers(0, 3))
+def test_generations_written_in_order_read_as_the_batches_left_them(
+    taken: list[dict[str, bytes | None]], seals: list[bool], acknowledged: int
 ) -> None:
-    pending, store = pending_over(committed)
-    before = dict(store.section(TOPIC).items())
-    pending.apply_windows({TOPIC: {"w" + key: value for key, value in rows}})
-    assert seen(pending, store) == replayed(before, rows)
-    written = pending.seal()[TOPIC]  # what the commit writes: the same rows, nothing else
-    assert written == pending.rows[TOPIC]
+    """Batches are taken; some commits seal; the first ``acknowledged`` sealed generations
+    are written (in order). The engine reads what the batches left; the store holds what
+    the written generations left; what is left pending is written by the next seals."""
+    store = MemoryStorage("g-table")
+    pending = PendingRows({TOPIC: store.section(TOPIC), TIMERS: store.section(TIMERS)},
+                          {TOPIC: GRACE, TIMERS: None}, generations=True)  # fmt: skip
+    left: dict[str, bytes | None] = {}  # the batches applied in order
+    sealed: list[dict[str, dict[str, bytes | None]]] = []
+    for batch, seal in zip(taken, seals, strict=False):
+        pending.apply_windows({TOPIC: batch})
+        left.update(batch)
+        if seal:
+            sealed.append(pending.seal())
+    expected = {k: v for k, v in left.items() if v is not None}
+    assert seen(pending, store) == expected
+    done, waiting = sealed[:acknowledged], sealed[acknowledged:]
+    for index, generation in enumerate(done):
+        store.write(WriteBatch(sections=generation))
+        pending.written(generation, [*done[index + 1 :], *waiting])
+    written: dict[str, bytes | None] = {}
+    for generation in done:
+        written.update(generation[TOPIC])
+    assert dict(store.section(TOPIC).items()) == {k: v for k, v in written.items() if v is not None}
+    assert seen(pending, store) == expected  # the rows let go are read from the store
+    for generation in [*waiting, pending.seal()]:  # the rest: the store ends as the batches
+        store.write(WriteBatch(sections=generation))
+    assert dict(store.section(TOPIC).items()) == expected
