@@ -18,7 +18,6 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from goka.context import TIMER, WINDOW
-from goka.created_windows import CreatedWindows, reader
 from goka.edges import WindowEdge
 from goka.errors import ContextError
 from goka.graph import GroupGraph
@@ -44,6 +43,7 @@ from goka.timekeeping import (
     timer_key,
 )
 from goka.windows import Session, Window
+from goka.written_windows import WrittenWindows, reader
 
 __all__ = ["Due", "PartitionTime", "Timer"]
 
@@ -80,7 +80,7 @@ class PartitionTime:
         #: its grace (what :func:`goka.windowing.open_windows` asks, for a record's windows).
         self.fixed = {n: (e.spec.windows, e.index_grace) for n, e in graph.windows.items()
                       if e.spec is not None and not isinstance(e.spec, Session)}  # fmt: skip
-        self._created = {n: CreatedWindows(windows[n]) for n in self.fixed}
+        self._written = {n: WrittenWindows(windows[n]) for n in self.fixed}
         self._decode_data = graph.timers.codec.decode if graph.timers else None
         self._encode_data = graph.timers.codec.encode if graph.timers else None
         stored = timers.get(self._stream_key)
@@ -101,9 +101,9 @@ class PartitionTime:
         self._stream_row = -1  # the stream time a row of this batch says already
         self.timer_rows = Overlay(self._timers, journal)
         self.window_rows = {n: Overlay(s, journal) for n, s in self._windows.items()}
-        for created in self._created.values():
-            created.closed(self.stream_time)
-        self._readers = {n: reader(rows, self._created.get(n), self._graces[n])
+        for written in self._written.values():
+            written.closed(self.stream_time)
+        self._readers = {n: reader(rows, self._written.get(n), self._graces[n])
                          for n, rows in self.window_rows.items()}  # fmt: skip
         if self._stale:
             self._queues = {
@@ -132,6 +132,8 @@ class PartitionTime:
         self.stream_time = self.saved_stream_time
         self._stale = True
         self.backlog = None
+        for name, written in self._written.items():  # it wrote what the batch did
+            written.forget(self._windows[name])
 
     def reread(self) -> None:
         """The batches so far are committed: the next one reads what is due afresh."""
@@ -363,10 +365,13 @@ class PartitionTime:
             existed = self._readers[name](row, end) is not None
         rows = self.window_rows[name]
         rows.put("w" + row, value)
+        close_at = end + self._graces[name]
+        if close_at > MAX_TIME:
+            close_at = MAX_TIME
+        written = self._written.get(name)
+        if written is not None:
+            written.wrote(row, close_at, value, self.journal)
         if value is None or not existed:
-            close_at = end + self._graces[name]
-            if close_at > MAX_TIME:
-                close_at = MAX_TIME
             index = f"c{close_at:015d}{row}"
             rows.put(index, None if value is None else b"")  # its close index row
             closing = self._closing.get(name)
@@ -384,9 +389,6 @@ class PartitionTime:
                     closing.add(index, b"")
                     if close_at < self._floor_stream:
                         self._floor_stream = close_at
-                created = self._created.get(name)
-                if created is not None:
-                    created.created(row, close_at)
         self.effects.append((WINDOW, self._topics[name], row, value, None, source))
 
     def _row(self, key: str, value: bytes | None, source: Any) -> None:

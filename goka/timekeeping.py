@@ -254,10 +254,6 @@ class Overlay:
         value = committed[key] = self._read(key)
         return value
 
-    def known_absent(self, key: str) -> None:
-        """Row ``key`` is in no layer (the caller knows): note it as read."""
-        self._committed[key] = None
-
     def put(self, key: str, value: bytes | None) -> None:
         """Change a row (None: delete it)."""
         if self._journal is not None:

@@ -2,7 +2,7 @@
 read over the store until written; each commit seals a generation, written once its outputs
 are acknowledged, and lets go of the rows no later generation changed. (That a batch's rows
 taken at once are what replaying its changelog rows in order leaves is tested with engines:
-tests/unit/test_created_windows.py.)"""
+tests/unit/test_written_windows.py.)"""
 
 from __future__ import annotations
 

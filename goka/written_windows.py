@@ -1,0 +1,104 @@
+"""The windows a partition's engine wrote, with their values: reads it can do without.
+
+A record of a windowed group reads each of its windows before it aggregates into it: in a
+tumbling table nearly every record opens a new window (a read that finds nothing, which still
+searches the store's memory table and every level's filter), in a hopping table it adds to
+windows that earlier records of its key wrote. :class:`WrittenWindows` answers both without
+the store. Every window that exists has a close index row (``c<close><window>``,
+:func:`goka.timekeeping.close_key`), so a window closing after the last index row the table
+had when it was first read did not exist then: if it exists now, this engine wrote it since,
+and its value is kept here until the window closes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from goka.timekeeping import ABSENT, DIGITS, MAX_TIME, Journal, Overlay, Section
+
+__all__ = ["UNKNOWN", "WrittenWindows", "reader"]
+
+#: What :meth:`WrittenWindows.get` returns for a window it does not know (read the store).
+UNKNOWN: Any = object()
+
+
+class WrittenWindows:
+    """The windows a partition's engine wrote in one table of fixed windows, with their
+    values (see the module docstring).
+
+    Only the engine writes the table while this object lives (it is made after the store was
+    recovered, with the engine), so a window closing after :attr:`after` exists only if
+    :meth:`wrote` was told. Windows are kept until they close (a closed window is never read
+    by a record again: :func:`goka.windowing.open_windows`); past ``limit`` of them, those
+    kept so far are let go (:attr:`after` moves past them: they are read from the store).
+
+    Args:
+        section: the table's committed section (with what is pending on top).
+        limit: how many windows to keep at most.
+    """
+
+    __slots__ = ("_by_close", "_kept", "after", "limit")
+
+    def __init__(self, section: Section, *, limit: int = 250_000) -> None:
+        self.limit = limit
+        self.forget(section)
+
+    def forget(self, section: Section) -> None:
+        """Start again from ``section`` (what the engine wrote and kept is not in it: a
+        failed batch)."""
+        last = next(iter(section.items(prefix="c", reverse=True)), None)
+        #: The latest close time of a window the table held: windows closing later are new.
+        self.after = -1 if last is None else int(last[0][1 : 1 + DIGITS])
+        self._by_close: dict[int, dict[str, bytes | None]] = {}
+        self._kept = 0
+
+    def get(self, row: str, close: int) -> Any:
+        """The value of window ``row`` (its composite key), closing at ``close``: bytes,
+        None (it does not exist) or :data:`UNKNOWN`."""
+        if close <= self.after or close >= MAX_TIME:
+            return UNKNOWN
+        kept = self._by_close.get(close)
+        return None if kept is None else kept.get(row)
+
+    def wrote(self, row: str, close: int, value: bytes | None, journal: Journal | None) -> None:
+        """Window ``row``, closing at ``close``, was set to ``value`` (None: deleted); the
+        change is recorded in ``journal`` (if given), to be undone."""
+        if close <= self.after or close >= MAX_TIME:
+            return
+        kept = self._by_close.get(close)
+        if kept is None:
+            if self._kept >= self.limit:  # let go of all: they are in the store
+                self.after = max([self.after, *self._by_close])
+                self._by_close, self._kept = {}, 0
+                if close <= self.after:
+                    return
+            kept = self._by_close[close] = {}
+        previous = kept.get(row, ABSENT)
+        if previous is ABSENT:
+            self._kept += 1  # (a row a rollback takes back stays counted)
+        if journal is not None:
+            journal.append((kept, row, previous))
+        kept[row] = value
+
+    def closed(self, stream_time: int) -> None:
+        """Let go of the windows closed by ``stream_time`` (it never goes back past this)."""
+        for close in [c for c in self._by_close if c <= stream_time]:
+            self._kept -= len(self._by_close.pop(close))
+
+
+def reader(rows: Overlay, written: WrittenWindows | None,
+           grace: int) -> Callable[[str, int], bytes | None]:  # fmt: skip
+    """What reads window table ``rows`` (of windows closing ``grace`` after their end; with
+    ``written``, a table of fixed windows): ``read(row, end)``, the value of window ``row``
+    (its composite key) ending at ``end``, or None."""
+    get = rows.get
+    if written is None:  # sessions
+        return lambda row, end: get("w" + row)
+    known = written.get
+
+    def read(row: str, end: int) -> bytes | None:
+        found: bytes | None = known(row, end + grace)  # (a hot path: a read per window)
+        return get("w" + row) if found is UNKNOWN else found
+
+    return read
