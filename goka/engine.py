@@ -29,6 +29,7 @@ from goka.graph import Callback, Edge, GroupGraph
 from goka.keys import decode_text, key_str
 from goka.partition_time import PartitionTime
 from goka.timekeeping import Section
+from goka.written_windows import WINDOW_CACHE
 
 __all__ = ["BatchResult", "Effect", "Engine", "ErrorPolicy", "Message", "TableReader"]
 
@@ -111,6 +112,9 @@ class Engine:
             runtime produces its result from the store after the commit (and keeps the
             window until then: :mod:`goka.processing.finals`). False (the tester): the
             result is an effect of the close.
+        window_cache: how many windows of each window table (of fixed windows) the engine
+            keeps with their values until they close, to read them without the store
+            (:mod:`goka.written_windows`; 0: none).
 
     Raises:
         ConfigurationError: unknown policy, a join/lookup table without a reader, or a timed
@@ -132,6 +136,7 @@ class Engine:
         clock: Callable[[], int] | None = None,
         fire_budget: int | None = None,
         deferred_finals: bool = False,
+        window_cache: int = WINDOW_CACHE,
     ) -> None:
         if on_error not in POLICIES:
             raise ConfigurationError(f"on_error must be one of {POLICIES}, got {on_error!r}")
@@ -165,7 +170,8 @@ class Engine:
                                          "the timers section and every window's")  # fmt: skip
             self.time = PartitionTime(graph, partition, timers=timers, windows=windows,
                                       clock=clock or _wall_ms, undo=on_error != "fail",
-                                      deferred_finals=deferred_finals)  # fmt: skip
+                                      deferred_finals=deferred_finals,
+                                      window_cache=window_cache)  # fmt: skip
         self._times = EventTimes(graph, self.time.clock if self.time else _wall_ms)
         persist = graph.persist
         self.context: Context[Any] = Context(

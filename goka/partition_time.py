@@ -43,7 +43,7 @@ from goka.timekeeping import (
     timer_key,
 )
 from goka.windows import Session, Window
-from goka.written_windows import WrittenWindows, reader
+from goka.written_windows import WINDOW_CACHE, WrittenWindows, reader
 
 __all__ = ["Due", "PartitionTime", "Timer"]
 
@@ -61,12 +61,13 @@ class PartitionTime:
         deferred_finals: windows emitting final results close without effects; each is
             kept until its result was delivered (the delivered watermark, read at each
             commit: :mod:`goka.processing.finals`), then expires when due.
+        window_cache: see :class:`goka.engine.Engine`.
     """
 
     def __init__(
         self, graph: GroupGraph, partition: int, *, timers: Section,
         windows: Mapping[str, Section], clock: Callable[[], int], undo: bool = False,
-        deferred_finals: bool = False,
+        deferred_finals: bool = False, window_cache: int = WINDOW_CACHE,
     ) -> None:  # fmt: skip
         self.graph, self.clock, self.deferred_finals = graph, clock, deferred_finals
         self._stream_key = stream_time_key(partition)
@@ -80,7 +81,8 @@ class PartitionTime:
         #: its grace (what :func:`goka.windowing.open_windows` asks, for a record's windows).
         self.fixed = {n: (e.spec.windows, e.index_grace) for n, e in graph.windows.items()
                       if e.spec is not None and not isinstance(e.spec, Session)}  # fmt: skip
-        self._written = {n: WrittenWindows(windows[n]) for n in self.fixed}
+        self._written = {n: WrittenWindows(windows[n], limit=window_cache)
+                         for n in self.fixed if window_cache > 0}  # fmt: skip
         self._decode_data = graph.timers.codec.decode if graph.timers else None
         self._encode_data = graph.timers.codec.encode if graph.timers else None
         stored = timers.get(self._stream_key)

@@ -17,7 +17,11 @@ from typing import Any
 
 from goka.timekeeping import ABSENT, DIGITS, MAX_TIME, Journal, Overlay, Section
 
-__all__ = ["UNKNOWN", "WrittenWindows", "reader"]
+__all__ = ["UNKNOWN", "WINDOW_CACHE", "WrittenWindows", "reader"]
+
+#: How many windows of a table an engine keeps with their values, by default (each about
+#: 200 bytes of memory with a short key and value).
+WINDOW_CACHE = 250_000
 
 #: What :meth:`WrittenWindows.get` returns for a window it does not know (read the store).
 UNKNOWN: Any = object()
@@ -40,7 +44,7 @@ class WrittenWindows:
 
     __slots__ = ("_by_close", "_kept", "after", "limit")
 
-    def __init__(self, section: Section, *, limit: int = 250_000) -> None:
+    def __init__(self, section: Section, *, limit: int = WINDOW_CACHE) -> None:
         self.limit = limit
         self.forget(section)
 

@@ -141,6 +141,6 @@ class PartitionProcessor:
             self.graph, self.partition, store=stores.store.get,
             tables={**tables, **stores.clients.lookups()}, on_error=self.config.on_error,
             max_message_bytes=self.config.max_message_bytes, fire_budget=self.config.fire_budget,
-            deferred_finals=True,
+            deferred_finals=True, window_cache=self.config.window_cache,
             **sections,
         )  # fmt: skip

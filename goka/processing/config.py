@@ -22,6 +22,7 @@ from goka.kafka.reader import RecordReader
 from goka.storage import LevelDBStorage, MemoryStorage, Storage, StorageBuilder
 from goka.storage.snapshots import SnapshotStore
 from goka.view import View
+from goka.written_windows import WINDOW_CACHE
 
 __all__ = ["Builders", "LookupTable", "TaskConfig", "leveldb_store", "lookup_view"]
 
@@ -105,6 +106,8 @@ class TaskConfig:
             are doing while they recover (see :class:`~goka.processing.signals.
             PartitionBoard`); None: nowhere.
         fire_budget: the most timers and expiries a partition fires between two commits.
+        window_cache: how many windows of each window table a partition keeps in memory
+            with their values until they close (:mod:`goka.written_windows`; 0: none).
         log_level, log_format: how the Python workers that run the tasks log (as
             :func:`goka.logs.configure` takes them); None: they configure nothing (an
             application's own logging rules, or Python's default).
@@ -129,6 +132,7 @@ class TaskConfig:
     board_url: str | None = None
     builders: Builders = field(default_factory=Builders)
     fire_budget: int = FIRE_BUDGET
+    window_cache: int = WINDOW_CACHE
     log_level: str | None = None
     log_format: str = "text"
 

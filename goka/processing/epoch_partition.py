@@ -56,6 +56,7 @@ class Epoch:
             tables={**{t: s.get for t, s in self.joins.items()}, **stores.clients.lookups()},
             on_error=self.config.on_error, max_message_bytes=self.config.max_message_bytes,
             fire_budget=self.config.fire_budget, deferred_finals=True,
+            window_cache=self.config.window_cache,
             **stores.engine_sections(self.sections),
         )  # fmt: skip
         self.output = stores.output()

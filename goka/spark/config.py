@@ -17,6 +17,7 @@ from goka.kafka.config import bootstrap_servers
 from goka.processing.config import FIRE_BUDGET, Builders, TaskConfig
 from goka.spark.session import SessionSettings
 from goka.topic_manager import TopicManagerConfig
+from goka.written_windows import WINDOW_CACHE
 
 __all__ = ["MODES", "ProcessorConfig"]
 
@@ -53,6 +54,9 @@ class ProcessorConfig:
             tasks of an epoch must all run at once: default, the job's task slots, Spark's
             default parallelism, or one per partition if there are fewer partitions).
         on_error: ``fail`` (default), ``skip`` or ``dead_letter`` (to ``<group>-dlq``).
+        window_cache: how many windows of each window table (of fixed windows) a partition
+            keeps in memory with their values until they close, to read them without its
+            store (about 200 bytes each with short keys and values; 0: none).
         fire_budget: the most timers and expiries a partition fires between two commits
             (a record that makes more due commits in slices: memory stays bounded).
         max_offsets_per_trigger: most input records per micro-batch.
@@ -103,6 +107,7 @@ class ProcessorConfig:
     epoch_tasks: int | None = None
     on_error: ErrorPolicy = "fail"
     fire_budget: int = FIRE_BUDGET
+    window_cache: int = WINDOW_CACHE
     max_offsets_per_trigger: int | None = None
     starting_offsets: str = "earliest"
     kafka_config: Mapping[str, Any] = field(default_factory=dict)
@@ -151,6 +156,12 @@ class ProcessorConfig:
             or self.fire_budget < 1
         ):
             raise ConfigurationError(f"fire_budget must be an int >= 1, got {self.fire_budget!r}")
+        if (
+            isinstance(self.window_cache, bool)
+            or not isinstance(self.window_cache, int)
+            or self.window_cache < 0
+        ):
+            raise ConfigurationError(f"window_cache must be an int >= 0, got {self.window_cache!r}")
         if self.max_offsets_per_trigger is not None and self.max_offsets_per_trigger < 1:
             raise ConfigurationError("max_offsets_per_trigger must be at least 1")
         if self.mode not in MODES:
@@ -194,7 +205,7 @@ class ProcessorConfig:
             epoch=self.epoch if continuous else 0.0, commit_interval=self.commit_interval,
             stop_url=self.stop_url if continuous else None, board_url=self.board_url,
             read_timeout=self.broker_timeout, log_level=self.log_level,
-            fire_budget=self.fire_budget,
+            fire_budget=self.fire_budget, window_cache=self.window_cache,
             log_format=self.log_format,
         )  # fmt: skip
 

@@ -33,6 +33,7 @@ from goka.spark.summary import BatchSummary, Totals, translate
 from goka.spark.task import encode_config, start_python_workers
 from goka.spark.ticker import Ticker, trigger_seconds
 from goka.topic_manager import TopicManager, TopicManagerConfig, prepare_group
+from goka.written_windows import WINDOW_CACHE
 
 __all__ = ["MODES", "BatchSummary", "Processor", "ProcessorFailed", "Totals"]
 
@@ -71,6 +72,7 @@ class Processor:
         epoch_tasks: int | None = None,
         on_error: ErrorPolicy = "fail",
         fire_budget: int = FIRE_BUDGET,
+        window_cache: int = WINDOW_CACHE,
         max_offsets_per_trigger: int | None = None,
         starting_offsets: str = "earliest",
         kafka_config: dict[str, Any] | None = None,
@@ -93,7 +95,7 @@ class Processor:
             graph, bootstrap_servers(brokers), state_dir=str(state_dir or "goka-state"),
             checkpoint_dir=str(checkpoint_dir or ""), mode=mode, trigger=trigger, epoch=epoch,
             commit_interval=commit_interval, epoch_tasks=epoch_tasks, on_error=on_error,
-            fire_budget=fire_budget,
+            fire_budget=fire_budget, window_cache=window_cache,
             max_offsets_per_trigger=max_offsets_per_trigger, starting_offsets=starting_offsets,
             kafka_config=dict(kafka_config or {}), producer_config=dict(producer_config or {}),
             topics=topics or TopicManagerConfig(), snapshot_interval=snapshot_interval,

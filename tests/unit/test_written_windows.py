@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -27,10 +28,12 @@ from goka import (
 )
 from goka.context import TIMER, WINDOW
 from goka.engine import Engine
+from goka.errors import ConfigurationError
 from goka.pending_rows import PendingRows
+from goka.spark.config import ProcessorConfig
 from goka.storage import MemoryStorage, WriteBatch
 from goka.timekeeping import Journal, close_key, composite, rollback, section_graces, section_rows
-from goka.written_windows import UNKNOWN, WrittenWindows
+from goka.written_windows import UNKNOWN, WINDOW_CACHE, WrittenWindows
 
 IN, MINUTE = "views", 60_000
 GRACE = 20 * 1000  # the tumbling table's
@@ -71,10 +74,11 @@ class CountingSection:
 Batch = tuple[bool, list[tuple[str, int, str]]]  # a new engine?, (key, event time, page)
 
 
-def run(batches: list[Batch]) -> tuple[dict[str, dict[str, int]], int]:
+def run(batches: list[Batch], cache: int = WINDOW_CACHE) -> tuple[dict[str, dict[str, int]], int]:
     """Process ``batches`` of records, each by the engine before or, if it says so, a new
     one (a restart) over what the ones before wrote, as a restore replays the changelog (row
-    by row); return each window table's rows and the store reads of window rows. Each
+    by row), keeping ``cache`` windows; return each window table's rows and the store reads
+    of window rows. Each
     batch's rows also go through the partition's pending rows into another store, which
     must end the same, close index and timers rows included."""
     store, taken = MemoryStorage("created-table"), MemoryStorage("created-table")
@@ -86,7 +90,7 @@ def run(batches: list[Batch]) -> tuple[dict[str, dict[str, int]], int]:
             reads += sum(s.reads for s in sections.values())
             sections = {n: CountingSection(store.section(t)) for n, t in TOPICS.items()}
             engine = Engine(GRAPH, 0, store=store.get, timers=store.section(GRAPH.group.timers),
-                            windows=sections, clock=lambda: 0)  # fmt: skip
+                            windows=sections, clock=lambda: 0, window_cache=cache)  # fmt: skip
         messages = [(IN, offset + i, k.encode(), p.encode(), t, None)
                     for i, (k, t, p) in enumerate(batch)]  # fmt: skip
         offset += len(batch)
@@ -146,21 +150,23 @@ records = st.lists(st.tuples(st.sampled_from(["u", "v", "w"]), st.integers(0, 90
 
 
 @settings(max_examples=400, deadline=None)
-@given(records, st.integers(1, 12), st.lists(st.booleans(), min_size=1, max_size=8))
+@given(records, st.integers(1, 12), st.lists(st.booleans(), min_size=1, max_size=8),
+       st.sampled_from([WINDOW_CACHE, WINDOW_CACHE, 3, 0]))  # fmt: skip
 def test_engines_made_anywhere_in_a_stream_leave_the_reference_windows_reading_only_old_ones(
-    events: list[tuple[str, int, str]], size: int, restarts: list[bool]
+    events: list[tuple[str, int, str]], size: int, restarts: list[bool], cache: int
 ) -> None:
     """Times drift forward by the record's place (so windows close) and back by up to 90 s
     (so records are late, or fall into windows that were open when an engine was made or an
     earlier batch of it ended); batches are ``size`` records, and ``restarts`` says which a
-    new engine takes: each reads the store only for windows that may predate it."""
+    new engine takes: each reads the store only for windows that may predate it (unless it
+    keeps fewer windows than the test makes: ``cache``; the results are the same)."""
     timed = [(key, max(0, i * 10_000 - back), page) for i, (key, back, page) in enumerate(events)]
     batches = [(i == 0 or restarts[i % len(restarts)], timed[a : a + size])
                for i, a in enumerate(range(0, len(timed), size))]  # fmt: skip
-    tables, reads = run(batches)
+    tables, reads = run(batches, cache)
     expected, allowed = reference(batches)
     assert tables == expected
-    assert reads <= allowed
+    assert reads <= allowed or cache < WINDOW_CACHE
 
 
 def test_a_window_the_engine_wrote_is_not_read_and_an_older_one_is() -> None:
@@ -202,3 +208,10 @@ def test_written_windows_know_only_what_closes_after_the_last_index_row() -> Non
     written.forget(store.section("s"))  # a failed batch: from the store again
     assert written.after == MINUTE and written.get(third, 3 * MINUTE) is None
     assert WrittenWindows(MemoryStorage("t").section("s")).after == -1
+
+
+@pytest.mark.parametrize("bad", [-1, True, 1.5])
+def test_a_bad_window_cache_fails_at_declaration(bad: Any) -> None:
+    with pytest.raises(ConfigurationError, match=f"window_cache must be an int >= 0, got {bad}"):
+        ProcessorConfig(GRAPH, "localhost:9092", window_cache=bad)
+    assert ProcessorConfig(GRAPH, "localhost:9092", window_cache=0).task_config().window_cache == 0
