@@ -3,8 +3,10 @@
 ``bench.windows`` compares windowed groups with the plain count. Part of a windowed record's
 cost is not the implementation's but the contract's: every window a record updates is a row
 of its table (a changelog record and a store row, and a close index row when it is created),
-and every window of final results is read back and produced once more when it closes. This
-script runs only that I/O (confluent-kafka's ``produce`` with a delivery callback and
+and every window of final results is produced once more when it closes. (Window values are
+read from memory: a partition keeps the windows it wrote until they close, see
+``goka.written_windows``; the plain count reads its keys from the store.) This script runs
+only that I/O (confluent-kafka's ``produce`` with a delivery callback and
 provenance headers, plyvel reads and write batches: what the processor uses), in the simplest
 Python loop, over the input of ``bench.windows`` (keys, event times), for:
 
@@ -27,6 +29,7 @@ most ``P / (P + extra)``; with ``--plain-us P`` both bounds are printed.
 from __future__ import annotations
 
 import argparse
+import heapq
 import random
 import tempfile
 import time
@@ -83,38 +86,36 @@ def plain(records: Records, commit: int, db: Any, producer: Any) -> Calls:
 
 
 def windowed(size: int, advance: int, *, final: bool, grace: int = 5_000) -> Loop:
-    """Per record and window: its row read, written to the changelog (and its close index row
-    when created); with ``final``, each window closed by the stream time read again and its
-    result produced."""
+    """Per record and window: its value (kept in memory until the window closes) updated,
+    written to the changelog and stored (with its close index row when created); with
+    ``final``, each window closed by the stream time produced as a result."""
 
     def loop(records: Records, commit: int, db: Any, producer: Any) -> Calls:
-        get, produce = db.get, producer.produce
+        produce = producer.produce
         calls = dict.fromkeys(("produce", "get", "put"), 0)
-        closing: list[tuple[int, bytes]] = []
-        closed = 0
+        kept: dict[bytes, bytes] = {}  # the open windows' values
+        closing: list[tuple[int, bytes]] = []  # a heap
         for first in range(0, len(records), commit):
             rows: dict[bytes, bytes] = {}
             for key, at in records[first : first + commit]:
                 last = at - at % advance
                 for start in range(last - size + advance, last + 1, advance):
                     window = b"%s@%015d-%015d" % (key, start, start + size)
-                    row = b"w" + window
-                    old = _read(rows, get, row, calls)
-                    rows[row] = value = b"%d" % (int(old or b"0") + 1)
+                    old = kept.get(window)
+                    kept[window] = rows[b"w" + window] = value = b"%d" % (int(old or b"0") + 1)
                     if old is None:
                         rows[b"c%015d%s" % (start + size + grace, window)] = b""
-                        if final:
-                            closing.append((start + size + grace, window))
+                        heapq.heappush(closing, (start + size + grace, window))
                     produce("windows", value, window, partition=0, on_delivery=_delivered,
                             headers=HEADERS)  # fmt: skip
                     calls["produce"] += 1
-                while closed < len(closing) and closing[closed][0] <= at:
-                    window = closing[closed][1]
-                    closed += 1
-                    result = _read(rows, get, b"w" + window, calls)
-                    produce("results", result, window[:-32], on_delivery=_delivered,
-                            headers=HEADERS)  # fmt: skip
-                    calls["produce"] += 1
+                while closing and closing[0][0] <= at:
+                    window = heapq.heappop(closing)[1]
+                    result = kept.pop(window)
+                    if final:
+                        produce("results", result, window[:-32], on_delivery=_delivered,
+                                headers=HEADERS)  # fmt: skip
+                        calls["produce"] += 1
             _commit(db, rows, calls)
         return calls
 
