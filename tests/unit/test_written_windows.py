@@ -46,6 +46,8 @@ def count(ctx: Context[Any], page: str) -> None:
         return
     for name in ("minute", "hops"):
         ctx.window(name).update(lambda n: (n or 0) + 1)
+    if page == "f":  # fails after its updates: under on_error="skip", they are undone
+        raise ValueError("a failing record")
 
 
 GRAPH = define_group(
@@ -74,10 +76,11 @@ class CountingSection:
 Batch = tuple[bool, list[tuple[str, int, str]]]  # a new engine?, (key, event time, page)
 
 
-def run(batches: list[Batch], cache: int = WINDOW_CACHE) -> tuple[dict[str, dict[str, int]], int]:
+def run(batches: list[Batch], cache: int = WINDOW_CACHE,
+        on_error: str = "fail") -> tuple[dict[str, dict[str, int]], int]:  # fmt: skip
     """Process ``batches`` of records, each by the engine before or, if it says so, a new
     one (a restart) over what the ones before wrote, as a restore replays the changelog (row
-    by row), keeping ``cache`` windows; return each window table's rows and the store reads
+    by row), keeping ``cache`` windows, under ``on_error``; return each window table's rows and the store reads
     of window rows. Each
     batch's rows also go through the partition's pending rows into another store, which
     must end the same, close index and timers rows included."""
@@ -90,7 +93,8 @@ def run(batches: list[Batch], cache: int = WINDOW_CACHE) -> tuple[dict[str, dict
             reads += sum(s.reads for s in sections.values())
             sections = {n: CountingSection(store.section(t)) for n, t in TOPICS.items()}
             engine = Engine(GRAPH, 0, store=store.get, timers=store.section(GRAPH.group.timers),
-                            windows=sections, clock=lambda: 0, window_cache=cache)  # fmt: skip
+                            windows=sections, clock=lambda: 0, window_cache=cache,
+                            on_error=on_error)  # fmt: skip
         messages = [(IN, offset + i, k.encode(), p.encode(), t, None)
                     for i, (k, t, p) in enumerate(batch)]  # fmt: skip
         offset += len(batch)
@@ -124,46 +128,56 @@ def reference(batches: list[Batch]) -> tuple[dict[str, dict[str, int]], int]:
         if new:
             last = {n: max(c.values(), default=-1) for n, c in closes.items()}
         for key, at, page in batch:
-            stream = max(stream, at)
+            now = max(stream, at)  # (a failing record's is undone with its changes)
             first = at - at % MINUTE
             if page == "x":  # (a delete reads the window too)
                 row, close = composite(key, first, first + MINUTE), first + MINUTE + GRACE
-                if close > stream:
+                if close > now:
                     allowed += close <= last["minute"]
                     tables["minute"].pop(row, None)
                     closes["minute"].pop(row, None)
-                continue
             for name, starts, size, grace in (("minute", [first], MINUTE, GRACE),
                                               ("hops", [first - MINUTE, first], 2 * MINUTE, 0)):  # fmt: skip
-                for start in starts:
-                    if start + size + grace <= stream:
+                for start in starts if page != "x" else []:
+                    if start + size + grace <= now:
                         continue  # closed: late for this window
-                    row = composite(key, start, start + size)
                     allowed += start + size + grace <= last[name]
-                    tables[name][row] += 1
-                    closes[name][row] = start + size + grace
+                    if page != "f":
+                        row = composite(key, start, start + size)
+                        tables[name][row] += 1
+                        closes[name][row] = start + size + grace
+            if page != "f":
+                stream = now
     return {n: dict(c) for n, c in tables.items()}, allowed
 
 
 records = st.lists(st.tuples(st.sampled_from(["u", "v", "w"]), st.integers(0, 90_000),
-                             st.sampled_from(["/", "/", "/", "x"])), min_size=10, max_size=60)  # fmt: skip
+                             st.sampled_from(["/", "/", "/", "x", "f"])), min_size=10, max_size=60)  # fmt: skip
 
 
 @settings(max_examples=400, deadline=None)
 @given(records, st.integers(1, 12), st.lists(st.booleans(), min_size=1, max_size=8),
-       st.sampled_from([WINDOW_CACHE, WINDOW_CACHE, 3, 0]))  # fmt: skip
+       st.sampled_from([WINDOW_CACHE, WINDOW_CACHE, 3, 0]), st.sampled_from(["fail", "skip"]))  # fmt: skip
 def test_engines_made_anywhere_in_a_stream_leave_the_reference_windows_reading_only_old_ones(
-    events: list[tuple[str, int, str]], size: int, restarts: list[bool], cache: int
+    events: list[tuple[str, int, str]],
+    size: int,
+    restarts: list[bool],
+    cache: int,
+    on_error: str,
 ) -> None:
     """Times drift forward by the record's place (so windows close) and back by up to 90 s
     (so records are late, or fall into windows that were open when an engine was made or an
     earlier batch of it ended); batches are ``size`` records, and ``restarts`` says which a
     new engine takes: each reads the store only for windows that may predate it (unless it
-    keeps fewer windows than the test makes: ``cache``; the results are the same)."""
+    keeps fewer windows than the test makes: ``cache``; the results are the same). Records
+    that fail after their updates are skipped (``on_error="skip"``: their changes undone)
+    or, under ``"fail"``, not sent."""
+    if on_error == "fail":
+        events = [(key, back, "/" if page == "f" else page) for key, back, page in events]
     timed = [(key, max(0, i * 10_000 - back), page) for i, (key, back, page) in enumerate(events)]
     batches = [(i == 0 or restarts[i % len(restarts)], timed[a : a + size])
                for i, a in enumerate(range(0, len(timed), size))]  # fmt: skip
-    tables, reads = run(batches, cache)
+    tables, reads = run(batches, cache, on_error)
     expected, allowed = reference(batches)
     assert tables == expected
     assert reads <= allowed or cache < WINDOW_CACHE
