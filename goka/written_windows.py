@@ -34,8 +34,9 @@ class WrittenWindows:
     Only the engine writes the table while this object lives (it is made after the store was
     recovered, with the engine), so a window closing after :attr:`after` exists only if
     :meth:`wrote` was told. Windows are kept until they close (a closed window is never read
-    by a record again: :func:`goka.windowing.open_windows`); past ``limit`` of them, those
-    kept so far are let go (:attr:`after` moves past them: they are read from the store).
+    by a record again: :func:`goka.windowing.open_windows`; its expiry deletes it, whatever
+    it reads); past ``limit`` of them, those kept so far are let go (:attr:`after` moves
+    past them: they are read from the store).
 
     Args:
         section: the table's committed section (with what is pending on top).
