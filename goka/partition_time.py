@@ -42,6 +42,7 @@ from goka.timekeeping import (
     stream_time_key,
     timer_key,
 )
+from goka.windowing import remembered
 from goka.windows import Session, Window
 from goka.written_windows import WINDOW_CACHE, WrittenWindows, reader
 
@@ -79,7 +80,7 @@ class PartitionTime:
         self._graces = {n: e.index_grace for n, e in graph.windows.items()}
         #: Of each window table of fixed windows (not sessions): its windows of a time, and
         #: its grace (what :func:`goka.windowing.open_windows` asks, for a record's windows).
-        self.fixed = {n: (e.spec.windows, e.index_grace) for n, e in graph.windows.items()
+        self.fixed = {n: (remembered(e.spec), e.index_grace) for n, e in graph.windows.items()
                       if e.spec is not None and not isinstance(e.spec, Session)}  # fmt: skip
         self._written = {n: WrittenWindows(windows[n], limit=window_cache)
                          for n in self.fixed if window_cache > 0}  # fmt: skip

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from goka.timekeeping import MAX_TIME, composite, decode_composite
-from goka.windows import Session, Window
+from goka.windows import Calendar, Hopping, Session, Tumbling, Window
 
 if TYPE_CHECKING:
     from goka.context import Context
@@ -184,12 +184,36 @@ def open_windows(time: PartitionTime, name: str, at: int) -> tuple[list[Window],
         if stream >= MAX_TIME:  # (a window's close time is at most MAX_TIME)
             return [], True
         of, grace = fixed
-        windows = [w for w in of(at) if w.end + grace > stream]
+        windows = of(at)
+        if windows[0].end + grace > stream:  # (earliest first: all open)
+            return windows, False
+        windows = [w for w in windows if w.end + grace > stream]
         return windows, not windows
     edge = time.edge(name)  # (a session: fixed holds every other declared window)
     assert isinstance(edge.spec, Session)
     late = min(at + 1 + edge.index_grace, MAX_TIME) <= stream
     return ([] if late else [Window(at, at + 1)]), late
+
+
+def remembered(spec: Tumbling | Hopping | Calendar) -> Callable[[int], list[Window]]:
+    """``spec.windows``, remembering the windows of the last few hundred buckets it was asked
+    for (a time's tumbling or hopping windows depend only on its bucket; the lists are
+    shared: not to be changed)."""
+    if isinstance(spec, Calendar):
+        return spec.windows
+    step, windows_of = spec.advance if isinstance(spec, Hopping) else spec.size, spec.windows
+    found: dict[int, list[Window]] = {}
+
+    def windows(time: int) -> list[Window]:
+        bucket = time - time % step
+        known = found.get(bucket)
+        if known is None:
+            if len(found) >= 256:
+                found.clear()
+            known = found[bucket] = windows_of(time)
+        return known
+
+    return windows
 
 
 def sessions(time: PartitionTime, name: str, key: str, at: int) -> list[tuple[Window, bytes]]:

@@ -6,8 +6,11 @@ import datetime as dt
 import pickle
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from goka.errors import ConfigurationError
+from goka.windowing import remembered
 from goka.windows import Calendar, Hopping, Session, Tumbling, Window
 
 UTC = dt.UTC
@@ -106,3 +109,17 @@ def test_calendar_specs_pickle_and_compare() -> None:
 def test_invalid_specs_fail_when_built(build: object, message: str) -> None:
     with pytest.raises(ConfigurationError, match=message):
         build()  # type: ignore[operator]  # the lambdas above
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.sampled_from([Tumbling(minutes=1), Hopping(300_000, 60_000), Hopping(7, 7),
+                        Calendar("day", tz="Europe/Berlin")]),
+       st.lists(st.integers(0, 10**13), min_size=1, max_size=600))  # fmt: skip
+def test_remembered_windows_are_the_specs(
+    spec: Tumbling | Hopping | Calendar, times: list[int]
+) -> None:
+    """Asked in any order, more buckets than it remembers (it forgets them all then), and
+    again for times asked before (near ones share a bucket)."""
+    windows = remembered(spec)
+    for time in [*times, *(t + 1 for t in times), *times]:
+        assert windows(time) == spec.windows(time)
