@@ -167,7 +167,9 @@ def _send_effects(
     last = {e[1]: i for i, e in enumerate(result.effects) if e[0] in CHANGELOG_KINDS}
     named = (SRC_PARTITION, b"%d" % partition)
     topics: dict[str, tuple[str, bytes]] = {}
-    source, provenance = None, []  # the provenance of the last source, for the rows it made
+    source: Any = None  # the provenance of the last source, for the rows it made:
+    provenance: list[tuple[str, str | bytes | None]] = []
+    produce = producer.produce
     for index, (kind, topic, key, data, headers, made_by) in enumerate(result.effects):
         counts[kind] += 1
         if kind in CHANGELOG_KINDS:
@@ -181,7 +183,11 @@ def _send_effects(
                 provenance = [*provenance, *headers]
                 source = None
             callback = on_last_update if last[topic] == index else on_delivery
-            _send(producer, topic, data, key, callback, provenance, made_by[4], partition)
+            try:  # (_send inlined: a call per changelog row; what it handles, it handles)
+                produce(topic, data, key, partition=partition, on_delivery=callback,
+                        headers=provenance, timestamp=made_by[4])  # fmt: skip
+            except (BufferError, UnicodeEncodeError, ProduceError):
+                _send(producer, topic, data, key, callback, provenance, made_by[4], partition)
         else:
             if kind in (EMIT, FINAL):
                 emitted[topic] = emitted.get(topic, 0) + 1

@@ -34,6 +34,8 @@ class FakeKafka:
     prefetched: list[tuple[list[tuple[str, int]], str | None]] = field(default_factory=list)
     told: list[list[tuple[str, int]]] = field(default_factory=list)  # answers known, not asked
     producers: list[RecordingProducer] = field(default_factory=list)
+    capacity: int | None = None  # a producer's queue: produce() raises BufferError when full
+    refused: int = 0  # how often it did
 
     def topic(self, name: str) -> list[list[Row]]:
         return self.topics.setdefault(name, [[] for _ in range(self.partitions)])
@@ -84,6 +86,9 @@ class RecordingProducer:
     def produce(self, topic: str, value: bytes | None, key: str | bytes | None, *,
                 on_delivery: Any, headers: Any = None, timestamp: int = 0,
                 partition: int = -1) -> None:  # fmt: skip
+        if self.kafka.capacity is not None and len(self.queued) >= self.kafka.capacity:
+            self.kafka.refused += 1
+            raise BufferError("Local: Queue full")
         self.kafka.events.append(f"produce {topic}")
         self.queued.append((topic, partition, key, value, headers, timestamp, on_delivery))
 

@@ -52,6 +52,19 @@ def test_a_batch_commits_state_and_offsets_after_every_output_is_flushed(
     assert headers == {SRC_TOPIC: IN.encode(), SRC_PARTITION: b"0", SRC_OFFSET: b"7"}
 
 
+def test_a_full_producer_queue_is_waited_for_and_every_update_goes_out_once_in_order(
+    kafka: FakeKafka, tmp_path: Path
+) -> None:
+    kafka.capacity = 3  # produce() refuses a fourth message until the queue is polled
+    sent = click(kafka, 40, users=7)
+    machine = Machine(kafka, tmp_path / "a")
+    summary = machine.run(0, {IN: (0, 40)})
+    assert kafka.refused > 0
+    assert summary.table_updates == 40 and machine.state(0) == dict(sent) == table_of(kafka)
+    offsets = [int(dict(r[5] or [])[SRC_OFFSET]) for r in kafka.rows(CLICKS.table, 0)]
+    assert offsets == list(range(40))  # each update once, in order, with its provenance
+
+
 def test_a_failed_delivery_commits_nothing_and_the_rerun_is_exact(
     kafka: FakeKafka, tmp_path: Path
 ) -> None:
