@@ -72,16 +72,16 @@ class WrittenWindows:
         if close <= self.after or close >= MAX_TIME:
             return
         kept = self._by_close.get(close)
-        if kept is None:
-            if self._kept >= self.limit:  # let go of all: they are in the store
-                self.after = max([self.after, *self._by_close])
-                self._by_close, self._kept = {}, 0
-                if close <= self.after:
-                    return
-            kept = self._by_close[close] = {}
-        previous = kept.get(row, ABSENT)
+        previous = ABSENT if kept is None else kept.get(row, ABSENT)
         if previous is ABSENT:
+            if self._kept >= self.limit:  # let go of all, this one too: they are in the store
+                self.after = max([self.after, close, *self._by_close])
+                self._by_close, self._kept = {}, 0
+                return
             self._kept += 1  # (a row a rollback takes back stays counted)
+            if kept is None:
+                kept = self._by_close[close] = {}
+        assert kept is not None
         if journal is not None:
             journal.append((kept, row, previous))
         kept[row] = value

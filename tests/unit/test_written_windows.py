@@ -229,3 +229,17 @@ def test_a_bad_window_cache_fails_at_declaration(bad: Any) -> None:
     with pytest.raises(ConfigurationError, match=f"window_cache must be an int >= 0, got {bad}"):
         ProcessorConfig(GRAPH, "localhost:9092", window_cache=bad)
     assert ProcessorConfig(GRAPH, "localhost:9092", window_cache=0).task_config().window_cache == 0
+
+
+def test_written_windows_keep_at_most_their_limit_also_of_one_close_time() -> None:
+    """A tumbling table's windows of a minute all close at once: the limit counts windows,
+    not close times; past it, all kept go to the store (read from there), this one too."""
+    written = WrittenWindows(MemoryStorage("t").section("s"), limit=2)
+    rows = [composite(k, 0, MINUTE) for k in ("u", "v", "w")]
+    for row in rows:
+        written.wrote(row, MINUTE, b"1", None)
+    assert written.after == MINUTE
+    assert all(written.get(row, MINUTE) is UNKNOWN for row in rows)
+    later = composite("u", MINUTE, 2 * MINUTE)
+    written.wrote(later, 2 * MINUTE, b"1", None)
+    assert written.get(later, 2 * MINUTE) == b"1"
