@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-fast check lint format typecheck bench proto docs image clean
+.PHONY: demo kafka-libs test test-fast test-slow check lint format typecheck bench proto docs image clean
 
 $(STAMP): pyproject.toml setup.py goka/_speedups.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -18,7 +18,11 @@ $(CDS): $(STAMP) goka/spark/session.py goka/spark/class_data.py goka/commands/cl
 	$(PY) -m goka.commands.class_data || echo "processors will start without a class-data archive"
 	touch $(CDS)
 
-demo: $(STAMP) $(CDS)
+# Apache Kafka's jars (Maven Central, into ~/.cache/goka-py, once): the development broker
+kafka-libs: $(STAMP)
+	$(PY) -m goka.cli broker --fetch >/dev/null
+
+demo: $(STAMP) $(CDS) kafka-libs
 	$(PY) -m examples.click_count.demo $(ARGS)
 
 # headless Chromium for the browser tests of the web pages (Debian packages; never downloaded
@@ -58,11 +62,17 @@ image: $(STAMP)
 	docker info >/dev/null 2>&1 || podman info >/dev/null 2>&1 || $(MAKE) $(BUILDAH)
 	$(PY) -m tools.image --target $(TARGET)
 
-test: $(STAMP) $(CDS) $(BROWSER) $(POSTGRES) $(WAL2JSON) $(BUILDAH)
-	$(PY) -m pytest
+# the suite on Apache Kafka, then its smoke part on Tansu (the light broker without a JVM)
+test: $(STAMP) $(CDS) $(BROWSER) $(POSTGRES) $(WAL2JSON) $(BUILDAH) kafka-libs
+	$(PY) -m pytest -m 'not longrun'
+	$(PY) -m pytest -m 'smoke and not longrun' --broker tansu -p no:cacheprovider
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -m 'not kafka and not spark and not slow and not postgres'
+	$(PY) -m pytest -m 'not kafka and not spark and not slow and not postgres and not longrun'
+
+# the tests that take minutes each (a 3-broker cluster losing its leader): not in make test
+test-slow: $(STAMP) $(CDS) $(POSTGRES) kafka-libs
+	$(PY) -m pytest -m longrun
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff format --check .

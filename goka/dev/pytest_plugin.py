@@ -1,33 +1,98 @@
 """pytest fixtures for code built on goka-py: ``pytest_plugins = ["goka.dev.pytest_plugin"]``.
 
-* ``kafka_broker``: one embedded broker for the whole session.
-* ``brokers``: its bootstrap servers string.
+* ``kafka_broker``: one development broker for the whole session, of the kind
+  ``--broker`` names (``kafka``, the default: Apache Kafka; ``tansu``: the light one).
+* ``make_broker``: a factory of brokers of that kind for tests that need their own (started;
+  closed after the test).
+* ``brokers``: the session broker's bootstrap servers string.
 * ``new_topic``: a factory creating a uniquely named topic, ``new_topic(partitions=4)``.
+
+A test that uses the session broker fails at once, with the broker's last log lines, if the
+broker is no longer running; a failing test's report holds them too, and the whole log is kept
+in pytest's temporary folder when a test failed.
 """
 
 from __future__ import annotations
 
 import itertools
+import shutil
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
-from goka.dev.broker import EmbeddedBroker
+from goka.dev.broker import KINDS, EmbeddedBroker
 from goka.topic_manager import TopicManager
 
 _counter = itertools.count()
 
+#: Log lines of the broker shown in a failing test's report.
+REPORT_LINES = 40
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--broker", choices=KINDS, default="kafka",
+                     help="the development broker the tests run on (default: kafka)")  # fmt: skip
+
 
 @pytest.fixture(scope="session")
-def kafka_broker() -> Iterator[EmbeddedBroker]:
-    """An embedded Kafka-protocol broker shared by the session."""
-    with EmbeddedBroker() as broker:
+def kafka_broker(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[EmbeddedBroker]:
+    """The development broker shared by the session."""
+    with EmbeddedBroker(request.config.getoption("--broker")) as broker:
         yield broker
+        if request.session.testsfailed and broker.log_path.exists():
+            kept = tmp_path_factory.getbasetemp() / "broker.log"
+            shutil.copyfile(broker.log_path, kept)
+            print(f"\nthe session broker's log: {kept}")
+
+
+@pytest.fixture
+def make_broker(request: pytest.FixtureRequest) -> Iterator[Callable[..., EmbeddedBroker]]:
+    """Return a factory of started brokers of the session's kind: ``make_broker(port=...)``
+    takes :class:`EmbeddedBroker`'s keyword arguments. Closed after the test."""
+    made: list[EmbeddedBroker] = []
+
+    def make(**kwargs: Any) -> EmbeddedBroker:
+        broker = EmbeddedBroker(request.config.getoption("--broker"), **kwargs)
+        made.append(broker)
+        return broker.start()
+
+    yield make
+    for broker in made:
+        broker.close()
+
+
+@pytest.fixture(autouse=True)
+def _session_broker_alive(request: pytest.FixtureRequest) -> None:
+    """Fail a test that needs the session broker at once if it died (not with a timeout)."""
+    if "kafka_broker" not in request.fixturenames:
+        return
+    broker: EmbeddedBroker = request.getfixturevalue("kafka_broker")
+    if not broker.running:
+        pytest.fail(f"the session's {broker.name} broker is not running; its log ends:\n"
+                    f"{broker.log_tail(REPORT_LINES)}", pytrace=False)  # fmt: skip
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """Add the session broker's last log lines to a failing test's report."""
+    report = yield
+    if report.failed and "kafka_broker" in getattr(item, "fixturenames", ()):
+        broker = item.funcargs.get("kafka_broker") if hasattr(item, "funcargs") else None
+        if isinstance(broker, EmbeddedBroker):
+            state = "running" if broker.running else "NOT RUNNING"
+            report.sections.append(
+                (f"{broker.name} broker log ({state}; {broker.log_path})",
+                 broker.log_tail(REPORT_LINES))
+            )  # fmt: skip
+    return report
 
 
 @pytest.fixture(scope="session")
 def brokers(kafka_broker: EmbeddedBroker) -> str:
-    """Bootstrap servers of the session's embedded broker."""
+    """Bootstrap servers of the session's broker."""
     return kafka_broker.bootstrap
 
 

@@ -2,7 +2,9 @@
 start seconds sooner (``python -m goka.commands.class_data``: ``make`` and the Docker image run
 it).
 
-It runs a small group once, until caught up, on the embedded broker (the ``broker`` extra),
+It runs a small group once, until caught up, on the light development broker (Tansu, the
+``broker`` extra: the archive holds the Spark driver's classes, whatever the broker; an image
+that runs this has neither Maven nor Kafka's jars),
 with ``-XX:ArchiveClassesAtExit``: the JVM writes the classes it loaded when it exits (about
 170 MB, 10-20 s). The archive goes where :func:`goka.spark.session.cds_archive` says, replacing
 an older one only once complete. A JVM or classpath it does not fit is ignored silently.
@@ -42,7 +44,7 @@ def write_archive(archive: Path, timeout: float = 300.0) -> float:
 
     archive.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    with EmbeddedBroker() as broker, tempfile.TemporaryDirectory(prefix="goka-cds-") as work:
+    with EmbeddedBroker("tansu") as broker, tempfile.TemporaryDirectory(prefix="goka-cds-") as work:
         TopicManager(broker.bootstrap).ensure_stream_exists(TOPIC, 2)
         with Emitter(broker.bootstrap, TOPIC, StringCodec()) as emitter:
             emitter.emit_sync("class-data", "/", timeout=30)

@@ -138,9 +138,9 @@ def test_layers_import_only_the_layers_above_them() -> None:
 def test_only_the_commands_read_the_environment() -> None:
     """Library code takes settings as arguments; the commands layer reads the environment.
     The exceptions are docs/development.md's: Spark's own variables in the session, the
-    emitter's pure-Python switch, and the development broker's binary. Handing the whole
-    environment on to a child process is not reading it."""
-    allowed = {"goka.cli", "goka.spark.session", "goka._accel", "goka.dev.broker"}
+    emitter's pure-Python switch, and the development brokers' Java, jar cache and binary.
+    Handing the whole environment on to a child process is not reading it."""
+    allowed = {"goka.cli", "goka.spark.session", "goka._accel", "goka.dev.kafka", "goka.dev.tansu"}
     readers = []
     for name, path in MODULES.items():
         if name.startswith("goka.commands") or name in allowed:
