@@ -27,14 +27,15 @@ class TopicManagerConfig:
 
     Attributes:
         partitions: partitions of topics created without an explicit count.
-        replication: replication factor of created topics (3 is usual on a real cluster).
+        replication: replication factor of created topics (None: the cluster's
+            ``default.replication.factor``; 3 is usual on a real cluster).
         stream_config: settings of created stream topics (e.g. ``{"retention.ms": "86400000"}``).
         table_config: settings of created table topics; ``cleanup.policy=compact`` is always set.
         on_table_not_compacted: what to do when an existing table topic is not compacted.
     """
 
     partitions: int = 10
-    replication: int = 1
+    replication: int | None = None
     stream_config: Mapping[str, str] = field(default_factory=dict)
     table_config: Mapping[str, str] = field(default_factory=dict)
     on_table_not_compacted: Mismatch = "fail"
@@ -42,7 +43,7 @@ class TopicManagerConfig:
     def __post_init__(self) -> None:
         if self.partitions < 1:
             raise ConfigurationError(f"partitions must be at least 1, got {self.partitions}")
-        if self.replication < 1:
+        if self.replication is not None and self.replication < 1:
             raise ConfigurationError(f"replication must be at least 1, got {self.replication}")
         if self.on_table_not_compacted not in ("fail", "warn", "ignore"):
             raise ConfigurationError(
@@ -135,7 +136,8 @@ class TopicManager:
         wanted = partitions or self.config.partitions
         existing = self._admin.topics().get(topic)
         if existing is None:
-            created = self._admin.create_topic(topic, wanted, self.config.replication, settings)
+            replication = -1 if self.config.replication is None else self.config.replication
+            created = self._admin.create_topic(topic, wanted, replication, settings)
             if created:
                 log.info("created topic %s (%d partitions, %s)", topic, wanted, settings)
             existing = self.partitions(topic)

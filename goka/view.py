@@ -234,6 +234,8 @@ class View(Generic[V]):
                 raise self._damage
             polled = consumer.poll(self.max_batch, 0.1)
             if polled.fatal:
+                for partition, high in polled.ends.items():
+                    self._copy.saw_end(partition, high)  # says how far the topic went back
                 raise ViewError(polled.fatal)
             if polled.records:
                 self._copy.apply(self._storage, polled)

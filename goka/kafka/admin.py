@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import confluent_kafka
@@ -15,7 +17,36 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported
 from goka.errors import BrokerError, ConfigurationError, TopicError
 from goka.kafka.config import Brokers, admin_config
 
-__all__ = ["KafkaAdmin", "partition_count", "topic_partitions"]
+__all__ = ["Cluster", "KafkaAdmin", "cluster_of", "partition_count", "topic_partitions"]
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """What a cluster's metadata says of the cluster itself.
+
+    Attributes:
+        cluster_id: its id (None where the broker gives none).
+        controller: the node id of its active controller (-1: none known).
+        brokers: ``{node id: "host:port"}`` of its live brokers.
+    """
+
+    cluster_id: str | None
+    controller: int
+    brokers: dict[int, str]
+
+
+def cluster_of(client: Any, timeout: float) -> Cluster:
+    """Return what the metadata of any confluent-kafka client's cluster says of it.
+
+    Raises:
+        BrokerError: if no broker answered within ``timeout`` seconds.
+    """
+    try:
+        metadata = client.list_topics(timeout=timeout)
+    except confluent_kafka.KafkaException as exc:
+        raise BrokerError(f"no Kafka broker answered within {timeout:g}s: {exc}") from exc
+    brokers = {b.id: f"{b.host}:{b.port}" for b in metadata.brokers.values()}
+    return Cluster(metadata.cluster_id, metadata.controller_id, brokers)
 
 
 def topic_partitions(client: Any, timeout: float) -> dict[str, int]:
@@ -66,6 +97,26 @@ class KafkaAdmin:
             raise ConfigurationError(f"invalid admin settings: {exc}") from exc
         self.timeout = timeout
 
+    def cluster(self) -> Cluster:
+        """Return the cluster's id, controller and live brokers."""
+        return cluster_of(self._client, self.timeout)
+
+    def leaders(self, topic: str) -> dict[int, int]:
+        """Return ``{partition: node id of its leader}`` of ``topic`` (-1: none now).
+
+        Raises:
+            BrokerError: if no broker answered.
+            TopicError: if the topic does not exist.
+        """
+        try:
+            metadata = self._client.list_topics(timeout=self.timeout)  # all: none auto-created
+        except confluent_kafka.KafkaException as exc:
+            raise BrokerError(f"no Kafka broker answered within {self.timeout:g}s: {exc}") from exc
+        found = metadata.topics.get(str(topic))
+        if found is None or found.error is not None:
+            raise TopicError(f"topic {topic!r} does not exist")
+        return {p: meta.leader for p, meta in found.partitions.items()}
+
     def topics(self) -> dict[str, int]:
         """Return ``{topic: partition count}`` for every topic."""
         return topic_partitions(self._client, self.timeout)
@@ -73,7 +124,9 @@ class KafkaAdmin:
     def create_topic(
         self, name: str, partitions: int, replication: int, config: Mapping[str, str]
     ) -> bool:
-        """Create ``name``; return False if it already existed.
+        """Create ``name`` (``replication`` -1: the cluster's default); return False if it
+        already existed. Returns once metadata names a leader for each of its partitions (a
+        broker may learn of a new topic a moment after the controller made it).
 
         Raises:
             TopicError: if the cluster refused to create it.
@@ -91,9 +144,35 @@ class KafkaAdmin:
                 getattr(error, "code", lambda: None)()
                 == confluent_kafka.KafkaError.TOPIC_ALREADY_EXISTS
             ):
+                self._await(name, lambda led: led is not None and min(led.values()) >= 0)
                 return False
             raise TopicError(f"cannot create topic {name!r}: {exc}") from exc
+        self._await(name, lambda led: led is not None and min(led.values()) >= 0)
         return True
+
+    def _await(self, topic: str, ready: Callable[[dict[int, int] | None], bool]) -> None:
+        """Wait until ``ready({partition: leader} or None: no such topic)``.
+
+        Raises:
+            TopicError: not within the admin's timeout.
+        """
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                metadata = self._client.list_topics(timeout=self.timeout)
+            except confluent_kafka.KafkaException as exc:
+                raise BrokerError(
+                    f"no Kafka broker answered within {self.timeout:g}s: {exc}"
+                ) from exc
+            found = metadata.topics.get(topic)
+            led = None if found is None or found.error is not None else {
+                p: meta.leader for p, meta in found.partitions.items()}  # fmt: skip
+            if ready(led):
+                return
+            if time.monotonic() > deadline:
+                raise TopicError(f"topic {topic!r}: its metadata did not settle within "
+                                 f"{self.timeout:g}s (partition leaders: {led})")  # fmt: skip
+            time.sleep(0.02)
 
     def topic_config(self, name: str) -> dict[str, str]:
         """Return the settings the cluster reports for topic ``name``.
@@ -117,3 +196,4 @@ class KafkaAdmin:
             future.result(timeout=self.timeout)
         except confluent_kafka.KafkaException as exc:
             raise TopicError(f"cannot delete topic {name!r}: {exc}") from exc
+        self._await(name, lambda led: led is None)

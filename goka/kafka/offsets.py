@@ -1,7 +1,6 @@
-"""Where partitions begin and end: end offsets from fetch responses, not from offset queries
-(the embedded broker answers ``ListOffsets(latest)`` with the base offset of the last record
-batch + 1, while the high watermark in a fetch response is right there as on Kafka), and the
-consumer settings and errors every reader of ranges shares."""
+"""Where partitions begin and end (offset queries; on Tansu, the high watermark of a fetch
+response: see :mod:`goka.kafka.quirks`), and the consumer settings and errors every reader of
+ranges shares."""
 
 from __future__ import annotations
 
@@ -12,9 +11,10 @@ from typing import Any
 
 import confluent_kafka
 
-from goka.errors import BrokerError, TopicError
+from goka.errors import BrokerError, TopicError, TopicRewoundError
 from goka.kafka.admin import topic_partitions
 from goka.kafka.config import Brokers, consumer_config
+from goka.kafka.quirks import Quirks, quirks_of
 
 __all__ = ["EOF", "OUT_OF_RANGE", "TP", "Deadline", "EndOffsets", "fast_fetch", "out_of_range"]
 
@@ -24,8 +24,16 @@ OUT_OF_RANGE = {
     confluent_kafka.KafkaError._AUTO_OFFSET_RESET, confluent_kafka.KafkaError.OFFSET_OUT_OF_RANGE
 }  # fmt: skip
 
-#: A fetch waits this long for records (kafka_config may say otherwise: on Kafka, which answers
-#: as soon as records are there, a longer wait costs nothing; the embedded broker always waits it).
+#: Errors of an offset query that pass: a new partition's leader not yet known to the broker
+#: asked, a leader that moved (a broker lost: its partitions' leaders are elected anew).
+_E = confluent_kafka.KafkaError
+PASSING = {
+    _E.NOT_LEADER_FOR_PARTITION, _E.LEADER_NOT_AVAILABLE, _E.REPLICA_NOT_AVAILABLE,
+    _E.OFFSET_NOT_AVAILABLE, _E.FENCED_LEADER_EPOCH, _E.UNKNOWN_LEADER_EPOCH, _E._TRANSPORT,
+}  # fmt: skip
+
+#: A fetch waits this long for records (kafka_config may say otherwise). Readers of ranges learn
+#: that a partition ended from a fetch that found nothing, which waits this long on any broker.
 FETCH_WAIT = {"fetch.wait.max.ms": 10}
 
 
@@ -36,8 +44,22 @@ def fast_fetch(brokers: Brokers, kafka_config: Mapping[str, Any] | None) -> dict
     return config
 
 
-def out_of_range(topic: str, partition: int, offset: int, error: Any) -> TopicError:
-    """Kafka's answer to a fetch from an offset the partition no longer holds."""
+def out_of_range(
+    topic: str, partition: int, offset: int, error: Any, *, consumer: Any = None,
+    reader: str = "this processor",
+) -> TopicError:  # fmt: skip
+    """Kafka's answer to a fetch from an offset the partition no longer holds: a
+    :class:`TopicRewoundError` where ``consumer`` can tell the partition's offsets now."""
+    if consumer is not None:
+        try:
+            low, high = consumer.get_watermark_offsets(
+                confluent_kafka.TopicPartition(topic, partition), timeout=5, cached=False
+            )
+        except confluent_kafka.KafkaException:
+            pass
+        else:
+            if offset > high or 0 <= offset < low:
+                return TopicRewoundError(topic, partition, offset, low, high, reader=reader)
     return TopicError(
         f"topic {topic!r} partition {partition}: offset {offset} is out of range "
         f"({error.str()}): the topic was truncated or recreated, or its records were deleted "
@@ -60,6 +82,7 @@ class EndOffsets:
         self.timeout = timeout
         self._consumer = confluent_kafka.Consumer(fast_fetch(brokers, kafka_config))
         self._pool: ThreadPoolExecutor | None = None  # queries at once (each waits its answer)
+        self._quirks: Quirks | None = None
 
     def partition_counts(self, topics: list[str]) -> dict[str, int]:
         """Return the partition count of each topic.
@@ -89,23 +112,35 @@ class EndOffsets:
             queried = dict(zip(partitions, self._pool.map(self._query, partitions), strict=True))
         else:
             queried = {tp: self._query(tp) for tp in partitions}
+        if self._quirks is None:
+            self._quirks = quirks_of(self._consumer, self.timeout)
+        if not self._quirks.queried_watermark_is_batch_start:
+            return queried
         probe = {tp: hi for tp, (lo, hi) in queried.items() if hi > lo}
         found = self._fetch_high(probe) if probe else {}
         return {tp: (lo, found.get(tp, hi)) for tp, (lo, hi) in queried.items()}
 
     def _query(self, tp: TP) -> tuple[int, int]:
-        try:
-            lo, hi = self._consumer.get_watermark_offsets(
-                confluent_kafka.TopicPartition(*tp), timeout=self.timeout, cached=False
-            )
-        except confluent_kafka.KafkaException as exc:
-            raise BrokerError(
-                f"cannot read the offsets of {tp[0]!r} partition {tp[1]}: {exc}"
-            ) from exc
-        return int(lo), int(hi)
+        """Ask for ``tp``'s watermarks; errors that pass (no leader yet, a leader that moved)
+        are asked again until the timeout."""
+        deadline = Deadline(self.timeout)
+        while True:
+            try:
+                lo, hi = self._consumer.get_watermark_offsets(
+                    confluent_kafka.TopicPartition(*tp), timeout=self.timeout, cached=False
+                )
+                return int(lo), int(hi)
+            except confluent_kafka.KafkaException as exc:
+                error = exc.args[0] if exc.args else None
+                if getattr(error, "code", lambda: None)() not in PASSING or deadline.passed():
+                    raise BrokerError(
+                        f"cannot read the offsets of {tp[0]!r} partition {tp[1]}: {exc}"
+                    ) from exc
+            time.sleep(0.05)
 
     def _fetch_high(self, queried: dict[TP, int]) -> dict[TP, int]:
-        """Fetch the last record each partition reported, to learn the fetch response's HWM."""
+        """Fetch the last record each partition reported, to learn the fetch response's high
+        watermark (:attr:`~goka.kafka.quirks.Quirks.queried_watermark_is_batch_start`)."""
         self._consumer.assign(
             [confluent_kafka.TopicPartition(t, p, hi - 1) for (t, p), hi in queried.items()]
         )

@@ -229,7 +229,8 @@ class RangeReader:
                 if error.code() == EOF and (msg.offset() or 0) >= end:
                     del todo[topic]
                 elif error.code() in OUT_OF_RANGE:
-                    raise out_of_range(topic, msg.partition() or 0, todo[topic][0], error)
+                    raise out_of_range(topic, msg.partition() or 0, todo[topic][0], error,
+                                       consumer=self._consumer)  # fmt: skip
                 elif error.code() != EOF:
                     raise BrokerError(f"reading {topic!r}: {error.str()}")
                 continue

@@ -42,6 +42,8 @@ class Polled:
     eof: list[int] = field(default_factory=list)
     transient: list[str] = field(default_factory=list)
     fatal: str | None = None
+    #: ``{partition: high watermark now}`` of partitions a fetch found out of range.
+    ends: dict[int, int] = field(default_factory=dict)
 
 
 class TableConsumer:
@@ -110,6 +112,9 @@ class TableConsumer:
                     f"table topic {self.topic!r} partition {msg.partition()}: {error.str()} "
                     "(the topic was truncated or recreated; delete the local storage to rebuild)"
                 )
+                high = self._queried_high(msg.partition())  # type: ignore[arg-type]
+                if high is not None:
+                    polled.ends[msg.partition()] = high  # type: ignore[index]
             elif code in _TRANSIENT or error.retriable():
                 polled.transient.append(error.str())
             else:
@@ -128,6 +133,15 @@ class TableConsumer:
         except confluent_kafka.KafkaException:
             return None
         return high if high is not None and high >= 0 else None
+
+    def _queried_high(self, partition: int) -> int | None:
+        try:
+            _, high = self._consumer.get_watermark_offsets(
+                confluent_kafka.TopicPartition(self.topic, partition), timeout=5, cached=False
+            )
+        except confluent_kafka.KafkaException:
+            return None
+        return int(high)
 
     def reachable(self, timeout: float) -> bool:
         """Return True if a broker answers and the topic exists."""

@@ -67,7 +67,9 @@ class KafkaTail:
             if error is not None:
                 if error.code() in OUT_OF_RANGE:
                     tp = (msg.topic() or "", msg.partition() or 0)
-                    raise out_of_range(*tp, self._next().get(tp, -1), error)
+                    raise out_of_range(
+                        *tp, self._next().get(tp, -1), error, consumer=self._consumer
+                    )
                 if error.code() != EOF:
                     raise BrokerError(f"reading {msg.topic()!r}: {error.str()}")
                 continue
