@@ -34,9 +34,8 @@ from typing import Any
 
 import confluent_kafka
 
-from bench.common import summary
+from bench.common import add_broker, start_broker, summary
 from goka import Int64Codec, StringCodec, TopicManager, define_group, input, persist
-from goka.dev import EmbeddedBroker
 from goka.kafka.config import producer_config
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -160,6 +159,7 @@ def main() -> None:
     parser.add_argument("--drive", action="store_true", help=argparse.SUPPRESS)
     for hidden in ("--topic", "--brokers", "--checkpoint", "--conf"):
         parser.add_argument(hidden, help=argparse.SUPPRESS)
+    add_broker(parser)
     args = parser.parse_args()
     if args.drive:
         drive(args)
@@ -167,7 +167,7 @@ def main() -> None:
     from goka.spark.standalone import StandaloneCluster
 
     ratios, rebuilds, reread = [], 0, []
-    with EmbeddedBroker() as broker, StandaloneCluster(2, python_path=ROOT) as cluster:
+    with start_broker(args.broker) as broker, StandaloneCluster(2, python_path=ROOT) as cluster:
         for run in range(1, args.runs + 1):
             modes = [("cluster", cluster.session_conf()), ("local[2]", {})]
             results = {}

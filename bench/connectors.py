@@ -47,11 +47,10 @@ import psycopg
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from bench.common import fresh_topic, summary
+from bench.common import add_broker, fresh_topic, start_broker, summary
 from examples.click_count.demo import tree_memory
 from goka import JsonCodec
 from goka.connect import FileSource, FileSourceJob, ParquetSink, PostgresSink, read_table
-from goka.dev import EmbeddedBroker
 from goka.dev.postgres import LocalPostgres
 from goka.kafka.config import producer_config
 from goka.kafka.consumer import read_to_end
@@ -246,13 +245,14 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=1_000_000)
     parser.add_argument("--keys", type=int, default=100_000)
     parser.add_argument("--runs", type=int, default=2)
+    add_broker(parser)
     args = parser.parse_args()
     ratios: list[float] = []
     postgres: list[float] = []
     parquet: list[float] = []
     sources: list[float] = []
     lines: list[str] = []
-    with EmbeddedBroker() as broker, LocalPostgres() as server:
+    with start_broker(args.broker) as broker, LocalPostgres() as server:
         brokers = broker.bootstrap
         topic = fresh_topic(brokers, "sink", PARTITIONS)
         fill(brokers, topic, args.messages, args.keys)

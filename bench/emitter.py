@@ -28,9 +28,8 @@ from typing import Any
 import confluent_kafka
 
 import goka.emitter
-from bench.common import fresh_topic, percentile, summary
+from bench.common import add_broker, fresh_topic, percentile, start_broker, summary
 from goka import BytesCodec, Emitter, TopicManager
-from goka.dev import EmbeddedBroker
 from goka.kafka.config import producer_config
 from goka.metrics import emitter_stats
 
@@ -151,6 +150,7 @@ def main() -> None:
     parser.add_argument("--sync", type=int, default=2_000, help="emit_sync calls for latency")
     parser.add_argument("--kafka", action="append", default=[], metavar="NAME=VALUE",
                         help="a librdkafka setting for both sides, e.g. linger.ms=50")  # fmt: skip
+    add_broker(parser)
     args = parser.parse_args()
     SETTINGS.update(setting.split("=", 1) for setting in args.kafka)
     messages = keys(args.messages)
@@ -163,7 +163,7 @@ def main() -> None:
         "bare, no callback": bare_producer_blind,
     }
     rates: dict[str, list[float]] = {name: [] for name in variants}
-    with EmbeddedBroker() as broker:
+    with start_broker(args.broker) as broker:
         brokers = broker.bootstrap
         manager = TopicManager(brokers)
         for run in range(1, args.runs + 1):

@@ -35,6 +35,7 @@ from pathlib import Path
 
 import confluent_kafka
 
+from bench.common import add_broker, start_broker
 from bench.latency import count
 from goka import Int64Codec, StringCodec, TopicManager, define_group, input, persist
 from goka.dev import EmbeddedBroker
@@ -196,6 +197,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seconds", type=float, default=60)
     parser.add_argument("--busy-seconds", type=float, default=30)
     parser.add_argument("--rate", type=int, default=2_000, help="events/s while busy")
+    add_broker(parser)
     args = parser.parse_args(argv)
     port = socket.create_server(("127.0.0.1", 0))
     upstream = port.getsockname()[1]
@@ -203,7 +205,7 @@ def main(argv: list[str] | None = None) -> None:
     proxy = CountingProxy(upstream)
     spark = build_session("bench", "local[2]")
     spark.sparkContext.setLogLevel("ERROR")
-    with EmbeddedBroker(port=upstream, advertised=f"127.0.0.1:{proxy.port}") as broker:
+    with start_broker(args.broker, port=upstream, advertised=f"127.0.0.1:{proxy.port}") as broker:
         brokers = f"127.0.0.1:{proxy.port}"
         topic = f"idle-{time.monotonic_ns()}"
         TopicManager(brokers).ensure_stream_exists(topic, PARTITIONS)

@@ -24,11 +24,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from bench.common import summary
+from bench.common import add_broker, start_broker, summary
 from examples.click_count.demo import tree_memory
 from examples.click_count.group import GROUP, TOPIC
 from goka import Emitter, Int64Codec, StringCodec, TopicManager
-from goka.dev import EmbeddedBroker
 from goka.view import View
 from tools.containers import Container
 from tools.image import BASE, build
@@ -55,10 +54,10 @@ def image_facts(tag: str) -> str:
 Start = Callable[[str, Path], tuple[Callable[[], int | None], Callable[[], None]]]
 
 
-def one_run(start: Start, work: Path) -> tuple[float, float, float]:
+def one_run(start: Start, work: Path, broker_kind: str = "kafka") -> tuple[float, float, float]:
     """Start a processor with ``start``; return seconds to the first count, and RSS and PSS
     (MB) once ``CLICKS`` more are counted."""
-    with EmbeddedBroker() as broker:
+    with start_broker(broker_kind) as broker:
         brokers = broker.bootstrap
         topics = TopicManager(brokers)
         topics.ensure_stream_exists(TOPIC, 4)
@@ -136,6 +135,7 @@ def in_venv(work: Path) -> Start:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=3)
+    add_broker(parser)
     args = parser.parse_args(argv)
     started = time.monotonic()
     images = {target: build(target, quiet=True) for target in ("full", "slim")}
@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> None:
             measured = {}
             for name, start in (("image", in_container(images["full"], Path(work))),
                                 ("venv", in_venv(Path(work)))):  # fmt: skip
-                measured[name] = one_run(start, Path(work))
+                measured[name] = one_run(start, Path(work), args.broker)
                 first, rss, pss = measured[name]
                 print(f"run {run + 1} {name:5}: first count {first:5.1f} s, "
                       f"RSS {rss:,.0f} MB, PSS {pss:,.0f} MB", flush=True)  # fmt: skip

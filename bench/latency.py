@@ -32,9 +32,8 @@ from typing import Any
 
 import confluent_kafka
 
-from bench.common import percentile
+from bench.common import add_broker, percentile, start_broker
 from goka import Context, Int64Codec, StringCodec, TopicManager, define_group, input, persist
-from goka.dev import EmbeddedBroker
 from goka.kafka.config import consumer_config, producer_config
 from goka.spark import Processor, build_session
 
@@ -180,10 +179,10 @@ class Run:
 
 
 def measure(spark: object, rate: int, seconds: float, mode: str, *, partitions: int = 4,
-            fetch_wait: int = 10) -> Run:  # fmt: skip
+            fetch_wait: int = 10, broker_kind: str = "kafka") -> Run:  # fmt: skip
     """Run the count group in ``mode`` on a fresh broker at ``rate`` events/s (see the module
     docstring)."""
-    with EmbeddedBroker() as broker:
+    with start_broker(broker_kind) as broker:
         brokers = broker.bootstrap
         topic = f"latency-{time.monotonic_ns()}"
         TopicManager(brokers).ensure_stream_exists(topic, partitions)
@@ -272,6 +271,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--modes", default="continuous,micro-batch")
     parser.add_argument("--partitions", default="4,1")
     parser.add_argument("--fetch-wait", type=int, default=10)
+    add_broker(parser)
     args = parser.parse_args(argv)
     spark = build_session("bench", "local[2]")
     spark.sparkContext.setLogLevel("ERROR")
@@ -280,7 +280,7 @@ def main(argv: list[str] | None = None) -> None:
             for rate in (int(r) for r in args.rates.split(",")):
                 for mode in args.modes.split(","):
                     run = measure(spark, rate, args.seconds, mode, partitions=partitions,
-                                  fetch_wait=args.fetch_wait)  # fmt: skip
+                                  fetch_wait=args.fetch_wait, broker_kind=args.broker)  # fmt: skip
                     print("\n".join(report(run, args.window)), flush=True)
     finally:
         spark.stop()

@@ -41,9 +41,8 @@ from pathlib import Path
 import confluent_kafka
 
 import bench.latency
-from bench.common import summary
+from bench.common import add_broker, start_broker, summary
 from goka import Context, Int64Codec, StringCodec, TopicManager, define_group, input, persist
-from goka.dev import EmbeddedBroker
 from goka.graph import GroupGraph
 from goka.kafka.config import consumer_config, producer_config
 from goka.spark import Processor, build_session
@@ -257,8 +256,9 @@ def main() -> None:
                         "latency (default 10)")  # fmt: skip
     parser.add_argument("--only", choices=["throughput", "latency", "start", "monitor"],
                         help="run one part of the bench")  # fmt: skip
+    add_broker(parser)
     args = parser.parse_args()
-    with EmbeddedBroker() as broker:
+    with start_broker(args.broker) as broker:
         if args.only == "monitor":
             spark = build_session("bench", "local[2]")
             monitor_cost(spark, broker.bootstrap, args)

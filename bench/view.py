@@ -25,9 +25,8 @@ from typing import Any
 import confluent_kafka
 import grpc
 
-from bench.common import percentile, summary
+from bench.common import add_broker, percentile, start_broker, summary
 from goka import Int64Codec, TopicManager
-from goka.dev import EmbeddedBroker
 from goka.grpc.v1 import view_pb2, view_pb2_grpc
 from goka.kafka.config import consumer_config, producer_config
 from goka.view import View
@@ -149,8 +148,9 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--calls", type=int, default=2_000, help="Gets per client thread")
+    add_broker(parser)
     args = parser.parse_args()
-    with EmbeddedBroker() as broker:
+    with start_broker(args.broker) as broker:
         brokers = broker.bootstrap
         fill(brokers, args.records)
         bare, ours = timed(args.runs, lambda: bare_consumer(brokers, args.records),

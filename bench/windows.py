@@ -38,7 +38,7 @@ from pathlib import Path
 
 import confluent_kafka
 
-from bench.common import summary
+from bench.common import add_broker, start_broker, summary
 from bench.processor import (
     KEYS,
     PARTITIONS,
@@ -191,8 +191,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=2)
     parser.add_argument("--batch", type=int, default=250_000, help="maxOffsetsPerTrigger")
     parser.add_argument("--only", choices=["windows", "timers"], help="run one part")
+    add_broker(parser)
     args = parser.parse_args()
-    with EmbeddedBroker() as broker:
+    with start_broker(args.broker) as broker:
         brokers, topic = broker.bootstrap, "bench-windowed"
         fill(brokers, topic, args.messages)
         spark = build_session("bench", "local[2]")

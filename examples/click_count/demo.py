@@ -257,15 +257,22 @@ def main() -> int:
     parser.add_argument("--keep-running", action="store_true",
                         help="leave everything up after the run until Ctrl-C, to look at the "
                         "monitor pages")  # fmt: skip
+    parser.add_argument("--broker", choices=["kafka", "tansu"], default="kafka",
+                        help="the development broker (default: Apache Kafka)")  # fmt: skip
     args = parser.parse_args()
     stop: threading.Event | None = None
     if args.keep_running:
         stop = threading.Event()
         signal.signal(signal.SIGINT, lambda *_: stop.set())
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    with EmbeddedBroker() as broker, tempfile.TemporaryDirectory(prefix="goka-demo-") as scratch:
-        print(f"embedded broker at {broker.bootstrap}; starting processor (Spark), view server "
-              "and web app...", flush=True)  # fmt: skip
+    began = time.monotonic()
+    with (
+        EmbeddedBroker(args.broker) as broker,
+        tempfile.TemporaryDirectory(prefix="goka-demo-") as scratch,
+    ):
+        print(f"{broker.name} broker at {broker.bootstrap}, started in "
+              f"{time.monotonic() - began:.1f} s; starting processor (Spark), view server and web "
+              "app...", flush=True)  # fmt: skip
         result = run(broker.bootstrap, Path(scratch), keep_running=stop)
         report(result)
         stored = materialise(broker.bootstrap, result.sent) if result.ok else True

@@ -96,6 +96,7 @@ def test_a_sink_job_resumes_from_the_database_with_or_without_its_checkpoint(
         (p, o) for p in range(4) for o in range(high[p]))  # fmt: skip
 
 
+@pytest.mark.smoke
 def test_goka_connect_runs_a_sink_and_reports_its_offsets(
     brokers: str, new_topic: Callable[..., str], dsn: str, tmp_path: Path
 ) -> None:

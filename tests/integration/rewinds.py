@@ -1,4 +1,6 @@
-"""Topics that come back shorter: a broker replaced without its data, a topic recreated."""
+"""Topics that come back shorter: a topic deleted and created again, or, on Tansu, a broker
+replaced without its data (deleting a topic there crashes the librdkafka clients that hold it in
+their metadata: :mod:`goka.kafka.quirks`)."""
 
 from __future__ import annotations
 
@@ -8,10 +10,21 @@ from goka.dev import EmbeddedBroker
 from ..helpers import produce
 
 
-def write(broker: EmbeddedBroker, topic: str, records: int, *, replace: bool = False) -> None:
-    """Create ``topic`` (one partition) with ``records`` records, on a new broker if
-    ``replace`` (every topic is gone: a broker replaced without its data)."""
-    if replace:
+def gone(broker: EmbeddedBroker, *topics: str) -> None:
+    """Make ``topics`` go away: deleted (Apache Kafka), or every topic with the broker (Tansu)."""
+    if broker.kind == "tansu":
         broker.restart()
+        return
+    manager = TopicManager(broker.bootstrap)
+    for topic in topics:
+        if manager.exists(topic):
+            manager.delete(topic)
+
+
+def write(broker: EmbeddedBroker, topic: str, records: int, *, replace: bool = False) -> None:
+    """Create ``topic`` (one partition) with ``records`` records, after it went away if
+    ``replace`` (see :func:`gone`)."""
+    if replace:
+        gone(broker, topic)
     TopicManager(broker.bootstrap).ensure_stream_exists(topic, 1)
     produce(broker.bootstrap, topic, StringCodec(), [(f"k{i}", "v") for i in range(records)])

@@ -2,23 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from examples.click_count import demo
+from goka.dev import EmbeddedBroker
 from goka.kafka.consumer import read_to_end
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow]
 
 
 def test_clicks_over_http_are_counted_and_served_over_grpc(
-    tmp_path: Path, record_property: Any
+    tmp_path: Path, record_property: Any, make_broker: Callable[..., EmbeddedBroker]
 ) -> None:
-    from goka.dev import EmbeddedBroker
-
-    with EmbeddedBroker() as broker:  # its own broker: the demo uses fixed topic names
+    with make_broker() as broker:  # its own broker: the demo uses fixed topic names
         result = demo.run(broker.bootstrap, tmp_path, clicks=600, users=10)
     assert sum(result.sent.values()) == 600
     assert result.ok, (result.counts, dict(result.sent))
@@ -26,11 +26,9 @@ def test_clicks_over_http_are_counted_and_served_over_grpc(
 
 
 def test_killing_the_processor_midway_still_ends_exact(
-    tmp_path: Path, record_property: Any
+    tmp_path: Path, record_property: Any, make_broker: Callable[..., EmbeddedBroker]
 ) -> None:
-    from goka.dev import EmbeddedBroker
-
-    with EmbeddedBroker() as broker:
+    with make_broker() as broker:
         result = demo.run(
             broker.bootstrap, tmp_path, clicks=800, users=10, kill_processor_midway=True
         )

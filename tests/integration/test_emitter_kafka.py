@@ -48,6 +48,7 @@ KEYS = ["", "a", "b", "user-1", "user-2", "user-42", "alice", "bob", "carol", "d
         "kafka"]  # fmt: skip
 
 
+@pytest.mark.smoke
 def test_keys_land_on_the_partition_go_goka_would_choose(
     brokers: str, new_topic: Callable[..., str]
 ) -> None:
@@ -63,6 +64,7 @@ def test_keys_land_on_the_partition_go_goka_would_choose(
                 assert future.result(10).partition == expected, key
 
 
+@pytest.mark.smoke
 def test_emitted_messages_are_read_back_exactly(
     brokers: str, new_topic: Callable[..., str]
 ) -> None:

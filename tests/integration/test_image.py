@@ -11,7 +11,7 @@ import json
 import os
 import urllib.request
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -56,9 +56,12 @@ def state_dir(path: Path) -> Path:
 
 
 def test_images_run_the_click_count_services(
-    images: dict[str, str], postgres: LocalPostgres, tmp_path: Path
+    images: dict[str, str],
+    postgres: LocalPostgres,
+    tmp_path: Path,
+    make_broker: Callable[..., EmbeddedBroker],
 ) -> None:
-    with EmbeddedBroker() as broker:
+    with make_broker() as broker:
         brokers = broker.bootstrap
         topics = TopicManager(brokers)
         topics.ensure_stream_exists(TOPIC, 4)

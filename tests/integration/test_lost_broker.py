@@ -4,6 +4,7 @@ partition processors (not as a bare read timeout two minutes later)."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -16,8 +17,10 @@ from .rewinds import write
 pytestmark = pytest.mark.kafka
 
 
-def test_a_read_from_a_lost_broker_fails_naming_it_within_the_timeout() -> None:
-    with EmbeddedBroker() as broker:
+def test_a_read_from_a_lost_broker_fails_naming_it_within_the_timeout(
+    make_broker: Callable[..., EmbeddedBroker],
+) -> None:
+    with make_broker() as broker:
         write(broker, "clicks", 10)
         reader = RangeReader(broker.bootstrap)
         try:

@@ -10,7 +10,7 @@ instead crashes librdkafka 2.16 clients that have it in their metadata cache on 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable
 
 import pytest
 
@@ -26,10 +26,9 @@ pytestmark = pytest.mark.kafka
 
 
 @pytest.fixture
-def broker() -> Iterator[EmbeddedBroker]:
-    """A broker of this test's own, to be replaced."""
-    with EmbeddedBroker() as started:
-        yield started
+def broker(make_broker: Callable[..., EmbeddedBroker]) -> EmbeddedBroker:
+    """A broker of this test's own (of the session's kind), to be replaced."""
+    return make_broker()
 
 
 def follow(tail: Tail, seconds: float) -> None:
@@ -39,6 +38,7 @@ def follow(tail: Tail, seconds: float) -> None:
         assert not tail.poll(100, 0.1), "records of the new topic were read as new"
 
 
+@pytest.mark.smoke
 def test_watermarks_are_the_first_offset_and_the_fetched_end(broker: EmbeddedBroker) -> None:
     write(broker, "clicks", 25)
     ends = EndOffsets(broker.bootstrap)
@@ -66,6 +66,7 @@ def test_the_source_does_not_plan_past_an_input_that_came_back_shorter(
         source.stop()
 
 
+@pytest.mark.smoke
 def test_a_tail_following_a_topic_that_came_back_shorter_fails(broker: EmbeddedBroker) -> None:
     write(broker, "clicks", 20)
     reader = RangeReader(broker.bootstrap)

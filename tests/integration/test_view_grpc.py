@@ -62,6 +62,7 @@ def test_get(client: ViewClient, table: str) -> None:
     assert client.get(table, "nobody") is None
 
 
+@pytest.mark.smoke
 def test_get_many(client: ViewClient, table: str) -> None:
     assert client.get_many(table, ["user-00001", "nobody", "user-09999"]) == {
         "user-00001": 1,

@@ -29,6 +29,7 @@ from .fixtures import Running, clicks, count, table_of
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
 
+@pytest.mark.smoke
 def test_records_are_processed_as_they_arrive_and_stop_ends_the_epoch(
     brokers: str, new_topic: Callable[..., str], make_processor: Any
 ) -> None:

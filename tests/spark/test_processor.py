@@ -30,6 +30,7 @@ from goka import (
 )
 from goka.kafka.consumer import read_to_end
 from goka.spark import ProcessorFailed
+from goka.topic_manager import TopicManagerConfig
 
 from ..helpers import produce, wait_for
 from .fixtures import clicks, count, table_of
@@ -38,6 +39,7 @@ from .truth import stores
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
 
+@pytest.mark.smoke
 def test_click_count_restart_from_checkpoint(
     brokers: str, new_topic: Callable[..., str], make_processor: Any, tmp_path: Path
 ) -> None:
@@ -240,14 +242,17 @@ def test_skip_policy_counts_and_goes_on(
 def test_dead_letter_policy_writes_the_raw_record(
     brokers: str, new_topic: Callable[..., str], make_processor: Any
 ) -> None:
-    topic = new_topic(partitions=1)
+    topic = f"{new_topic()}-big"  # a topic that takes records of up to 10 MB
+    big = TopicManagerConfig(stream_config={"max.message.bytes": "10000000"})
+    TopicManager(brokers, big).ensure_stream_exists(topic, 1)
     graph = define_group(f"{topic}-g", input(topic, Int64Codec(), count), persist(Int64Codec()))
     _bad_input(brokers, topic)
     huge = b"9" * 3_000_000 + b"x"  # not a number, and three times the producer's limit
+    failed: list[Any] = []
     with confluent_kafka.Producer({"bootstrap.servers": brokers,
                                    "message.max.bytes": 10_000_000}) as producer:  # fmt: skip
-        producer.produce(topic, huge, b"huge")
-        assert producer.flush(30) == 0
+        producer.produce(topic, huge, b"huge", on_delivery=lambda err, _: failed.append(err))
+        assert producer.flush(30) == 0 and failed == [None]
     produce(brokers, topic, StringCodec(), [("k", "4")])
     run = make_processor(graph, on_error="dead_letter").run_until_caught_up(timeout=300)
     assert run.dead_letters == 2

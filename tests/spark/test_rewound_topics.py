@@ -4,7 +4,7 @@ skipping records and ending with wrong state, in micro-batch and continuous mode
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +16,7 @@ from goka.spark import Processor, ProcessorFailed
 from goka.topic_manager import TopicManager
 
 from ..helpers import wait_for
+from ..integration.rewinds import gone
 from .fixtures import Running, clicks, count, table_of
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
@@ -24,10 +25,9 @@ GRAPH = define_group("rewound", input("clicks", StringCodec(), count), persist(I
 
 
 @pytest.fixture
-def broker() -> Iterator[EmbeddedBroker]:
-    """A broker of this test's own, to be replaced."""
-    with EmbeddedBroker() as started:
-        yield started
+def broker(make_broker: Callable[..., EmbeddedBroker]) -> EmbeddedBroker:
+    """A broker of this test's own (of the session's kind), to be replaced."""
+    return make_broker()
 
 
 def processor(spark: Any, broker: EmbeddedBroker, tmp_path: Path, **options: Any) -> Processor:
@@ -45,8 +45,9 @@ NEW_CLIENTS = {"kafka_config": {"client.id": "after-replace"}}
 
 
 def replace(broker: EmbeddedBroker, records: int) -> None:
-    """A new broker without the old one's data: ``clicks`` written again with ``records``."""
-    broker.restart()
+    """``clicks`` and the group table gone (deleted; on Tansu, with the broker), ``clicks``
+    written again with ``records``."""
+    gone(broker, "clicks", GRAPH.table)
     TopicManager(broker.bootstrap).ensure_stream_exists("clicks", 2)
     clicks(broker.bootstrap, "clicks", records, seed=7)
 

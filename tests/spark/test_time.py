@@ -30,6 +30,7 @@ from .timed import (
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
 
+@pytest.mark.smoke
 @pytest.mark.parametrize("mode", ["micro-batch", "continuous"])
 def test_windows_timers_and_ttl_on_spark_equal_the_tester(
     brokers: str, new_topic: Callable[..., str], make_processor: Any, mode: str

@@ -1,0 +1,187 @@
+"""A 3-broker Apache Kafka cluster loses the leader of a processor's input and table partitions
+while the processor counts live clicks: the broker is SIGKILLed and later started again on its
+data. A view and a PostgreSQL sink read the table meanwhile. Afterwards the table, the view and
+the sink equal the clicks sent (nothing lost, nothing counted twice in state); the processor's
+longest stall and its latency through the failover are reported.
+
+Slow (minutes, four JVMs and two Spark jobs on 2 cores): ``make test-slow``."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import confluent_kafka
+import pytest
+
+from examples.click_count import demo
+from examples.click_count.group import TOPIC
+from goka import Emitter, Int64Codec, StringCodec, TopicManager
+from goka.dev.cluster import KafkaCluster
+from goka.dev.postgres import LocalPostgres, find_postgres
+from goka.kafka.config import consumer_config
+from goka.view import View
+
+from ..helpers import wait_for
+from .fixtures import table_of
+
+pytestmark = [pytest.mark.longrun, pytest.mark.kafka, pytest.mark.spark, pytest.mark.postgres]
+
+TABLE = demo.TABLE
+USERS = 40
+RATE = 200  # clicks a second
+PHASES = (20.0, 25.0, 25.0)  # seconds: before the kill, while it is down, after its restart
+
+
+class Clicks(threading.Thread):
+    """Sends ``RATE`` clicks a second until stopped; remembers when each user's n-th was sent."""
+
+    def __init__(self, brokers: str) -> None:
+        super().__init__(daemon=True)
+        self.brokers, self.stop = brokers, threading.Event()
+        self.sent: Counter[str] = Counter()
+        self.sent_at: dict[tuple[str, int], float] = {}
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            with Emitter(self.brokers, TOPIC, StringCodec()) as emitter:
+                i, began = 0, time.monotonic()
+                while not self.stop.is_set():
+                    user = f"user-{i % USERS:02d}"
+                    self.sent[user] += 1
+                    self.sent_at[(user, self.sent[user])] = time.monotonic()
+                    emitter.emit(user, "/home")
+                    i += 1
+                    time.sleep(max(0.0, began + i / RATE - time.monotonic()))
+                emitter.flush(120)
+        except BaseException as exc:  # reported by the test
+            self.error = exc
+
+
+class TableWatch(threading.Thread):
+    """Follows the table topic; remembers when each user's count first reached each value."""
+
+    def __init__(self, brokers: str) -> None:
+        super().__init__(daemon=True)
+        self.stop = threading.Event()
+        self.reached: dict[tuple[str, int], float] = {}
+        self.arrivals: list[float] = []
+        self._consumer = confluent_kafka.Consumer(
+            consumer_config(brokers, {"group.id": "failover-watch", "fetch.wait.max.ms": 20})
+        )
+
+    def run(self) -> None:
+        self._consumer.assign([confluent_kafka.TopicPartition(TABLE, p, 0) for p in range(4)])
+        while not self.stop.is_set():
+            for msg in self._consumer.consume(1000, 0.1):
+                if msg.error() or msg.value() is None:
+                    continue
+                now = time.monotonic()
+                self.arrivals.append(now)
+                user, value = msg.key().decode(), int(msg.value())
+                self.reached.setdefault((user, value), now)
+        self._consumer.close()
+
+
+def latencies(clicks: Clicks, watch: TableWatch, since: float, until: float) -> list[float]:
+    """Seconds from sending each user's n-th click (sent in [since, until)) to the table's
+    first count of n or more for that user."""
+    best: dict[str, list[tuple[int, float]]] = {}
+    for (user, value), at in watch.reached.items():
+        best.setdefault(user, []).append((value, at))
+    found = []
+    for user, pairs in best.items():
+        pairs.sort()
+        for n in range(1, clicks.sent[user] + 1):
+            sent = clicks.sent_at[(user, n)]
+            if since <= sent < until:
+                seen = min((at for value, at in pairs if value >= n), default=None)
+                if seen is not None:
+                    found.append(seen - sent)
+    return sorted(found)
+
+
+def p(values: list[float], q: float) -> float:
+    return values[min(len(values) - 1, int(q / 100 * len(values)))] if values else float("nan")
+
+
+def test_a_cluster_losing_the_leader_of_input_and_table_ends_exact(
+    tmp_path: Path, record_property: Any
+) -> None:
+    if find_postgres() is None:
+        pytest.skip("PostgreSQL is not installed (make test installs Debian's postgresql)")
+    with KafkaCluster(3) as cluster, LocalPostgres() as postgres:
+        brokers = cluster.bootstrap
+        topics = TopicManager(brokers)  # the cluster's default replication: 3
+        topics.ensure_stream_exists(TOPIC, 4)
+        topics.ensure_table_exists(TABLE, 4)
+        processor = demo.start_processor(brokers, tmp_path)
+        processor.first_line()
+        sink = demo.Service("sink", [
+            "connect", "run", "examples.click_count.sinks:clicks", "--brokers", brokers,
+            "--checkpoint", str(tmp_path / "sink-checkpoint"), "--http-port", "0",
+        ], tmp_path, {**os.environ, "PYTHONPATH": str(demo.ROOT), "GOKA_LOG_LEVEL": "WARNING",
+                      "CLICKS_DSN": postgres.dsn})  # fmt: skip
+        view = View(brokers, TABLE, Int64Codec(), path=tmp_path / "view").start()
+        watch, clicks = TableWatch(brokers), Clicks(brokers)
+        watch.start()
+        clicks.start()
+        try:
+            began = time.monotonic()
+            time.sleep(PHASES[0])
+            victim = cluster.leader(TOPIC, 0)
+            led = {t: [p for p in range(4) if cluster.leader(t, p) == victim]
+                   for t in (TOPIC, TABLE)}  # fmt: skip
+            killed = time.monotonic()
+            cluster.kill(victim)
+            time.sleep(PHASES[1])
+            cluster.start_node(victim)
+            restarted = time.monotonic()
+            time.sleep(PHASES[2])
+            clicks.stop.set()
+            clicks.join(180)
+            assert clicks.error is None, clicks.error
+            sent = dict(clicks.sent)
+            processor.check_running()
+            wait_for(lambda: dict(view.items()) == sent, timeout=300, what="the view's counts")
+            sink.check_running()
+
+            def rows() -> dict[str, int]:
+                import psycopg
+
+                try:
+                    with psycopg.connect(postgres.dsn) as conn:
+                        return dict(conn.execute("SELECT key, value FROM clicks").fetchall())
+                except psycopg.errors.UndefinedTable:
+                    return {}
+
+            wait_for(lambda: rows() == sent, timeout=300, what="the PostgreSQL rows")
+            watch.stop.set()
+            watch.join(30)
+        finally:
+            clicks.stop.set()
+            view.close()
+            processor.stop()
+            sink.stop()
+        table = table_of(brokers, TABLE, Int64Codec())
+    assert table == sent  # the table topic's last value per key, read afresh
+    sending = [t for t in watch.arrivals if began + 1 < t < began + sum(PHASES)]
+    stall = max((b - a for a, b in itertools.pairwise(sending)), default=0.0)
+    before = latencies(clicks, watch, began + 5, killed)
+    through = latencies(clicks, watch, killed - 1, restarted + 10)
+    total = sum(sent.values())
+    print(f"\n{total} clicks at {RATE}/s; node {victim} killed (leading {led}) "
+          f"{killed - began:.0f} s in, restarted {restarted - killed:.0f} s later; "
+          f"longest gap between table records {stall:.2f} s; latency p50/p99 before "
+          f"{p(before, 50) * 1000:.0f}/{p(before, 99) * 1000:.0f} ms, through the failover "
+          f"{p(through, 50) * 1000:.0f}/{p(through, 99) * 1000:.0f} ms")  # fmt: skip
+    record_property("stall_seconds", stall)
+    record_property("p99_through_failover_ms", p(through, 99) * 1000)
+    assert led[TOPIC], "the killed node led an input partition"
+    assert stall < 60, "the processor stalled for a minute"
