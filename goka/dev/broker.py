@@ -18,7 +18,7 @@ from goka.dev.kafka import KAFKA_VERSION, KafkaNode, find_java, kafka_libs, new_
 from goka.dev.process import BrokerProcess, free_port
 from goka.dev.tansu import find_tansu_binary, tansu_command, tansu_version
 from goka.errors import BrokerError, ConfigurationError
-from goka.kafka.admin import KafkaAdmin
+from goka.kafka.admin import KafkaAdmin, prime_coordinators
 
 __all__ = ["KINDS", "BrokerKind", "EmbeddedBroker"]
 
@@ -29,6 +29,10 @@ KINDS: tuple[str, ...] = get_args(BrokerKind)
 #: Seconds a stopping Apache Kafka broker is given after SIGTERM (it writes its clean-shutdown
 #: marks, so a restart on the same data need not recover its logs) before SIGKILL.
 KAFKA_GRACE = 15.0
+
+#: A lone Apache Kafka node's own settings: a node killed and started again waits for its
+#: previous session at the controller to expire before it serves (9 s by default).
+ONE_NODE = {"broker.session.timeout.ms": "2000", "broker.heartbeat.interval.ms": "500"}
 
 
 class EmbeddedBroker:
@@ -126,6 +130,8 @@ class EmbeddedBroker:
         self._process.start(command)
         retry = f"its log: {self.log_path}; is port {self.port} taken? retry on another port"
         self._process.wait_ready(self._answers, self.startup_timeout, retry)
+        if self.kind == "kafka":  # as a broker up for a while: no first group request waits
+            prime_coordinators(self.bootstrap, self.startup_timeout)
         return self
 
     def _kafka_command(self) -> list[str]:
@@ -134,7 +140,8 @@ class EmbeddedBroker:
             voters_port = free_port(self.host)
             self._node = KafkaNode(
                 1, self.port, voters_port, f"1@{self.host}:{voters_port}",
-                self._workdir / "node", advertised=self.advertised, settings=self._settings,
+                self._workdir / "node", advertised=self.advertised,
+                settings={**ONE_NODE, **self._settings},
             )  # fmt: skip
         self._node.prepare(new_cluster_id(), libs, java)
         return self._node.command(libs, java)

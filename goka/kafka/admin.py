@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 import confluent_kafka
+from confluent_kafka import TopicPartition
 from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported without __all__
     AdminClient,
     ConfigResource,
@@ -15,9 +18,12 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported
 )
 
 from goka.errors import BrokerError, ConfigurationError, TopicError
-from goka.kafka.config import Brokers, admin_config
+from goka.kafka.config import Brokers, admin_config, consumer_config, producer_config
 
-__all__ = ["Cluster", "KafkaAdmin", "cluster_of", "partition_count", "topic_partitions"]
+__all__ = [
+    "Cluster", "KafkaAdmin", "cluster_of", "partition_count", "prime_coordinators",
+    "topic_partitions",
+]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -76,6 +82,53 @@ def partition_count(client: Any, topic: str, timeout: float) -> int:
     if topic not in counts:
         raise TopicError(f"topic {topic!r} does not exist")
     return counts[topic]
+
+
+#: The priming clients' librdkafka log: errors only.
+_PRIME_LOG = logging.getLogger("goka.librdkafka.prime")
+_PRIME_LOG.setLevel(logging.ERROR)
+
+
+def prime_coordinators(brokers: Brokers, timeout: float) -> None:
+    """Make a new cluster's coordinators ready, as those of a cluster that has been up a while
+    are: the group coordinator (its topic ``__consumer_offsets`` created and loaded: a first
+    group request waits a second for it otherwise) and the transaction coordinator (its topic
+    ``__transaction_state``, and a block of producer ids: a first idempotent producer waits
+    half a second otherwise).
+
+    Raises:
+        BrokerError: a coordinator was not ready within ``timeout`` seconds.
+    """
+    quiet = {"logger": _PRIME_LOG}  # "coordinator load in progress" is expected here
+    consumer = confluent_kafka.Consumer(
+        consumer_config(brokers, {**quiet, "group.id": "goka-prime"})
+    )
+    producer = confluent_kafka.Producer(
+        producer_config(brokers, {**quiet, "transactional.id": "goka-prime"})
+    )
+    deadline = time.monotonic() + timeout
+
+    def group_ready() -> None:  # the group coordinator answers errors until it is loaded
+        while True:
+            try:
+                consumer.committed([TopicPartition("goka-prime", 0)], timeout)
+                return
+            except confluent_kafka.KafkaException:
+                if time.monotonic() > deadline:
+                    raise
+            time.sleep(0.05)
+
+    try:
+        with ThreadPoolExecutor(1) as pool:  # both at once
+            group = pool.submit(group_ready)
+            producer.init_transactions(timeout)  # waits for the coordinator and a producer id
+            group.result()
+    except confluent_kafka.KafkaException as exc:
+        raise BrokerError(f"the cluster's coordinators were not ready within {timeout:g}s: "
+                          f"{exc}") from exc  # fmt: skip
+    finally:
+        consumer.close()
+        producer.flush(0)
 
 
 class KafkaAdmin:
@@ -181,11 +234,20 @@ class KafkaAdmin:
             TopicError: if they cannot be read.
         """
         resource = ConfigResource(ConfigResource.Type.TOPIC, str(name))
-        future = self._client.describe_configs([resource], request_timeout=self.timeout)[resource]
-        try:
-            entries = future.result(timeout=self.timeout)
-        except confluent_kafka.KafkaException as exc:
-            raise TopicError(f"cannot read the configuration of topic {name!r}: {exc}") from exc
+        deadline = time.monotonic() + min(self.timeout, 10.0)
+        while True:  # a broker of a cluster may learn of a new topic after another did
+            future = self._client.describe_configs([resource], request_timeout=self.timeout)
+            try:
+                entries = future[resource].result(timeout=self.timeout)
+                break
+            except confluent_kafka.KafkaException as exc:
+                code = exc.args[0].code() if exc.args else None
+                unknown = code == confluent_kafka.KafkaError.UNKNOWN_TOPIC_OR_PART
+                if not unknown or time.monotonic() > deadline:
+                    raise TopicError(
+                        f"cannot read the configuration of topic {name!r}: {exc}"
+                    ) from exc
+            time.sleep(0.05)
         return {key: entry.value for key, entry in entries.items() if entry.value is not None}
 
     def delete_topic(self, name: str) -> None:

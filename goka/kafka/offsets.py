@@ -4,6 +4,7 @@ ranges shares."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -30,7 +31,12 @@ _E = confluent_kafka.KafkaError
 PASSING = {
     _E.NOT_LEADER_FOR_PARTITION, _E.LEADER_NOT_AVAILABLE, _E.REPLICA_NOT_AVAILABLE,
     _E.OFFSET_NOT_AVAILABLE, _E.FENCED_LEADER_EPOCH, _E.UNKNOWN_LEADER_EPOCH, _E._TRANSPORT,
+    _E._TIMED_OUT, _E.REQUEST_TIMED_OUT, _E.NOT_CONTROLLER, _E._ALL_BROKERS_DOWN,
+    _E._DESTROY_BROKER, _E._NODE_UPDATE,
 }  # fmt: skip
+
+#: Seconds an offset query waits for its answer before the leaders are looked up again.
+QUERY_TRY = 3.0
 
 #: A fetch waits this long for records (kafka_config may say otherwise). Readers of ranges learn
 #: that a partition ended from a fetch that found nothing, which waits this long on any broker.
@@ -121,14 +127,17 @@ class EndOffsets:
         return {tp: (lo, found.get(tp, hi)) for tp, (lo, hi) in queried.items()}
 
     def _query(self, tp: TP) -> tuple[int, int]:
-        """Ask for ``tp``'s watermarks; errors that pass (no leader yet, a leader that moved)
-        are asked again until the timeout."""
+        """Ask for ``tp``'s watermarks. Errors that pass (no leader yet, a leader that moved
+        or died) are asked again until the timeout, after the metadata is asked afresh: a
+        consumer asks the leader its metadata names, which is refreshed only every five
+        minutes otherwise, and a query of a dead broker's partition times out until then."""
         deadline = Deadline(self.timeout)
         while True:
             try:
                 lo, hi = self._consumer.get_watermark_offsets(
-                    confluent_kafka.TopicPartition(*tp), timeout=self.timeout, cached=False
-                )
+                    confluent_kafka.TopicPartition(*tp), timeout=min(QUERY_TRY, self.timeout),
+                    cached=False,
+                )  # fmt: skip
                 return int(lo), int(hi)
             except confluent_kafka.KafkaException as exc:
                 error = exc.args[0] if exc.args else None
@@ -136,6 +145,8 @@ class EndOffsets:
                     raise BrokerError(
                         f"cannot read the offsets of {tp[0]!r} partition {tp[1]}: {exc}"
                     ) from exc
+            with contextlib.suppress(confluent_kafka.KafkaException):
+                self._consumer.list_topics(timeout=QUERY_TRY)  # the leaders as they are now
             time.sleep(0.05)
 
     def _fetch_high(self, queried: dict[TP, int]) -> dict[TP, int]:
