@@ -7,13 +7,11 @@ from __future__ import annotations
 
 import atexit
 import shutil
-import tempfile
 import time
 from collections.abc import Mapping
-from pathlib import Path
 from types import TracebackType
 
-from goka.dev.kafka import KAFKA_VERSION, KafkaNode, find_java, kafka_libs, new_cluster_id
+from goka.dev.kafka import KAFKA_VERSION, KafkaNode, find_java, kafka_libs, scratch_folder
 from goka.dev.process import BrokerProcess, free_port
 from goka.errors import BrokerError, ConfigurationError
 from goka.kafka.admin import KafkaAdmin
@@ -29,7 +27,8 @@ class KafkaCluster:
     Every node is a voter of the controller quorum, so the cluster lives on while a majority
     does; internal topics and topics created without a replication factor are replicated to
     every node, and a write needs two in-sync replicas (``acks=all``, as goka-py's producers
-    ask). Data lives in a temporary folder until :meth:`close`. Not thread-safe.
+    ask). Data lives in a folder on a memory file system (see
+    :class:`~goka.dev.broker.EmbeddedBroker`) until :meth:`close`. Not thread-safe.
 
     Args:
         size: how many nodes (at least 3: a quorum that survives one loss).
@@ -48,7 +47,7 @@ class KafkaCluster:
             raise ConfigurationError(f"a cluster needs at least 3 nodes, got {size}")
         self.startup_timeout = startup_timeout
         self.name = f"Apache Kafka {KAFKA_VERSION}"
-        self._workdir = Path(tempfile.mkdtemp(prefix="goka-kafka-cluster-"))
+        self._workdir = scratch_folder("goka-kafka-cluster-")
         ports = [(free_port(_HOST), free_port(_HOST)) for _ in range(size)]
         voters = ",".join(f"{i + 1}@{_HOST}:{c}" for i, (_, c) in enumerate(ports))
         folder, extra = self._workdir, dict(settings or {})
@@ -62,7 +61,6 @@ class KafkaCluster:
             n: BrokerProcess(f"{self.name} node {n}", self._workdir / f"node-{n}.log", grace=15)
             for n in self.nodes
         }
-        self._cluster_id = new_cluster_id()
         atexit.register(self.close)
 
     @property
@@ -88,7 +86,7 @@ class KafkaCluster:
         java, libs = find_java(), kafka_libs()
         for n, node in self.nodes.items():
             if not self.running(n):
-                node.prepare(self._cluster_id, libs, java)
+                node.prepare(libs, java)
                 self._processes[n].start(node.command(libs, java))
         self._wait_whole()
         return self

@@ -12,22 +12,29 @@ neither Maven nor the network. A node is one JVM running the broker and the cont
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 import shutil
 import subprocess
 import tempfile
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from goka.errors import BrokerError, BrokerNotFoundError
 
-__all__ = ["KAFKA_VERSION", "KafkaNode", "cache_root", "find_java", "kafka_libs", "new_cluster_id"]
+__all__ = [
+    "DEV_CLUSTER_ID", "KAFKA_VERSION", "KafkaNode", "cache_root", "find_java", "kafka_libs",
+    "scratch_folder",
+]  # fmt: skip
 
 #: The Apache Kafka release the development broker runs: the newest 4.x whose whole dependency
 #: tree resolved from Maven Central when pinned.
 KAFKA_VERSION = "4.4.0"
+
+#: The cluster id of every development cluster (16 bytes, base64 without padding, as Kafka's):
+#: their storage is formatted once and copied.
+DEV_CLUSTER_ID = base64.urlsafe_b64encode(b"goka-py dev node").decode().rstrip("=")
 
 #: log4j's binding for the slf4j 1.7 API that Kafka logs through, of the log4j release the
 #: Kafka release above depends on (without a binding Kafka's log would be lost).
@@ -82,6 +89,14 @@ def cache_root() -> Path:
     """Return the folder goka-py keeps downloads in (``$XDG_CACHE_HOME/goka-py``)."""
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "goka-py"
+
+
+def scratch_folder(prefix: str) -> Path:
+    """Return a new folder for a broker's data: on ``/dev/shm`` (memory) where it can be
+    written, else in the system's temporary folder."""
+    memory = Path("/dev/shm")
+    where = str(memory) if memory.is_dir() and os.access(memory, os.W_OK) else None
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=where))
 
 
 def find_java() -> str:
@@ -195,33 +210,49 @@ class KafkaNode:
             "share.coordinator.state.topic.replication.factor": str(r),
             "share.coordinator.state.topic.min.isr": isr,
             "group.initial.rebalance.delay.ms": "0",  # no wait for more members to join
+            "controller.quorum.append.linger.ms": "1",  # a topic made in 10 ms, not 35
             "num.network.threads": "2",
             "num.io.threads": "4",
             "num.recovery.threads.per.data.dir": "2",
             **self.settings,
         }
 
-    def prepare(self, cluster_id: str, libs: Path, java: str) -> None:
-        """Write the settings and format empty storage (once: a formatted node keeps its data).
+    def prepare(self, libs: Path, java: str) -> None:
+        """Write the settings and give the node empty formatted storage, unless it has some
+        (a formatted node keeps its data). Storage is formatted once per node id, into the
+        cache beside ``libs``, and copied from there (formatting starts a JVM: a second).
 
         Raises:
             BrokerError: the storage could not be formatted (the tool's output).
         """
         self.workdir.mkdir(parents=True, exist_ok=True)
-        lines = [f"{k}={v}" for k, v in self.properties().items()]
-        (self.workdir / "server.properties").write_text("\n".join(lines) + "\n")
+        (self.workdir / "server.properties").write_text(_lines(self.properties()))
         (self.workdir / "log4j2.properties").write_text(_LOG4J2)
         if (self.data / "meta.properties").exists():
             return
-        settings = self.workdir / "server.properties"
-        command = [*self._java(libs, java, "256m"), "kafka.tools.StorageTool", "format",
-                   f"--cluster-id={cluster_id}", "--config", str(settings),
-                   "--ignore-formatted"]  # fmt: skip
-        done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
-        if done.returncode != 0:
-            tail = "\n".join((done.stdout + done.stderr).splitlines()[-15:])
-            raise BrokerError(f"could not format Kafka storage in {self.data}:\n{tail}\n"
-                              f"retry with: {' '.join(command)}")  # fmt: skip
+        formatted = libs.parent / "formatted" / f"node-{self.node_id}"
+        if not (formatted / "meta.properties").exists():
+            self._format(formatted, libs, java)
+        shutil.copytree(formatted, self.data)
+
+    def _format(self, into: Path, libs: Path, java: str) -> None:
+        into.parent.mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(prefix="format-", dir=into.parent))
+        try:
+            settings = work / "server.properties"
+            settings.write_text(_lines({**self.properties(), "log.dirs": str(work / "data")}))
+            command = [*self._java(libs, java, "256m"), "kafka.tools.StorageTool", "format",
+                       f"--cluster-id={DEV_CLUSTER_ID}", "--config", str(settings)]  # fmt: skip
+            done = subprocess.run(command, capture_output=True, text=True, timeout=120,
+                                  check=False)  # fmt: skip
+            if done.returncode != 0:
+                tail = "\n".join((done.stdout + done.stderr).splitlines()[-15:])
+                raise BrokerError(f"could not format Kafka storage in {work / 'data'}:\n{tail}\n"
+                                  f"retry with: {' '.join(command)}")  # fmt: skip
+            with contextlib.suppress(OSError):  # another process put it there meanwhile
+                (work / "data").rename(into)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
 
     def command(self, libs: Path, java: str) -> list[str]:
         """Return the command that runs the node."""
@@ -237,6 +268,5 @@ class KafkaNode:
         ]  # fmt: skip
 
 
-def new_cluster_id() -> str:
-    """Return a new KRaft cluster id (16 random bytes, base64 without padding, as Kafka's)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+def _lines(properties: Mapping[str, str]) -> str:
+    return "".join(f"{k}={v}\n" for k, v in properties.items())

@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,10 +17,10 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported
 )
 
 from goka.errors import BrokerError, ConfigurationError, TopicError
-from goka.kafka.config import Brokers, admin_config, consumer_config, producer_config
+from goka.kafka.config import Brokers, admin_config, consumer_config
 
 __all__ = [
-    "Cluster", "KafkaAdmin", "cluster_of", "partition_count", "prime_coordinators",
+    "Cluster", "KafkaAdmin", "cluster_of", "partition_count", "prime_group_coordinator",
     "topic_partitions",
 ]  # fmt: skip
 
@@ -84,51 +83,34 @@ def partition_count(client: Any, topic: str, timeout: float) -> int:
     return counts[topic]
 
 
-#: The priming clients' librdkafka log: errors only.
+#: The priming client's librdkafka log: errors only.
 _PRIME_LOG = logging.getLogger("goka.librdkafka.prime")
 _PRIME_LOG.setLevel(logging.ERROR)
 
 
-def prime_coordinators(brokers: Brokers, timeout: float) -> None:
-    """Make a new cluster's coordinators ready, as those of a cluster that has been up a while
-    are: the group coordinator (its topic ``__consumer_offsets`` created and loaded: a first
-    group request waits a second for it otherwise) and the transaction coordinator (its topic
-    ``__transaction_state``, and a block of producer ids: a first idempotent producer waits
-    half a second otherwise).
+def prime_group_coordinator(brokers: Brokers, timeout: float) -> None:
+    """Make a new cluster's group coordinator ready, as that of a cluster up a while is (its
+    topic ``__consumer_offsets`` created and loaded: a first group request waits a second for
+    it otherwise; the prime takes a tenth of that).
 
     Raises:
-        BrokerError: a coordinator was not ready within ``timeout`` seconds.
+        BrokerError: it was not ready within ``timeout`` seconds.
     """
-    quiet = {"logger": _PRIME_LOG}  # "coordinator load in progress" is expected here
-    consumer = confluent_kafka.Consumer(
-        consumer_config(brokers, {**quiet, "group.id": "goka-prime"})
-    )
-    producer = confluent_kafka.Producer(
-        producer_config(brokers, {**quiet, "transactional.id": "goka-prime"})
-    )
+    settings = {"logger": _PRIME_LOG, "group.id": "goka-prime"}  # errors are expected here
+    consumer = confluent_kafka.Consumer(consumer_config(brokers, settings))
     deadline = time.monotonic() + timeout
-
-    def group_ready() -> None:  # the group coordinator answers errors until it is loaded
-        while True:
+    try:
+        while True:  # the coordinator answers errors until it is loaded
             try:
                 consumer.committed([TopicPartition("goka-prime", 0)], timeout)
                 return
-            except confluent_kafka.KafkaException:
+            except confluent_kafka.KafkaException as exc:
                 if time.monotonic() > deadline:
-                    raise
+                    raise BrokerError(f"the group coordinator was not ready within "
+                                      f"{timeout:g}s: {exc}") from exc  # fmt: skip
             time.sleep(0.05)
-
-    try:
-        with ThreadPoolExecutor(1) as pool:  # both at once
-            group = pool.submit(group_ready)
-            producer.init_transactions(timeout)  # waits for the coordinator and a producer id
-            group.result()
-    except confluent_kafka.KafkaException as exc:
-        raise BrokerError(f"the cluster's coordinators were not ready within {timeout:g}s: "
-                          f"{exc}") from exc  # fmt: skip
     finally:
         consumer.close()
-        producer.flush(0)
 
 
 class KafkaAdmin:

@@ -39,13 +39,15 @@ def read_to_end(
     """Yield every message of ``topic`` from the beginning to the end observed while reading.
 
     The end of each partition is detected with partition-EOF events (the fetch response's high
-    watermark), which is right on Kafka and on the embedded broker alike.
+    watermark), which is right on every broker; a fetch at the end waits 10 ms for more, not
+    the default 500 (``kafka_config`` may say otherwise).
 
     Raises:
         TopicError: the topic does not exist.
         BrokerError: no broker answered, or the end was not reached within ``timeout`` seconds.
     """
-    settings = {**consumer_config(brokers, kafka_config), "enable.partition.eof": True}
+    settings = {**consumer_config(brokers, {"fetch.wait.max.ms": 10, **(kafka_config or {})}),
+                "enable.partition.eof": True}  # fmt: skip
     consumer = confluent_kafka.Consumer(settings)
     try:
         counts = topic_partitions(consumer, timeout)
@@ -73,7 +75,7 @@ def _consume_until_eof(
                 f"topic {topic!r}: partitions {sorted(open_partitions)} not read to the end "
                 f"within {timeout:g}s"
             )
-        for msg in consumer.consume(10_000, 0.2):
+        for msg in consumer.consume(10_000, 0.05):
             error = msg.error()
             if error is None:
                 yield _record(msg)
@@ -109,9 +111,10 @@ def last_records(
     wanted = {tp: high[tp] - 1 for tp in partitions if high[tp] > low[tp]}
     if not wanted:
         return found
-    consumer = confluent_kafka.Consumer(
-        {**consumer_config(brokers, kafka_config), "enable.partition.eof": True}
-    )
+    consumer = confluent_kafka.Consumer({
+        **consumer_config(brokers, {"fetch.wait.max.ms": 10, **(kafka_config or {})}),
+        "enable.partition.eof": True,
+    })  # fmt: skip
     try:
         consumer.assign([confluent_kafka.TopicPartition(t, p, max(low[(t, p)], o))
                          for (t, p), o in wanted.items()])  # fmt: skip
@@ -121,7 +124,7 @@ def last_records(
             if time.monotonic() > deadline:
                 raise TimeoutError(f"the last records of {sorted(wanted.keys() - seen)} not "
                                    f"read in {timeout:.0f} s")  # fmt: skip
-            for message in consumer.consume(100, 0.5):
+            for message in consumer.consume(len(wanted.keys() - seen), 0.5):  # as they come
                 tp = (str(message.topic()), int(message.partition() or 0))
                 error = message.error()
                 if error is not None:

@@ -4,6 +4,8 @@ their metadata: :mod:`goka.kafka.quirks`)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from goka import StringCodec, TopicManager
 from goka.dev import EmbeddedBroker
 
@@ -28,3 +30,14 @@ def write(broker: EmbeddedBroker, topic: str, records: int, *, replace: bool = F
         gone(broker, topic)
     TopicManager(broker.bootstrap).ensure_stream_exists(topic, 1)
     produce(broker.bootstrap, topic, StringCodec(), [(f"k{i}", "v") for i in range(records)])
+
+
+def without(
+    session: EmbeddedBroker, make_broker: Callable[..., EmbeddedBroker], *topics: str
+) -> EmbeddedBroker:
+    """A broker on which ``topics`` (fixed names of an example) do not exist: the session's
+    with them deleted (Apache Kafka), or a new one of the test's own (Tansu)."""
+    if session.kind == "tansu":
+        return make_broker()
+    gone(session, *topics)
+    return session

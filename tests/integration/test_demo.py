@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -12,13 +13,23 @@ from examples.click_count import demo
 from goka.dev import EmbeddedBroker
 from goka.kafka.consumer import read_to_end
 
+from .rewinds import without
+
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow]
 
 
+@pytest.fixture
+def demo_broker(
+    kafka_broker: EmbeddedBroker, make_broker: Callable[..., EmbeddedBroker]
+) -> EmbeddedBroker:
+    """A broker without the demo's topics (it uses fixed names)."""
+    return without(kafka_broker, make_broker, demo.TOPIC, demo.TABLE)
+
+
 def test_clicks_over_http_are_counted_and_served_over_grpc(
-    tmp_path: Path, record_property: Any, make_broker: Callable[..., EmbeddedBroker]
+    tmp_path: Path, record_property: Any, demo_broker: EmbeddedBroker
 ) -> None:
-    with make_broker() as broker:  # its own broker: the demo uses fixed topic names
+    with contextlib.nullcontext(demo_broker) as broker:
         result = demo.run(broker.bootstrap, tmp_path, clicks=600, users=10)
     assert sum(result.sent.values()) == 600
     assert result.ok, (result.counts, dict(result.sent))
@@ -26,9 +37,9 @@ def test_clicks_over_http_are_counted_and_served_over_grpc(
 
 
 def test_killing_the_processor_midway_still_ends_exact(
-    tmp_path: Path, record_property: Any, make_broker: Callable[..., EmbeddedBroker]
+    tmp_path: Path, record_property: Any, demo_broker: EmbeddedBroker
 ) -> None:
-    with make_broker() as broker:
+    with contextlib.nullcontext(demo_broker) as broker:
         result = demo.run(
             broker.bootstrap, tmp_path, clicks=800, users=10, kill_processor_midway=True
         )

@@ -7,6 +7,7 @@ and HTTP from the view container and in PostgreSQL; every container stopped with
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import urllib.request
@@ -25,6 +26,7 @@ from tools.containers import Container, buildah_problem
 from tools.image import build
 
 from ..helpers import free_port, http_status, wait_for
+from .rewinds import without
 
 pytestmark = [pytest.mark.slow, pytest.mark.kafka, pytest.mark.spark, pytest.mark.postgres]
 UID = 10001  # the image's user (Dockerfile: useradd --uid)
@@ -59,9 +61,10 @@ def test_images_run_the_click_count_services(
     images: dict[str, str],
     postgres: LocalPostgres,
     tmp_path: Path,
+    kafka_broker: EmbeddedBroker,
     make_broker: Callable[..., EmbeddedBroker],
 ) -> None:
-    with make_broker() as broker:
+    with contextlib.nullcontext(without(kafka_broker, make_broker, TOPIC, TABLE)) as broker:
         brokers = broker.bootstrap
         topics = TopicManager(brokers)
         topics.ensure_stream_exists(TOPIC, 4)

@@ -26,9 +26,18 @@ pytestmark = pytest.mark.kafka
 
 
 @pytest.fixture
-def broker(make_broker: Callable[..., EmbeddedBroker]) -> EmbeddedBroker:
-    """A broker of this test's own (of the session's kind), to be replaced."""
-    return make_broker()
+def broker(
+    kafka_broker: EmbeddedBroker, make_broker: Callable[..., EmbeddedBroker]
+) -> EmbeddedBroker:
+    """The session's broker on Apache Kafka (a topic goes away by deletion there); a broker of
+    this test's own on Tansu (it is replaced)."""
+    return kafka_broker if kafka_broker.kind == "kafka" else make_broker()
+
+
+@pytest.fixture
+def clicks(request: pytest.FixtureRequest) -> str:
+    """A topic name of this test's own."""
+    return f"clicks-{request.node.name[:60]}"
 
 
 def follow(tail: Tail, seconds: float) -> None:
@@ -39,27 +48,29 @@ def follow(tail: Tail, seconds: float) -> None:
 
 
 @pytest.mark.smoke
-def test_watermarks_are_the_first_offset_and_the_fetched_end(broker: EmbeddedBroker) -> None:
-    write(broker, "clicks", 25)
+def test_watermarks_are_the_first_offset_and_the_fetched_end(
+    broker: EmbeddedBroker, clicks: str
+) -> None:
+    write(broker, clicks, 25)
     ends = EndOffsets(broker.bootstrap)
     try:
-        assert ends.watermarks([("clicks", 0)]) == {("clicks", 0): (0, 25)}
+        assert ends.watermarks([(clicks, 0)]) == {(clicks, 0): (0, 25)}
     finally:
         ends.close()
 
 
 def test_the_source_does_not_plan_past_an_input_that_came_back_shorter(
-    broker: EmbeddedBroker,
+    broker: EmbeddedBroker, clicks: str
 ) -> None:
     from goka.spark.source import GokaStreamReader
 
-    write(broker, "clicks", 30)
-    source = GokaStreamReader({"brokers": broker.bootstrap, "topics": "clicks", "group": "gb"})
+    write(broker, clicks, 30)
+    source = GokaStreamReader({"brokers": broker.bootstrap, "topics": clicks, "group": "gb"})
     try:
         start = source.latestOffset(source.initialOffset(), source.getDefaultReadLimit())
-        assert start == {"clicks": {"0": 30}}
-        write(broker, "clicks", 12, replace=True)
-        with pytest.raises(TopicRewoundError, match="topic 'clicks' partition 0 ends at offset "
+        assert start == {clicks: {"0": 30}}
+        write(broker, clicks, 12, replace=True)
+        with pytest.raises(TopicRewoundError, match=f"topic '{clicks}' partition 0 ends at offset "
                            "12, but group 'gb' has read it up to offset 30"):  # fmt: skip
             source.latestOffset(start, source.getDefaultReadLimit())
     finally:
@@ -67,18 +78,20 @@ def test_the_source_does_not_plan_past_an_input_that_came_back_shorter(
 
 
 @pytest.mark.smoke
-def test_a_tail_following_a_topic_that_came_back_shorter_fails(broker: EmbeddedBroker) -> None:
-    write(broker, "clicks", 20)
+def test_a_tail_following_a_topic_that_came_back_shorter_fails(
+    broker: EmbeddedBroker, clicks: str
+) -> None:
+    write(broker, clicks, 20)
     reader = RangeReader(broker.bootstrap)
-    tail = reader.tail({0: {"clicks": 0}})
+    tail = reader.tail({0: {clicks: 0}})
     try:
         read = 0
         while read < 20:
             read += sum(len(rows) for rows in tail.poll(100, 0.5).values())
-        write(broker, "clicks", 5, replace=True)
+        write(broker, clicks, 5, replace=True)
         with pytest.raises(TopicRewoundError) as failed:
             follow(tail, 30)
-        assert (failed.value.topic, failed.value.position, failed.value.high) == ("clicks", 20, 5)
+        assert (failed.value.topic, failed.value.position, failed.value.high) == (clicks, 20, 5)
     finally:
         tail.close()
         reader.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from goka.view import View, ViewError, ViewNotReadyError, ViewState
 
 from ..helpers import produce, wait_for
 from .proxy import TcpProxy
-from .rewinds import gone
+from .rewinds import gone, without
 
 pytestmark = pytest.mark.kafka
 
@@ -201,9 +202,9 @@ def test_network_outage_reconnects_and_catches_up(
 
 @pytest.mark.smoke
 def test_a_table_that_came_back_shorter_fails_the_view_clearly(
-    tmp_path: Path, make_broker: Callable[..., EmbeddedBroker]
+    tmp_path: Path, kafka_broker: EmbeddedBroker, make_broker: Callable[..., EmbeddedBroker]
 ) -> None:
-    with make_broker() as broker:
+    with contextlib.nullcontext(without(kafka_broker, make_broker, "lost-table")) as broker:
         TopicManager(broker.bootstrap).ensure_table_exists("lost-table", 1)
         produce(broker.bootstrap, "lost-table", StringCodec(), [(f"k{i}", "v") for i in range(10)])
         view = View(broker.bootstrap, "lost-table", StringCodec(), path=tmp_path / "v").start()

@@ -1,7 +1,8 @@
-"""The examples, run on Spark against their own embedded broker (they use fixed topic names)."""
+"""The examples, run on Spark (they use fixed topic names: on a broker without them)."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -10,15 +11,20 @@ import pytest
 
 from goka.dev import EmbeddedBroker
 
+from ..integration.rewinds import without
+
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow]
 
 
 def test_user_status_example(
-    spark: Any, tmp_path: Path, make_broker: Callable[..., EmbeddedBroker]
-) -> None:
+    spark: Any, tmp_path: Path, kafka_broker: EmbeddedBroker,
+    make_broker: Callable[..., EmbeddedBroker],
+) -> None:  # fmt: skip
+    from examples.user_status.group import CLICKS, DEVICES, MILESTONES, PROFILES, graph
     from examples.user_status.run import run
 
-    with make_broker() as broker:
+    topics = (CLICKS, PROFILES, DEVICES, MILESTONES, graph.table)
+    with contextlib.nullcontext(without(kafka_broker, make_broker, *topics)) as broker:
         table, milestones = run(broker.bootstrap, tmp_path, spark)
     assert {u: s["clicks"] for u, s in table.items()} == {"ann": 20, "bob": 20, "cem": 20}
     assert {u: s["country"] for u, s in table.items()} == {"ann": "NO", "bob": "DE", "cem": "TR"}
@@ -27,10 +33,13 @@ def test_user_status_example(
 
 
 def test_loopback_example(
-    spark: Any, tmp_path: Path, make_broker: Callable[..., EmbeddedBroker]
-) -> None:
+    spark: Any, tmp_path: Path, kafka_broker: EmbeddedBroker,
+    make_broker: Callable[..., EmbeddedBroker],
+) -> None:  # fmt: skip
+    from examples.loopback.group import CLICKS, graph
     from examples.loopback.run import run
 
-    with make_broker() as broker:
+    topics = (CLICKS, graph.table, graph.loop_topic)
+    with contextlib.nullcontext(without(kafka_broker, make_broker, *topics)) as broker:
         counts, sent = run(broker.bootstrap, tmp_path, spark)
     assert counts == dict(sent)

@@ -38,8 +38,8 @@ def test_monitor_shows_partitions_and_the_lag_going_down(
             assert process.stdout is not None
             url = process.stdout.readline().split()[1]
             with chromium() as driver:
-                driver.get(f"{url}/")
-                assert f"{topic}-slow" in driver.page_source
+                driver.get(f"{url}/")  # its script fills the page in from /api/monitor
+                wait_for(lambda: f"{topic}-slow" in driver.page_source, what="the group's name")
                 assert f"input {topic} (string) -> count_slowly" in texts(driver, "td")
                 lags: list[int] = []
 
