@@ -27,7 +27,13 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     add(create, "--partitions", "partition count", default=10, type=int, env=False)
     create.add_argument("--table", action="store_true",
                         help="create compacted table topics (default: streams)")  # fmt: skip
-    add(create, "--replication", "replication factor (default: the cluster's)", type=int, env=False)
+    add(
+        create,
+        "--replication",
+        "replication factor; unless given, the cluster's default",
+        type=int,
+        env=False,
+    )
     listing = sub.add_parser("list", help="list topics with their partition counts")
     listing.add_argument("--json", action="store_true", help="print JSON")
     describe = sub.add_parser("describe", help="partitions and settings of topics")
