@@ -39,11 +39,11 @@ class EmbeddedBroker:
 
     A context manager: ``with EmbeddedBroker() as broker: Emitter(broker.bootstrap, ...)``.
     Both keep their data in memory: Apache Kafka in a folder of its own on a memory file system
-    (``/dev/shm``, where there is one: its metadata log is written to disk at every change,
-    which costs a topic's creation 25 ms on a disk) until the broker is closed; Tansu in its
-    process. The process is stopped by its own PID (Kafka: SIGTERM,
-    then SIGKILL if it has not stopped within a grace period; Tansu: SIGKILL, as it needs) on
-    :meth:`stop`, at interpreter exit, and when the parent process dies. Not thread-safe.
+    (``/dev/shm``, where there is one: it syncs its metadata log to disk at every change, which
+    a test suite that makes topics by the hundred waits for) until the broker is closed; Tansu
+    in its process. The process is stopped by its own PID (Kafka: SIGTERM, then SIGKILL if it
+    has not stopped within a grace period; Tansu: SIGKILL, as it needs) on :meth:`stop`, at
+    interpreter exit, and when the parent process dies. Not thread-safe.
 
     Args:
         kind: ``"kafka"`` (Apache Kafka :data:`~goka.dev.kafka.KAFKA_VERSION`, needs Java 17;

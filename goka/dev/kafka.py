@@ -203,14 +203,14 @@ class KafkaNode:
             "default.replication.factor": str(r),
             "min.insync.replicas": isr,
             "offsets.topic.replication.factor": str(r),
-            "offsets.topic.num.partitions": "10",  # 50 by default: slow to create on 2 cores
+            "offsets.topic.num.partitions": "10",  # 50 by default: made at the first group use
             "transaction.state.log.replication.factor": str(r),
             "transaction.state.log.min.isr": isr,
             "transaction.state.log.num.partitions": "10",
             "share.coordinator.state.topic.replication.factor": str(r),
             "share.coordinator.state.topic.min.isr": isr,
             "group.initial.rebalance.delay.ms": "0",  # no wait for more members to join
-            "controller.quorum.append.linger.ms": "1",  # a topic made in 10 ms, not 35
+            "controller.quorum.append.linger.ms": "1",  # a change (a topic) waits for no batch
             "num.network.threads": "2",
             "num.io.threads": "4",
             "num.recovery.threads.per.data.dir": "2",

@@ -90,8 +90,8 @@ _PRIME_LOG.setLevel(logging.ERROR)
 
 def prime_group_coordinator(brokers: Brokers, timeout: float) -> None:
     """Make a new cluster's group coordinator ready, as that of a cluster up a while is (its
-    topic ``__consumer_offsets`` created and loaded: a first group request waits a second for
-    it otherwise; the prime takes a tenth of that).
+    topic ``__consumer_offsets`` created and loaded, which a first group request waits for
+    otherwise).
 
     Raises:
         BrokerError: it was not ready within ``timeout`` seconds.

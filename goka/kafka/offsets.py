@@ -17,7 +17,10 @@ from goka.kafka.admin import topic_partitions
 from goka.kafka.config import Brokers, consumer_config
 from goka.kafka.quirks import Quirks, quirks_of
 
-__all__ = ["EOF", "OUT_OF_RANGE", "TP", "Deadline", "EndOffsets", "fast_fetch", "out_of_range"]
+__all__ = [
+    "EOF", "OUT_OF_RANGE", "TP", "Deadline", "EndOffsets", "asked_watermarks", "fast_fetch",
+    "out_of_range",
+]  # fmt: skip
 
 TP = tuple[str, int]
 EOF = confluent_kafka.KafkaError._PARTITION_EOF
@@ -50,22 +53,28 @@ def fast_fetch(brokers: Brokers, kafka_config: Mapping[str, Any] | None) -> dict
     return config
 
 
+def asked_watermarks(consumer: Any, topic: str, partition: int) -> tuple[int, int] | None:
+    """The first offset and high watermark of ``topic``/``partition`` as any consumer's query
+    answers them now (None: no answer within seconds), for messages about a partition that
+    went back."""
+    try:
+        low, high = consumer.get_watermark_offsets(
+            confluent_kafka.TopicPartition(topic, partition), timeout=QUERY_TRY, cached=False
+        )
+    except confluent_kafka.KafkaException:
+        return None
+    return int(low), int(high)
+
+
 def out_of_range(
     topic: str, partition: int, offset: int, error: Any, *, consumer: Any = None,
     reader: str = "this processor",
 ) -> TopicError:  # fmt: skip
     """Kafka's answer to a fetch from an offset the partition no longer holds: a
     :class:`TopicRewoundError` where ``consumer`` can tell the partition's offsets now."""
-    if consumer is not None:
-        try:
-            low, high = consumer.get_watermark_offsets(
-                confluent_kafka.TopicPartition(topic, partition), timeout=5, cached=False
-            )
-        except confluent_kafka.KafkaException:
-            pass
-        else:
-            if offset > high or 0 <= offset < low:
-                return TopicRewoundError(topic, partition, offset, low, high, reader=reader)
+    marks = None if consumer is None else asked_watermarks(consumer, topic, partition)
+    if marks is not None and (offset > marks[1] or 0 <= offset < marks[0]):
+        return TopicRewoundError(topic, partition, offset, *marks, reader=reader)
     return TopicError(
         f"topic {topic!r} partition {partition}: offset {offset} is out of range "
         f"({error.str()}): the topic was truncated or recreated, or its records were deleted "

@@ -19,6 +19,7 @@ import confluent_kafka
 from goka.errors import BrokerError, TopicError
 from goka.kafka.admin import topic_partitions
 from goka.kafka.config import Brokers, consumer_config
+from goka.kafka.offsets import asked_watermarks
 
 __all__ = ["Polled", "TableConsumer"]
 
@@ -112,9 +113,9 @@ class TableConsumer:
                     f"table topic {self.topic!r} partition {msg.partition()}: {error.str()} "
                     "(the topic was truncated or recreated; delete the local storage to rebuild)"
                 )
-                high = self._queried_high(msg.partition())  # type: ignore[arg-type]
-                if high is not None:
-                    polled.ends[msg.partition()] = high  # type: ignore[index]
+                marks = asked_watermarks(self._consumer, self.topic, msg.partition())  # type: ignore[arg-type]
+                if marks is not None:
+                    polled.ends[msg.partition()] = marks[1]  # type: ignore[index]
             elif code in _TRANSIENT or error.retriable():
                 polled.transient.append(error.str())
             else:
@@ -133,15 +134,6 @@ class TableConsumer:
         except confluent_kafka.KafkaException:
             return None
         return high if high is not None and high >= 0 else None
-
-    def _queried_high(self, partition: int) -> int | None:
-        try:
-            _, high = self._consumer.get_watermark_offsets(
-                confluent_kafka.TopicPartition(self.topic, partition), timeout=5, cached=False
-            )
-        except confluent_kafka.KafkaException:
-            return None
-        return int(high)
 
     def reachable(self, timeout: float) -> bool:
         """Return True if a broker answers and the topic exists."""
