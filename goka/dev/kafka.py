@@ -238,21 +238,19 @@ class KafkaNode:
     def _format(self, into: Path, libs: Path, java: str) -> None:
         into.parent.mkdir(parents=True, exist_ok=True)
         work = Path(tempfile.mkdtemp(prefix="format-", dir=into.parent))
-        try:
-            settings = work / "server.properties"
-            settings.write_text(_lines({**self.properties(), "log.dirs": str(work / "data")}))
-            command = [*self._java(libs, java, "256m"), "kafka.tools.StorageTool", "format",
-                       f"--cluster-id={DEV_CLUSTER_ID}", "--config", str(settings)]  # fmt: skip
-            done = subprocess.run(command, capture_output=True, text=True, timeout=120,
-                                  check=False)  # fmt: skip
-            if done.returncode != 0:
-                tail = "\n".join((done.stdout + done.stderr).splitlines()[-15:])
-                raise BrokerError(f"could not format Kafka storage in {work / 'data'}:\n{tail}\n"
-                                  f"retry with: {' '.join(command)}")  # fmt: skip
-            with contextlib.suppress(OSError):  # another process put it there meanwhile
-                (work / "data").rename(into)
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
+        settings = work / "server.properties"
+        settings.write_text(_lines({**self.properties(), "log.dirs": str(work / "data")}))
+        command = [*self._java(libs, java, "256m"), "kafka.tools.StorageTool", "format",
+                   f"--cluster-id={DEV_CLUSTER_ID}", "--config", str(settings)]  # fmt: skip
+        done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+        if done.returncode != 0:  # its settings stay, for the command to retry
+            shutil.rmtree(work / "data", ignore_errors=True)
+            tail = "\n".join((done.stdout + done.stderr).splitlines()[-15:])
+            raise BrokerError(f"could not format Kafka storage in {work / 'data'}:\n{tail}\n"
+                              f"retry with: {' '.join(command)}")  # fmt: skip
+        with contextlib.suppress(OSError):  # another process put it there meanwhile
+            (work / "data").rename(into)
+        shutil.rmtree(work, ignore_errors=True)
 
     def command(self, libs: Path, java: str) -> list[str]:
         """Return the command that runs the node."""

@@ -15,7 +15,7 @@ import pytest
 
 from goka import StringCodec, TopicManager
 from goka.dev import KAFKA_VERSION, TANSU_BINARY_ENV, EmbeddedBroker, find_tansu_binary
-from goka.dev.kafka import kafka_libs
+from goka.dev.kafka import KafkaNode, find_java, kafka_libs
 from goka.emitter import Emitter
 from goka.errors import BrokerError, BrokerNotFoundError, ConfigurationError
 from goka.kafka.consumer import read_to_end
@@ -118,6 +118,23 @@ def test_no_maven_without_the_jars_is_one_clear_error(
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(BrokerNotFoundError, match="Maven is needed to fetch them: install Maven"):
         kafka_libs(cache=tmp_path / "cache")
+
+
+def test_storage_that_cannot_be_formatted_fails_with_the_tools_words_and_the_retry(
+    tmp_path: Path,
+) -> None:
+    # A cache of its own (the jars linked), so that no formatted template is there to copy
+    (tmp_path / "libs").symlink_to(kafka_libs(), target_is_directory=True)
+    node = KafkaNode(node_id=1, port=1, controller_port=2, voters="1@127.0.0.1:2",
+                     workdir=tmp_path / "node", settings={"metadata.log.dir": "/proc/goka-no"})  # fmt: skip
+    with pytest.raises(BrokerError, match="could not format Kafka storage") as failed:
+        node.prepare(tmp_path / "libs", find_java())
+    text = str(failed.value)
+    assert "/proc/goka-no" in text  # the tool's own words name the folder
+    assert "retry with: " in text and "kafka.tools.StorageTool format" in text
+    assert Path(text.split("--config ")[-1].strip()).is_file()  # the retry's settings are kept
+    assert not (tmp_path / "formatted" / "node-1").exists()  # no half-made template is kept
+    assert not (tmp_path / "node" / "data").exists()
 
 
 @pytest.mark.slow
