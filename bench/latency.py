@@ -2,9 +2,11 @@
 beside the broker's own hops measured in the same windows (``python -m bench.processor --only
 latency``, or ``python -m bench.latency``).
 
-Each measurement runs on a fresh development broker (``--broker``: Apache Kafka by default;
-Tansu's hop grows with the length of its topics, so a long run there measures the broker more
-than us): events are emitted at ``rate`` for
+The measurements share one Apache Kafka broker (``--broker``, the default), warmed up first
+(``--warm-up`` seconds of events through a relay at the highest rate: a new JVM compiles its hot
+paths meanwhile, taking CPU the processor would have, and a broker serves for longer than a
+run); on Tansu each measurement has a fresh broker (its hop grows with the length of its topics,
+so a long run there measures the broker more than us). Events are emitted at ``rate`` for
 ``seconds`` while the processor runs; every table record carries its input event's timestamp,
 so a consumer tailing the table measures emit -> visible. Beside it, in the same run, a probe
 at 100 events/s measures the broker: one hop (emit -> a consumer sees it) and two hops (a
@@ -17,12 +19,14 @@ longest stalls from the processor's timeline (:mod:`goka.processing.timeline`), 
 steps and the probe's hops around it.
 
     python -m bench.latency [--rates 500,2000] [--seconds 20] [--window 5]
-        [--modes continuous,micro-batch] [--partitions 4] [--broker kafka|tansu]
+        [--modes continuous,micro-batch] [--partitions 4,1] [--broker kafka|tansu]
+        [--warm-up 30]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import shutil
 import tempfile
@@ -181,12 +185,34 @@ class Run:
     timeline: dict[str, Any] = field(default_factory=dict)
 
 
+def warm_up(brokers: str, rate: int, seconds: float, fetch_wait: int) -> None:
+    """Send ``rate`` events/s for ``seconds`` through a topic of 4 partitions followed by a
+    tail, beside the probe's relay: the broker's produce and fetch paths get compiled."""
+    if seconds <= 0:
+        return
+    began = time.monotonic()
+    topic = f"warm-up-{time.monotonic_ns()}"
+    TopicManager(brokers).ensure_stream_exists(topic, 4)
+    tail, probe = Tail(brokers, topic, fetch_wait, 4), Probe(brokers, fetch_wait)
+    producer = confluent_kafka.Producer(producer_config(brokers, {"linger.ms": 1}))
+    try:
+        emit(producer, topic, rate, seconds)
+        tail.wait_for(int(rate * seconds), 30)
+    finally:
+        probe.close()
+        tail.close()
+    last = _within(probe.one.series, time.time() - 5, time.time())
+    print(f"broker warmed up for {time.monotonic() - began:.0f} s ({rate:,} events/s), "
+          f"one hop p99 {_p(last, 99):.0f} ms in its last 5 s", flush=True)  # fmt: skip
+
+
 def measure(spark: object, rate: int, seconds: float, mode: str, *, partitions: int = 4,
-            fetch_wait: int = 10, broker_kind: str = "kafka") -> Run:  # fmt: skip
-    """Run the count group in ``mode`` on a fresh broker at ``rate`` events/s (see the module
-    docstring)."""
-    with start_broker(broker_kind) as broker:
-        brokers = broker.bootstrap
+            fetch_wait: int = 10, broker_kind: str = "kafka",
+            brokers: str | None = None) -> Run:  # fmt: skip
+    """Run the count group in ``mode`` at ``rate`` events/s on ``brokers``, or on a fresh
+    broker of ``broker_kind`` (see the module docstring)."""
+    with contextlib.nullcontext(brokers) if brokers else start_broker(broker_kind) as broker:
+        brokers = broker if isinstance(broker, str) else broker.bootstrap
         topic = f"latency-{time.monotonic_ns()}"
         TopicManager(brokers).ensure_stream_exists(topic, partitions)
         graph = define_group(f"{topic}-g", input(topic, StringCodec(), count),
@@ -281,19 +307,26 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--modes", default="continuous,micro-batch")
     parser.add_argument("--partitions", default="4,1")
     parser.add_argument("--fetch-wait", type=int, default=10)
+    parser.add_argument("--warm-up", type=float, default=30,
+                        help="seconds of events through the shared Kafka broker first")  # fmt: skip
     add_broker(parser)
     args = parser.parse_args(argv)
-    spark = build_session("bench", "local[2]")
-    spark.sparkContext.setLogLevel("ERROR")
-    try:
+    rates = [int(r) for r in args.rates.split(",")]
+    with contextlib.ExitStack() as stack:
+        shared = None
+        if args.broker == "kafka":
+            shared = stack.enter_context(start_broker(args.broker)).bootstrap
+            warm_up(shared, max(rates), args.warm_up, args.fetch_wait)
+        spark = build_session("bench", "local[2]")
+        stack.callback(spark.stop)
+        spark.sparkContext.setLogLevel("ERROR")
         for partitions in (int(p) for p in args.partitions.split(",")):
-            for rate in (int(r) for r in args.rates.split(",")):
+            for rate in rates:
                 for mode in args.modes.split(","):
                     run = measure(spark, rate, args.seconds, mode, partitions=partitions,
-                                  fetch_wait=args.fetch_wait, broker_kind=args.broker)  # fmt: skip
+                                  fetch_wait=args.fetch_wait, broker_kind=args.broker,
+                                  brokers=shared)  # fmt: skip
                     print("\n".join(report(run, args.window)), flush=True)
-    finally:
-        spark.stop()
 
 
 if __name__ == "__main__":

@@ -29,11 +29,6 @@ KINDS: tuple[str, ...] = get_args(BrokerKind)
 #: marks, so a restart on the same data need not recover its logs) before SIGKILL.
 KAFKA_GRACE = 15.0
 
-#: A lone Apache Kafka node's own settings: a node killed and started again waits for its
-#: previous session at the controller to expire before it serves (9 s by default).
-ONE_NODE = {"broker.session.timeout.ms": "2000", "broker.heartbeat.interval.ms": "500"}
-
-
 class EmbeddedBroker:
     """A development broker process on 127.0.0.1.
 
@@ -144,7 +139,7 @@ class EmbeddedBroker:
             self._node = KafkaNode(
                 1, self.port, voters_port, f"1@{self.host}:{voters_port}",
                 self._workdir / "node", advertised=self.advertised,
-                settings={**ONE_NODE, **self._settings},
+                settings=dict(self._settings),
             )  # fmt: skip
         self._node.prepare(libs, java)
         return self._node.command(libs, java)

@@ -214,6 +214,8 @@ class KafkaNode:
             "num.network.threads": "2",
             "num.io.threads": "4",
             "num.recovery.threads.per.data.dir": "2",
+            # broker.session.timeout.ms stays 9 s: with 2 s a node whose heartbeats waited on a
+            # busy machine (Spark, clients, the JIT) was fenced, its partitions without a leader
             **self.settings,
         }
 
