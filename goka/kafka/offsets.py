@@ -18,8 +18,8 @@ from goka.kafka.config import Brokers, consumer_config
 from goka.kafka.quirks import Quirks, quirks_of
 
 __all__ = [
-    "EOF", "OUT_OF_RANGE", "TP", "Deadline", "EndOffsets", "asked_watermarks", "fast_fetch",
-    "out_of_range",
+    "EOF", "OUT_OF_RANGE", "QUERY_TRY", "TP", "Deadline", "EndOffsets", "asked_watermarks",
+    "fast_fetch", "out_of_range",
 ]  # fmt: skip
 
 TP = tuple[str, int]

@@ -6,6 +6,7 @@ records arrive: :mod:`goka.kafka.tail`.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Iterator, Mapping
@@ -19,6 +20,7 @@ from goka.kafka.config import Brokers, bootstrap_servers, consumer_config
 from goka.kafka.offsets import (
     EOF,
     OUT_OF_RANGE,
+    QUERY_TRY,
     Deadline,
     EndOffsets,
     fast_fetch,
@@ -46,6 +48,7 @@ class RangeReader:
         self._ends: EndOffsets | None = None
         self._groups: dict[str, confluent_kafka.Consumer] = {}
         self._closed = False
+        self._known: set[str] = set()  # topics whose metadata the consumer has
         self._watermarks: dict[tuple[str, int], tuple[int, int]] = {}  # prefetched, used once
         self._committed: dict[tuple[str, str, int], tuple[int, str] | None] = {}  # likewise
 
@@ -118,11 +121,21 @@ class RangeReader:
     def tail(self, starts: Mapping[int, Mapping[str, int]]) -> KafkaTail:
         """Follow ``{partition: {topic: start}}`` (uses this reader's consumer: close the tail
         before reading ranges again)."""
-        self._consumer.assign(
-            [confluent_kafka.TopicPartition(t, p, o)
-             for p, offsets in starts.items() for t, o in offsets.items()]
-        )  # fmt: skip
+        self._assign([confluent_kafka.TopicPartition(t, p, o)
+                      for p, offsets in starts.items() for t, o in offsets.items()])  # fmt: skip
         return KafkaTail(self._consumer, starts)
+
+    def _assign(self, partitions: list[confluent_kafka.TopicPartition]) -> None:
+        """Assign ``partitions``, first asking the metadata of topics new to the consumer: a
+        consumer that had been idle fetched a topic it had not seen about 1 s after its
+        assignment (librdkafka asks an unknown topic's leader at its next metadata tick), and 5
+        ms after its metadata was asked (a new epoch's task in another process waited so)."""
+        for topic in sorted({tp.topic for tp in partitions} - self._known):
+            with contextlib.suppress(confluent_kafka.KafkaException):  # the fetch will say
+                found = self._consumer.list_topics(topic, timeout=QUERY_TRY).topics.get(topic)
+                if found is not None and found.error is None:
+                    self._known.add(topic)
+        self._consumer.assign(partitions)
 
     def _group(self, group: str) -> confluent_kafka.Consumer:
         if group not in self._groups:
@@ -198,7 +211,7 @@ class RangeReader:
         todo = {t: r for t, r in ranges.items() if r[1] > r[0]}
         if not todo:
             return
-        self._consumer.assign(
+        self._assign(
             [confluent_kafka.TopicPartition(t, partition, start) for t, (start, _) in todo.items()]
         )
         deadline = Deadline(timeout)

@@ -81,3 +81,25 @@ def test_a_tail_knows_the_watermarks_of_what_it_read_and_the_reader_is_told_them
         assert reader.watermarks(topic, 0) == (0, 12)
         assert reader.committed("g", 0, [topic]) == {topic: (10, "")}  # as told, once
         assert reader.committed("g", 0, [topic]) == {}  # asked: none committed
+
+
+def test_an_idle_reader_follows_a_topic_new_to_it_at_once(
+    brokers: str, new_topic: Callable[..., str]
+) -> None:
+    # librdkafka asked a topic new to a consumer idle for a second or more at its next
+    # metadata tick, about 1 s later: a new epoch's task in another process waited so
+    producer = confluent_kafka.Producer(producer_config(brokers))
+    with reading(brokers, new_topic, (3, 0)) as (first, reader):
+        assert sum(len(rows) for rows in reader.read(0, {first: (0, 3)}, 100, 10)) == 3
+        second = new_topic(partitions=1)
+        producer.produce(second, b"v", b"k")
+        assert producer.flush(30) == 0
+        time.sleep(2)  # idle (the condition itself: there is nothing to await)
+        began = time.monotonic()
+        tail = reader.tail({0: {second: 0}})
+        try:
+            while not tail.poll(10, 0.005):
+                assert time.monotonic() - began < 10
+        finally:
+            tail.close()
+        assert time.monotonic() - began < 0.4  # 0.9 s when its metadata was not asked first
