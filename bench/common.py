@@ -1,9 +1,10 @@
-"""Helpers shared by the benchmark scripts: a broker, fresh topics, and summaries."""
+"""Helpers shared by the benchmark scripts: a broker, fresh topics, summaries, CPU shares."""
 
 from __future__ import annotations
 
 import argparse
 import itertools
+import os
 import statistics
 import time
 from collections.abc import Sequence
@@ -49,3 +50,37 @@ def percentile(values: Sequence[float], q: float) -> float:
     ordered = sorted(values)
     index = max(0, min(len(ordered) - 1, round(q / 100 * len(ordered)) - 1))
     return ordered[index]
+
+
+class CpuShare:
+    """The cores a process (the broker) and the rest of the machine used between
+    :meth:`start` and :meth:`line`, from ``/proc`` (Linux)."""
+
+    def __init__(self, pid: int | None) -> None:
+        self.pid = pid
+        self._began = self._read()
+
+    @staticmethod
+    def _machine() -> float:
+        with open("/proc/stat") as stat:
+            fields = [int(f) for f in stat.readline().split()[1:8]]
+        return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")  # less idle, iowait
+
+    def _process(self) -> float:
+        if self.pid is None:
+            return 0.0
+        with open(f"/proc/{self.pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def _read(self) -> tuple[float, float, float]:
+        return time.monotonic(), self._machine(), self._process()
+
+    def start(self) -> None:
+        self._began = self._read()
+
+    def line(self) -> str:
+        """``broker 0.62 cores, the rest 1.31`` since :meth:`start`."""
+        (t0, m0, p0), (t1, m1, p1) = self._began, self._read()
+        took = max(t1 - t0, 1e-9)
+        return f"broker {(p1 - p0) / took:.2f} cores, the rest {(m1 - m0 - p1 + p0) / took:.2f}"

@@ -41,7 +41,7 @@ from pathlib import Path
 import confluent_kafka
 
 import bench.latency
-from bench.common import add_broker, start_broker, summary
+from bench.common import CpuShare, add_broker, start_broker, summary
 from goka import Context, Int64Codec, StringCodec, TopicManager, define_group, input, persist
 from goka.graph import GroupGraph
 from goka.kafka.config import consumer_config, producer_config
@@ -266,7 +266,7 @@ def main() -> None:
         if args.only in (None, "throughput"):
             spark = build_session("bench", "local[2]")
             spark.sparkContext.setLogLevel("ERROR")
-            throughput(spark, broker.bootstrap, args)
+            throughput(spark, broker.bootstrap, args, broker.pid)
             spark.stop()
         if args.only in (None, "latency"):
             bench.latency.main(["--seconds", str(args.latency_seconds), "--fetch-wait",
@@ -279,25 +279,33 @@ def main() -> None:
                 print(f"  {mode:<12}: {summary(starts)} s   (target <= 8 s)", flush=True)
 
 
-def throughput(spark: object, brokers: str, args: argparse.Namespace) -> None:
+def throughput(spark: object, brokers: str, args: argparse.Namespace,
+               broker_pid: int | None = None) -> None:  # fmt: skip
+    """Each run's rates, and the cores the broker and the rest of the machine used meanwhile
+    (on 2 cores, what the broker takes the processor cannot have)."""
     topic = "bench-clicks"
     fill(brokers, topic, args.messages)
     plain, whole, steady = [], [], []
+    cpu = CpuShare(broker_pid)
     for run in range(1, args.runs + 1):
+        cpu.start()
         plain.append(args.messages / plain_loop(brokers, topic, args.messages))
+        plain_cpu = cpu.line()
+        cpu.start()
         w, s, total = goka_run(spark, brokers, topic, args.batch)
         assert total == args.messages
         whole.append(w)
         steady.append(s)
-        print(f"run {run}: plain loop {plain[-1]:,.0f} msg/s   goka-py whole {w:,.0f} msg/s   "
-              f"steady {s:,.0f} msg/s", flush=True)  # fmt: skip
+        print(f"run {run}: plain loop {plain[-1]:,.0f} msg/s ({plain_cpu})   goka-py whole "
+              f"{w:,.0f} msg/s   steady {s:,.0f} msg/s ({cpu.line()})", flush=True)  # fmt: skip
     cont_whole, cont_steady = [], []
     for run in range(1, args.runs + 1):
+        cpu.start()
         w, st = goka_continuous(spark, brokers, topic, args.messages)
         cont_whole.append(w)
         cont_steady.append(st)
-        print(f"run {run}: goka-py continuous whole {w:,.0f} msg/s   steady {st:,.0f} msg/s",
-              flush=True)  # fmt: skip
+        print(f"run {run}: goka-py continuous whole {w:,.0f} msg/s   steady {st:,.0f} msg/s "
+              f"({cpu.line()})", flush=True)  # fmt: skip
     quix = quix_run(brokers, topic, args.messages)
     print(f"\n{args.messages:,} events over {KEYS:,} keys, {PARTITIONS} partitions, "
           f"micro-batches of {args.batch:,}, {args.runs} runs (median)")  # fmt: skip
