@@ -29,6 +29,7 @@ KINDS: tuple[str, ...] = get_args(BrokerKind)
 #: marks, so a restart on the same data need not recover its logs) before SIGKILL.
 KAFKA_GRACE = 15.0
 
+
 class EmbeddedBroker:
     """A development broker process on 127.0.0.1.
 
