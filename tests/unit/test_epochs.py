@@ -375,6 +375,8 @@ def test_a_bridge_gives_its_stores_to_another_process_that_asks_with_what_it_kne
     here, there = two_processes(kafka, tmp_path)  # worker processes of one machine
     sent = click(kafka, 5)
     run_epoch(here.config, here.worker, {0: {IN: 0}}, 0.2, bridge=True)
+    # (a bridge asked before it began lets go with nothing to leave: seen on a busy machine)
+    _await(lambda: len(kafka.told) > 0, "the bridge begins (told what the epoch read)")
     sent += click(kafka, 5, start=5)
     kafka.prefetched.clear()
     started = time.monotonic()

@@ -40,10 +40,19 @@ def test_health_readiness_metrics_and_routes() -> None:
 
 
 def test_listens_only_on_its_host() -> None:
-    with HttpService("127.0.0.2", 0) as http:
-        assert _get(f"http://127.0.0.2:{http.port}/healthz")[0] == 200
-        with pytest.raises(ConnectionRefusedError):
-            socket.create_connection(("127.0.0.1", http.port), timeout=2).close()
+    # The same port held on 127.0.0.1 by this test: a service that bound every address could
+    # not start (and a refused connection would prove nothing where other tests listen too)
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        with HttpService("127.0.0.2", port) as http:
+            assert http.port == port
+            assert _get(f"http://127.0.0.2:{port}/healthz")[0] == 200
+            probe = socket.create_connection(("127.0.0.1", port), timeout=2)
+            accepted, _ = held.accept()  # 127.0.0.1 is still this test's socket
+            accepted.close()
+            probe.close()
 
 
 def test_https_and_mutual_tls(tmp_path: Path) -> None:
