@@ -29,13 +29,15 @@ OUT_OF_RANGE = {
 }  # fmt: skip
 
 #: Errors of an offset query that pass: a new partition's leader not yet known to the broker
-#: asked, a leader that moved (a broker lost: its partitions' leaders are elected anew).
+#: asked, a leader that moved (a broker lost: its partitions' leaders are elected anew; until
+#: then the client's metadata may lack the partition: ``_UNKNOWN_PARTITION``, which stopped a
+#: processor in the failover test).
 _E = confluent_kafka.KafkaError
 PASSING = {
     _E.NOT_LEADER_FOR_PARTITION, _E.LEADER_NOT_AVAILABLE, _E.REPLICA_NOT_AVAILABLE,
     _E.OFFSET_NOT_AVAILABLE, _E.FENCED_LEADER_EPOCH, _E.UNKNOWN_LEADER_EPOCH, _E._TRANSPORT,
     _E._TIMED_OUT, _E.REQUEST_TIMED_OUT, _E.NOT_CONTROLLER, _E._ALL_BROKERS_DOWN,
-    _E._DESTROY_BROKER, _E._NODE_UPDATE,
+    _E._DESTROY_BROKER, _E._NODE_UPDATE, _E._UNKNOWN_PARTITION,
 }  # fmt: skip
 
 #: Seconds an offset query waits for its answer before the leaders are looked up again.
