@@ -140,7 +140,10 @@ class TopicManager:
             created = self._admin.create_topic(topic, wanted, replication, settings)
             if created:
                 log.info("created topic %s (%d partitions, %s)", topic, wanted, settings)
-            existing = self.partitions(topic)
+                return wanted
+            # made meanwhile by another: a broker of a cluster other than the one that told
+            # create_topic may not know it yet (the failover test's cluster said "no such topic")
+            existing = self._admin.settled_partitions(topic)
         if partitions is not None and existing != partitions:
             raise TopicError(f"topic {topic!r} has {existing} partitions, expected {partitions}")
         return existing

@@ -185,6 +185,22 @@ class KafkaAdmin:
         self._await(name, lambda led: led is not None and min(led.values()) >= 0)
         return True
 
+    def settled_partitions(self, topic: str) -> int:
+        """The partition count of ``topic`` once the broker asked names a leader for each
+        (every broker of a cluster learns of a new topic a moment after the controller).
+
+        Raises:
+            TopicError: not within the admin's timeout.
+        """
+        found: list[int] = []
+
+        def ready(led: dict[int, int] | None) -> bool:
+            found[:] = [len(led)] if led and min(led.values()) >= 0 else []
+            return bool(found)
+
+        self._await(topic, ready)
+        return found[0]
+
     def _await(self, topic: str, ready: Callable[[dict[int, int] | None], bool]) -> None:
         """Wait until ``ready({partition: leader} or None: no such topic)``.
 
