@@ -20,8 +20,8 @@ from goka.errors import BrokerError, ConfigurationError, TopicError
 from goka.kafka.config import Brokers, admin_config, consumer_config
 
 __all__ = [
-    "Cluster", "KafkaAdmin", "cluster_of", "partition_count", "prime_group_coordinator",
-    "topic_partitions",
+    "Cluster", "KafkaAdmin", "cluster_of", "metadata_of", "partition_count",
+    "prime_group_coordinator", "topic_partitions",
 ]  # fmt: skip
 
 
@@ -40,16 +40,26 @@ class Cluster:
     brokers: dict[int, str]
 
 
+def metadata_of(client: Any, timeout: float) -> Any:
+    """The whole cluster's metadata as any confluent-kafka client asks it (every topic: asking
+    for one would let a broker auto-create it).
+
+    Raises:
+        BrokerError: if no broker answered within ``timeout`` seconds.
+    """
+    try:
+        return client.list_topics(timeout=timeout)
+    except confluent_kafka.KafkaException as exc:
+        raise BrokerError(f"no Kafka broker answered within {timeout:g}s: {exc}") from exc
+
+
 def cluster_of(client: Any, timeout: float) -> Cluster:
     """Return what the metadata of any confluent-kafka client's cluster says of it.
 
     Raises:
         BrokerError: if no broker answered within ``timeout`` seconds.
     """
-    try:
-        metadata = client.list_topics(timeout=timeout)
-    except confluent_kafka.KafkaException as exc:
-        raise BrokerError(f"no Kafka broker answered within {timeout:g}s: {exc}") from exc
+    metadata = metadata_of(client, timeout)
     brokers = {b.id: f"{b.host}:{b.port}" for b in metadata.brokers.values()}
     return Cluster(metadata.cluster_id, metadata.controller_id, brokers)
 
@@ -63,10 +73,7 @@ def topic_partitions(client: Any, timeout: float) -> dict[str, int]:
     Raises:
         BrokerError: if no broker answered within ``timeout`` seconds.
     """
-    try:
-        metadata = client.list_topics(timeout=timeout)
-    except confluent_kafka.KafkaException as exc:
-        raise BrokerError(f"no Kafka broker answered within {timeout:g}s: {exc}") from exc
+    metadata = metadata_of(client, timeout)
     return {name: len(meta.partitions) for name, meta in metadata.topics.items() if not meta.error}
 
 
@@ -209,13 +216,7 @@ class KafkaAdmin:
         """
         deadline = time.monotonic() + self.timeout
         while True:
-            try:
-                metadata = self._client.list_topics(timeout=self.timeout)
-            except confluent_kafka.KafkaException as exc:
-                raise BrokerError(
-                    f"no Kafka broker answered within {self.timeout:g}s: {exc}"
-                ) from exc
-            found = metadata.topics.get(topic)
+            found = metadata_of(self._client, self.timeout).topics.get(topic)
             led = None if found is None or found.error is not None else {
                 p: meta.leader for p, meta in found.partitions.items()}  # fmt: skip
             if ready(led):
