@@ -66,6 +66,12 @@ def rss_mb(pid: int) -> float:
     raise AssertionError("no VmRSS")
 
 
+#: The slowest a Get or health check may answer: milliseconds as a rule, a worker of the server
+#: held by a stalled stream would take seconds; 0.1 s was passed (0.12) when the other pytest
+#: worker ran Spark on the same 2 cores.
+ANSWER_LIMIT = 0.5
+
+
 def slowest_answer(stub: view_pb2_grpc.ViewServiceStub, health: health_pb2_grpc.HealthStub,
                    table: str, calls: int = 20) -> float:  # fmt: skip
     """Seconds of the slowest of ``calls`` Gets and as many health checks."""
@@ -114,14 +120,14 @@ def test_fifty_stalled_scans_leave_get_and_health_answering_and_end_by_the_serve
     address, pid, metrics = server
     with grpc.insecure_channel(address) as channel:
         stub, health = view_pb2_grpc.ViewServiceStub(channel), health_pb2_grpc.HealthStub(channel)
-        assert slowest_answer(stub, health, big_table) < 0.1
+        assert slowest_answer(stub, health, big_table) < ANSWER_LIMIT
         before = rss_mb(pid)
         scans = [stub.Scan(view_pb2.ScanRequest(table=big_table)) for _ in range(50)]
         outcomes = [first_message(scan) for scan in scans]  # then each stalls
         assert outcomes.count("streaming") == 16
         refused = "RESOURCE_EXHAUSTED: 16 scans are streaming already (the server's limit)"
         assert all(o.startswith(refused) for o in outcomes if o != "streaming")
-        assert slowest_answer(stub, health, big_table) < 0.1  # while 16 streams stall
+        assert slowest_answer(stub, health, big_table) < ANSWER_LIMIT  # while 16 streams stall
         stalled_rss = rss_mb(pid)
         assert active_streams(metrics) == 16
         started = time.monotonic()
@@ -130,7 +136,7 @@ def test_fifty_stalled_scans_leave_get_and_health_answering_and_end_by_the_serve
         ends = [read_to_end(scan) for scan, o in zip(scans, outcomes, strict=True)
                 if o == "streaming"]  # fmt: skip
         assert all(status == "CANCELLED" and 0 < keys < KEYS for status, keys in ends), ends
-        assert slowest_answer(stub, health, big_table) < 0.1
+        assert slowest_answer(stub, health, big_table) < ANSWER_LIMIT
         fresh = stub.Scan(view_pb2.ScanRequest(table=big_table, prefix=b"key-0000"))
         assert sum(len(r.entries) for r in fresh) == 100  # slots are free again
     print(f"rss before {before:.0f} MB, with 16 stalled scans {stalled_rss:.0f} MB; "
