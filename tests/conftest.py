@@ -8,7 +8,12 @@ import goka.emitter
 #: ``pytest --hypothesis-profile search``: generated tests search ten times longer (minutes).
 settings.register_profile("search", max_examples=1_000)
 
-pytest_plugins = ["goka.dev.pytest_plugin", "tests.unit.machines", "tests.spark.fixtures"]
+pytest_plugins = [
+    "goka.dev.pytest_plugin",
+    "tests.unit.machines",
+    "tests.spark.fixtures",
+    "tests.integration.rewinds",
+]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -6,10 +6,22 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import pytest
+
 from goka import StringCodec, TopicManager
 from goka.dev import EmbeddedBroker
 
 from ..helpers import produce
+
+
+@pytest.fixture
+def broker(
+    kafka_broker: EmbeddedBroker, make_broker: Callable[..., EmbeddedBroker]
+) -> EmbeddedBroker:
+    """The session's broker on Apache Kafka (a topic goes away by deletion there); a broker of
+    this test's own on Tansu (it is replaced). For tests of rewound topics (a plugin of
+    tests/conftest.py)."""
+    return kafka_broker if kafka_broker.kind == "kafka" else make_broker()
 
 
 def gone(broker: EmbeddedBroker, *topics: str) -> None:

@@ -10,7 +10,6 @@ instead crashes librdkafka 2.16 clients that have it in their metadata cache on 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 
 import pytest
 
@@ -23,15 +22,6 @@ from goka.kafka.reader import Tail
 from .rewinds import write
 
 pytestmark = pytest.mark.kafka
-
-
-@pytest.fixture
-def broker(
-    kafka_broker: EmbeddedBroker, make_broker: Callable[..., EmbeddedBroker]
-) -> EmbeddedBroker:
-    """The session's broker on Apache Kafka (a topic goes away by deletion there); a broker of
-    this test's own on Tansu (it is replaced)."""
-    return kafka_broker if kafka_broker.kind == "kafka" else make_broker()
 
 
 @pytest.fixture

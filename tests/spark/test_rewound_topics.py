@@ -5,7 +5,6 @@ skipping records and ending with wrong state, in micro-batch and continuous mode
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,15 +21,6 @@ from ..integration.rewinds import gone
 from .fixtures import Running, clicks, count, table_of
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
-
-
-@pytest.fixture
-def broker(
-    kafka_broker: EmbeddedBroker, make_broker: Callable[..., EmbeddedBroker]
-) -> EmbeddedBroker:
-    """The session's broker on Apache Kafka (a topic goes away by deletion there); a broker of
-    this test's own on Tansu (it is replaced)."""
-    return kafka_broker if kafka_broker.kind == "kafka" else make_broker()
 
 
 @pytest.fixture
