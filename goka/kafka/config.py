@@ -43,11 +43,10 @@ PRODUCER_DEFAULTS: dict[str, Any] = {
     "socket.keepalive.enable": True,
 }
 
-#: Consumer defaults. A consumer whose local queue holds ``queued.min.messages`` (100,000) fetches
-#: again only after ``fetch.queue.backoff.ms``, 1 s by librdkafka's default: that capped every
-#: consumer reading a backlog at about 150,000 records/s whatever its speed (one consumer of 4
-#: partitions on Kafka 4.4: 152,000/s, and 1.1-1.2M/s with 10 ms; a count loop 155,000 -> 440,000;
-#: the processor's micro-batches 94,000-136,000 -> 181,000).
+#: Consumer defaults. A consumer whose local queue holds ``queued.min.messages`` fetches again
+#: only after ``fetch.queue.backoff.ms``, 1 s by librdkafka's default: that caps a consumer
+#: reading a backlog at about ``queued.min.messages`` records a second, whatever its speed
+#: (docs/processors.md, "On Apache Kafka", has the figures).
 CONSUMER_DEFAULTS: dict[str, Any] = {
     **CLIENT_DEFAULTS,
     "fetch.queue.backoff.ms": 10,
