@@ -18,7 +18,8 @@ from typing import Any
 
 from bench.common import summary
 from examples.click_count.group import graph
-from goka.engine import Engine, Message
+from goka.group.effects import Message
+from goka.group.engine import Engine
 
 
 def make_messages(count: int, keys: int, seed: int = 1) -> list[Message]:

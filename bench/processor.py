@@ -44,7 +44,7 @@ import confluent_kafka
 import bench.latency
 from bench.common import CpuShare, add_broker, start_broker, summary
 from goka import Context, Int64Codec, StringCodec, TopicManager, define_group, input, persist
-from goka.graph import GroupGraph
+from goka.group.graph import GroupGraph
 from goka.kafka.config import consumer_config, producer_config
 from goka.spark import Processor, build_session
 from goka.topic_manager import TopicManagerConfig

@@ -64,10 +64,10 @@ from goka import (
     window,
 )
 from goka.dev import EmbeddedBroker
-from goka.graph import GroupGraph
+from goka.group.graph import GroupGraph
 from goka.kafka.config import producer_config
-from goka.partition_time import Timer
 from goka.spark import build_session
+from goka.time.rows import Timer
 from goka.view import View
 
 SPAN_MS = 20 * 60_000

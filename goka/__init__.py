@@ -45,7 +45,6 @@ if TYPE_CHECKING:  # imported where first used (goka._lazy): one module does not
         StringCodec,
         codec_by_name,
     )
-    from goka.context import Context
     from goka.delivery import Delivery, DeliveryFuture
     from goka.emitter import Emitter
     from goka.errors import (
@@ -76,7 +75,8 @@ if TYPE_CHECKING:  # imported where first used (goka._lazy): one module does not
         ViewNotReadyError,
         ViewUnreachableError,
     )
-    from goka.graph import (
+    from goka.group.context import Context
+    from goka.group.graph import (
         Group,
         GroupGraph,
         NilHandling,
@@ -94,8 +94,8 @@ if TYPE_CHECKING:  # imported where first used (goka._lazy): one module does not
         window,
     )
     from goka.keys import key_bytes, key_str
+    from goka.time.specs import Calendar, Hopping, Session, Tumbling, Window
     from goka.topic_manager import TopicManager, TopicManagerConfig
-    from goka.windows import Calendar, Hopping, Session, Tumbling, Window
 
 __all__ = [
     "Abort",
@@ -175,7 +175,7 @@ __getattr__, __dir__ = lazy_exports(
             "StringCodec",
             "codec_by_name",
         ),
-        "goka.context": ("Context",),
+        "goka.group.context": ("Context",),
         "goka.delivery": ("Delivery", "DeliveryFuture"),
         "goka.emitter": ("Emitter",),
         "goka.errors": (
@@ -206,7 +206,7 @@ __getattr__, __dir__ = lazy_exports(
             "ViewNotReadyError",
             "ViewUnreachableError",
         ),
-        "goka.graph": (
+        "goka.group.graph": (
             "Group",
             "GroupGraph",
             "NilHandling",
@@ -225,6 +225,6 @@ __getattr__, __dir__ = lazy_exports(
         ),
         "goka.keys": ("key_bytes", "key_str"),
         "goka.topic_manager": ("TopicManager", "TopicManagerConfig"),
-        "goka.windows": ("Calendar", "Hopping", "Session", "Tumbling", "Window"),
+        "goka.time.specs": ("Calendar", "Hopping", "Session", "Tumbling", "Window"),
     },
 )

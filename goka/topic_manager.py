@@ -12,7 +12,7 @@ from goka.kafka.admin import KafkaAdmin
 from goka.kafka.config import Brokers
 
 if TYPE_CHECKING:
-    from goka.graph import GroupGraph
+    from goka.group.graph import GroupGraph
 
 __all__ = ["TopicManager", "TopicManagerConfig", "prepare_group"]
 

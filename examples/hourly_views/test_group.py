@@ -2,7 +2,7 @@ from collections import Counter
 
 from examples.hourly_views.group import PER_HOUR, VIEWS, graph
 from goka.tester import Tester
-from goka.windowing import WINDOW_START
+from goka.time.rows import WINDOW_START
 
 NOW = 1_800_000_000_000
 

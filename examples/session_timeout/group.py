@@ -14,7 +14,7 @@ import datetime as dt
 from typing import Any
 
 from goka import Context, JsonCodec, define_group, input, output, persist, timers
-from goka.partition_time import Timer
+from goka.time.rows import Timer
 
 GROUP = "session-timeout"
 ACTIONS = "user-actions"

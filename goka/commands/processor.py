@@ -118,7 +118,7 @@ def _session(args: argparse.Namespace) -> Any:
 def _processors(args: argparse.Namespace) -> list[Any]:
     import os
 
-    from goka.graph import load_graph
+    from goka.group.graph import load_graph
 
     specs = args.graphs or [s for s in os.environ.get("GOKA_GRAPHS", "").split(",") if s]
     if not specs:

@@ -22,8 +22,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from goka.engine import Message
 from goka.errors import OffsetRegressionError
+from goka.group.effects import Message
 from goka.storage import Storage, WriteBatch
 
 __all__ = ["Applied", "commit", "record_before"]

@@ -23,8 +23,9 @@ from contextlib import ExitStack
 from dataclasses import asdict
 from typing import Any
 
-from goka.engine import Engine, Message
 from goka.errors import StorageCorruptError
+from goka.group.effects import Message
+from goka.group.engine import Engine
 from goka.processing.applied import record_before
 from goka.processing.config import TaskConfig
 from goka.processing.recovery import CHUNK

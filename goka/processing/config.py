@@ -14,15 +14,15 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from goka.codec import BytesCodec
-from goka.engine import ErrorPolicy
-from goka.graph import GroupGraph
+from goka.group.engine import ErrorPolicy
+from goka.group.graph import GroupGraph
 from goka.kafka.producer import ProducerBuilder, kafka_producer
 from goka.kafka.ranges import RangeReader
 from goka.kafka.reader import RecordReader
 from goka.storage import LevelDBStorage, MemoryStorage, Storage, StorageBuilder
 from goka.storage.snapshots import SnapshotStore
+from goka.time.window_cache import WINDOW_CACHE
 from goka.view import View
-from goka.written_windows import WINDOW_CACHE
 
 __all__ = ["Builders", "LookupTable", "TaskConfig", "leveldb_store", "lookup_view"]
 

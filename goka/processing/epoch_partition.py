@@ -20,13 +20,14 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 
-from goka.engine import Engine, Message
-from goka.pending_rows import let_go
+from goka.group.effects import Message
+from goka.group.engine import Engine
 from goka.processing.applied import record_before
 from goka.processing.output import Generation
 from goka.processing.stores import PartitionStores
 from goka.processing.summary import PartitionSummary, store_bytes
 from goka.processing.timeline import no_lap
+from goka.time.pending_rows import let_go
 
 __all__ = ["MAX_SEALED", "Epoch", "Sealed"]
 

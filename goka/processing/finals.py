@@ -38,15 +38,21 @@ import logging
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from goka.edges import WindowEdge
 from goka.errors import DeliveryError
-from goka.graph import GroupGraph
+from goka.group.edges import WindowEdge
+from goka.group.graph import GroupGraph
 from goka.kafka.producer import Producer
 from goka.kafka.reader import RecordReader
 from goka.keys import key_bytes
 from goka.storage import Storage, WriteBatch
-from goka.timekeeping import DIGITS, section_rows, stream_time_key
-from goka.windowing import WINDOW_END, WINDOW_NAME, WINDOW_START
+from goka.time.rows import (
+    DIGITS,
+    WINDOW_END,
+    WINDOW_NAME,
+    WINDOW_START,
+    section_rows,
+    stream_time_key,
+)
 
 __all__ = ["FINAL_ID", "Delivery", "Finals", "Written", "delivered_key"]
 

@@ -10,9 +10,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from goka.context import EMIT, FINAL, LOOP, TABLE, TIMER, WINDOW
-from goka.engine import BatchResult
 from goka.errors import DeliveryError, TopicRewoundError
+from goka.group.effects import EMIT, FINAL, LOOP, TABLE, TIMER, WINDOW, BatchResult
 from goka.kafka.producer import ProduceError, Producer
 from goka.keys import key_bytes
 from goka.processing.config import TaskConfig

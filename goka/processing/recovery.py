@@ -41,7 +41,7 @@ from goka.processing.applied import commit
 from goka.processing.leases import Lease
 from goka.storage import WriteBatch
 from goka.storage.snapshots import Manifest, SnapshotStore, install, remove_abandoned
-from goka.timekeeping import STREAM_TIME_HEADER, section_rows, stream_time_key
+from goka.time.rows import STREAM_TIME_HEADER, section_rows, stream_time_key
 
 __all__ = ["ORIGINS", "Recovery", "StoreRecovery", "checked_watermarks"]
 

@@ -19,10 +19,8 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from goka.context import TIMER
-from goka.engine import BatchResult, Message
+from goka.group.effects import TIMER, BatchResult, Message
 from goka.keys import key_str
-from goka.pending_rows import PendingRows
 from goka.processing.applied import Applied, commit
 from goka.processing.clients import Clients
 from goka.processing.config import TaskConfig
@@ -36,7 +34,7 @@ from goka.processing.timeline import no_lap
 from goka.processing.worker import Worker
 from goka.storage import Storage, WriteBatch
 from goka.storage.snapshots import Manifest, StoreState, remove_abandoned, stage
-from goka.timekeeping import section_graces
+from goka.time.pending_rows import PendingRows, section_graces
 
 __all__ = ["GROUP_COMMIT_SECONDS", "PartitionStores"]
 

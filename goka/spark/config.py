@@ -10,14 +10,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from goka.engine import POLICIES, ErrorPolicy
 from goka.errors import ConfigurationError
-from goka.graph import GroupGraph
+from goka.group.engine import POLICIES, ErrorPolicy
+from goka.group.graph import GroupGraph
 from goka.kafka.config import bootstrap_servers
 from goka.processing.config import FIRE_BUDGET, Builders, TaskConfig
 from goka.spark.session import SessionSettings
+from goka.time.window_cache import WINDOW_CACHE
 from goka.topic_manager import TopicManagerConfig
-from goka.written_windows import WINDOW_CACHE
 
 __all__ = ["MODES", "ProcessorConfig"]
 

@@ -16,9 +16,9 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
-from goka.engine import ErrorPolicy
 from goka.errors import ProcessorFailed
-from goka.graph import GroupGraph
+from goka.group.engine import ErrorPolicy
+from goka.group.graph import GroupGraph
 from goka.kafka.config import Brokers, bootstrap_servers
 from goka.processing.config import FIRE_BUDGET, Builders, TaskConfig
 from goka.processing.holders import release_held
@@ -32,8 +32,8 @@ from goka.spark.status import PartitionStatus
 from goka.spark.summary import BatchSummary, Totals, translate
 from goka.spark.task import encode_config, start_python_workers
 from goka.spark.ticker import Ticker, trigger_seconds
+from goka.time.window_cache import WINDOW_CACHE
 from goka.topic_manager import TopicManager, TopicManagerConfig, prepare_group
-from goka.written_windows import WINDOW_CACHE
 
 __all__ = ["MODES", "BatchSummary", "Processor", "ProcessorFailed", "Totals"]
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from goka.errors import GokaError
-from goka.graph import GroupGraph
+from goka.group.graph import GroupGraph
 from goka.kafka.offsets import EndOffsets
 from goka.kafka.ranges import RangeReader
 from goka.spark.metrics import ProcessorMetrics

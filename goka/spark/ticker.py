@@ -11,7 +11,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from goka.graph import GroupGraph
+from goka.group.graph import GroupGraph
 from goka.kafka.config import Brokers, producer_config
 from goka.kafka.producer import Producer, kafka_producer
 

@@ -22,16 +22,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from goka.codec import Codec
-from goka.context import EMIT, FINAL, LOOP, TABLE, TIMER, WINDOW
-from goka.engine import BatchResult, Effect, Engine, Message
 from goka.errors import ConfigurationError, GokaError
-from goka.graph import GroupGraph
+from goka.group.effects import EMIT, FINAL, LOOP, TABLE, TIMER, WINDOW, BatchResult, Effect, Message
+from goka.group.engine import Engine
+from goka.group.graph import GroupGraph
 from goka.keys import key_bytes, key_str
 from goka.partitioner import partition_for
 from goka.storage.base import WriteBatch
 from goka.storage.memory import MemoryStorage
-from goka.timekeeping import decode_composite, section_graces, section_rows
-from goka.windows import Window
+from goka.time.pending_rows import section_graces
+from goka.time.rows import decode_composite, section_rows
+from goka.time.specs import Window
 
 __all__ = ["QueueTracker", "Record", "Tester"]
 

@@ -310,7 +310,7 @@ def test_a_key_s_windows_are_read_over_grpc_by_time_range(
 ) -> None:
     import functools
 
-    from goka.timekeeping import composite
+    from goka.time.rows import composite
     from goka.windows import Window, read_windows
 
     table = new_topic("grpc-windows", table=True)

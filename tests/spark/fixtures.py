@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from goka import Context, StringCodec
-from goka.graph import GroupGraph
+from goka.group.graph import GroupGraph
 from goka.view import View
 
 from ..helpers import produce

@@ -12,7 +12,7 @@ import pytest
 
 from goka import Int64Codec, StringCodec, define_group, input, persist
 from goka.dev.broker import EmbeddedBroker
-from goka.graph import GroupGraph
+from goka.group.graph import GroupGraph
 from goka.spark import Processor, ProcessorFailed
 from goka.topic_manager import TopicManager
 

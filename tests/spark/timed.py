@@ -23,9 +23,8 @@ from goka import (
     timers,
     window,
 )
-from goka.partition_time import Timer
 from goka.tester import Tester
-from goka.windowing import WINDOW_START
+from goka.time.rows import WINDOW_START, Timer
 
 MINUTE = 60_000
 

@@ -26,7 +26,7 @@ from goka import (
     lookup,
     persist,
 )
-from goka.graph import GroupGraph
+from goka.group.graph import GroupGraph
 from goka.processing.batch import PartitionProcessor
 from goka.processing.config import Builders, TaskConfig
 from goka.processing.epoch import run_epoch

@@ -27,8 +27,9 @@ from goka import (
     output,
     persist,
 )
-from goka.context import EMIT, LOOP, TABLE, Context
-from goka.engine import Engine, Message
+from goka.group.context import Context
+from goka.group.effects import EMIT, LOOP, TABLE, Message
+from goka.group.engine import Engine
 
 
 def msg(offset: int, key: str | None, value: bytes | None, topic: str = "in", *,

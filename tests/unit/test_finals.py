@@ -27,12 +27,11 @@ from goka import (
     window,
 )
 from goka.errors import DeliveryError, ProcessingError
-from goka.graph import GroupGraph
+from goka.group.graph import GroupGraph
 from goka.processing.finals import Finals
 from goka.processing.output import Output
 from goka.tester import Tester
-from goka.timekeeping import decode_composite
-from goka.windowing import WINDOW_START
+from goka.time.rows import WINDOW_START, decode_composite
 
 from .fake_kafka import FakeKafka
 from .machines import Machine, Script, epoch

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from goka import Context, Int64Codec, JsonCodec, define_group, input, output, persist, timers
-from goka.partition_time import Timer
 from goka.processing.stores import PartitionStores
 from goka.tester import Tester
+from goka.time.rows import Timer
 
 from .fake_kafka import FakeKafka
 from .machines import Machine, Script

@@ -189,7 +189,7 @@ def test_graphs_are_immutable() -> None:
 def test_load_graph_imports_module_attribute() -> None:
     from examples.click_count.group import graph
     from goka import ConfigurationError
-    from goka.graph import load_graph
+    from goka.group.graph import load_graph
 
     assert load_graph("examples.click_count.group:graph") is graph
     with pytest.raises(ConfigurationError, match="expected module:attribute, got 'nope'"):

@@ -9,9 +9,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from goka.pending_rows import PendingRows
 from goka.storage import WriteBatch
 from goka.storage.memory import MemoryStorage
+from goka.time.pending_rows import PendingRows
 
 TOPIC, TIMERS, GRACE = "g-window-minute", "g-timers", 5_000
 ROWS = ["wu@1", "wu@2", "cu@1", "cu@2"]

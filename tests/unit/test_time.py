@@ -28,9 +28,8 @@ from goka import (
     timers,
     window,
 )
-from goka.partition_time import Timer
 from goka.tester import Tester
-from goka.windowing import WINDOW_START
+from goka.time.rows import WINDOW_START, Timer
 
 NOW = 1_800_000_000_000  # the tester's wall clock: 2027-01-15
 MINUTE = 60_000
@@ -354,7 +353,7 @@ def test_an_expired_key_reads_as_none_in_the_record_that_finds_it_expired() -> N
 
 
 def test_a_skipped_record_leaves_no_window_timer_or_stream_time_change() -> None:
-    from goka.engine import Engine
+    from goka.group.engine import Engine
     from goka.storage.memory import MemoryStorage
 
     def flaky(ctx: Context[int], msg: str) -> None:

@@ -21,9 +21,9 @@ from goka import (
     timers,
     window,
 )
-from goka.partition_time import Timer
 from goka.processing.recovery import SRC_TOPIC
 from goka.tester import Tester
+from goka.time.rows import Timer
 
 from .fake_kafka import FakeKafka
 from .machines import Machine

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from goka.errors import ConfigurationError
-from goka.windowing import remembered
+from goka.time.specs import remembered
 from goka.windows import Calendar, Hopping, Session, Tumbling, Window
 
 UTC = dt.UTC

@@ -26,14 +26,15 @@ from goka import (
     persist,
     window,
 )
-from goka.context import TIMER, WINDOW
-from goka.engine import Engine
 from goka.errors import ConfigurationError
-from goka.pending_rows import PendingRows
+from goka.group.effects import TIMER, WINDOW
+from goka.group.engine import Engine
 from goka.spark.config import ProcessorConfig
 from goka.storage import MemoryStorage, WriteBatch
-from goka.timekeeping import Journal, close_key, composite, rollback, section_graces, section_rows
-from goka.written_windows import UNKNOWN, WINDOW_CACHE, WrittenWindows
+from goka.time.overlay import Journal, rollback
+from goka.time.pending_rows import PendingRows, section_graces
+from goka.time.rows import close_key, composite, section_rows
+from goka.time.window_cache import UNKNOWN, WINDOW_CACHE, WrittenWindows
 
 IN, MINUTE = "views", 60_000
 GRACE = 20 * 1000  # the tumbling table's

@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from goka.codec import Codec, JsonCodec
 from goka.errors import ConfigurationError, GraphError
-from goka.windows import Session, WindowSpec, duration_ms
+from goka.time.specs import Session, WindowSpec, duration_ms
 
 if TYPE_CHECKING:
-    from goka.context import Context
+    from goka.group.context import Context
 
 __all__ = [
     "Callback",

@@ -4,35 +4,23 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar
+from typing import Any, Generic, NoReturn, TypeVar
 
-from goka.context_time import TimeAccess
 from goka.errors import Abort, ContextError, GokaError, MessageTooLargeError
+from goka.group.context_time import TimeAccess
+from goka.group.effects import EMIT, LOOP, MISSING, NOT_SAVED, TABLE, Headers
 from goka.keys import key_str
-from goka.timekeeping import TTL_TIMER
+from goka.time.ports import PartitionClock
+from goka.time.rows import TTL_TIMER
 
-if TYPE_CHECKING:
-    from goka.partition_time import PartitionTime
-
-__all__ = ["Context", "ContextError", "Headers"]
+__all__ = ["Context"]
 
 V = TypeVar("V")
-
-#: Headers of a message, as a list of (name, value) pairs; emit() also takes a dict.
-Headers = list[tuple[str, bytes]]
-
-MISSING: Any = object()
-NOT_SAVED: Any = object()
 
 #: Values of these types are cached decoded between messages of a batch; others are cached as
 #: bytes and decoded again on every ``value()``, so a callback mutating a returned dict without
 #: ``set_value`` cannot make the cache disagree with the table.
 IMMUTABLE = frozenset({int, float, str, bytes, bool, type(None), tuple, frozenset})
-
-TABLE, EMIT, LOOP, TIMER, WINDOW, FINAL = 0, 1, 2, 3, 4, 5
-"""Kinds of the effects a message leaves: table update, emitted message, loopback, a row of
-the timers changelog, a row of a window changelog, a window's final result (an emit that
-must be produced exactly once)."""
 
 
 class Raw:
@@ -77,7 +65,7 @@ class Context(TimeAccess, Generic[V]):
         read_table: Callable[[str, str, str], Any],
         max_bytes: int,
         undo: bool,
-        time: PartitionTime | None = None,
+        time: PartitionClock | None = None,
     ) -> None:
         """Built by the engine, which gives the context what it may use and nothing more: the
         group table's name and a reader of its committed state, the state codec's
@@ -101,7 +89,7 @@ class Context(TimeAccess, Generic[V]):
             self._decode_state, self._encode_state = state
         self._outputs, self._loop, self._read_table = outputs, loop, read_table
         self._time = time
-        self._ttl = time is not None and time.graph.ttl is not None
+        self._ttl = time is not None and time.has_ttl
         self._event_time = -1
         self._value: Any = None
         self._bind({}, [])

@@ -18,7 +18,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from goka.edges import (
+from goka.errors import ConfigurationError, GraphError
+from goka.group.edges import (
     TOPIC,
     Callback,
     Edge,
@@ -39,8 +40,7 @@ from goka.edges import (
     timers,
     window,
 )
-from goka.errors import ConfigurationError, GraphError
-from goka.windows import duration_ms
+from goka.time.specs import duration_ms
 
 __all__ = [
     "Callback",

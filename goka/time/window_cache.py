@@ -15,7 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from goka.timekeeping import ABSENT, DIGITS, MAX_TIME, Journal, Overlay, Section
+from goka.time.overlay import ABSENT, Journal, Overlay, Section
+from goka.time.rows import DIGITS, MAX_TIME
 
 __all__ = ["UNKNOWN", "WINDOW_CACHE", "WrittenWindows", "reader"]
 

@@ -15,19 +15,13 @@ the sessions merged away are deleted.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from goka.timekeeping import MAX_TIME, composite, decode_composite
-from goka.windows import Calendar, Hopping, Session, Tumbling, Window
-
-if TYPE_CHECKING:
-    from goka.context import Context
-    from goka.partition_time import PartitionTime
+from goka.time.ports import RecordContext, WindowTimes
+from goka.time.rows import MAX_TIME, composite, decode_composite, headers
+from goka.time.specs import Session, Window
 
 __all__ = ["WindowState", "Windows"]
-
-#: Headers of a window's results in its output topic.
-WINDOW_NAME, WINDOW_START, WINDOW_END = "goka-window", "goka-window-start", "goka-window-end"
 
 
 class WindowState:
@@ -35,7 +29,7 @@ class WindowState:
 
     __slots__ = ("_ctx", "_name", "_time", "window")
 
-    def __init__(self, ctx: Context[Any], time: PartitionTime, name: str, window: Window):
+    def __init__(self, ctx: RecordContext, time: WindowTimes, name: str, window: Window):
         self._ctx, self._time, self._name, self.window = ctx, time, name, window
 
     @property
@@ -74,7 +68,7 @@ class Windows:
     """The open windows of the current record in window table ``name`` (see the module
     docstring); iterate them, or use :meth:`update`, :meth:`value`, :meth:`set_value`."""
 
-    def __init__(self, ctx: Context[Any], time: PartitionTime, name: str) -> None:
+    def __init__(self, ctx: RecordContext, time: WindowTimes, name: str) -> None:
         self._ctx, self._time, self._name = ctx, time, name
         at = ctx.event_time_ms
         windows, late = open_windows(time, name, at)
@@ -121,10 +115,10 @@ class Windows:
         edge = time.edge(name)
         decode, encode = edge.codec.decode, edge.codec.encode
         emit = edge.output if edge.emit == "update" else None
-        write = time._window_row
+        write = time.write_window_row
         for window in self._windows:  # the hot path of a windowed group: each row read once
             start, end = window
-            row = f"{key}@{start:015d}-{end:015d}"  # goka.timekeeping.composite, inlined
+            row = f"{key}@{start:015d}-{end:015d}"  # goka.time.rows.composite, inlined
             raw = read(row, end)
             value = change(None if raw is None else decode(raw))
             write(name, row, encode(value), source, end, raw is not None)
@@ -155,13 +149,7 @@ class Windows:
         return WindowState(self._ctx, self._time, self._name, self._windows[0])
 
 
-def headers(name: str, window: Window) -> list[tuple[str, bytes]]:
-    """The headers naming a window, on its results."""
-    return [(WINDOW_NAME, name.encode()), (WINDOW_START, str(window.start).encode()),
-            (WINDOW_END, str(window.end).encode())]  # fmt: skip
-
-
-def _late(time: PartitionTime, name: str, ctx: Context[Any], window: Window) -> None:
+def _late(time: WindowTimes, name: str, ctx: RecordContext, window: Window) -> None:
     """The record of ``ctx`` is late for window table ``name``: apply its policy (once per
     record and table)."""
     if name in time.late_seen:
@@ -176,7 +164,7 @@ def _late(time: PartitionTime, name: str, ctx: Context[Any], window: Window) -> 
         policy(ctx, ctx._value, window)
 
 
-def open_windows(time: PartitionTime, name: str, at: int) -> tuple[list[Window], bool]:
+def open_windows(time: WindowTimes, name: str, at: int) -> tuple[list[Window], bool]:
     """The windows of a record at ``at`` in window table ``name`` still open by the stream
     time, and whether it was late for all."""
     stream, fixed = time.stream_time, time.fixed.get(name)
@@ -195,28 +183,7 @@ def open_windows(time: PartitionTime, name: str, at: int) -> tuple[list[Window],
     return ([] if late else [Window(at, at + 1)]), late
 
 
-def remembered(spec: Tumbling | Hopping | Calendar) -> Callable[[int], list[Window]]:
-    """``spec.windows``, remembering the windows of the last few hundred buckets it was asked
-    for (a time's tumbling or hopping windows depend only on its bucket; the lists are
-    shared: not to be changed)."""
-    if isinstance(spec, Calendar):
-        return spec.windows
-    step, windows_of = spec.advance if isinstance(spec, Hopping) else spec.size, spec.windows
-    found: dict[int, list[Window]] = {}
-
-    def windows(time: int) -> list[Window]:
-        bucket = time - time % step
-        known = found.get(bucket)
-        if known is None:
-            if len(found) >= 256:
-                found.clear()
-            known = found[bucket] = windows_of(time)
-        return known
-
-    return windows
-
-
-def sessions(time: PartitionTime, name: str, key: str, at: int) -> list[tuple[Window, bytes]]:
+def sessions(time: WindowTimes, name: str, key: str, at: int) -> list[tuple[Window, bytes]]:
     """The sessions of ``key`` in window table ``name`` that a record at ``at`` joins, with
     their values."""
     edge = time.edge(name)

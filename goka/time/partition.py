@@ -1,9 +1,11 @@
 """Time in one partition of a timed group: stream time, durable timers, windows and TTL.
 
-The engine (:mod:`goka.engine`) owns one :class:`PartitionTime` per partition of a group with
-windows, timers or a TTL. Every change is an effect, like a table update: ``TIMER`` rows go to
-``<group>-timers`` and ``WINDOW`` rows to ``<group>-window-<name>`` (and, with their derived
-index rows, to the partition store: :func:`goka.timekeeping.section_rows`), so they commit
+The engine (:mod:`goka.group.engine`) owns one :class:`PartitionTime` per partition of a group
+with windows, timers or a TTL: this module holds its stream time and what is due; its timers
+(:mod:`goka.time.timers`), TTL (:mod:`goka.time.ttl`) and window tables
+(:mod:`goka.time.window_tables`) are mixed in. Every change is an effect, like a table update:
+``TIMER`` rows go to ``<group>-timers`` and ``WINDOW`` rows to ``<group>-window-<name>`` (and, with their derived
+index rows, to the partition store: :func:`goka.time.rows.section_rows`), so they commit
 with state and offsets and are replayed with the partition.
 
 Order, the same in every runtime and the tester, whatever the batches: after each record, the
@@ -17,39 +19,28 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from goka.context import TIMER, WINDOW
-from goka.edges import WindowEdge
-from goka.errors import ContextError
-from goka.graph import GroupGraph
-from goka.timekeeping import (
+from goka.group.effects import TIMER, WINDOW
+from goka.group.graph import GroupGraph
+from goka.time.overlay import Journal, Overlay, Section, rollback
+from goka.time.rows import (
     DIGITS,
-    INTERNAL,
     MAX_TIME,
     STREAM_TIME_HEADER,
-    TTL_TIMER,
     Due,
-    DueQueue,
-    Journal,
-    Overlay,
-    Section,
-    Timer,
-    composite,
     decode_composite,
-    decode_timer,
-    due_key,
-    encode_timer,
-    rollback,
     stream_time_key,
     timer_key,
 )
-from goka.windowing import remembered
-from goka.windows import Session, Window
-from goka.written_windows import WINDOW_CACHE, WrittenWindows, reader
+from goka.time.specs import Session, remembered
+from goka.time.timers import DueQueue, TimerMethods
+from goka.time.ttl import TtlMethods
+from goka.time.window_cache import WINDOW_CACHE, WrittenWindows, reader
+from goka.time.window_tables import WindowTables
 
-__all__ = ["Due", "PartitionTime", "Timer"]
+__all__ = ["PartitionTime"]
 
 
-class PartitionTime:
+class PartitionTime(TimerMethods, TtlMethods, WindowTables):
     """Stream time, timers and windows of one partition (see the module docstring).
 
     Args:
@@ -62,7 +53,7 @@ class PartitionTime:
         deferred_finals: windows emitting final results close without effects; each is
             kept until its result was delivered (the delivered watermark, read at each
             commit: :mod:`goka.processing.finals`), then expires when due.
-        window_cache: see :class:`goka.engine.Engine`.
+        window_cache: see :class:`goka.group.engine.Engine`.
     """
 
     def __init__(
@@ -79,7 +70,8 @@ class PartitionTime:
         self._topics = {n: e.topic for n, e in graph.windows.items()}
         self._graces = {n: e.index_grace for n, e in graph.windows.items()}
         #: Of each window table of fixed windows (not sessions): its windows of a time, and
-        #: its grace (what :func:`goka.windowing.open_windows` asks, for a record's windows).
+        #: its grace (what :func:`goka.time.open_windows.open_windows` asks, for a record's
+        #: windows).
         self.fixed = {n: (remembered(e.spec), e.index_grace) for n, e in graph.windows.items()
                       if e.spec is not None and not isinstance(e.spec, Session)}  # fmt: skip
         self._written = {n: WrittenWindows(windows[n], limit=window_cache)
@@ -184,59 +176,6 @@ class PartitionTime:
         found = self._timers.get(f"c{name}")
         return None if found is None else found.decode()
 
-    # -- timers ----------------------------------------------------------------------------------
-    def schedule(self, key: str, name: str, at: int, domain: str, data: Any, source: Any) -> None:
-        """Set timer ``name`` of ``key`` (replacing one of that name)."""
-        if self._encode_data is None and not name.startswith(INTERNAL):
-            raise ContextError(f"group {self.graph.group!r} has no timers edge; declare "
-                               "timers(on_timer)")  # fmt: skip
-        if domain == "wall" and not self.graph.ticking:
-            raise ContextError(f"group {self.graph.group!r} allows stream-time timers only "
-                               "(timers(..., wall=False))")  # fmt: skip
-        encoded = b"" if data is None or self._encode_data is None else self._encode_data(data)
-        self.cancel(key, name, source, quiet=True)
-        value = encode_timer(domain, min(max(at, 0), MAX_TIME), encoded)
-        self._row(timer_key(name, key), value, source)
-        row = due_key(domain, min(max(at, 0), MAX_TIME), name, key)
-        self._queues[domain].add(row, encoded)
-        self._lower(domain, at)
-
-    def cancel(self, key: str, name: str, source: Any, *, quiet: bool = False) -> bool:
-        """Delete timer ``name`` of ``key``; return whether there was one."""
-        row = timer_key(name, key)
-        found = self.timer_rows.get(row)
-        if found is None:
-            return False
-        domain, at, _ = decode_timer(found)
-        self._queues[domain].remove(due_key(domain, at, name, key))
-        if not quiet:
-            self._row(row, None, source)
-        return True
-
-    def timer(self, key: str, name: str) -> tuple[str, int] | None:
-        """``(domain, at)`` of timer ``name`` of ``key``, or None."""
-        found = self.timer_rows.get(timer_key(name, key))
-        return None if found is None else decode_timer(found)[:2]
-
-    def touch(self, key: str, source: Any) -> None:
-        """``key`` changed: it expires a TTL after now (by the TTL's clock)."""
-        assert self.graph.ttl is not None
-        ttl, domain = self.graph.ttl
-        now = self.stream_time if domain == "stream" else self.clock()
-        self.schedule(key, TTL_TIMER, max(now, 0) + ttl, domain, None, source)
-
-    def expired(self, key: str) -> bool:
-        """Has ``key`` outlived its TTL (its deletion is due)?"""
-        found = self.timer(key, TTL_TIMER)
-        if found is None:
-            return False
-        domain, at = found
-        return at <= (self.stream_time if domain == "stream" else self.clock())
-
-    def decode_data(self, data: bytes) -> Any:
-        """A fired timer's data, decoded."""
-        return None if not data or self._decode_data is None else self._decode_data(data)
-
     # -- what is due -------------------------------------------------------------------------------
     def next_due(self, *, wall: bool = True) -> Due | None:
         """The earliest thing due now (stream time, and, if ``wall``, wall clock), or None.
@@ -283,13 +222,6 @@ class PartitionTime:
             self._floor_stream, self._floor_wall = floor_stream, floor_wall
         return None
 
-    def _lower(self, domain: str, at: int) -> None:
-        """A row due at ``at`` was queued: the bounds of what is queued may drop."""
-        if domain == "wall":
-            self._floor_wall = min(self._floor_wall, at)
-        else:
-            self._floor_stream = min(self._floor_stream, at)
-
     def fired(self, due: Due, source: Any) -> None:
         """Remove what ``due`` was (a fired timer, a closed or expired window)."""
         if due.kind == "timer":
@@ -301,99 +233,4 @@ class PartitionTime:
             self._closed[due.name] = (due.row.encode(), source)
         else:
             self._expiring[due.name].remove(due.row)
-            self._window_row(due.name, due.key, None, source, decode_composite(due.key)[2])
-
-    def close_due(self, trigger: Any) -> None:
-        """Close every window of the final tables due by the stream time (deferred finals:
-        a close has no effects; each table's close watermark moves to its last), attributed
-        to ``trigger``. (A burst of closes at each window boundary: one pass over the queues,
-        not :meth:`next_due` per window.)"""
-        stream = self.stream_time
-        if stream < self._floor_stream:
-            return
-        for name, queue in self._closing.items():
-            last = None
-            while (row := queue.first()) is not None and int(row[0][1 : 1 + DIGITS]) <= stream:
-                queue.remove(row[0])
-                last = row[0]
-            if last is not None:
-                at, encoded = int(last[1 : 1 + DIGITS]), last.encode()
-                self.timer_rows.put(f"c{name}", encoded)
-                self._closed[name] = (encoded, (trigger[0], trigger[1], None, None, at, None))
-                self._floor_stream = -1  # recomputed by next_due
-
-    def closed_all(self) -> None:
-        """What was due after a trigger has fired: write the close watermark of each window
-        table that closed windows (one row however many closed)."""
-        for name, (row, source) in self._closed.items():
-            self._row(f"c{name}", row, source)
-        self._closed.clear()
-
-    # -- windows ---------------------------------------------------------------------------------
-    def edge(self, name: str) -> WindowEdge:
-        """The window edge ``name``.
-
-        Raises:
-            ContextError: the group has no such window.
-        """
-        edge = self._edges.get(name)
-        if edge is None:
-            declared = ", ".join(self._edges) or "none"
-            raise ContextError(f"group {self.graph.group!r} has no window {name!r} "
-                               f"(windows: {declared})")  # fmt: skip
-        return edge
-
-    def window_changes(self) -> dict[str, dict[str, bytes | None]]:
-        """The window section rows the batch changed (``w<key>``: last value, and the close
-        index rows of windows created or deleted), by changelog topic."""
-        return {self._topics[n]: rows.changes for n, rows in self.window_rows.items()}
-
-    def window_reader(self, name: str) -> Callable[[str, int], bytes | None]:
-        """What reads window table ``name`` as of now: ``read(row, end)``, the value of
-        window ``row`` (its composite key) ending at ``end``."""
-        return self._readers[name]
-
-    def set_window(self, name: str, key: str, window: Window, value: bytes | None,
-                   source: Any) -> None:  # fmt: skip
-        """Write (None: delete) ``window`` of ``key``."""
-        self._window_row(name, composite(key, window.start, window.end), value, source,
-                         window.end)  # fmt: skip
-
-    def _window_row(self, name: str, row: str, value: bytes | None, source: Any, end: int,
-                    existed: bool | None = None) -> None:  # fmt: skip
-        """Write window ``row`` (its composite key; the window ends at ``end``; ``existed``:
-        whether it has a value, if the caller knows). (A hot path: a call per window
-        update; :meth:`_lower` and :func:`~goka.timekeeping.close_key` are inlined.)"""
-        if existed is None:
-            existed = self._readers[name](row, end) is not None
-        rows = self.window_rows[name]
-        rows.put("w" + row, value)
-        close_at = end + self._graces[name]
-        if close_at > MAX_TIME:
-            close_at = MAX_TIME
-        written = self._written.get(name)
-        if written is not None:
-            written.wrote(row, close_at, value, self.journal)
-        if value is None or not existed:
-            index = f"c{close_at:015d}{row}"
-            rows.put(index, None if value is None else b"")  # its close index row
-            closing = self._closing.get(name)
-            if value is None:
-                self._expiring[name].remove(index)
-                if closing is not None:
-                    closing.remove(index)
-            else:
-                if closing is None or not self.deferred_finals:  # else: after its delivery
-                    self._expiring[name].add(index, b"")
-                    expires = close_at + self._edges[name].retention
-                    if expires < self._floor_stream:
-                        self._floor_stream = expires
-                if closing is not None:
-                    closing.add(index, b"")
-                    if close_at < self._floor_stream:
-                        self._floor_stream = close_at
-        self.effects.append((WINDOW, self._topics[name], row, value, None, source))
-
-    def _row(self, key: str, value: bytes | None, source: Any) -> None:
-        self.timer_rows.put(key, value)
-        self.effects.append((TIMER, self.timers_topic, key, value, None, source))
+            self.write_window_row(due.name, due.key, None, source, decode_composite(due.key)[2])

@@ -1,16 +1,14 @@
-"""The time part of :class:`goka.context.Context`: event, stream and wall time, timers and
+"""The time part of :class:`goka.group.context.Context`: event, stream and wall time, timers and
 windows (for groups with windows, timers or a TTL)."""
 
 from __future__ import annotations
 
 import datetime as dt
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn
 
 from goka.errors import ContextError
-from goka.windowing import Windows
-
-if TYPE_CHECKING:
-    from goka.partition_time import PartitionTime
+from goka.time.open_windows import Windows
+from goka.time.ports import PartitionClock
 
 __all__ = ["TimeAccess"]
 
@@ -18,11 +16,11 @@ _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
 class TimeAccess:
-    """What a context knows and does about time (mixed into :class:`~goka.context.Context`,
+    """What a context knows and does about time (mixed into :class:`~goka.group.context.Context`,
     which holds the attributes)."""
 
     __slots__ = ()
-    _time: PartitionTime | None
+    _time: PartitionClock | None
     _event_time: int
     _message: Any
     key: str
@@ -99,7 +97,7 @@ class TimeAccess:
 
     def window(self, name: str) -> Windows:
         """The windows of the record's event time in window table ``name`` that are still
-        open: read and change them (see :class:`goka.windowing.Windows`).
+        open: read and change them (see :class:`goka.time.open_windows.Windows`).
 
         Raises:
             ContextError: the group has no window ``name``, or the message has no key.
@@ -109,7 +107,7 @@ class TimeAccess:
         time = self._time if self._time is not None else self._timed("windows")
         return Windows(self, time, name)  # type: ignore[arg-type]  # a Context
 
-    def _timed(self, what: str) -> PartitionTime:
+    def _timed(self, what: str) -> PartitionClock:
         if self._time is None:
             raise ContextError(f"group {self.group!r} keeps no {what}: declare a window, "
                                "timers or a persist ttl")  # fmt: skip

@@ -11,11 +11,9 @@ from __future__ import annotations
 import gc
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from time import time_ns
 from typing import Any, Literal
 
-from goka.context import MISSING, NOT_SAVED, TABLE, Context, Headers
 from goka.errors import (
     Abort,
     ConfigurationError,
@@ -24,21 +22,17 @@ from goka.errors import (
     ProcessingError,
     StorageError,
 )
-from goka.event_time import EventTimes, fire_due, process_timed
-from goka.graph import Callback, Edge, GroupGraph
+from goka.group.context import Context
+from goka.group.effects import MISSING, NOT_SAVED, BatchResult, Effect, Message
+from goka.group.firing import TimedProcessing
+from goka.group.graph import Callback, Edge, GroupGraph
 from goka.keys import decode_text, key_str
-from goka.partition_time import PartitionTime
-from goka.timekeeping import Section
-from goka.written_windows import WINDOW_CACHE
+from goka.time.event_time import EventTimes
+from goka.time.overlay import Section
+from goka.time.partition import PartitionTime
+from goka.time.window_cache import WINDOW_CACHE
 
-__all__ = ["BatchResult", "Effect", "Engine", "ErrorPolicy", "Message", "TableReader"]
-
-#: An input message: ``(topic, offset, key, value, timestamp_ms, headers)``.
-Message = tuple[str, int, bytes | None, bytes | None, int, Headers | None]
-
-#: What a message caused, in order: ``(kind, topic, key, value, headers, source message)`` where
-#: kind is ``context.TABLE``, ``EMIT`` or ``LOOP``; a None value is a tombstone.
-Effect = tuple[int, str, str, bytes | None, Headers | None, Message]
+__all__ = ["POLICIES", "Engine", "ErrorPolicy", "TableReader"]
 
 #: Reads the raw value of a key in a table (state store, joined or looked-up table).
 TableReader = Callable[[str], bytes | None]
@@ -48,39 +42,7 @@ ErrorPolicy = Literal["fail", "skip", "dead_letter"]
 POLICIES = ("fail", "skip", "dead_letter")
 
 
-@dataclass
-class BatchResult:
-    """What processing a batch of messages produced.
-
-    Attributes:
-        effects: table updates, emits and loopbacks, in the order the callbacks made them.
-        failed: messages skipped under the ``skip``/``dead_letter`` policies, with their errors;
-            their effects and state changes were rolled back.
-        processed: messages in the batch (including failed ones).
-        consumed: how many of the messages passed were handled: fewer than all when what
-            was due hit the engine's ``fire_budget`` (:attr:`Engine.backlog`); the caller
-            commits, then passes the rest again.
-        late: records dropped as late for a window (those sent to the dead-letter topic are
-            in ``failed``).
-        windows: each window table's section rows the batch changed (``w<window key>``: the
-            last value, None: deleted; with the close index rows of windows created or
-            deleted), by changelog topic (a timed group's; for the partition's pending rows:
-            :meth:`goka.pending_rows.PendingRows.apply_windows`).
-    """
-
-    effects: list[Effect] = field(default_factory=list)
-    failed: list[tuple[ProcessingError, Message]] = field(default_factory=list)
-    processed: int = 0
-    consumed: int = 0
-    late: int = 0
-    windows: dict[str, dict[str, bytes | None]] = field(default_factory=dict)
-
-    def changes(self) -> dict[str, bytes | None]:
-        """Return the final raw state of each changed key (None: deleted), to commit."""
-        return {key: data for kind, _, key, data, _, _ in self.effects if kind == TABLE}
-
-
-class Engine:
+class Engine(TimedProcessing):
     """Runs the callbacks of ``graph`` for one partition.
 
     Not thread-safe: one engine per (group, partition), used by one thread.
@@ -114,7 +76,7 @@ class Engine:
             result is an effect of the close.
         window_cache: how many windows of each window table (of fixed windows) the engine
             keeps with their values until they close, to read them without the store
-            (:mod:`goka.written_windows`; 0: none).
+            (:mod:`goka.time.window_cache`; 0: none).
 
     Raises:
         ConfigurationError: unknown policy, a join/lookup table without a reader, or a timed
@@ -209,7 +171,7 @@ class Engine:
             gc.disable()
         try:
             if self.time is not None or self._times.custom:
-                process_timed(self, messages, result, after)
+                self._process_timed(messages, result, after)
                 if self.time is not None:
                     result.windows = self.time.window_changes()
             elif self.on_error == "fail":
@@ -257,7 +219,7 @@ class Engine:
             before = time.stream_time
             if stream_time is not None and stream_time > before:
                 time.stream_time = stream_time
-            fire_due(self, trigger, result)
+            self._fire_due(trigger, result)
             if time.stream_time > before:
                 time.raised(trigger, 0)
             time.finish()

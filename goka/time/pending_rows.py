@@ -7,10 +7,24 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from functools import partial
+from typing import TYPE_CHECKING
 
-from goka.timekeeping import Section, section_rows
+from goka.time.overlay import Section
+from goka.time.rows import section_rows
 
-__all__ = ["PendingRows", "PendingView", "let_go"]
+if TYPE_CHECKING:
+    from goka.group.graph import GroupGraph
+
+__all__ = ["PendingRows", "PendingView", "let_go", "section_graces"]
+
+
+def section_graces(graph: GroupGraph) -> dict[str, int | None]:
+    """The time sections of ``graph`` by changelog topic, with the grace their close index
+    adds to a window's end (None: the timers section)."""
+    graces: dict[str, int | None] = {graph.group.timers: None}
+    for edge in graph.windows.values():
+        graces[edge.topic] = edge.index_grace
+    return graces
 
 
 def let_go(visible: dict[str, bytes | None], written: Mapping[str, bytes | None],

@@ -15,30 +15,25 @@ partition store. Their layouts, with times as 15 decimal digits (milliseconds si
 
 The index rows are derived by :func:`section_rows` wherever the changelog rows are written (a
 commit, a replay), so a store rebuilt from its changelogs has the same indexes. During a batch
-:class:`Overlay` holds what the batch changed over the committed section, and :class:`DueQueue`
-yields index rows in order from both.
+:class:`~goka.time.overlay.Overlay` holds what the batch changed over the committed section,
+and :class:`~goka.time.timers.DueQueue` yields index rows in order from both.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import heapq
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
-if TYPE_CHECKING:
-    from goka.graph import GroupGraph
+from goka.time.specs import Window
 
 __all__ = [
     "Due",
-    "DueQueue",
-    "Overlay",
-    "Section",
     "Timer",
     "composite",
     "decode_composite",
+    "headers",
     "ms15",
-    "section_graces",
     "section_rows",
     "stream_time_key",
     "timer_key",
@@ -52,7 +47,7 @@ STREAM_TIME = "s"
 
 
 #: The header of a changelog row written for a record that moved its partition's stream time,
-#: naming the stream time after it (see :meth:`goka.partition_time.PartitionTime.raised`).
+#: naming the stream time after it (see :meth:`goka.time.partition.PartitionTime.raised`).
 STREAM_TIME_HEADER = "goka-stream-time"
 
 
@@ -94,22 +89,6 @@ def stream_time_key(partition: int) -> str:
 #: Internal timer names start with this (user names may not).
 INTERNAL = "\x01"
 TTL_TIMER = INTERNAL + "ttl"
-
-
-class Section(Protocol):
-    """What the time state reads of a committed section (a :class:`~goka.storage.Storage`
-    is one)."""
-
-    def get(self, key: str) -> bytes | None:
-        """The value of ``key``, or None."""
-        ...
-
-    def items(
-        self, *, start: str | None = None, stop: str | None = None, prefix: str | None = None,
-        reverse: bool = False,
-    ) -> Iterator[tuple[str, bytes]]:  # fmt: skip
-        """``(key, value)`` in key order."""
-        ...
 
 
 def ms15(time: int) -> str:
@@ -160,15 +139,6 @@ def close_key(close_at: int, window: str) -> str:
     return f"c{close_at:015d}{window}"  # ms15 inlined: a hot path
 
 
-def section_graces(graph: GroupGraph) -> dict[str, int | None]:
-    """The time sections of ``graph`` by changelog topic, with the grace their close index
-    adds to a window's end (None: the timers section)."""
-    graces: dict[str, int | None] = {graph.group.timers: None}
-    for edge in graph.windows.values():
-        graces[edge.topic] = edge.index_grace
-    return graces
-
-
 def section_rows(
     old: Callable[[str], bytes | None], key: str, value: bytes | None, *, grace: int | None
 ) -> dict[str, bytes | None]:
@@ -206,119 +176,11 @@ def window_index(
     return close_key(min(end + grace, MAX_TIME), key), None if value is None else b""
 
 
-#: What undoes a change: ``(mapping, key, previous value or ABSENT)``.
-Journal = list[tuple[dict[str, Any], str, Any]]
-ABSENT: Any = object()
+#: Headers of a window's results in its output topic.
+WINDOW_NAME, WINDOW_START, WINDOW_END = "goka-window", "goka-window-start", "goka-window-end"
 
 
-def rollback(journal: Journal) -> None:
-    """Undo the changes ``journal`` recorded, newest first; empty it."""
-    for mapping, key, previous in reversed(journal):
-        if previous is ABSENT:
-            mapping.pop(key, None)
-        else:
-            mapping[key] = previous
-    journal.clear()
-
-
-class Overlay:
-    """A section as a batch sees it: the committed rows with the batch's changes on top.
-    Changes are recorded in ``journal`` (if given), to be undone."""
-
-    def __init__(self, section: Section, journal: Journal | None = None) -> None:
-        self.section = section
-        self.changes: dict[str, bytes | None] = {}
-        self._journal = journal
-        # what a batch reads below its changes does not change during the batch; over a
-        # PendingView, its layers are read directly (a hot path: a read per window update)
-        self._pending: dict[str, bytes | None]
-        self._committed: dict[str, bytes | None]
-        self._read: Callable[[str], bytes | None]
-        layers = getattr(section, "layers", None)  # a PendingView (goka.pending_rows)
-        if layers is not None:
-            self._pending, self._committed, self._read = layers()
-        else:
-            self._pending, self._committed, self._read = {}, {}, section.get
-
-    def get(self, key: str) -> bytes | None:
-        """The row's value as of now in the batch."""
-        changes = self.changes
-        if key in changes:
-            return changes[key]
-        pending = self._pending
-        if key in pending:
-            return pending[key]
-        committed = self._committed
-        if key in committed:
-            return committed[key]
-        value = committed[key] = self._read(key)
-        return value
-
-    def put(self, key: str, value: bytes | None) -> None:
-        """Change a row (None: delete it)."""
-        if self._journal is not None:
-            self._journal.append((self.changes, key, self.changes.get(key, ABSENT)))
-        self.changes[key] = value
-
-    def items(self, prefix: str) -> list[tuple[str, bytes]]:
-        """Rows under ``prefix`` as of now, in key order."""
-        found = dict(self.section.items(prefix=prefix))
-        for key, value in self.changes.items():
-            if key.startswith(prefix):
-                if value is None:
-                    found.pop(key, None)
-                else:
-                    found[key] = value
-        return sorted(found.items())
-
-
-class DueQueue:
-    """Index rows under ``prefix`` in key (time) order, committed and added in the batch.
-
-    The committed rows are read once, in order, with one iterator; rows the batch removes are
-    skipped, rows it adds come from a heap.
-    """
-
-    def __init__(
-        self, section: Section, prefix: str, *, after: str | None = None,
-        journal: Journal | None = None,
-    ) -> None:  # fmt: skip
-        start = None if after is None else after + "\x00"
-        self._journal = journal
-        self._rows = section.items(prefix=prefix, start=start)
-        self._head: tuple[str, bytes] | None = next(self._rows, None)
-        self._added: list[tuple[str, bytes]] = []
-        self._live: dict[str, bytes | None] = {}
-
-    def add(self, key: str, value: bytes) -> None:
-        """A row the batch adds."""
-        self._note(key)
-        self._live[key] = value
-        heapq.heappush(self._added, (key, value))
-
-    def remove(self, key: str) -> None:
-        """A row the batch removes."""
-        head = self._head
-        if head is not None and head[0] == key and self._journal is None and key not in self._live:
-            self._head = next(self._rows, None)  # the committed first row (what fires): let go
-            return
-        self._note(key)
-        self._live[key] = None
-
-    def _note(self, key: str) -> None:
-        if self._journal is not None:
-            self._journal.append((self._live, key, self._live.get(key, ABSENT)))
-
-    def first(self) -> tuple[str, bytes] | None:
-        """The first row, or None."""
-        head = self._head
-        while head is not None and self._live.get(head[0], head[1]) is None:
-            head = self._head = next(self._rows, None)
-        added = self._added
-        while added and self._live.get(added[0][0]) != added[0][1]:
-            heapq.heappop(added)
-        if head is not None:
-            head = (head[0], self._live.get(head[0], head[1]) or head[1])
-            if not added or head[0] <= added[0][0]:
-                return head
-        return added[0] if added else None
+def headers(name: str, window: Window) -> list[tuple[str, bytes]]:
+    """The headers naming a window, on its results."""
+    return [(WINDOW_NAME, name.encode()), (WINDOW_START, str(window.start).encode()),
+            (WINDOW_END, str(window.end).encode())]  # fmt: skip
