@@ -3,8 +3,8 @@
 Both sides get the same 1M click messages over 100k keys as raw bytes, in one partition, and do
 the same work: decode the key and the value, add one to the key's count, encode the new count as
 Goka's int64 (decimal text) and record a table update. The bare loop does it inline with a dict;
-goka-py runs the click-count callback through :class:`goka.engine.Engine` (context, state cache,
-codecs, effects). Runs alternate; the ratio is reported as min/median/max.
+goka-py runs the click-count callback through :class:`goka.group.engine.Engine` (context, state
+cache, codecs, effects). Runs alternate; the ratio is reported as min/median/max.
 
     python -m bench.engine [--messages 1000000] [--keys 100000] [--runs 5]
 """

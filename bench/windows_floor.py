@@ -5,7 +5,7 @@ cost is not the implementation's but the contract's: every window a record updat
 of its table (a changelog record and a store row, and a close index row when it is created),
 and every window of final results is produced once more when it closes. (Window values are
 read from memory: a partition keeps the windows it wrote until they close, see
-``goka.written_windows``; the plain count reads its keys from the store.) This script runs
+``goka.time.window_cache``; the plain count reads its keys from the store.) This script runs
 only that I/O (confluent-kafka's ``produce`` with a delivery callback and
 provenance headers, plyvel reads and write batches: what the processor uses), in the simplest
 Python loop, over the input of ``bench.windows`` (keys, event times), for:

@@ -13,7 +13,7 @@ The pieces, named as Goka names them:
   ``emit``, ``loopback``, ``join``, ``lookup``, ``window``, ``schedule``, ``cancel``,
   ``fail``.
 * :class:`goka.tester.Tester` runs groups in-process for unit tests, through the same engine
-  core (:mod:`goka.engine`) as the Spark processor.
+  core (:mod:`goka.group.engine`) as the Spark processor.
 * Codecs (:mod:`goka.codec`) turn values into bytes, wire compatible with Go Goka.
 * :class:`TopicManager` creates stream and (compacted) table topics and checks co-partitioning.
 

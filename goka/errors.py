@@ -26,6 +26,8 @@ Every error the library raises on purpose derives from :class:`GokaError`::
     │   ├── SnapshotError         a state snapshot is missing, truncated or corrupt
     │   └── OffsetRegressionError a commit would move a store's applied offsets back (a bug)
     ├── ProcessingError           a message could not be processed (topic/partition/offset/key)
+    ├── SinkError                 a connector cannot write a record, or to its target
+    │   └── SourceError           a source cannot read a record, or cannot resume
     └── ProcessorFailed           a processor's streaming query stopped with an error
 
 Errors raised by a dependency are chained with ``raise ... from cause``. :class:`Abort` is not
@@ -53,6 +55,7 @@ __all__ = [
     "ProcessorFailed",
     "SinkError",
     "SnapshotError",
+    "SourceError",
     "StorageCorruptError",
     "StorageError",
     "StorageLockedError",
@@ -235,6 +238,11 @@ class UsageError(ConfigurationError):
 class SinkError(GokaError):
     """A connector cannot write a record (it names the topic, partition, offset and why), or a
     target it cannot write to (it names the table or column)."""
+
+
+class SourceError(SinkError):
+    """A source cannot read a record (it names the file or row and why), or cannot resume
+    (a partition it writes was last written by someone else)."""
 
 
 class ProcessorFailed(GokaError):

@@ -23,13 +23,12 @@ from goka.connect.files import FileSource, FileSourceJob
 from goka.connect.jobs import source_job
 from goka.connect.manifest import committed_files, read_table
 from goka.connect.parquet import ParquetWriter
-from goka.connect.positions import SourceError
 from goka.connect.postgres import PostgresWriter
 from goka.connect.postgres_cdc import PostgresCdcSource, PostgresCdcSourceJob
 from goka.connect.postgres_source import PostgresSource, PostgresSourceJob
 from goka.connect.sink import ParquetSink, PostgresSink
 from goka.connect.source import SourceTotals
-from goka.errors import SinkError
+from goka.errors import SinkError, SourceError
 
 __all__ = ["FileSource", "FileSourceJob", "ParquetSink", "ParquetWriter", "PostgresCdcSource",
            "PostgresCdcSourceJob", "PostgresSink", "PostgresSource", "PostgresSourceJob",

@@ -12,10 +12,10 @@ import contextlib
 from collections.abc import Sequence
 from typing import Any
 
-from goka.connect.positions import ERROR_HEADER, POSITION_HEADER, SourceError, last_positions
+from goka.connect.positions import ERROR_HEADER, POSITION_HEADER, last_positions
 from goka.connect.rows import Record
-from goka.connect.source_job import SourceProducer
-from goka.errors import SinkError
+from goka.connect.source_producer import SourceProducer
+from goka.errors import SinkError, SourceError
 
 __all__ = ["ERROR_HEADER", "DeadLetters"]
 

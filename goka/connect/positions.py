@@ -16,18 +16,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from goka.errors import SinkError
+from goka.errors import SourceError
 
 __all__ = ["ERROR_HEADER", "POSITION_HEADER", "SourceError", "last_positions"]
 
 POSITION_HEADER = "goka-source"
 #: The header of a dead letter (a source's or a sink's) naming why it was refused.
 ERROR_HEADER = "goka-error"
-
-
-class SourceError(SinkError):
-    """A source cannot read a record (it names the file or row and why), or cannot resume
-    (a partition it writes was last written by someone else)."""
 
 
 def last_positions(brokers: str, topics: Iterable[str], name: str,

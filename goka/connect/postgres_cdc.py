@@ -31,10 +31,9 @@ from typing import Any, Literal
 
 from goka.codec import Codec, JsonCodec
 from goka.connect.database import Database
-from goka.connect.positions import SourceError
 from goka.connect.source import FROM_OPTIONS, SourceWriter, check_number, check_options
 from goka.connect.source_job import SourceJob
-from goka.errors import ConfigurationError
+from goka.errors import ConfigurationError, SourceError
 
 __all__ = ["PostgresCdcSource", "PostgresCdcSourceJob", "lsn_int", "lsn_text"]
 

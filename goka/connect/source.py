@@ -23,15 +23,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast
 
 from goka.codec import Codec
-from goka.connect.positions import ERROR_HEADER, POSITION_HEADER, SourceError
-from goka.errors import ConfigurationError
+from goka.connect.positions import ERROR_HEADER, POSITION_HEADER
+from goka.errors import ConfigurationError, SourceError
 from goka.partitioner import partition_for
 
 __all__ = ["SourceOptions", "SourceTotals", "SourceWriter", "Unreadable", "as_ms",
            "check_number", "check_options", "field_of"]  # fmt: skip
 
 if TYPE_CHECKING:
-    from goka.connect.source_job import SourceProducer
+    from goka.connect.source_producer import SourceProducer
 
 log = logging.getLogger(__name__)
 

@@ -55,7 +55,7 @@ class BatchResult:
         windows: each window table's section rows the batch changed (``w<window key>``: the
             last value, None: deleted; with the close index rows of windows created or
             deleted), by changelog topic (a timed group's; for the partition's pending rows:
-            :meth:`goka.pending_rows.PendingRows.apply_windows`).
+            :meth:`goka.time.pending_rows.PendingRows.apply_windows`).
     """
 
     effects: list[Effect] = field(default_factory=list)

@@ -2,10 +2,11 @@
 
 Each Spark task is a Goka partition processor. It leases the partition's stores (LevelDB, kept
 open by its worker process between tasks), makes them current for where it begins, runs the
-engine core (:mod:`goka.engine`) over the records the stores have not applied yet, produces the
-effects, and commits state with offsets. A micro-batch does this once for the offset ranges
-Spark planned (:mod:`~goka.processing.batch`); a continuous epoch follows its partitions for
-``epoch`` seconds and commits every ``commit_interval`` (:mod:`~goka.processing.epoch`).
+engine core (:mod:`goka.group.engine`) over the records the stores have not applied yet,
+produces the effects, and commits state with offsets. A micro-batch does this once for the
+offset ranges Spark planned (:mod:`~goka.processing.batch`); a continuous epoch follows its
+partitions for ``epoch`` seconds and commits every ``commit_interval``
+(:mod:`~goka.processing.epoch`).
 
 **The rule everything rests on**: a partition store's applied offsets never go backwards, and
 every record below them is skipped, whatever range Spark plans (a micro-batch run again after a

@@ -90,7 +90,7 @@ def commit(store: Storage, batch: WriteBatch, *, who: str) -> None:
 
 def record_before(positions: Mapping[str, int]) -> Message | None:
     """A record before ``positions`` (an input's last applied one), to which what is due
-    before the first record is attributed (see :meth:`goka.engine.Engine.process`)."""
+    before the first record is attributed (see :meth:`goka.group.engine.Engine.process`)."""
     for topic, offset in positions.items():
         if offset > 0:
             return (topic, offset - 1, None, None, 0, None)

@@ -82,7 +82,7 @@ class Builders:
 MESSAGE_OVERHEAD = 8 * 1024
 
 #: The most timers and expiries a partition fires between two commits, by default (see
-#: :class:`goka.engine.Engine`'s ``fire_budget``): a stream time jump over a million timers
+#: :class:`goka.group.engine.Engine`'s ``fire_budget``): a stream time jump over a million timers
 #: commits in slices instead of holding every effect in memory.
 FIRE_BUDGET = 10_000
 
@@ -107,7 +107,7 @@ class TaskConfig:
             PartitionBoard`); None: nowhere.
         fire_budget: the most timers and expiries a partition fires between two commits.
         window_cache: how many windows of each window table a partition keeps in memory
-            with their values until they close (:mod:`goka.written_windows`; 0: none).
+            with their values until they close (:mod:`goka.time.window_cache`; 0: none).
         log_level, log_format: how the Python workers that run the tasks log (as
             :func:`goka.logs.configure` takes them); None: they configure nothing (an
             application's own logging rules, or Python's default).

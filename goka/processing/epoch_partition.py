@@ -7,7 +7,7 @@ its state changes, its inputs' offsets, and the outputs it produced meanwhile (a
 written to the store with the offsets (and the changelogs' ends) once every one of those
 outputs is acknowledged, commits in order (the loop looks at each turn). Until then they are
 read from memory: state changes, and a timed group's time rows (timers, windows and their
-indexes: :class:`~goka.pending_rows.PendingRows` keeps a generation per commit). A commit
+indexes: :class:`~goka.time.pending_rows.PendingRows` keeps a generation per commit). A commit
 waits for its outputs when :data:`MAX_SEALED` commits wait already, and at an epoch's end.
 """
 

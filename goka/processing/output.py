@@ -178,7 +178,7 @@ def _send_effects(
                 if read is None:
                     read = topics[source[0]] = (SRC_TOPIC, source[0].encode())
                 provenance = [read, named, (SRC_OFFSET, b"%d" % source[1])]
-            if headers:  # a changelog row may say more (goka.timekeeping.STREAM_TIME_HEADER)
+            if headers:  # a changelog row may say more (goka.time.rows.STREAM_TIME_HEADER)
                 provenance = [*provenance, *headers]
                 source = None
             callback = on_last_update if last[topic] == index else on_delivery

@@ -328,7 +328,7 @@ class StoreRecovery:
     def _stream_time_row(self) -> WriteBatch:
         """The partition's stream time after the replay: the highest the base and the kept
         changelog rows say (rows and headers of the records that moved it, see
-        :meth:`goka.partition_time.PartitionTime.raised`), whatever order runs wrote them in."""
+        :meth:`goka.time.partition.PartitionTime.raised`), whatever order runs wrote them in."""
         batch, timers = WriteBatch(), [t for t, grace in self.sections.items() if grace is None]
         if self.stream_time >= 0 and timers:
             key = stream_time_key(self.partition)

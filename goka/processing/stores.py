@@ -193,7 +193,7 @@ class PartitionStores:
     def pending_rows(self, *, generations: bool = False) -> PendingRows | None:
         """The time sections of the group store (a timed group; else None), to read and
         change between commits (read it after :meth:`begin`: a restore replaces the store;
-        ``generations``: see :class:`~goka.pending_rows.PendingRows`)."""
+        ``generations``: see :class:`~goka.time.pending_rows.PendingRows`)."""
         if not self.graph.timed:
             return None
         graces = section_graces(self.graph)

@@ -43,7 +43,7 @@ class ProcessorConfig:
             instead of about a second); ``available-now``: what is there, then stop.
         trigger: the micro-batch interval, ``"1 second"`` (``"available-now"``: as the mode).
         tick_interval: seconds between the ticks of a group with wall-clock timers or TTL
-            (:attr:`GroupGraph.ticking <goka.graph.GroupGraph.ticking>`): how late a wall
+            (:attr:`GroupGraph.ticking <goka.group.graph.GroupGraph.ticking>`): how late a wall
             timer may fire on a partition that gets no records (default: 0.1 in continuous
             mode, the trigger interval in micro-batches).
         epoch: seconds of each epoch in continuous mode (between them, Spark plans the next

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 from goka.keys import key_bytes, key_str
+from goka.tester.records import Record
 
-if TYPE_CHECKING:
-    from goka.tester.tester import Record, Tester
+#: Writes a message into the tester: ``(topic, key, value, headers, timestamp, partition)``.
+Write = Callable[[str, str, bytes | None, tuple[tuple[str, bytes], ...], int, int], Record]
 
 __all__ = ["TesterProducer"]
 
@@ -38,10 +40,16 @@ class _Delivered:
 
 
 class TesterProducer:
-    """Writes produced messages into a tester and reports them delivered at once."""
+    """Writes produced messages into a tester and reports them delivered at once.
 
-    def __init__(self, tester: Tester) -> None:
-        self._tester = tester
+    Args:
+        write: the tester's :meth:`~goka.tester.Tester.write`.
+        check_topic: raises for a topic no group of the tester declares.
+        partitions: the partitions of every topic.
+    """
+
+    def __init__(self, write: Write, check_topic: Callable[[str], object], partitions: int) -> None:
+        self._write, self._check_topic, self._partitions = write, check_topic, partitions
 
     def produce(
         self,
@@ -59,7 +67,7 @@ class TesterProducer:
         text = key_str(key)
         pairs = tuple(headers.items() if isinstance(headers, dict) else headers or ())
         when = timestamp or int(time.time() * 1000)
-        record = self._tester.write(topic, text, value, pairs, when, partition)
+        record = self._write(topic, text, value, pairs, when, partition)
         on_delivery(None, _Delivered(record))
 
     def poll(self, timeout: float) -> int:
@@ -76,5 +84,5 @@ class TesterProducer:
         return 0
 
     def partition_count(self, topic: str, timeout: float) -> int:
-        self._tester.codec(topic)  # raises for topics no group declares
-        return self._tester.partitions
+        self._check_topic(topic)
+        return self._partitions

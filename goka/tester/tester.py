@@ -18,7 +18,6 @@ import datetime as dt
 import time
 from collections import deque
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from goka.codec import Codec
@@ -30,24 +29,12 @@ from goka.keys import key_bytes, key_str
 from goka.partitioner import partition_for
 from goka.storage.base import WriteBatch
 from goka.storage.memory import MemoryStorage
+from goka.tester.records import Record
 from goka.time.pending_rows import section_graces
 from goka.time.rows import decode_composite, section_rows
 from goka.time.specs import Window
 
 __all__ = ["QueueTracker", "Record", "Tester"]
-
-
-@dataclass(frozen=True)
-class Record:
-    """A message as stored in one of the tester's topics."""
-
-    topic: str
-    partition: int
-    offset: int
-    key: str
-    value: bytes | None
-    headers: tuple[tuple[str, bytes], ...]
-    timestamp: int
 
 
 class Tester:
@@ -337,7 +324,7 @@ class Tester:
         """
         from goka.tester.producer import TesterProducer
 
-        return TesterProducer(self)
+        return TesterProducer(self.write, self.codec, self.partitions)
 
     def write(
         self, topic: str, key: str, data: bytes | None, headers: tuple[tuple[str, bytes], ...],

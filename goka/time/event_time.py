@@ -18,7 +18,7 @@ __all__ = ["EventTimes", "iso_ms"]
 
 
 class EventTimes:
-    """The event time of each input's records (see :data:`goka.edges.EventTime`)."""
+    """The event time of each input's records (see :data:`goka.group.edges.EventTime`)."""
 
     def __init__(self, graph: GroupGraph, clock: Callable[[], int]) -> None:
         self._extract = {

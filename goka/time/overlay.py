@@ -53,7 +53,7 @@ class Overlay:
         self._pending: dict[str, bytes | None]
         self._committed: dict[str, bytes | None]
         self._read: Callable[[str], bytes | None]
-        layers = getattr(section, "layers", None)  # a PendingView (goka.pending_rows)
+        layers = getattr(section, "layers", None)  # a PendingView (goka.time.pending_rows)
         if layers is not None:
             self._pending, self._committed, self._read = layers()
         else:

@@ -4,9 +4,9 @@ The engine (:mod:`goka.group.engine`) owns one :class:`PartitionTime` per partit
 with windows, timers or a TTL: this module holds its stream time and what is due; its timers
 (:mod:`goka.time.timers`), TTL (:mod:`goka.time.ttl`) and window tables
 (:mod:`goka.time.window_tables`) are mixed in. Every change is an effect, like a table update:
-``TIMER`` rows go to ``<group>-timers`` and ``WINDOW`` rows to ``<group>-window-<name>`` (and, with their derived
-index rows, to the partition store: :func:`goka.time.rows.section_rows`), so they commit
-with state and offsets and are replayed with the partition.
+``TIMER`` rows go to ``<group>-timers`` and ``WINDOW`` rows to ``<group>-window-<name>`` (and,
+with their derived index rows, to the partition store: :func:`goka.time.rows.section_rows`),
+so they commit with state and offsets and are replayed with the partition.
 
 Order, the same in every runtime and the tester, whatever the batches: after each record, the
 stream timers due by the stream time, the windows to close and expire, and the wall timers due

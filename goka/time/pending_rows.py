@@ -75,7 +75,7 @@ class PendingRows:
 
     def apply_windows(self, windows: Mapping[str, Mapping[str, bytes | None]]) -> None:
         """A batch's window section rows (the last value of each, None: deleted, by topic:
-        :attr:`goka.engine.BatchResult.windows`): its window rows and the close index rows
+        :attr:`goka.group.effects.BatchResult.windows`): its window rows and the close index rows
         of the windows it created or deleted, what :meth:`apply` of each of the batch's
         window changelog rows in order leaves."""
         for topic, changes in windows.items():

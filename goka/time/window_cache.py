@@ -5,7 +5,7 @@ tumbling table nearly every record opens a new window (a read that finds nothing
 searches the store's memory table and every level's filter), in a hopping table it adds to
 windows that earlier records of its key wrote. :class:`WrittenWindows` answers both without
 the store. Every window that exists has a close index row (``c<close><window>``,
-:func:`goka.timekeeping.close_key`), so a window closing after the last index row the table
+:func:`goka.time.rows.close_key`), so a window closing after the last index row the table
 had when it was first read did not exist then: if it exists now, this engine wrote it since,
 and its value is kept here until the window closes.
 """
@@ -35,7 +35,7 @@ class WrittenWindows:
     Only the engine writes the table while this object lives (it is made after the store was
     recovered, with the engine), so a window closing after :attr:`after` exists only if
     :meth:`wrote` was told. Windows are kept until they close (a closed window is never read
-    by a record again: :func:`goka.windowing.open_windows`; its expiry deletes it, whatever
+    by a record again: :func:`goka.time.open_windows.open_windows`; its expiry deletes it, whatever
     it reads); past ``limit`` of them, those kept so far are let go (:attr:`after` moves
     past them: they are read from the store).
 

@@ -114,7 +114,7 @@ class WindowTables:
                     existed: bool | None = None) -> None:  # fmt: skip
         """Write window ``row`` (its composite key; the window ends at ``end``; ``existed``:
         whether it has a value, if the caller knows). (A hot path: a call per window
-        update; :meth:`_lower` and :func:`~goka.timekeeping.close_key` are inlined.)"""
+        update; :meth:`_lower` and :func:`~goka.time.rows.close_key` are inlined.)"""
         if existed is None:
             existed = self._readers[name](row, end) is not None
         rows = self.window_rows[name]

@@ -22,22 +22,30 @@ def _name(path: Path) -> str:
 
 
 MODULES = {_name(p): p for p in sorted(GOKA.rglob("*.py")) if GENERATED not in str(p)}
+#: Every importable name under goka/ (generated and compiled modules too), to tell a submodule
+#: imported from its package (``from goka import _speedups``) from a name the package defines.
+KNOWN = set(MODULES) | {
+    _name(p).split(".cpython")[0] for p in GOKA.rglob("*") if p.suffix in (".py", ".pyi", ".so")
+}
 
 
-def _imports(name: str) -> set[str]:
-    """What ``name`` imports when it runs: module-level and function-level imports (those
-    hide cycles too), not those under ``if TYPE_CHECKING:``."""
+def _is_type_checking(test: ast.expr) -> bool:
+    return getattr(test, "id", None) == "TYPE_CHECKING" or getattr(test, "attr", None) == (
+        "TYPE_CHECKING"
+    )
+
+
+def _imports(name: str, *, typing: bool = False) -> set[str]:
+    """What ``name`` imports: module-level and function-level imports (those hide cycles
+    too), and with ``typing`` those under ``if TYPE_CHECKING:`` as well. ``from p import n``
+    imports ``p.n`` where that is a module, else ``p``."""
     path = MODULES[name]
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
 
     class Visitor(ast.NodeVisitor):
         def visit_If(self, node: ast.If) -> None:
-            test = node.test
-            if (
-                getattr(test, "id", None) == "TYPE_CHECKING"
-                or getattr(test, "attr", None) == "TYPE_CHECKING"
-            ):
+            if _is_type_checking(node.test) and not typing:
                 for child in node.orelse:
                     self.visit(child)
                 return
@@ -53,21 +61,23 @@ def _imports(name: str) -> set[str]:
                 else []
             )
             module = ".".join([*base, node.module] if node.module else base)
-            found.add(module)
-            found.update(f"{module}.{alias.name}" for alias in node.names)
+            named = {f"{module}.{alias.name}" for alias in node.names}
+            found.update(named & KNOWN)
+            if named - KNOWN:
+                found.add(module)
 
     Visitor().visit(ast.parse(path.read_text()))
     return found
 
 
-def _goka_imports(name: str) -> set[str]:
+def _goka_imports(name: str, *, typing: bool = False) -> set[str]:
     """The goka modules ``name`` imports (a name imported from a package: the package)."""
     known = set()
-    for found in _imports(name):
+    for found in _imports(name, typing=typing):
         parts = found.split(".")
-        while parts and ".".join(parts) not in MODULES:
+        while parts and ".".join(parts) not in KNOWN:
             parts.pop()
-        if parts and parts[0] == "goka":
+        if parts and parts[0] == "goka" and ".".join(parts) in MODULES:
             known.add(".".join(parts))
     return known - {name}
 
@@ -101,9 +111,20 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-def test_no_goka_module_imports_itself_back_at_run_time() -> None:
-    graph = {name: _goka_imports(name) for name in MODULES}
-    assert _cycles(graph) == []
+def test_no_goka_module_imports_itself_back() -> None:
+    """No circle between modules, imports for type checking included: where two modules need
+    each other's types, the types move to a module both import (e.g. goka.time.ports)."""
+    graph = {name: _goka_imports(name, typing=True) for name in MODULES}
+    circles = _cycles(graph)
+    assert circles == [], "modules that import each other, in circles: " + "; ".join(
+        ", ".join(circle) for circle in circles
+    )
+
+
+def test_a_circle_is_found() -> None:
+    """The check above finds a circle, also one of imports for type checking only."""
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert _cycles(graph) == [["a", "b", "c"]]
 
 
 @pytest.mark.parametrize(
@@ -118,18 +139,21 @@ def test_each_dependency_has_one_adapter(dependency: str, only_under: str) -> No
 def test_layers_import_only_the_layers_above_them() -> None:
     below = {
         "goka.processing": ("goka.spark", "goka.commands", "goka.cli", "goka.web", "goka.grpc"),
-        "goka.engine": ("goka.processing", "goka.spark", "goka.kafka", "goka.storage"),
-        "goka.graph": ("goka.engine", "goka.processing", "goka.spark", "goka.kafka"),
+        "goka.group": ("goka.processing", "goka.spark", "goka.kafka", "goka.storage"),
+        "goka.time": ("goka.processing", "goka.spark", "goka.kafka", "goka.storage"),
+        "goka.group.graph": ("goka.group.engine", "goka.group.firing", "goka.time.partition"),
         "goka.kafka": ("goka.processing", "goka.spark", "goka.storage", "goka.commands"),
         "goka.storage": ("goka.processing", "goka.spark", "goka.kafka", "goka.commands"),
     }
-    wrong = {
-        name: sorted(i for i in _goka_imports(name) if i.startswith(forbidden))
+    wrong = sorted(
+        (name, found)
         for layer, forbidden in below.items()
         for name in MODULES
         if name == layer or name.startswith(f"{layer}.")
-    }
-    assert {name: found for name, found in wrong.items() if found} == {}
+        for found in _goka_imports(name, typing=True)
+        if found.startswith(forbidden)
+    )
+    assert wrong == []
     outside = [n for n in MODULES if not n.startswith(("goka.commands", "goka.cli"))
                and any(i.startswith("goka.commands") for i in _goka_imports(n))]  # fmt: skip
     assert outside == []
@@ -163,12 +187,26 @@ def test_only_the_commands_read_the_environment() -> None:
     assert readers == []
 
 
+def test_the_code_map_lists_every_package() -> None:
+    """docs/development.md's map names each package of goka/ (as ``name/``)."""
+    text = (ROOT / "docs" / "development.md").read_text()
+    code_map = text[text.index("## A map of the code") : text.index("## Examples")]
+    packages = sorted(
+        str(p.parent.relative_to(GOKA))
+        for p in GOKA.rglob("__init__.py")
+        if p.parent != GOKA and GENERATED not in str(p)
+    )
+    assert [p for p in packages if f"`{p}/`" not in code_map] == []
+
+
 def test_modules_stay_under_400_lines() -> None:
     sizes = {n: len(p.read_text().splitlines()) for n, p in MODULES.items()}
     assert {n: s for n, s in sizes.items() if s > 400} == {}
 
 
-@pytest.mark.parametrize("name", [n for n in MODULES if n.startswith("goka.processing")])
+@pytest.mark.parametrize(
+    "name", [n for n in MODULES if n.startswith(("goka.processing", "goka.group", "goka.time"))]
+)
 def test_each_module_of_the_partition_runtime_imports_alone(name: str) -> None:
     result = subprocess.run([sys.executable, "-c", f"import {name}"], cwd=ROOT,
                             capture_output=True, text=True, timeout=60)  # fmt: skip

@@ -1,4 +1,4 @@
-"""A continuous partition's pending time rows (goka.pending_rows): what a batch changed is
+"""A continuous partition's pending time rows (goka.time.pending_rows): what a batch changed is
 read over the store until written; each commit seals a generation, written once its outputs
 are acknowledged, and lets go of the rows no later generation changed. (That a batch's rows
 taken at once are what replaying its changelog rows in order leaves is tested with engines:

@@ -1,9 +1,9 @@
 """Window rows over engines made at random points of a stream (each a batch of another run),
-against a plain-Python reference: the reads an engine does without (goka.written_windows: a
+against a plain-Python reference: the reads an engine does without (goka.time.window_cache: a
 window closing after the last close index row its table held when the engine was made exists
 only if the engine wrote it, and then it knows the value, so a record does not search the
 store for it), and the rows a batch leaves in the partition's pending rows
-(goka.pending_rows: taken at once from the batch's last values, they are what replaying its
+(goka.time.pending_rows: taken at once from the batch's last values, they are what replaying its
 changelog rows in order leaves)."""
 
 from __future__ import annotations
