@@ -143,8 +143,9 @@ class Epoch:
         if self.positions != self.reached or self.changes or (fresh and any(fresh.values())):
             inputs = {t: self.positions[t] for t in self.inputs}
             rows = None if sections is None else sections.seal()
-            self.sealed.append(Sealed(self.output.seal(), self.changes, inputs,
-                                      dict(self.positions), rows))  # fmt: skip
+            reached, done = dict(self.positions), self.summary.processed
+            self.sealed.append(Sealed(self.output.seal(), self.changes, inputs, reached, rows,
+                                      done))  # fmt: skip
             self.changes, self.reached = {}, dict(self.positions)
             wait = wait or len(self.sealed) > MAX_SEALED
         elif not self.sealed:
@@ -176,6 +177,9 @@ class Epoch:
                 self.sections.written(head.sections, [s.sections or {} for s in self.sealed])
                 self.engine.committed()  # (the time state reads what is due afresh)
             self.committed = head.reached
+            if self.stores.board is not None:  # what the monitor counts before the epoch ends
+                self.stores.board.progress(self.partition, head.processed,
+                                           bridge=self.stores.bridging)  # fmt: skip
             self.stores.snapshot(self.summary)  # if due: a long epoch too
             lap("snapshot")
 
@@ -212,3 +216,4 @@ class Sealed:
     inputs: dict[str, int]
     reached: dict[str, int]
     sections: dict[str, dict[str, bytes | None]] | None
+    processed: int = 0

@@ -64,8 +64,9 @@ class StopSignal:
 class PartitionBoard:
     """Where tasks say what their partitions are doing (``restoring`` or ``rebuilding`` a store,
     how many of how many records, then ``running``) and the driver's monitor reads it: one
-    small JSON file per partition in a directory. Progress is written at most every ``every``
-    seconds; a change of state at once. Failures to write are ignored: the board only
+    small JSON file per partition in a directory, and one per partition's epoch (and bridge)
+    with what it committed so far. Progress is written at most every ``every`` seconds; a
+    change of state at once. Failures to write are ignored: the board only
     informs.
 
     Raises:
@@ -74,31 +75,54 @@ class PartitionBoard:
 
     def __init__(self, url: str, every: float = 1.0) -> None:
         self.url, self.every = url.rstrip("/"), every
-        self._written: dict[int, tuple[str, float]] = {}
+        self._written: dict[str, tuple[str, float]] = {}
         self._fs, self._path = filesystem(self.url, local_as_none=True)
 
     def report(self, partition: int, state: str, records: int = 0, of: int = 0) -> None:
         """Say that ``partition`` is in ``state`` (``records`` of ``of`` read so far)."""
         now = time.monotonic()
-        last = self._written.get(partition)
+        last = self._written.get(str(partition))
         if last is not None and last[0] == state and now - last[1] < self.every:
             return
-        self._written[partition] = (state, now)
-        entry = json.dumps({"state": state, "records": records, "of": of, "at": time.time()})
-        path = f"{self._path}/{partition}.json"
+        self._written[str(partition)] = (state, now)
+        self._write(str(partition), {"state": state, "records": records, "of": of,
+                                     "at": time.time()})  # fmt: skip
+
+    def _write(self, name: str, entry: dict[str, Any]) -> None:
+        text, path = json.dumps(entry), f"{self._path}/{name}.json"
         try:
             if self._fs is None:
                 Path(self._path).mkdir(parents=True, exist_ok=True)
-                Path(f"{path}.tmp").write_text(entry)
+                Path(f"{path}.tmp").write_text(text)
                 os.replace(f"{path}.tmp", path)
             else:
-                self._fs.pipe(path, entry.encode())
+                self._fs.pipe(path, text.encode())
         except OSError:
             pass
 
+    def progress(self, partition: int, processed: int, *, bridge: bool = False) -> None:
+        """Say that ``partition``'s epoch (or ``bridge`` between epochs) has committed
+        ``processed`` records so far (written at most every ``every`` seconds)."""
+        name = f"{partition}.{'bridge' if bridge else 'epoch'}"
+        now = time.monotonic()
+        last = self._written.get(name)
+        if last is not None and now - last[1] < self.every:
+            return
+        self._written[name] = ("", now)
+        self._write(name, {"processed": processed, "at": time.time()})
+
+    def committed_since(self, since: float) -> int:
+        """The records the epochs (and bridges) running now have committed: what their
+        partitions said after ``since`` (unix s; when the last finished epoch was counted)."""
+        return sum(entry.get("processed", 0) for name, entry in self._entries().items()
+                   if not name.isdigit() and entry.get("at", 0) > since)  # fmt: skip
+
     def read(self) -> dict[int, dict[str, Any]]:
         """``{partition: {"state", "records", "of", "at"}}`` as the tasks last said."""
-        found: dict[int, dict[str, Any]] = {}
+        return {int(name): entry for name, entry in self._entries().items() if name.isdigit()}
+
+    def _entries(self) -> dict[str, dict[str, Any]]:
+        found: dict[str, dict[str, Any]] = {}
         try:
             if self._fs is None:
                 names = [n for n in os.listdir(self._path) if n.endswith(".json")]
@@ -111,7 +135,7 @@ class PartitionBoard:
             return found
         for name, text in texts.items():
             try:
-                found[int(name.removesuffix(".json"))] = json.loads(text)
+                found[name.removesuffix(".json")] = json.loads(text)
             except ValueError:  # being replaced: the next read has it
                 continue
         return found

@@ -83,7 +83,8 @@ class PartitionStores:
         self._group_at = -GROUP_COMMIT_SECONDS  # when the group's offsets were committed
         self._group_behind: Mapping[str, int] | None = None  # committed to the store only
         url = config.board_url
-        self._board: PartitionBoard | None = None if url is None else worker.client(
+        self.bridging = not ask  # (a bridge between epochs)
+        self.board: PartitionBoard | None = None if url is None else worker.client(
             ("board", url), lambda: PartitionBoard(url), lambda board: None)  # fmt: skip
         self.finals = (
             Finals(self.graph, partition, self.clients.producer(), self.clients.reader(),
@@ -132,13 +133,13 @@ class PartitionStores:
         committed = self.clients.reader().committed(self.graph.group, self.partition, list(starts))
         target = {t: max(s, committed[t][0]) if t in committed else s for t, s in starts.items()}
         recovery = self._recovery("partition", self.graph.table if self.graph.persist else None)
-        if self._board is not None:
-            board, partition = self._board, self.partition
+        if self.board is not None:
+            board, partition = self.board, self.partition
             recovery.report = lambda state, records, of: board.report(partition, state,
                                                                       records, of)  # fmt: skip
         done = recovery.recover(target, unfinished=True)
-        if self._board is not None:
-            self._board.report(self.partition, "running")
+        if self.board is not None:
+            self.board.report(self.partition, "running")
         applied = {t: o for t, o in self.applied(list(starts)).offsets.items() if o >= 0}
         if self.finals is not None:
             self.finals.prepare(self.store)

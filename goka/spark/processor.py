@@ -116,6 +116,7 @@ class Processor:
         self._stop_signal = StopSignal(self.config.stop_url)
         #: what the tasks say their partitions are doing while they recover (the monitor)
         self.board = PartitionBoard(self.config.board_url)
+        self.started_at = time.time()  # (what the board said before is another run's)
         self._partitions = 0
         self.failure: str | None = None  # why the query failed (see wait)
         self._status = PartitionStatus(graph, self.config.brokers, dict(self.config.kafka_config))

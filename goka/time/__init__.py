@@ -13,10 +13,11 @@ back. After each record, what is due by the stream time (and by the wall clock, 
   due index rows, window keys, close index rows, the headers of final results;
 * :mod:`~goka.time.overlay`: a section as a batch sees it (its changes over the committed
   rows) and the journal that undoes a failed record;
-* :mod:`~goka.time.partition`: the time of one partition (:class:`~goka.time.partition.PartitionTime`): stream
-  time, what is due next; it mixes in :mod:`~goka.time.timers` (setting timers, the due
-  queues), :mod:`~goka.time.ttl` (keys that expire) and :mod:`~goka.time.window_tables`
-  (writing windows; where windows close and expire);
+* :mod:`~goka.time.partition`: the time of one partition
+  (:class:`~goka.time.partition.PartitionTime`): stream time, what is due next; it mixes in
+  :mod:`~goka.time.timers` (setting timers, the due queues), :mod:`~goka.time.ttl` (keys
+  that expire) and :mod:`~goka.time.window_tables` (writing windows; where windows close and
+  expire);
 * :mod:`~goka.time.open_windows`: what ``ctx.window(name)`` returns: the record's open
   windows, late records, sessions merging;
 * :mod:`~goka.time.window_cache`: the windows an engine wrote, kept until they close so it

@@ -158,6 +158,13 @@ class ProcessorMonitor(Monitor):
             parts, failure = [], failure or f"partition status: {exc}"
         totals = processor.totals
         recent = list(totals.recent)[-3:]
+        # a continuous processor's epoch reports at its end (30 s by default): until then,
+        # count what its partitions said they committed (the board) since the last one
+        epochs = processor.mode == "continuous"
+        processed = totals.processed
+        if epochs and hasattr(processor, "board"):
+            since = max(totals.last_finished_at, getattr(processor, "started_at", 0.0))
+            processed += processor.board.committed_since(since)
         sizes = {part.partition: part.store_bytes for b in recent for part in b.partitions}
         board = processor.board.read() if hasattr(processor, "board") else {}
         rows = []
@@ -179,7 +186,8 @@ class ProcessorMonitor(Monitor):
         return {
             "group": processor.graph.group, "mode": processor.mode, "active": active,
             "failure": failure, "edges": [edge.describe() for edge in processor.graph.edges()],
-            "partitions": rows, "batches": totals.batches, "processed": totals.processed,
+            "partitions": rows, "batches": totals.batches, "processed": processed,
+            "unit": ["epoch", "epochs"] if epochs else ["batch", "batches"],
             "skipped_applied": totals.skipped_applied, "dead_letters": totals.dead_letters,
             "failed": totals.failed, "errors": list(totals.errors),
             "last_batch": clock_text(totals.last_finished_at) if totals.batches else "",
@@ -233,10 +241,10 @@ every(2000, '/api/monitor', doc => {
 });
 function summary(g) {
   return (g.failure ? 'FAILED: ' + g.failure + '; ' : (g.active ? 'running; ' : 'stopped; ')) +
-    g.batches + ' batches, ' + g.processed + ' records, ' +
+    g.batches + ' ' + g.unit[1] + ', ' + g.processed + ' records, ' +
     (g.skipped_applied ? g.skipped_applied + ' already applied (skipped), ' : '') +
     g.failed + ' failed, ' + g.dead_letters + ' dead letters' +
-    (g.last_batch ? ', last batch ' + g.last_batch : '');
+    (g.last_batch ? ', last ' + g.unit[0] + ' ' + g.last_batch : '');
 }
 """
 
@@ -244,10 +252,11 @@ function summary(g) {
 def _summary(group: dict[str, Any]) -> str:
     head = f"FAILED: {group['failure']}; " if group["failure"] else (
         "running; " if group["active"] else "stopped; ")  # fmt: skip
-    tail = f", last batch {group['last_batch']}" if group["last_batch"] else ""
+    one, many = group["unit"]
+    tail = f", last {one} {group['last_batch']}" if group["last_batch"] else ""
     skipped = group.get("skipped_applied", 0)
     applied = f"{skipped} already applied (skipped), " if skipped else ""
-    return (f"{head}{group['batches']} batches, {group['processed']} records, {applied}"
+    return (f"{head}{group['batches']} {many}, {group['processed']} records, {applied}"
             f"{group['failed']} failed, {group['dead_letters']} dead letters{tail}")  # fmt: skip
 
 

@@ -11,6 +11,7 @@ import sys
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -41,6 +42,18 @@ def test_monitor_shows_partitions_and_the_lag_going_down(
                 driver.get(f"{url}/")  # its script fills the page in from /api/monitor
                 wait_for(lambda: f"{topic}-slow" in driver.page_source, what="the group's name")
                 assert f"input {topic} (string) -> count_slowly" in texts(driver, "td")
+                seen: list[dict[str, Any]] = []
+
+                def counting() -> bool:
+                    with urllib.request.urlopen(f"{url}/api/monitor", timeout=5) as answer:
+                        seen.append(json.loads(answer.read())["groups"][0])
+                    return seen[-1]["processed"] > 0
+
+                wait_for(counting, timeout=120, what="records counted on the monitor")
+                assert seen[-1]["batches"] == 0, seen[-1]  # before its first epoch ended (8 s)
+                assert seen[-1]["unit"] == ["epoch", "epochs"]
+                wait_for(lambda: " epochs, " in texts(driver, "#summary-0")[0],
+                         what="the summary counting epochs")  # fmt: skip
                 lags: list[int] = []
 
                 def caught_up() -> bool:

@@ -54,3 +54,40 @@ def test_states_progress_sizes_rates_and_errors(tmp_path: Path) -> None:
     page = monitor.handle("/")
     assert page is not None and b"FAILED: ProcessingError: boom" in page.body
     assert b"4 already applied (skipped)" in page.body
+
+
+def test_a_continuous_processor_counts_what_its_epochs_committed_before_they_end(
+    tmp_path: Path,
+) -> None:
+    """An epoch reports at its end (30 s by default); meanwhile its partitions say on the
+    board what they committed, and the monitor adds that, once, to the epochs that ended."""
+    board = PartitionBoard(str(tmp_path / "board"), every=0.0)
+    board.progress(0, 999)  # said by a run before this processor started: not counted
+    processor = FakeProcessor(board)
+    processor.started_at = time.time()  # type: ignore[attr-defined]
+    monitor = ProcessorMonitor([processor])
+    assert monitor.sample()["groups"][0]["processed"] == 10  # the epoch that ended
+    board.progress(0, 300)
+    board.progress(1, 200)
+    board.progress(1, 50, bridge=True)  # a bridge between epochs, in another worker
+    group = monitor.sample()["groups"][0]
+    assert group["processed"] == 10 + 300 + 200 + 50
+    assert group["unit"] == ["epoch", "epochs"]
+    board.progress(0, 400)
+    assert monitor.sample()["groups"][0]["processed"] == 10 + 400 + 200 + 50
+    processor.totals.add_batch(BatchSummary.of(1, [PartitionSummary(0, processed=450),
+                                                   PartitionSummary(1, processed=250)]))  # fmt: skip
+    assert monitor.sample()["groups"][0]["processed"] == 10 + 450 + 250  # no longer on the board
+    monitor.refresh()
+    page = monitor.handle("/")
+    assert page is not None and b"2 epochs, 710 records" in page.body
+
+
+def test_a_micro_batch_processor_counts_batches(tmp_path: Path) -> None:
+    processor = FakeProcessor(PartitionBoard(str(tmp_path / "board")))
+    processor.mode = "micro-batch"
+    monitor = ProcessorMonitor([processor])
+    monitor.refresh()
+    page = monitor.handle("/")
+    assert page is not None and b"1 batches, 10 records" in page.body
+    assert monitor.sample()["groups"][0]["unit"] == ["batch", "batches"]
