@@ -275,8 +275,7 @@ class LevelDBStorage:
         """Write the log's recent writes into a table file if the log holds at least 64 KiB
         (LevelDB replays its log when opened: about 0.1 s per 4 MB). Runs without the GIL."""
         try:
-            logged = sum(e.stat().st_size for e in os.scandir(self.path) if e.name.endswith(".log"))
-            if logged >= _FLUSH_BYTES:
+            if _logged_bytes(self.path) >= _FLUSH_BYTES:
                 self._db.compact_range(start=_FLUSH_RANGE, stop=_FLUSH_RANGE)  # flushes memtable
         except (OSError, plyvel.Error) as exc:
             raise StorageError(f"flushing LevelDB at {self.path} failed: {exc}") from exc
@@ -359,3 +358,17 @@ def _copy(entry: os.DirEntry[str], directory: Path) -> CheckpointFile:
         return CheckpointFile(entry.name, True)
     shutil.copyfile(entry.path, target)
     return CheckpointFile(entry.name, False)
+
+
+def _logged_bytes(path: Path) -> int:
+    """The size of the store's logs. LevelDB's compaction thread deletes an old log while the
+    directory is read: a log gone meanwhile counts nothing."""
+    total = 0
+    with os.scandir(path) as entries:
+        for entry in entries:
+            if entry.name.endswith(".log"):
+                try:
+                    total += entry.stat().st_size
+                except FileNotFoundError:
+                    continue
+    return total
