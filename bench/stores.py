@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from goka.processing.config import leveldb_store
+from goka.processing.builders import leveldb_store
 from goka.storage import Storage, WriteBatch
 from goka.storage.snapshots import SnapshotStore, install, stage
 

@@ -61,7 +61,7 @@ class TrackedStores:
     or close a store through the builder, the seam a processor takes its storage from."""
 
     def __init__(self, inner: Any = None) -> None:
-        from goka.processing.config import leveldb_store
+        from goka.processing.builders import leveldb_store
 
         self.inner = inner or leveldb_store
         self.opened: dict[Any, int] = {}

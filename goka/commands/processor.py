@@ -12,10 +12,15 @@ from typing import Any
 
 from goka.commands.options import add, add_brokers, add_http, brokers
 from goka.errors import UsageError
+from goka.processing.settings import cli_settings
 
-__all__ = ["register"]
+__all__ = ["OWN_FLAGS", "register"]
 
 log = logging.getLogger("goka.processor")
+
+#: Settings whose flags are written here, not made from their declaration: the command runs
+#: continuously by default, and keeps each group's state and checkpoint apart.
+OWN_FLAGS = ("mode", "state_dir", "checkpoint_dir")
 
 MODES = {
     "continuous": "epochs in which tasks process records as they arrive (tens of ms from emit "
@@ -50,27 +55,10 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     add(run, "--checkpoint-dir", "Spark checkpoint", default="<state-dir>/checkpoint")
     add(run, "--mode", "; ".join(f"{k}: {v}" for k, v in MODES.items()), default="continuous",
         choices=list(MODES))  # fmt: skip
-    add(run, "--trigger", "micro-batch interval", default="1 second")
-    add(run, "--epoch", "seconds per epoch in continuous mode", default=30.0, type=float)
-    add(run, "--commit-interval", "seconds between commits in continuous mode",
-        default=0.1, type=float)  # fmt: skip
-    add(run, "--tick-interval", "seconds between the ticks of a group with wall-clock timers "
-        "(default: 0.1 in continuous mode, the trigger interval in micro-batches)",
-        default=None, type=float)  # fmt: skip
-    add(run, "--on-error", "what a failing record does: fail stops the group, skip counts and "
-        "logs it, dead_letter also writes it to <group>-dlq", default="fail",
-        choices=["fail", "skip", "dead_letter"])  # fmt: skip
-    add(run, "--broker-timeout", "seconds a read may get nothing before the batch fails",
-        default=30.0, type=float)  # fmt: skip
-    add(run, "--max-offsets-per-trigger", "most records per micro-batch", type=int)
-    add(run, "--starting-offsets", "where a new checkpoint starts: earliest, latest, group "
-        '(the consumer group\'s committed offsets) or JSON {"topic": {"0": 42}}',
-        default="earliest")  # fmt: skip
-    add(run, "--snapshot-interval", "seconds between snapshots of each partition's state "
-        "(0: none)", default=30.0, type=float)  # fmt: skip
-    add(run, "--snapshot-dir", "where snapshots go: path or URL (s3://, gs://, hdfs://)",
-        default="<checkpoint-dir>/state")  # fmt: skip
-    add(run, "--snapshots-kept", "snapshots kept per partition", default=3, type=int)
+    for setting in cli_settings():  # declared with their descriptions in one place
+        flag = "--" + setting.name.replace("_", "-")
+        add(run, flag, setting.description.replace("``", ""), default=setting.default,
+            type=setting.flag or str, choices=setting.choices)  # fmt: skip
     add(run, "--grace", "seconds a stop waits for the running epoch to commit",
         default=10.0, type=float)  # fmt: skip
     add_http(run, 9100)
@@ -135,14 +123,8 @@ def _processors(args: argparse.Namespace) -> list[Any]:
         state, checkpoint = _dirs(args, graph.group, len(graphs) > 1)
         made.append(Processor(
             graph, brokers(args), session=session, state_dir=state, checkpoint_dir=checkpoint,
-            mode=args.mode, trigger=args.trigger, epoch=args.epoch,
-            commit_interval=args.commit_interval, on_error=args.on_error,
-            tick_interval=args.tick_interval,
-            max_offsets_per_trigger=args.max_offsets_per_trigger,
-            starting_offsets=args.starting_offsets, snapshot_interval=args.snapshot_interval,
-            snapshot_dir=None if args.snapshot_dir.startswith("<") else args.snapshot_dir,
-            snapshots_kept=args.snapshots_kept, broker_timeout=args.broker_timeout,
-            log_level=args.log_level, log_format=args.log_format,
+            mode=args.mode, log_level=args.log_level, log_format=args.log_format,
+            **{s.name: getattr(args, s.name) for s in cli_settings()},
         ))  # fmt: skip
     return made
 

@@ -35,14 +35,17 @@ sections of the group store, with changelogs of their own); outputs are at-least
 between 3 and 4 repeats them: in an epoch, at most one commit interval's), except windows'
 final results, exactly once: read back from the store after the commit that closed their
 windows, behind a delivered watermark (:mod:`~goka.processing.finals`). Every
-collaborator comes from :class:`~goka.processing.config.Builders`, so tests run all of this
+collaborator comes from :class:`~goka.processing.builders.Builders`, so tests run all of this
 without Spark or a broker and crash tests inject faults through them. What a task did is counted in
 :mod:`~goka.processing.summary`.
 
 Modules, one concept each; a module imports only modules listed above it:
 
-* ``config``: :class:`TaskConfig` and :class:`Builders`, what a task is built from (pickled
-  with it).
+* ``settings``: :class:`ProcessorSettings`, every setting of a processor, declared once with
+  its description and check.
+* ``builders``: :class:`Builders`, where a task's collaborators come from.
+* ``config``: :class:`TaskConfig`, what a task is given (the settings, and what the driver
+  adds; pickled with it).
 * ``signals``: the stop file and the partition board beside the checkpoint.
 * ``holders``: asking the process that holds a store open to release it.
 * ``leases``: stores lent to one task at a time and kept open between tasks.
@@ -65,8 +68,10 @@ from goka._lazy import lazy_exports
 
 if TYPE_CHECKING:  # imported where first used (goka._lazy): a task imports what it runs
     from goka.processing.batch import PartitionProcessor
-    from goka.processing.config import Builders, LookupTable, TaskConfig, leveldb_store, lookup_view
+    from goka.processing.builders import Builders, LookupTable, leveldb_store, lookup_view
+    from goka.processing.config import TaskConfig
     from goka.processing.epoch import run_epoch
+    from goka.processing.settings import ProcessorSettings
     from goka.processing.summary import Counts, PartitionSummary
     from goka.processing.worker import Worker
 
@@ -76,6 +81,7 @@ __all__ = [
     "LookupTable",
     "PartitionProcessor",
     "PartitionSummary",
+    "ProcessorSettings",
     "TaskConfig",
     "Worker",
     "leveldb_store",
@@ -87,13 +93,9 @@ __getattr__, __dir__ = lazy_exports(
     __name__,
     {
         "goka.processing.batch": ("PartitionProcessor",),
-        "goka.processing.config": (
-            "Builders",
-            "LookupTable",
-            "TaskConfig",
-            "leveldb_store",
-            "lookup_view",
-        ),
+        "goka.processing.builders": ("Builders", "LookupTable", "leveldb_store", "lookup_view"),
+        "goka.processing.config": ("TaskConfig",),
+        "goka.processing.settings": ("ProcessorSettings",),
         "goka.processing.epoch": ("run_epoch",),
         "goka.processing.summary": ("Counts", "PartitionSummary"),
         "goka.processing.worker": ("Worker",),

@@ -125,7 +125,7 @@ class PartitionProcessor:
     ) -> dict[str, list[Message]]:
         messages: dict[str, list[Message]] = {}
         for rows in stores.clients.reader().read(
-            self.partition, ranges, self.config.read_timeout, CHUNK
+            self.partition, ranges, self.config.broker_timeout, CHUNK
         ):
             for row in rows:
                 messages.setdefault(row[0], []).append(row)

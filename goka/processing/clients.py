@@ -71,19 +71,19 @@ class Clients:
     def snapshots(self) -> SnapshotStore | None:
         """The snapshot store (None: snapshots are off)."""
         config = self.config
-        if config.snapshot_url is None or config.snapshot_interval <= 0:
+        if not config.snapshot_dir or config.snapshot_interval <= 0:
             return None
         builder = config.builders.snapshots
         return self.worker.client(
             (
                 "snapshots",
                 builder,
-                config.snapshot_url,
+                config.snapshot_dir,
                 config.snapshots_kept,
                 frozen(config.snapshot_options),
             ),
             lambda: builder(
-                config.snapshot_url,
+                config.snapshot_dir,
                 keep=config.snapshots_kept,
                 storage_options=config.snapshot_options,
             ),
@@ -104,6 +104,6 @@ class Clients:
                 functools.partial(builder, brokers, table, settings),
                 lambda view: view.close(),
             )
-            view.wait_recovered(self.config.read_timeout)
+            view.wait_recovered(self.config.broker_timeout)
             readers[table] = view.get_raw
         return readers

@@ -88,7 +88,7 @@ class PartitionStores:
             ("board", url), lambda: PartitionBoard(url), lambda board: None)  # fmt: skip
         self.finals = (
             Finals(self.graph, partition, self.clients.producer(), self.clients.reader(),
-                   flush_timeout=config.flush_timeout, read_timeout=config.read_timeout)
+                   flush_timeout=config.flush_timeout, read_timeout=config.broker_timeout)
             if any(e.emit == "final" for e in self.graph.windows.values()) else None
         )  # fmt: skip
         self.delivery: Delivery | None = None  # final results being produced (``defer``)
@@ -379,7 +379,7 @@ class PartitionStores:
             self.leases[name], name, group=self.graph.group, partition=self.partition,
             topic=topic, reader=self.clients.reader(), manifests=self._list_manifests,
             snapshots=self.clients.snapshots(), scratch=self.root / ".restore",
-            read_timeout=self.config.read_timeout,
+            read_timeout=self.config.broker_timeout,
             sections=section_graces(self.graph) if timed else None,
         )  # fmt: skip
 

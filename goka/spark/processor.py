@@ -16,12 +16,12 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
-from goka.errors import ProcessorFailed
-from goka.group.engine import ErrorPolicy
+from goka.errors import ConfigurationError, ProcessorFailed
 from goka.group.graph import GroupGraph
 from goka.kafka.config import Brokers, bootstrap_servers
-from goka.processing.config import FIRE_BUDGET, Builders, TaskConfig
+from goka.processing.config import TaskConfig
 from goka.processing.holders import release_held
+from goka.processing.settings import settings as all_settings
 from goka.processing.signals import PartitionBoard, StopSignal
 from goka.processing.summary import PartitionSummary
 from goka.spark.config import MODES, ProcessorConfig
@@ -32,8 +32,7 @@ from goka.spark.status import PartitionStatus
 from goka.spark.summary import BatchSummary, Totals, translate
 from goka.spark.task import encode_config, start_python_workers
 from goka.spark.ticker import Ticker, trigger_seconds
-from goka.time.window_cache import WINDOW_CACHE
-from goka.topic_manager import TopicManager, TopicManagerConfig, prepare_group
+from goka.topic_manager import TopicManager, prepare_group
 
 __all__ = ["MODES", "BatchSummary", "Processor", "ProcessorFailed", "Totals"]
 
@@ -48,12 +47,14 @@ class Processor:
         brokers: bootstrap servers.
         spark: a session to use; by default one is built (as ``session`` and ``master`` say).
         master: Spark master URL for the session built here (``local[2]``, ``spark://...``).
-        settings: how it runs, keyword arguments: see :class:`~goka.spark.config.
-            ProcessorConfig` (``mode``, ``checkpoint_dir``, ``state_dir``, ``epoch``,
-            ``max_offsets_per_trigger``, ``starting_offsets``, snapshots, ...).
+        session: how the session built here is built (the UI, JVM options).
+        settings: how it runs, keyword arguments: every setting of
+            :class:`~goka.processing.settings.ProcessorSettings` (``mode``, ``epoch``,
+            ``checkpoint_dir``, ``state_dir``, ``starting_offsets``, snapshots, ...; None: its
+            default).
 
     Raises:
-        ConfigurationError: invalid settings (at construction, not mid-stream).
+        ConfigurationError: an unknown or invalid setting (at construction, not mid-stream).
     """
 
     def __init__(
@@ -63,48 +64,20 @@ class Processor:
         *,
         spark: SparkSession | None = None,
         master: str | None = None,
-        checkpoint_dir: str | Path | None = None,
-        state_dir: str | Path | None = None,
-        mode: str = "micro-batch",
-        trigger: str = "1 second",
-        epoch: float = 30.0,
-        commit_interval: float = 0.1,
-        epoch_tasks: int | None = None,
-        on_error: ErrorPolicy = "fail",
-        fire_budget: int = FIRE_BUDGET,
-        window_cache: int = WINDOW_CACHE,
-        max_offsets_per_trigger: int | None = None,
-        starting_offsets: str = "earliest",
-        kafka_config: dict[str, Any] | None = None,
-        producer_config: dict[str, Any] | None = None,
-        topics: TopicManagerConfig | None = None,
-        snapshot_interval: float = 30.0,
-        snapshot_dir: str | Path | None = None,
-        snapshots_kept: int = 3,
-        snapshot_options: dict[str, Any] | None = None,
-        builders: Builders | None = None,
-        progress_interval: float = 5.0,
-        tick_interval: float | None = None,
-        broker_timeout: float = 30.0,
         session: SessionSettings | None = None,
-        log_level: str | None = None,
-        log_format: str = "text",
+        **settings: Any,
     ) -> None:
-        settings = session or SessionSettings()
+        unknown = sorted(set(settings) - {s.name for s in all_settings()})
+        if unknown:
+            raise ConfigurationError(
+                f"unknown processor settings {unknown}; the settings are "
+                f"{', '.join(s.name for s in all_settings())}"
+            )
+        given = session or SessionSettings()
         self.config = ProcessorConfig(
-            graph, bootstrap_servers(brokers), state_dir=str(state_dir or "goka-state"),
-            checkpoint_dir=str(checkpoint_dir or ""), mode=mode, trigger=trigger, epoch=epoch,
-            commit_interval=commit_interval, epoch_tasks=epoch_tasks, on_error=on_error,
-            fire_budget=fire_budget, window_cache=window_cache,
-            max_offsets_per_trigger=max_offsets_per_trigger, starting_offsets=starting_offsets,
-            kafka_config=dict(kafka_config or {}), producer_config=dict(producer_config or {}),
-            topics=topics or TopicManagerConfig(), snapshot_interval=snapshot_interval,
-            snapshot_dir=str(snapshot_dir or ""), snapshots_kept=snapshots_kept,
-            snapshot_options=dict(snapshot_options or {}), builders=builders or Builders(),
-            progress_interval=progress_interval, tick_interval=tick_interval,
-            broker_timeout=broker_timeout,
-            session=settings if master is None else dataclasses.replace(settings, master=master),
-            log_level=log_level, log_format=log_format,
+            graph, bootstrap_servers(brokers),
+            session=given if master is None else dataclasses.replace(given, master=master),
+            **{name: value for name, value in settings.items() if value is not None},
         )  # fmt: skip
         self.graph, self.mode = graph, self.config.mode
         self._spark = spark

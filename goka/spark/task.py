@@ -183,7 +183,7 @@ def _prime_clients(config: TaskConfig, worker: Worker) -> None:
     graph = config.graph
     try:
         for topic in [*graph.outputs, *([graph.table] if graph.persist else [])]:
-            producer.partition_count(topic, min(config.read_timeout, _CONNECT_SECONDS))
+            producer.partition_count(topic, min(config.broker_timeout, _CONNECT_SECONDS))
     except GokaError as exc:
         log.debug("readying a worker: the producer did not learn where %s writes: %s",
                   graph.group, exc)  # fmt: skip

@@ -14,7 +14,8 @@ import pytest
 
 from goka.errors import StorageCorruptError, StorageError, StorageLockedError
 from goka.processing.batch import PartitionProcessor
-from goka.processing.config import Builders, TaskConfig, leveldb_store
+from goka.processing.builders import Builders, leveldb_store
+from goka.processing.config import TaskConfig
 from goka.processing.leases import remove_store
 from goka.processing.worker import Worker
 from goka.storage import LevelDBStorage, WriteBatch
@@ -75,7 +76,7 @@ class LevelDBMachine:
     def __init__(self, kafka: FakeKafka, root: Path, snapshots: str, **config: object) -> None:
         builders = Builders(storage=leveldb_store, producer=kafka.producer, reader=kafka.reader)
         self.worker = Worker()
-        self.config = TaskConfig(CLICKS, "fake:9092", str(root), snapshot_url=snapshots,
+        self.config = TaskConfig(CLICKS, "fake:9092", state_dir=str(root), snapshot_dir=snapshots,
                                  snapshot_interval=1e-9, builders=builders, **config)  # type: ignore[arg-type]  # fmt: skip
 
     def run(self, start: int, end: int) -> tuple[object, list[dict[str, object]]]:

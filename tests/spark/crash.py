@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from goka.kafka.producer import Producer, kafka_producer
-from goka.processing.config import Builders, leveldb_store
+from goka.processing.builders import Builders, leveldb_store
 from goka.storage import Storage, WriteBatch
 from goka.storage.snapshots import SnapshotStore
 

@@ -28,7 +28,8 @@ from goka import (
 )
 from goka.group.graph import GroupGraph
 from goka.processing.batch import PartitionProcessor
-from goka.processing.config import Builders, TaskConfig
+from goka.processing.builders import Builders
+from goka.processing.config import TaskConfig
 from goka.processing.epoch import run_epoch
 from goka.processing.summary import PartitionSummary
 from goka.processing.worker import Worker
@@ -91,7 +92,7 @@ class Machine:
             return store
 
         self.builders = Builders(storage=storage, producer=kafka.producer, reader=kafka.reader)
-        self.config = TaskConfig(graph, "fake:9092", str(root), snapshot_url=snapshots,
+        self.config = TaskConfig(graph, "fake:9092", state_dir=str(root), snapshot_dir=snapshots,
                                  snapshot_interval=interval, builders=self.builders, **config)  # fmt: skip
 
     def run(self, partition: int, ranges: dict[str, tuple[int, int]]) -> PartitionSummary:

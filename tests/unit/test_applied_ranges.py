@@ -27,7 +27,8 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from goka.errors import DeliveryError, OffsetRegressionError
 from goka.processing.applied import Applied, commit
 from goka.processing.batch import PartitionProcessor
-from goka.processing.config import Builders, TaskConfig, leveldb_store
+from goka.processing.builders import Builders, leveldb_store
+from goka.processing.config import TaskConfig
 from goka.processing.epoch import run_epoch
 from goka.processing.worker import Worker
 from goka.storage import MemoryStorage, Storage, WriteBatch
@@ -97,8 +98,8 @@ class AppliedRanges(RuleBasedStateMachine):
         builders = Builders(storage=self.stores, producer=self.kafka.producer,
                             reader=self.kafka.reader)  # fmt: skip
         url = f"memory://{self.root.name}" if self.snapshots else None
-        return TaskConfig(CLICKS, "fake:9092", str(self.root / f"machine-{self.machine}"),
-                          snapshot_url=url, snapshot_interval=1e-9,
+        return TaskConfig(CLICKS, "fake:9092", state_dir=str(self.root / f"machine-{self.machine}"),
+                          snapshot_dir=url, snapshot_interval=1e-9,
                           builders=builders, commit_interval=0, **overrides)  # fmt: skip
 
     def end(self) -> int:

@@ -26,7 +26,8 @@ from goka import (
 )
 from goka.errors import DeliveryError
 from goka.partitioner import partition_for
-from goka.processing.config import Builders, TaskConfig, leveldb_store
+from goka.processing.builders import Builders, leveldb_store
+from goka.processing.config import TaskConfig
 from goka.processing.epoch import run_epoch
 from goka.processing.epoch_partition import MAX_SEALED
 from goka.processing.timeline import STEPS
@@ -140,7 +141,7 @@ def test_changes_not_committed_yet_are_seen_by_later_records(
     kafka: FakeKafka, tmp_path: Path
 ) -> None:
     script = Script(kafka, *[lambda: click(kafka, 5, users=1) for _ in range(4)])
-    machine = Machine(kafka, tmp_path, commit_interval=HOUR)  # one commit, at the end
+    machine = Machine(kafka, tmp_path, commit_interval=HOUR, epoch=2 * HOUR)  # one commit: the end
     summary = epoch(machine, {IN: 0}, script.done)
     assert summary.commits == 1 and machine.state(0) == {"u0": 20}
     assert [int(v) for *_, v, _, _ in kafka.rows(CLICKS.table, 0)] == list(range(1, 21))

@@ -21,7 +21,8 @@ from goka import (
     input,
     persist,
 )
-from goka.processing.config import Builders, TaskConfig
+from goka.processing.builders import Builders
+from goka.processing.config import TaskConfig
 from goka.processing.output import ORIGINAL_SIZE, TRUNCATED
 from goka.processing.recovery import SRC_OFFSET, SRC_PARTITION, SRC_TOPIC
 from goka.storage.snapshots import SnapshotStore

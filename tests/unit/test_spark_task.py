@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from goka.errors import BrokerError
-from goka.processing.config import Builders
+from goka.processing.builders import Builders
 from goka.spark.task import _prime_clients
 
 from .fake_kafka import FakeKafka, RecordingProducer

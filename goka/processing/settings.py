@@ -1,0 +1,256 @@
+"""Every setting of a processor, declared once: its default, its description, how it is
+checked and whether the command line offers it.
+
+:class:`ProcessorSettings` is the one declaration. The driver's configuration
+(:class:`goka.spark.config.ProcessorConfig`) and the tasks' (:class:`~goka.processing.config.
+TaskConfig`) are made of it, :class:`goka.spark.Processor` takes its fields as keyword
+arguments, ``goka processor run`` makes its flags from it (:func:`cli_settings`), and the
+documentation's settings table is written from it (``python -m tools.gen_docs``). Adding a
+setting is a field here and the code that reads it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from goka.errors import ConfigurationError
+from goka.group.engine import POLICIES, ErrorPolicy
+from goka.time.window_cache import WINDOW_CACHE
+
+if TYPE_CHECKING:  # imported when first built: the command line declares its flags from here
+    from goka.processing.builders import Builders
+    from goka.topic_manager import TopicManagerConfig
+
+__all__ = ["FIRE_BUDGET", "MODES", "ProcessorSettings", "Setting", "cli_settings", "settings"]
+
+#: How a processor runs (see :class:`goka.spark.Processor`).
+MODES = ("micro-batch", "continuous", "available-now")
+
+#: The most timers and expiries a partition fires between two commits, by default (see
+#: :class:`goka.group.engine.Engine`'s ``fire_budget``): a stream time jump over a million
+#: timers commits in slices instead of holding every effect in memory.
+FIRE_BUDGET = 10_000
+
+
+@dataclass(frozen=True)
+class Setting:
+    """What is declared of a setting beside its default: its description, and, if the command
+    line offers it, the type its flag parses and the values it may take."""
+
+    name: str
+    default: Any
+    description: str
+    flag: Callable[[str], Any] | None
+    choices: tuple[str, ...] | None
+
+
+def _setting(default: Any, description: str, *, flag: Callable[[str], Any] | None = None,
+             choices: tuple[str, ...] | None = None, factory: Callable[[], Any] | None = None,
+             ) -> Any:  # fmt: skip
+    metadata = {"description": " ".join(description.split()), "flag": flag, "choices": choices}
+    if factory is not None:
+        return field(default_factory=factory, metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+def _topics() -> TopicManagerConfig:
+    from goka.topic_manager import TopicManagerConfig
+
+    return TopicManagerConfig()
+
+
+def _builders() -> Builders:
+    from goka.processing.builders import Builders
+
+    return Builders()
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProcessorSettings:
+    """How a processor runs: each field is a setting, described where it is declared (see
+    :func:`settings` or the documentation's settings table). Checked when built: invalid
+    settings fail at declaration, not mid-stream.
+
+    Raises:
+        ConfigurationError: an invalid setting.
+    """
+
+    mode: str = _setting("micro-batch", """``micro-batch``: each micro-batch processes the
+        records that arrived since the previous one, every ``trigger``; ``continuous``: each
+        micro-batch is an *epoch* of ``epoch`` seconds in which every task processes its
+        partitions as records arrive and commits every ``commit_interval`` (milliseconds from
+        emit to table instead of about a second); ``available-now``: what is there, then
+        stop.""", choices=MODES)  # fmt: skip
+    trigger: str = _setting("1 second", """The micro-batch interval (``available-now``: as
+        the mode).""", flag=str)  # fmt: skip
+    epoch: float = _setting(
+        30.0,
+        """Seconds of each epoch in continuous mode (between them,
+        Spark plans the next one: a pause of a few hundred milliseconds).""",
+        flag=float,
+    )
+    commit_interval: float = _setting(
+        0.1,
+        """Seconds between a task's commits in continuous
+        mode (a crash repeats at most this much of the outputs; 0: after every poll).""",
+        flag=float,
+    )
+    epoch_tasks: int | None = _setting(
+        None,
+        """Tasks per epoch in continuous mode, each
+        running some partitions (an epoch's tasks must all run at once; default: the job's
+        task slots, or one per partition if there are fewer partitions).""",
+        flag=int,
+    )
+    tick_interval: float | None = _setting(None, """Seconds between the ticks of a group with
+        wall-clock timers or TTL: how late a wall timer may fire on a partition that gets no
+        records (default: 0.1 in continuous mode, the trigger interval in
+        micro-batches).""", flag=float)  # fmt: skip
+    on_error: ErrorPolicy = _setting(
+        "fail",
+        """What a record that cannot be decoded or whose
+        callback raises does: ``fail`` stops the group, ``skip`` counts and logs it,
+        ``dead_letter`` also writes it to ``<group>-dlq``.""",
+        flag=str,
+        choices=POLICIES,
+    )
+    fire_budget: int = _setting(FIRE_BUDGET, """The most timers and expiries a partition fires
+        between two commits (a record that makes more due commits in slices: memory stays
+        bounded).""", flag=int)  # fmt: skip
+    window_cache: int = _setting(WINDOW_CACHE, """How many windows of each window table (of
+        fixed windows) a partition keeps in memory with their values until they close, to
+        read them without its store (about 200 bytes each with short keys and values; 0:
+        none).""", flag=int)  # fmt: skip
+    max_offsets_per_trigger: int | None = _setting(
+        None,
+        """The most input records per
+        micro-batch (default: all there are).""",
+        flag=int,
+    )
+    starting_offsets: str = _setting("earliest", """Where a new checkpoint starts:
+        ``earliest``, ``latest``, JSON ``{"topic": {"0": 42}}``, or ``group``: the offsets
+        committed to the consumer group ``<group>`` (by Go Goka, or an earlier run with
+        another checkpoint; ``earliest`` where none). In every mode, tasks begin at least
+        where the group committed, as Go Goka does (to process input again, reset the
+        group's offsets or name a new group).""", flag=str)  # fmt: skip
+    state_dir: str = _setting("goka-state", """Where tasks keep partition stores,
+        ``<state_dir>/<group>/partition-N``; a relative path is taken in each executor's
+        working directory (its local disk).""")  # fmt: skip
+    checkpoint_dir: str = _setting("", """Spark's checkpoint (shared storage on a cluster;
+        default: ``<state_dir>/<group>/checkpoint``).""")  # fmt: skip
+    snapshot_interval: float = _setting(
+        30.0,
+        """Seconds between snapshots of each
+        partition's stores (0: none): a partition that moves to another executor restores
+        its newest snapshot and replays only the table records written since.""",
+        flag=float,
+    )
+    snapshot_dir: str = _setting("", """Where snapshots go: a path or fsspec URL (``s3://``,
+        ``gs://``, ``hdfs://``; shared by all executors; default:
+        ``<checkpoint_dir>/state``).""", flag=str)  # fmt: skip
+    snapshots_kept: int = _setting(3, "Snapshots kept per partition.", flag=int)
+    snapshot_options: Mapping[str, Any] = _setting(None, """fsspec storage options for
+        ``snapshot_dir`` (credentials, endpoints).""", factory=dict)  # fmt: skip
+    kafka_config: Mapping[str, Any] = _setting(None, "librdkafka settings for every client.",
+                                               factory=dict)  # fmt: skip
+    producer_config: Mapping[str, Any] = _setting(None, """librdkafka settings for the tasks'
+        producer only (acks, compression).""", factory=dict)  # fmt: skip
+    topics: TopicManagerConfig = _setting(None, """Creation settings of the group table,
+        loop and dead-letter topics.""", factory=_topics)  # fmt: skip
+    builders: Builders = _setting(None, """Where partition processors get their storage,
+        producer, reader, snapshot store and lookup tables (tests swap them).""",
+        factory=_builders)  # fmt: skip
+    progress_interval: float = _setting(5.0, """In continuous mode, seconds between updates
+        of the lag, committed offsets and commit times from the group's commits while an
+        epoch runs.""", flag=float)  # fmt: skip
+    broker_timeout: float = _setting(30.0, """Seconds a task's read may get nothing before it
+        fails the batch (naming the brokers if they could not be reached); a read that
+        progresses goes on however long it takes.""", flag=float)  # fmt: skip
+    log_level: str | None = _setting(None, """How the Python workers that run the tasks log
+        (None: they configure nothing).""")  # fmt: skip
+    log_format: str = _setting("text", "The log format of those workers: text or json.")
+
+    def __post_init__(self) -> None:
+        self._set(state_dir=str(self.state_dir or "goka-state"),
+                  checkpoint_dir=str(self.checkpoint_dir or ""),
+                  snapshot_dir=str(self.snapshot_dir or ""))  # fmt: skip
+        if self.trigger == "available-now":
+            self._set(mode="available-now")
+        _check(self)
+
+    def _set(self, **values: Any) -> None:
+        for name, value in values.items():
+            object.__setattr__(self, name, value)
+
+    def settings(self) -> dict[str, Any]:
+        """The value of every setting, by name."""
+        return {s.name: getattr(self, s.name) for s in settings()}
+
+
+def settings() -> list[Setting]:
+    """Every processor setting, in declaration order."""
+    return [Setting(f.name, _default(f), f.metadata["description"], f.metadata["flag"],
+                    f.metadata["choices"])
+            for f in dataclasses.fields(ProcessorSettings)]  # fmt: skip
+
+
+def cli_settings() -> list[Setting]:
+    """The settings ``goka processor run`` offers as flags."""
+    return [s for s in settings() if s.flag is not None]
+
+
+def _default(found: dataclasses.Field[Any]) -> Any:
+    if found.default_factory is not dataclasses.MISSING:
+        return found.default_factory()
+    return found.default
+
+
+def _check(settings: ProcessorSettings) -> None:
+    s = settings
+    if s.on_error not in POLICIES:
+        raise ConfigurationError(f"on_error must be one of {POLICIES}, got {s.on_error!r}")
+    if s.mode not in MODES:
+        raise ConfigurationError(f"mode must be one of {MODES}, got {s.mode!r}")
+    for name, least in (("fire_budget", 1), ("window_cache", 0), ("snapshots_kept", 1)):
+        value = getattr(s, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise ConfigurationError(f"{name} must be an int >= {least}, got {value!r}")
+    for name in ("max_offsets_per_trigger", "epoch_tasks"):
+        value = getattr(s, name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                  or value < 1):  # fmt: skip
+            raise ConfigurationError(f"{name} must be an int >= 1, got {value!r}")
+    for name in ("progress_interval", "broker_timeout", "epoch"):
+        if getattr(s, name) <= 0:
+            raise ConfigurationError(f"{name} must be > 0, got {getattr(s, name)}")
+    if s.tick_interval is not None and s.tick_interval <= 0:
+        raise ConfigurationError(f"tick_interval must be > 0, got {s.tick_interval}")
+    if not 0 <= s.commit_interval < s.epoch:
+        raise ConfigurationError(f"need 0 <= commit_interval < epoch, got commit_interval="
+                                 f"{s.commit_interval}, epoch={s.epoch}")  # fmt: skip
+    if s.snapshot_interval < 0:
+        raise ConfigurationError(f"snapshot_interval must be >= 0, got {s.snapshot_interval}")
+    if s.log_format not in ("text", "json"):
+        raise ConfigurationError(f"log_format must be text or json, got {s.log_format!r}")
+    _check_starting_offsets(s.starting_offsets)
+
+
+def _check_starting_offsets(starting: str) -> None:
+    if starting in ("earliest", "latest", "group"):
+        return
+    try:
+        given = json.loads(starting)
+        valid = isinstance(given, dict) and all(
+            isinstance(p, dict) and all(int(o) >= 0 for o in p.values()) for p in given.values()
+        )
+    except (ValueError, TypeError):
+        valid = False
+    if not valid:
+        raise ConfigurationError(
+            "starting_offsets must be earliest, latest, group or JSON like "
+            f'{{"topic": {{"0": 42}}}}, got {starting!r}'
+        )
