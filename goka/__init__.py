@@ -94,6 +94,8 @@ if TYPE_CHECKING:  # imported where first used (goka._lazy): one module does not
         window,
     )
     from goka.keys import key_bytes, key_str
+    from goka.time.open_windows import Windows
+    from goka.time.rows import Timer
     from goka.time.specs import Calendar, Hopping, Session, Tumbling, Window
     from goka.topic_manager import TopicManager, TopicManagerConfig
 
@@ -137,6 +139,7 @@ __all__ = [
     "StringCodec",
     "Table",
     "TableNotServedError",
+    "Timer",
     "TopicError",
     "TopicManager",
     "TopicManagerConfig",
@@ -147,6 +150,7 @@ __all__ = [
     "ViewNotReadyError",
     "ViewUnreachableError",
     "Window",
+    "Windows",
     "codec_by_name",
     "define_group",
     "input",
@@ -225,6 +229,8 @@ __getattr__, __dir__ = lazy_exports(
         ),
         "goka.keys": ("key_bytes", "key_str"),
         "goka.topic_manager": ("TopicManager", "TopicManagerConfig"),
+        "goka.time.open_windows": ("Windows",),
+        "goka.time.rows": ("Timer",),
         "goka.time.specs": ("Calendar", "Hopping", "Session", "Tumbling", "Window"),
     },
 )
