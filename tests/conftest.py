@@ -13,6 +13,7 @@ pytest_plugins = [
     "tests.unit.machines",
     "tests.spark.fixtures",
     "tests.integration.rewinds",
+    "tests.interop.gogoka",
 ]
 
 

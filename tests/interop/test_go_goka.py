@@ -1,0 +1,130 @@
+"""goka-py beside real Go Goka (lovoo/goka, tests/interop/go) on Apache Kafka: each side's
+emitters, processor groups and views on the other's topics, with keys of any bytes and nil
+values. Expected counts are computed here from what was sent, not read from either side."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from goka import Context, Emitter, Int64Codec, StringCodec, define_group, input, key_bytes, persist
+from goka.grpc import ViewClient, ViewServer
+from goka.topic_manager import TopicManager
+from goka.view import View
+
+from .gogoka import GoGoka
+
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
+
+#: Keys Go Goka may write: text, the empty key, non-UTF-8 bytes, a NUL inside.
+KEYS: list[bytes] = [b"alice", b"", "Zo\u00eb".encode(), b"\xff\xfe\x00raw", b"bob", b"\x80"]
+
+
+def _records(n: int, seed: int) -> list[tuple[bytes, bytes | None]]:
+    """``n`` clicks over KEYS, every seventh a nil value (which Goka's groups ignore)."""
+    rng = random.Random(seed)
+    return [(rng.choice(KEYS), None if i % 7 == 3 else b"/page") for i in range(n)]
+
+
+def _expected(records: list[tuple[bytes, bytes | None]]) -> Counter[bytes]:
+    return Counter(k for k, v in records if v is not None)
+
+
+def _int64(values: dict[bytes, bytes]) -> dict[bytes, int]:
+    return {k: int(v) for k, v in values.items()}  # Goka's Int64 codec: decimal text
+
+
+def count(ctx: Context[int], msg: Any) -> None:
+    ctx.set_value((ctx.value() or 0) + 1)
+
+
+def test_python_emits_go_counts_python_and_go_views_read_it(
+    brokers: str, new_topic: Callable[..., str], go_goka: GoGoka, tmp_path: Path
+) -> None:
+    topic, group = new_topic(partitions=4), f"{new_topic()}-go"
+    records = _records(600, seed=1)
+    with Emitter(brokers, topic, StringCodec()) as emitter:
+        for key, value in records:
+            emitter.emit(key, None if value is None else value.decode())
+    expected = _expected(records)
+    with go_goka.count(brokers, group, topic):
+        view = View(brokers, f"{group}-table", Int64Codec(), path=tmp_path / "view").start()
+        try:
+            view.wait_recovered(60)
+            wait_for_counts(view, sum(expected.values()))
+            assert {key_bytes(k): v for k, v in view.items()} == expected
+            with ViewServer([view]) as server, ViewClient(server.address) as client:
+                assert (
+                    client.get(f"{group}-table", b"\xff\xfe\x00raw") == expected[b"\xff\xfe\x00raw"]
+                )
+                assert client.get(f"{group}-table", b"") == expected[b""]
+        finally:
+            view.close()
+    assert _int64(go_goka.view(brokers, f"{group}-table")) == expected
+
+
+@pytest.mark.spark
+def test_go_emits_python_counts_go_view_reads_it(
+    brokers: str, new_topic: Callable[..., str], go_goka: GoGoka, make_processor: Any
+) -> None:
+    topic = new_topic(partitions=4)
+    records = _records(500, seed=2)
+    go_goka.emit(brokers, topic, records)
+    graph = define_group(f"{topic}-py", input(topic, StringCodec(), count), persist(Int64Codec()))
+    run = make_processor(graph).run_until_caught_up(timeout=300)
+    assert run.processed == len(records)  # nil values count as processed, not as clicks
+    assert _int64(go_goka.view(brokers, graph.table)) == _expected(records)
+
+
+def wait_for_counts(view: View[int], total: int) -> None:
+    """Until the view's counts add up to ``total`` (what the group has to count)."""
+    from ..helpers import wait_for
+
+    wait_for(lambda: sum(v for _, v in view.items()) >= total, timeout=120,
+             what=f"the Go group's table to count {total} clicks")  # fmt: skip
+
+
+def test_topics_made_by_go_goka_are_what_goka_py_expects(
+    brokers: str, new_topic: Callable[..., str], go_goka: GoGoka
+) -> None:
+    """A table Go Goka's group created (on first start) passes goka-py's checks."""
+    topic, group = new_topic(partitions=2), f"{new_topic()}-made-by-go"
+    go_goka.emit(brokers, topic, [(b"k", b"v")])
+    with go_goka.count(brokers, group, topic):
+        pass
+    assert TopicManager(brokers).ensure_table_exists(f"{group}-table", 2) == 2
+
+
+@pytest.mark.spark
+def test_a_group_handed_from_go_to_python_and_back_counts_each_record_once(
+    brokers: str, new_topic: Callable[..., str], go_goka: GoGoka, make_processor: Any
+) -> None:
+    """Go Goka runs the group, stops; goka-py takes it over from the offsets Go committed and
+    the table Go wrote; Go takes it back from goka-py's. No step in between."""
+    topic = new_topic(partitions=4)
+    group = f"{topic}-handed"
+    graph = define_group(group, input(topic, StringCodec(), count), persist(Int64Codec()))
+    sent: list[tuple[bytes, bytes | None]] = []
+    for seed, side in ((3, "go"), (4, "python"), (5, "go")):
+        part = _records(300, seed)
+        go_goka.emit(brokers, topic, part)
+        sent += part
+        if side == "go":
+            with go_goka.count(brokers, group, topic):
+                _wait_table(brokers, graph.table, _expected(sent), go_goka)
+        else:
+            run = make_processor(graph).run_until_caught_up(timeout=300)
+            assert run.processed == len(part)  # only what Go had not committed
+        assert _int64(go_goka.view(brokers, graph.table)) == _expected(sent), side
+
+
+def _wait_table(brokers: str, table: str, expected: Counter[bytes], go_goka: GoGoka) -> None:
+    from ..helpers import wait_for
+
+    wait_for(lambda: _int64(go_goka.view(brokers, table)) == expected, timeout=120,
+             what="Go Goka's group to count what was sent")  # fmt: skip
