@@ -17,6 +17,7 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -86,13 +87,22 @@ class GoGoka:
             found[bytes.fromhex(key)] = bytes.fromhex(value)
         return found
 
-    @contextmanager
-    def count(self, brokers: str, group: str, topic: str) -> Iterator[subprocess.Popen[str]]:
+    def count(self, brokers: str, group: str, topic: str) -> Any:
         """Run goka processor ``group`` counting ``topic``'s records per key (Int64 table);
         it is ready (partitions claimed, table recovered) when this enters; stopped (its
         offsets committed) when this exits."""
+        return self._group(self._command("count", brokers, group=group, topic=topic))
+
+    def sum(self, brokers: str, group: str, topic: str, table: str, edge: str) -> Any:
+        """Run goka processor ``group`` summing, per key of ``topic``'s records, the key's
+        value in ``table`` (Int64), which it joins or looks up (``edge``); as :meth:`count`."""
+        return self._group(self._command("sum", brokers, group=group, topic=topic, table=table,
+                                         edge=edge))  # fmt: skip
+
+    @contextmanager
+    def _group(self, command: list[str]) -> Iterator[subprocess.Popen[str]]:
         with tempfile.TemporaryFile("w+") as log, subprocess.Popen(
-            self._command("count", brokers, group=group, topic=topic),
+            command,
             stdout=subprocess.PIPE, stderr=log, text=True,
         ) as process:  # fmt: skip
             try:

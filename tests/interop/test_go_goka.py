@@ -12,7 +12,18 @@ from typing import Any
 
 import pytest
 
-from goka import Context, Emitter, Int64Codec, StringCodec, define_group, input, key_bytes, persist
+from goka import (
+    Context,
+    Emitter,
+    Int64Codec,
+    StringCodec,
+    define_group,
+    input,
+    join,
+    key_bytes,
+    lookup,
+    persist,
+)
 from goka.grpc import ViewClient, ViewServer
 from goka.topic_manager import TopicManager
 from goka.view import View
@@ -128,3 +139,49 @@ def _wait_table(brokers: str, table: str, expected: Counter[bytes], go_goka: GoG
 
     wait_for(lambda: _int64(go_goka.view(brokers, table)) == expected, timeout=120,
              what="Go Goka's group to count what was sent")  # fmt: skip
+
+
+def _sums(clicks: list[tuple[bytes, bytes | None]], table: Counter[bytes]) -> dict[bytes, int]:
+    """Per key of ``clicks`` (nil values ignored), the sum of the key's value in ``table``."""
+    found: dict[bytes, int] = {}
+    for key, value in clicks:
+        if value is not None:
+            found[key] = found.get(key, 0) + table.get(key, 0)
+    return found
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("edge", ["join", "lookup"])
+def test_each_side_joins_and_looks_up_the_other_sides_table(
+    brokers: str, new_topic: Callable[..., str], go_goka: GoGoka, make_processor: Any, edge: str,
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    counted, clicks = new_topic(partitions=4), new_topic(partitions=4)
+    first, second = _records(400, seed=6), _records(300, seed=7)
+    go_goka.emit(brokers, counted, first)
+    go_goka.emit(brokers, clicks, second)
+    expected = _sums(second, _expected(first))
+    # a Python group's table, joined (looked up) by a Go group
+    python_counts = define_group(f"{counted}-py", input(counted, StringCodec(), count),
+                                 persist(Int64Codec()))  # fmt: skip
+    make_processor(python_counts, checkpoint_dir=tmp_path / "counts").run_until_caught_up(
+        timeout=300
+    )
+    go_sums = f"{clicks}-go-{edge}"
+    with go_goka.sum(brokers, go_sums, clicks, python_counts.table, edge):
+        _wait_table(brokers, f"{go_sums}-table", Counter(expected), go_goka)
+    # a Go group's table, joined (looked up) by a Python group
+    go_counts = f"{counted}-go"
+    with go_goka.count(brokers, go_counts, counted):
+        _wait_table(brokers, f"{go_counts}-table", _expected(first), go_goka)
+    table = f"{go_counts}-table"
+
+    def add(ctx: Context[int], msg: Any) -> None:
+        found = ctx.join(table) if edge == "join" else ctx.lookup(table, ctx.key)
+        ctx.set_value((ctx.value() or 0) + (found or 0))
+
+    other = join(table, Int64Codec()) if edge == "join" else lookup(table, Int64Codec())
+    python_sums = define_group(f"{clicks}-py-{edge}", input(clicks, StringCodec(), add), other,
+                               persist(Int64Codec()))  # fmt: skip
+    make_processor(python_sums, checkpoint_dir=tmp_path / "sums").run_until_caught_up(timeout=300)
+    assert _int64(go_goka.view(brokers, python_sums.table)) == expected

@@ -28,13 +28,15 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fail("usage: goka-interop emit|count|view [flags]")
+		fail("usage: goka-interop emit|count|sum|view [flags]")
 	}
 	cmd, args := os.Args[1], os.Args[2:]
 	flags := flag.NewFlagSet(cmd, flag.ExitOnError)
 	brokers := flags.String("brokers", "", "bootstrap servers, comma-separated")
 	topic := flags.String("topic", "", "emit: the topic; count: the input stream; view: the table")
-	group := flags.String("group", "", "count: the group")
+	group := flags.String("group", "", "count, sum: the group")
+	table := flags.String("table", "", "sum: the table joined or looked up (Int64 values)")
+	edge := flags.String("edge", "join", "sum: join or lookup")
 	valueCodec := flags.String("codec", "string", "emit/view: string, int64 or bytes")
 	_ = flags.Parse(args)
 	configure()
@@ -44,6 +46,8 @@ func main() {
 		emit(servers, *topic, codecOf(*valueCodec))
 	case "count":
 		count(servers, *group, *topic)
+	case "sum":
+		sum(servers, *group, *topic, *table, *edge)
 	case "view":
 		view(servers, *topic, codecOf(*valueCodec))
 	default:
@@ -124,6 +128,12 @@ func count(brokers []string, group, input string) {
 		}),
 		goka.Persist(new(codec.Int64)),
 	)
+	run(brokers, graph)
+}
+
+// run runs a processor of graph until SIGTERM or SIGINT; it prints "ready" once its
+// partitions are assigned and recovered.
+func run(brokers []string, graph *goka.GroupGraph) {
 	processor, err := goka.NewProcessor(brokers, graph,
 		goka.WithTopicManagerBuilder(topicManager()),
 		goka.WithStorageBuilder(storageBuilder()))
@@ -135,6 +145,36 @@ func count(brokers []string, group, input string) {
 	check(processor.WaitForReadyContext(ctx))
 	fmt.Println("ready")
 	check(<-errs)
+}
+
+// sum runs group: per key, the sum over input's records of the key's value in table (a join:
+// the co-partitioned table; a lookup: the whole table; 0 where the table has none).
+func sum(brokers []string, group, input, table, edge string) {
+	tableEdge := goka.Join(goka.Table(table), new(codec.Int64))
+	if edge == "lookup" {
+		tableEdge = goka.Lookup(goka.Table(table), new(codec.Int64))
+	}
+	graph := goka.DefineGroup(goka.Group(group),
+		goka.Input(goka.Stream(input), new(codec.String), func(ctx goka.Context, msg interface{}) {
+			var n, add int64
+			if v := ctx.Value(); v != nil {
+				n = v.(int64)
+			}
+			var found any
+			if edge == "lookup" {
+				found = ctx.Lookup(goka.Table(table), ctx.Key())
+			} else {
+				found = ctx.Join(goka.Table(table))
+			}
+			if found != nil {
+				add = found.(int64)
+			}
+			ctx.SetValue(n + add)
+		}),
+		tableEdge,
+		goka.Persist(new(codec.Int64)),
+	)
+	run(brokers, graph)
 }
 
 // view prints every key of table and its value once the view has recovered.
