@@ -210,6 +210,7 @@ class GokaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target = self._as_offsets(self._ends.high(self._all()))
 
     def latestOffset(self, start: Offsets, read_limit: ReadLimit) -> Offsets:
+        _check_checkpoint(start, self.topics)
         if self.epochs is not None:
             return self._next_epoch(start)
         marks = self._ends.watermarks(self._all())
@@ -310,3 +311,14 @@ class GokaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._end_offsets.close()
         if self._committed is not None:
             self._committed.close()
+
+
+def _check_checkpoint(start: Offsets, topics: list[str]) -> None:
+    """Spark's checkpoint gave offsets of other topics than the query reads: it is another
+    query's (two processors, or a processor and a sink, given one checkpoint directory)."""
+    if set(topics) - set(start):
+        raise ConfigurationError(
+            f"the query's checkpoint holds offsets of {sorted(start)}, not of {sorted(topics)} "
+            "that it reads: it is another query's checkpoint; give each processor (and each "
+            "sink) a checkpoint directory of its own"
+        )

@@ -333,3 +333,17 @@ def test_starting_offsets_latest_and_explicit(
     ).run_until_caught_up(timeout=300)
     assert run.processed == 7  # offsets 8..14
     assert table_of(brokers, explicit.table, Int64Codec()) == {"old": 2, "new": 5}
+
+
+def test_a_checkpoint_of_another_query_is_refused_by_name(
+    brokers: str, new_topic: Callable[..., str], make_processor: Any
+) -> None:
+    """Two groups given one checkpoint directory: the second says so, not a KeyError."""
+    first, second = new_topic(), new_topic()
+    clicks(brokers, first, 20)
+    clicks(brokers, second, 20)
+    one = define_group(f"{first}-g", input(first, StringCodec(), count), persist(Int64Codec()))
+    two = define_group(f"{second}-g", input(second, StringCodec(), count), persist(Int64Codec()))
+    make_processor(one).run_until_caught_up(timeout=300)
+    with pytest.raises(ProcessorFailed, match="another query's checkpoint"):
+        make_processor(two).run_until_caught_up(timeout=300)
