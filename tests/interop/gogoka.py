@@ -99,6 +99,11 @@ class GoGoka:
         return self._group(self._command("sum", brokers, group=group, topic=topic, table=table,
                                          edge=edge))  # fmt: skip
 
+    def pages(self, brokers: str, group: str, topic: str) -> Any:
+        """Run goka processor ``group`` looping each record of ``topic`` back under its value
+        (a page) and counting per page in the loop; as :meth:`count`."""
+        return self._group(self._command("pages", brokers, group=group, topic=topic))
+
     @contextmanager
     def _group(self, command: list[str]) -> Iterator[subprocess.Popen[str]]:
         with tempfile.TemporaryFile("w+") as log, subprocess.Popen(

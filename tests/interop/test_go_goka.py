@@ -22,6 +22,7 @@ from goka import (
     join,
     key_bytes,
     lookup,
+    loop,
     persist,
 )
 from goka.grpc import ViewClient, ViewServer
@@ -185,3 +186,33 @@ def test_each_side_joins_and_looks_up_the_other_sides_table(
                                persist(Int64Codec()))  # fmt: skip
     make_processor(python_sums, checkpoint_dir=tmp_path / "sums").run_until_caught_up(timeout=300)
     assert _int64(go_goka.view(brokers, python_sums.table)) == expected
+
+
+PAGES = ["/home", "/about", "/Zo\u00eb", ""]
+
+
+@pytest.mark.spark
+def test_the_loop_topic_carries_a_group_from_go_to_python_and_back(
+    brokers: str, new_topic: Callable[..., str], go_goka: GoGoka, make_processor: Any
+) -> None:
+    """Records looped back by Go Goka into ``<group>-loop`` (and not yet read when it
+    stopped) are read by goka-py, and the reverse: counts per page exact."""
+    topic = new_topic(partitions=4)
+    group = f"{topic}-pages"
+
+    def to_page(ctx: Context[int], page: str) -> None:
+        ctx.loopback(page, ctx.key)
+
+    graph = define_group(group, input(topic, StringCodec(), to_page),
+                         loop(StringCodec(), count), persist(Int64Codec()))  # fmt: skip
+    rng, sent = random.Random(8), Counter[bytes]()
+    for side in ("go", "python", "go"):
+        part = [(rng.choice(KEYS), rng.choice(PAGES).encode()) for _ in range(300)]
+        go_goka.emit(brokers, topic, part)
+        sent.update(page for _, page in part)
+        if side == "go":
+            with go_goka.pages(brokers, group, topic):
+                _wait_table(brokers, graph.table, sent, go_goka)
+        else:
+            make_processor(graph).run_until_caught_up(timeout=300)
+        assert _int64(go_goka.view(brokers, graph.table)) == sent, side

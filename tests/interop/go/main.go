@@ -28,7 +28,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fail("usage: goka-interop emit|count|sum|view [flags]")
+		fail("usage: goka-interop emit|count|sum|pages|view [flags]")
 	}
 	cmd, args := os.Args[1], os.Args[2:]
 	flags := flag.NewFlagSet(cmd, flag.ExitOnError)
@@ -48,6 +48,8 @@ func main() {
 		count(servers, *group, *topic)
 	case "sum":
 		sum(servers, *group, *topic, *table, *edge)
+	case "pages":
+		pages(servers, *group, *topic)
 	case "view":
 		view(servers, *topic, codecOf(*valueCodec))
 	default:
@@ -172,6 +174,25 @@ func sum(brokers []string, group, input, table, edge string) {
 			ctx.SetValue(n + add)
 		}),
 		tableEdge,
+		goka.Persist(new(codec.Int64)),
+	)
+	run(brokers, graph)
+}
+
+// pages runs group: each record of input (key: a user, value: a page) is looped back under
+// its page, and the loop counts per page (the table's keys are pages).
+func pages(brokers []string, group, input string) {
+	graph := goka.DefineGroup(goka.Group(group),
+		goka.Input(goka.Stream(input), new(codec.String), func(ctx goka.Context, msg interface{}) {
+			ctx.Loopback(msg.(string), ctx.Key())
+		}),
+		goka.Loop(new(codec.String), func(ctx goka.Context, msg interface{}) {
+			var n int64
+			if v := ctx.Value(); v != nil {
+				n = v.(int64)
+			}
+			ctx.SetValue(n + 1)
+		}),
 		goka.Persist(new(codec.Int64)),
 	)
 	run(brokers, graph)
