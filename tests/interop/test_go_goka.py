@@ -4,6 +4,7 @@ values. Expected counts are computed here from what was sent, not read from eith
 
 from __future__ import annotations
 
+import json
 import random
 from collections import Counter
 from collections.abc import Callable
@@ -16,6 +17,7 @@ from goka import (
     Context,
     Emitter,
     Int64Codec,
+    JsonCodec,
     StringCodec,
     define_group,
     input,
@@ -216,3 +218,28 @@ def test_the_loop_topic_carries_a_group_from_go_to_python_and_back(
         else:
             make_processor(graph).run_until_caught_up(timeout=300)
         assert _int64(go_goka.view(brokers, graph.table)) == sent, side
+
+
+@pytest.mark.spark
+def test_json_written_by_go_is_read_by_goka_py(
+    brokers: str, new_topic: Callable[..., str], go_goka: GoGoka, make_processor: Any
+) -> None:
+    """Values a Go team's encoding/json codec wrote, decoded by goka-py's JsonCodec."""
+    topic = new_topic(partitions=2)
+    rng = random.Random(9)
+    values = [{"n": rng.randrange(100), "page": rng.choice(PAGES), "tags": ["a", None]}
+              for _ in range(200)]  # fmt: skip
+    records = [(rng.choice(KEYS), json.dumps(v).encode()) for v in values]
+    go_goka.emit(brokers, topic, records, codec="json")
+
+    def add(ctx: Context[int], msg: dict[str, Any]) -> None:
+        assert msg["page"] in PAGES and msg["tags"] == ["a", None]
+        ctx.set_value((ctx.value() or 0) + msg["n"])
+
+    graph = define_group(f"{topic}-json", input(topic, JsonCodec(), add), persist(Int64Codec()))
+    run = make_processor(graph).run_until_caught_up(timeout=300)
+    assert run.processed == len(records) and run.failed == 0
+    expected: Counter[bytes] = Counter()
+    for (key, _), value in zip(records, values, strict=True):
+        expected[key] += value["n"]
+    assert _int64(go_goka.view(brokers, graph.table)) == expected

@@ -12,6 +12,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/hex"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -37,7 +38,7 @@ func main() {
 	group := flags.String("group", "", "count, sum: the group")
 	table := flags.String("table", "", "sum: the table joined or looked up (Int64 values)")
 	edge := flags.String("edge", "join", "sum: join or lookup")
-	valueCodec := flags.String("codec", "string", "emit/view: string, int64 or bytes")
+	valueCodec := flags.String("codec", "string", "emit/view: string, int64, bytes or json")
 	_ = flags.Parse(args)
 	configure()
 	servers := strings.Split(*brokers, ",")
@@ -83,6 +84,8 @@ func codecOf(name string) goka.Codec {
 		return new(codec.Int64)
 	case "bytes":
 		return new(codec.Bytes)
+	case "json":
+		return jsonCodec{}
 	}
 	fail("unknown codec " + name)
 	return nil
@@ -258,6 +261,17 @@ func check(err error) {
 func fail(message string) {
 	fmt.Fprintln(os.Stderr, "goka-interop:", message)
 	os.Exit(1)
+}
+
+// jsonCodec is how a Go team writes a JSON codec for goka: encoding/json both ways.
+type jsonCodec struct{}
+
+func (jsonCodec) Encode(value any) ([]byte, error) { return json.Marshal(value) }
+
+func (jsonCodec) Decode(data []byte) (any, error) {
+	var value any
+	err := json.Unmarshal(data, &value)
+	return value, err
 }
 
 // storageBuilder keeps tables in memory: a restarted group or view recovers from the table
