@@ -243,3 +243,32 @@ def test_json_written_by_go_is_read_by_goka_py(
     for (key, _), value in zip(records, values, strict=True):
         expected[key] += value["n"]
     assert _int64(go_goka.view(brokers, graph.table)) == expected
+
+
+@pytest.mark.spark
+def test_keys_goka_py_deletes_are_gone_from_a_go_view(
+    brokers: str, new_topic: Callable[..., str], go_goka: GoGoka, make_processor: Any
+) -> None:
+    """``ctx.delete()`` writes a tombstone: Go Goka's view drops the key, as Go's own would."""
+    topic = new_topic(partitions=4)
+    rng = random.Random(10)
+    records = [(rng.choice(KEYS), rng.choice([b"/page"] * 5 + [b"delete"])) for _ in range(400)]
+    go_goka.emit(brokers, topic, records)
+
+    def count_or_delete(ctx: Context[int], msg: str) -> None:
+        if msg == "delete":
+            ctx.delete()
+        else:
+            ctx.set_value((ctx.value() or 0) + 1)
+
+    graph = define_group(f"{topic}-del", input(topic, StringCodec(), count_or_delete),
+                         persist(Int64Codec()))  # fmt: skip
+    make_processor(graph).run_until_caught_up(timeout=300)
+    expected: dict[bytes, int] = {}
+    for key, value in records:  # a key's records are in order in its partition
+        if value == b"delete":
+            expected.pop(key, None)
+        else:
+            expected[key] = expected.get(key, 0) + 1
+    assert set(expected) < set(KEYS)  # some keys end deleted
+    assert _int64(go_goka.view(brokers, graph.table)) == expected
