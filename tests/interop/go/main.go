@@ -125,11 +125,7 @@ func emit(brokers []string, topic string, c goka.Codec) {
 func count(brokers []string, group, input string) {
 	graph := goka.DefineGroup(goka.Group(group),
 		goka.Input(goka.Stream(input), new(codec.String), func(ctx goka.Context, msg interface{}) {
-			var n int64
-			if v := ctx.Value(); v != nil {
-				n = v.(int64)
-			}
-			ctx.SetValue(n + 1)
+			add(ctx, 1)
 		}),
 		goka.Persist(new(codec.Int64)),
 	)
@@ -161,10 +157,6 @@ func sum(brokers []string, group, input, table, edge string) {
 	}
 	graph := goka.DefineGroup(goka.Group(group),
 		goka.Input(goka.Stream(input), new(codec.String), func(ctx goka.Context, msg interface{}) {
-			var n, add int64
-			if v := ctx.Value(); v != nil {
-				n = v.(int64)
-			}
 			var found any
 			if edge == "lookup" {
 				found = ctx.Lookup(goka.Table(table), ctx.Key())
@@ -172,9 +164,10 @@ func sum(brokers []string, group, input, table, edge string) {
 				found = ctx.Join(goka.Table(table))
 			}
 			if found != nil {
-				add = found.(int64)
+				add(ctx, found.(int64))
+			} else {
+				add(ctx, 0)
 			}
-			ctx.SetValue(n + add)
 		}),
 		tableEdge,
 		goka.Persist(new(codec.Int64)),
@@ -190,11 +183,7 @@ func pages(brokers []string, group, input string) {
 			ctx.Loopback(msg.(string), ctx.Key())
 		}),
 		goka.Loop(new(codec.String), func(ctx goka.Context, msg interface{}) {
-			var n int64
-			if v := ctx.Value(); v != nil {
-				n = v.(int64)
-			}
-			ctx.SetValue(n + 1)
+			add(ctx, 1)
 		}),
 		goka.Persist(new(codec.Int64)),
 	)
@@ -272,6 +261,15 @@ func (jsonCodec) Decode(data []byte) (any, error) {
 	var value any
 	err := json.Unmarshal(data, &value)
 	return value, err
+}
+
+// add adds by to the key's Int64 value (none: 0).
+func add(ctx goka.Context, by int64) {
+	var n int64
+	if v := ctx.Value(); v != nil {
+		n = v.(int64)
+	}
+	ctx.SetValue(n + by)
 }
 
 // storageBuilder keeps tables in memory: a restarted group or view recovers from the table
