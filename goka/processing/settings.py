@@ -186,7 +186,7 @@ class ProcessorSettings:
         for name, value in values.items():
             object.__setattr__(self, name, value)
 
-    def settings(self) -> dict[str, Any]:
+    def values(self) -> dict[str, Any]:
         """The value of every setting, by name."""
         return {s.name: getattr(self, s.name) for s in settings()}
 
@@ -209,8 +209,8 @@ def _default(found: dataclasses.Field[Any]) -> Any:
     return found.default
 
 
-def _check(settings: ProcessorSettings) -> None:
-    s = settings
+def _check(s: ProcessorSettings) -> None:
+    """Raise ConfigurationError for the first invalid setting of ``s``."""
     if s.on_error not in POLICIES:
         raise ConfigurationError(f"on_error must be one of {POLICIES}, got {s.on_error!r}")
     if s.mode not in MODES:

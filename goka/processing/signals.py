@@ -80,12 +80,8 @@ class PartitionBoard:
 
     def report(self, partition: int, state: str, records: int = 0, of: int = 0) -> None:
         """Say that ``partition`` is in ``state`` (``records`` of ``of`` read so far)."""
-        now = time.monotonic()
-        last = self._written.get(str(partition))
-        if last is not None and last[0] == state and now - last[1] < self.every:
-            return
-        self._written[str(partition)] = (state, now)
-        self._write(str(partition), {"state": state, "records": records, "of": of,
+        if self._due(str(partition), state):
+            self._write(str(partition), {"state": state, "records": records, "of": of,
                                      "at": time.time()})  # fmt: skip
 
     def _write(self, name: str, entry: dict[str, Any]) -> None:
@@ -104,22 +100,32 @@ class PartitionBoard:
         """Say that ``partition``'s epoch (or ``bridge`` between epochs) has committed
         ``processed`` records so far (written at most every ``every`` seconds)."""
         name = f"{partition}.{'bridge' if bridge else 'epoch'}"
-        now = time.monotonic()
-        last = self._written.get(name)
-        if last is not None and now - last[1] < self.every:
-            return
-        self._written[name] = ("", now)
-        self._write(name, {"processed": processed, "at": time.time()})
+        if self._due(name, "running"):
+            self._write(name, {"processed": processed, "at": time.time()})
 
-    def committed_since(self, since: float) -> int:
-        """The records the epochs (and bridges) running now have committed: what their
-        partitions said after ``since`` (unix s; when the last finished epoch was counted)."""
-        return sum(entry.get("processed", 0) for name, entry in self._entries().items()
-                   if not name.isdigit() and entry.get("at", 0) > since)  # fmt: skip
+    def _due(self, name: str, state: str) -> bool:
+        """Is ``name`` to be written now: a new state, or ``every`` seconds since?"""
+        now, last = time.monotonic(), self._written.get(name)
+        if last is not None and last[0] == state and now - last[1] < self.every:
+            return False
+        self._written[name] = (state, now)
+        return True
 
     def read(self) -> dict[int, dict[str, Any]]:
         """``{partition: {"state", "records", "of", "at"}}`` as the tasks last said."""
-        return {int(name): entry for name, entry in self._entries().items() if name.isdigit()}
+        return self.sample()[0]
+
+    def sample(self, since: float | None = None) -> tuple[dict[int, dict[str, Any]], int]:
+        """What :meth:`read` says, and the records the epochs (and bridges) running now have
+        committed: what their partitions said after ``since`` (unix s: when the last finished
+        epoch was counted; None: 0). One listing of the board."""
+        entries = self._entries()
+        states = {int(name): entry for name, entry in entries.items() if name.isdigit()}
+        committed = 0 if since is None else sum(
+            entry.get("processed", 0) for name, entry in entries.items()
+            if not name.isdigit() and entry.get("at", 0) > since
+        )  # fmt: skip
+        return states, committed
 
     def _entries(self) -> dict[str, dict[str, Any]]:
         found: dict[str, dict[str, Any]] = {}

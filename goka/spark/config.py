@@ -63,7 +63,7 @@ class ProcessorConfig(ProcessorSettings):
 
     def task_config(self, *, continuous: bool = False) -> TaskConfig:
         """What the tasks are given (for epochs if ``continuous``)."""
-        settings = self.settings()
+        settings = self.values()
         if continuous:  # outputs leave at once, not in 10 ms batches
             settings["producer_config"] = {"linger.ms": 1, **self.producer_config}
         return TaskConfig(self.graph, self.brokers, **settings, board_url=self.board_url,

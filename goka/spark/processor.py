@@ -67,11 +67,11 @@ class Processor:
         session: SessionSettings | None = None,
         **settings: Any,
     ) -> None:
-        unknown = sorted(set(settings) - {s.name for s in all_settings()})
+        names = [s.name for s in all_settings()]
+        unknown = sorted(set(settings) - set(names))
         if unknown:
             raise ConfigurationError(
-                f"unknown processor settings {unknown}; the settings are "
-                f"{', '.join(s.name for s in all_settings())}"
+                f"unknown processor settings {unknown}; the settings are {', '.join(names)}"
             )
         given = session or SessionSettings()
         self.config = ProcessorConfig(

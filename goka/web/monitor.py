@@ -161,12 +161,13 @@ class ProcessorMonitor(Monitor):
         # a continuous processor's epoch reports at its end (30 s by default): until then,
         # count what its partitions said they committed (the board) since the last one
         epochs = processor.mode == "continuous"
-        processed = totals.processed
-        if epochs and hasattr(processor, "board"):
-            since = max(totals.last_finished_at, getattr(processor, "started_at", 0.0))
-            processed += processor.board.committed_since(since)
+        since = max(totals.last_finished_at, getattr(processor, "started_at", 0.0))
+        board, running = (
+            processor.board.sample(since if epochs else None) if hasattr(processor, "board")
+            else ({}, 0)
+        )  # fmt: skip
+        processed = totals.processed + running
         sizes = {part.partition: part.store_bytes for b in recent for part in b.partitions}
-        board = processor.board.read() if hasattr(processor, "board") else {}
         rows = []
         for part in parts:
             key = (processor.graph.group, part["topic"], part["partition"])

@@ -31,6 +31,7 @@ from goka.grpc import ViewClient, ViewServer
 from goka.topic_manager import TopicManager
 from goka.view import View
 
+from ..helpers import wait_for
 from .gogoka import GoGoka
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
@@ -97,8 +98,6 @@ def test_go_emits_python_counts_go_view_reads_it(
 
 def wait_for_counts(view: View[int], total: int) -> None:
     """Until the view's counts add up to ``total`` (what the group has to count)."""
-    from ..helpers import wait_for
-
     wait_for(lambda: sum(v for _, v in view.items()) >= total, timeout=120,
              what=f"the Go group's table to count {total} clicks")  # fmt: skip
 
@@ -138,8 +137,6 @@ def test_a_group_handed_from_go_to_python_and_back_counts_each_record_once(
 
 
 def _wait_table(brokers: str, table: str, expected: Counter[bytes], go_goka: GoGoka) -> None:
-    from ..helpers import wait_for
-
     wait_for(lambda: _int64(go_goka.view(brokers, table)) == expected, timeout=120,
              what="Go Goka's group to count what was sent")  # fmt: skip
 
