@@ -199,6 +199,15 @@ def test_the_code_map_lists_every_package() -> None:
     assert [p for p in packages if f"`{p}/`" not in code_map] == []
 
 
+def test_the_top_of_goka_holds_only_what_the_map_names() -> None:
+    """Each module at the top of goka/ is in docs/development.md's map: the user API, the
+    adapters' small modules and the shared helpers. Engine and time parts belong in packages."""
+    text = (ROOT / "docs" / "development.md").read_text()
+    code_map = text[text.index("## A map of the code") : text.index("## Examples")]
+    top = sorted(p.name for p in GOKA.glob("*.py"))
+    assert [name for name in top if f"`{name}`" not in code_map] == []
+
+
 def test_modules_stay_under_400_lines() -> None:
     sizes = {n: len(p.read_text().splitlines()) for n, p in MODULES.items()}
     assert {n: s for n, s in sizes.items() if s > 400} == {}

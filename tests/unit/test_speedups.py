@@ -90,12 +90,12 @@ class _Message:
 
 
 def _future_type() -> Any:
-    import goka.pending
+    import goka.emitter.pending
 
     assert speedups is not None
     stats = speedups.Counters(LATENCY_BUCKETS)
-    return goka.pending.future_class(
-        goka.pending.CPending, "t", stats, threading.Event().set
+    return goka.emitter.pending.future_class(
+        goka.emitter.pending.CPending, "t", stats, threading.Event().set
     ), stats
 
 
@@ -154,9 +154,9 @@ def test_a_failed_delivery_goes_to_the_python_fail_method() -> None:
 def test_confluent_kafka_messages_are_read_directly_and_right() -> None:
     import confluent_kafka
 
-    import goka.pending
+    import goka.emitter.pending
 
-    assert goka.pending.MESSAGE_FIELDS_READ_DIRECTLY  # the probe read back right
+    assert goka.emitter.pending.MESSAGE_FIELDS_READ_DIRECTLY  # the probe read back right
     future_type, stats = _future_type()
     future = future_type(stats)
     future(None, confluent_kafka.Message(partition=7, offset=2**40 + 3, latency=0.003))
@@ -172,7 +172,7 @@ def test_confluent_kafka_messages_are_read_directly_and_right() -> None:
 def test_a_probe_that_reads_back_wrong_switches_direct_reading_off() -> None:
     import confluent_kafka
 
-    import goka.pending
+    import goka.emitter.pending
 
     assert speedups is not None
     probe = confluent_kafka.Message(partition=1, offset=2, latency=0.5)
@@ -184,4 +184,4 @@ def test_a_probe_that_reads_back_wrong_switches_direct_reading_off() -> None:
         future(None, confluent_kafka.Message(partition=4, offset=5, latency=0.02))  # by methods
         assert (future._partition, future._offset, stats.latency_sum) == (4, 5, 0.02)
     finally:
-        assert goka.pending._calibrate()
+        assert goka.emitter.pending._calibrate()

@@ -1,14 +1,20 @@
-"""Views: local, persistent copies of a table topic, like Go Goka's ``goka.View``."""
+"""Views: local, persistent copies of a table topic, like Go Goka's ``goka.View``.
+
+:class:`View` (here) follows every partition of a table topic from one thread and answers
+``get``/``scan`` from its storage (LevelDB or memory) once each partition has caught up with
+the end it saw at start (``recovered``). How a batch of the topic's records lands in storage,
+values and offsets in one write so that a restarted copy resumes where it stopped, is
+:mod:`goka.view.table_copy`. The gRPC and HTTP services (``goka/grpc``, ``goka/web``) serve
+views; they are not part of this package.
+"""
 
 from __future__ import annotations
 
-import enum
 import itertools
 import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Generic, TypeVar
@@ -25,42 +31,13 @@ from goka.kafka.table_consumer import TableConsumer
 from goka.keys import key_str
 from goka.metrics import view_metrics
 from goka.storage import LevelDBStorage, MemoryStorage, Storage, move_aside
-from goka.table_copy import PartitionStats, TableCopy
+from goka.view.status import ViewState, ViewStats
+from goka.view.table_copy import PartitionStats, TableCopy
 
 __all__ = ["PartitionStats", "View", "ViewError", "ViewNotReadyError", "ViewState", "ViewStats"]
 
 V = TypeVar("V")
 log = logging.getLogger(__name__)
-
-
-class ViewState(enum.Enum):
-    """Lifecycle of a view."""
-
-    IDLE = "idle"
-    CATCHING_UP = "catching up"
-    RUNNING = "running"
-    RECONNECTING = "reconnecting"
-    REBUILDING = "rebuilding"  # its store was damaged: rebuilt from the table topic
-    FAILED = "failed"
-    CLOSED = "closed"
-
-
-@dataclass(frozen=True)
-class ViewStats:
-    """A snapshot of a view's progress."""
-
-    table: str
-    state: ViewState
-    recovered: bool
-    applied: int
-    skipped: int
-    partitions: dict[int, PartitionStats]
-
-    @property
-    def lag(self) -> int | None:
-        """Total lag over all partitions (None while some high watermark is unknown)."""
-        lags = [p.lag for p in self.partitions.values()]
-        return None if any(lag is None for lag in lags) else sum(lag or 0 for lag in lags)
 
 
 class View(Generic[V]):

@@ -1,4 +1,9 @@
-"""Emitters write keyed events to one Kafka topic, like Go Goka's ``goka.Emitter``."""
+"""Emitters write keyed events to one Kafka topic, like Go Goka's ``goka.Emitter``.
+
+:class:`Emitter` (here) encodes keys and values and hands them to one confluent-kafka producer,
+from any thread or asyncio loop; each message gets a future (:mod:`goka.emitter.pending`, what
+it holds: :mod:`goka.delivery`), its delivery report served by ``emit`` or a background thread.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +19,7 @@ from goka._accel import speedups
 from goka.codec import Codec
 from goka.delivery import USER_CALLBACKS_RUNNING as _USER_CALLBACKS_RUNNING
 from goka.delivery import Delivery, DeliveryFuture, in_done_callback
+from goka.emitter.pending import CPending, DeliveryServer, EmitterFuture, PyPending, future_class
 from goka.errors import (
     BrokerError,
     CodecError,
@@ -34,7 +40,6 @@ from goka.kafka.producer import (
 )
 from goka.keys import key_bytes
 from goka.metrics import delivery_figures, emitter_stats, register
-from goka.pending import CPending, DeliveryServer, EmitterFuture, PyPending, future_class
 
 if speedups is not None:
     from goka._speedups import Counters, Sender
@@ -201,7 +206,7 @@ class Emitter(Generic[V]):
     def _refusal(self, key: str | bytes, error: BaseException) -> BaseException:
         """What emit() raises when produce() refuses a message at once."""
         if isinstance(error, TypeError):  # the key: confluent-kafka takes str and bytes only
-            return _key_error(key)
+            return CodecError("key", f"expected str or bytes, got {type(key).__name__}")
         if isinstance(error, ProduceError):
             return DeliveryError(self.topic, key, str(error))
         return error
@@ -391,7 +396,3 @@ class Emitter(Generic[V]):
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
         return f"Emitter(topic={self.topic!r}, codec={self.codec!r}, {state})"
-
-
-def _key_error(key: object) -> CodecError:
-    return CodecError("key", f"expected str or bytes, got {type(key).__name__}")
