@@ -196,9 +196,11 @@ def goka_continuous(spark: object, brokers: str, topic: str, messages: int,
         shutil.rmtree(state, ignore_errors=True)
 
 
-def quix_run(brokers: str, topic: str, messages: int, how: str = "count") -> str:
-    """Run quixstreams (``bench/quix_count.py``: the count, or ``tumbling`` windows) over
-    ``messages`` of ``topic``; return its rate, or why it did not run."""
+def quix_figures(brokers: str, topic: str, messages: int, how: str = "count",
+                 guarantee: str = "at-least-once") -> tuple[float, int] | str:  # fmt: skip
+    """Run quixstreams (``bench/quix_count.py``: the count, or ``tumbling`` or ``hopping``
+    windows) over ``messages`` of ``topic``; return its rate and peak RSS (kB), or why it did
+    not run."""
     if not QUIX_PYTHON.exists():
         return "not run: .venv-quix is missing (make bench creates it)"
     sink = f"{topic}-quix" if how == "count" else f"{topic}-quix-{how}"
@@ -207,7 +209,7 @@ def quix_run(brokers: str, topic: str, messages: int, how: str = "count") -> str
         try:
             result = subprocess.run(
                 [str(QUIX_PYTHON), str(Path(__file__).with_name("quix_count.py")), brokers, topic,
-                 sink, str(messages), state, how],
+                 sink, str(messages), state, how, guarantee],
                 capture_output=True, text=True, timeout=900,
             )  # fmt: skip
         except subprocess.TimeoutExpired:
@@ -217,8 +219,14 @@ def quix_run(brokers: str, topic: str, messages: int, how: str = "count") -> str
         errors = [line for line in result.stderr.splitlines() if "rror" in line]
         last = (errors or result.stderr.splitlines() or ["?"])[-1]
         return f"failed (exit {result.returncode}): {last}"
-    elapsed = float(lines[-1].split()[1])
-    return f"{messages / elapsed:,.0f} msg/s"
+    fields = lines[-1].split()
+    return messages / float(fields[1]), int(fields[5])
+
+
+def quix_run(brokers: str, topic: str, messages: int, how: str = "count") -> str:
+    """:func:`quix_figures`' rate as text, or why quixstreams did not run."""
+    figures = quix_figures(brokers, topic, messages, how)
+    return figures if isinstance(figures, str) else f"{figures[0]:,.0f} msg/s"
 
 
 def cold_start(brokers: str, mode: str) -> float:

@@ -1,0 +1,160 @@
+"""Kafka Streams as a peer: ``bench/peers/kstreams`` (one Java source and a pom naming
+``org.apache.kafka:kafka-streams`` at the development broker's version) built once into a cache,
+and run as a child JVM on a topic of the broker.
+
+The build resolves the pom's dependencies with ``mvn dependency:copy-dependencies`` (no other
+Maven plugin is fetched) and compiles the source with ``javac``, into
+``$XDG_CACHE_HOME/goka-py/kstreams-peer/<hash of the sources>/``: later runs need neither Maven
+nor the network. What the program runs and prints is in its javadoc.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from goka.dev.kafka import KAFKA_VERSION, cache_root, find_java
+
+SOURCES = Path(__file__).resolve().parent / "kstreams"
+MAIN = "dev.goka.peers.KStreamsPeer"
+#: The peer's stderr line for each (record, window) it dropped as late (Kafka Streams' own WARN).
+_DROPPED = re.compile(r"Skipping record for expired window\. topic=\[(?P<topic>[^\]]*)\] "
+                      r"partition=\[(?P<partition>\d+)\] offset=\[(?P<offset>\d+)\] "
+                      r"timestamp=\[(?P<timestamp>-?\d+)\] window=\[(?P<start>-?\d+),"
+                      r"(?P<end>-?\d+)\)")  # fmt: skip
+
+
+class PeerUnavailable(RuntimeError):
+    """Kafka Streams cannot be built here: what is missing and what to install."""
+
+
+def _sources() -> list[Path]:
+    return sorted(p for p in SOURCES.rglob("*") if p.is_file())
+
+
+def _cache() -> Path:
+    digest = hashlib.sha256()
+    for path in _sources():
+        digest.update(str(path.relative_to(SOURCES)).encode() + b"\0" + path.read_bytes())
+    return cache_root() / "kstreams-peer" / digest.hexdigest()[:16]
+
+
+def version() -> str:
+    """The kafka-streams version the pom names."""
+    found = re.search(r"<artifactId>kafka-streams</artifactId>\s*<version>([^<]+)</version>",
+                      (SOURCES / "pom.xml").read_text())  # fmt: skip
+    assert found, "bench/peers/kstreams/pom.xml names no kafka-streams version"
+    return found.group(1)
+
+
+def build() -> Path:
+    """The built peer's folder (``libs/``, ``classes/``), built if its sources changed.
+
+    Raises:
+        PeerUnavailable: no ``mvn`` or ``javac``, or Maven could not resolve the pom.
+    """
+    built = _cache()
+    if (built / "classes").is_dir():
+        return built
+    if version() != KAFKA_VERSION:
+        raise PeerUnavailable(
+            f"bench/peers/kstreams/pom.xml names kafka-streams {version()}, the broker is "
+            f"{KAFKA_VERSION}: keep them equal"
+        )
+    java = Path(find_java())
+    javac = java.with_name("javac") if java.with_name("javac").exists() else shutil.which("javac")
+    mvn = shutil.which("mvn")
+    if mvn is None or javac is None:
+        missing = "Maven (apt-get install maven)" if mvn is None else "a JDK's javac"
+        raise PeerUnavailable(f"building the Kafka Streams peer needs {missing}")
+    built.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="build-", dir=built.parent))
+    try:
+        fetch = [mvn, "-q", "-B", "-f", str(SOURCES / "pom.xml"), "dependency:copy-dependencies",
+                 f"-DoutputDirectory={work / 'libs'}", "-DincludeScope=runtime"]  # fmt: skip
+        compile_ = [str(javac), "-d", str(work / "classes"), "-cp", str(work / "libs" / "*"),
+                    *map(str, SOURCES.rglob("*.java"))]  # fmt: skip
+        for command in (fetch, compile_):
+            done = subprocess.run(command, capture_output=True, text=True, timeout=900,
+                                  check=False)  # fmt: skip
+            if done.returncode != 0:
+                tail = "\n".join((done.stdout + done.stderr).splitlines()[-25:])
+                raise PeerUnavailable(f"building the Kafka Streams peer failed "
+                                      f"({' '.join(command[:4])} ...):\n{tail}")  # fmt: skip
+        try:
+            work.rename(built)
+        except OSError:  # another process built it meanwhile
+            if not (built / "classes").is_dir():
+                raise
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return built
+
+
+@dataclass(frozen=True)
+class Dropped:
+    """A (record, window) Kafka Streams dropped as late, from its log."""
+
+    partition: int
+    offset: int
+    timestamp: int
+    window_start: int
+    window_end: int
+
+
+@dataclass
+class PeerRun:
+    """What one run of the peer printed (times in epoch milliseconds)."""
+
+    started: int
+    first: int
+    last: int
+    closed: int
+    read: int
+    dropped: int
+    peak_rss_kb: int
+    dropped_records: list[Dropped] = field(default_factory=list)
+
+    @property
+    def steady(self) -> float:
+        """Records/s from the first record read to the end of the close (its last commit)."""
+        return self.read * 1000 / max(self.closed - self.first, 1)
+
+    @property
+    def whole(self) -> float:
+        """Records/s from the JVM's start (its group joined, its stores made) to the close."""
+        return self.read * 1000 / max(self.closed - self.started, 1)
+
+
+def run(bootstrap: str, input: str, *, app: str, topology: str, expect: int,
+        output: str = "", guarantee: str = "at_least_once", timeout: float = 900,
+        **settings: object) -> PeerRun:  # fmt: skip
+    """Run the peer over ``expect`` records of ``input`` and return what it measured.
+
+    ``settings``: more of its ``name=value`` arguments (``threads``, ``size_ms``, ``advance_ms``,
+    ``grace_ms``, ``cache_bytes``).
+    """
+    built = build()
+    with tempfile.TemporaryDirectory(prefix="kstreams-") as state:
+        arguments = {"bootstrap": bootstrap, "input": input, "output": output, "app": app,
+                     "state": state, "topology": topology, "guarantee": guarantee,
+                     "expect": expect, "timeout_s": int(timeout), **settings}  # fmt: skip
+        command = [find_java(), "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+                   "-cp", f"{built / 'classes'}:{built / 'libs' / '*'}", MAIN,
+                   *(f"{k}={v}" for k, v in arguments.items())]  # fmt: skip
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout + 180,
+                              check=False)  # fmt: skip
+    figures = [line for line in done.stdout.splitlines() if line.startswith("started=")]
+    if done.returncode != 0 or not figures:
+        raise RuntimeError(f"Kafka Streams ({topology}, {guarantee}) failed (exit "
+                           f"{done.returncode}):\n{done.stderr[-3000:]}")  # fmt: skip
+    values = dict(pair.split("=", 1) for pair in figures[-1].split())
+    dropped = [Dropped(int(m["partition"]), int(m["offset"]), int(m["timestamp"]),
+                       int(m["start"]), int(m["end"]))
+               for m in _DROPPED.finditer(done.stderr)]  # fmt: skip
+    return PeerRun(**{k: int(v) for k, v in values.items()}, dropped_records=dropped)
