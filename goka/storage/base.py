@@ -181,7 +181,9 @@ class Storage(Protocol):
     def checkpoint(self, directory: Path) -> list[CheckpointFile]:
         """Write a consistent copy of the storage into ``directory`` (created; must not exist),
         hard-linking files that never change. The builder of this storage opens a copy moved
-        to a storage path. The storage stays usable.
+        to a storage path. The storage stays usable, and so do iterations of :meth:`items`
+        begun before (of the storage and its sections): they go on after the last key they
+        yielded, and may see rows written since.
 
         Raises:
             StorageError: the copy could not be written.

@@ -216,13 +216,31 @@ class LevelDBStorage:
             low = max(low, scoped)
             end = prefix_end(scoped)
             high = end if high is None else min(high, end) if end is not None else high
-        iterator = self._db.iterator(start=low, stop=high, reverse=reverse, verify_checksums=True)
-        try:
-            with iterator:
-                for key, value in iterator:
-                    yield key[skip:].decode("utf-8", "surrogateescape"), value
-        except plyvel.Error as exc:
-            raise self._failed("reading", exc) from exc
+        last: bytes | None = None  # the last key yielded: where to go on after a checkpoint
+        while True:
+            db = self._db
+            if last is None:
+                iterator = db.iterator(start=low, stop=high, reverse=reverse,
+                                       verify_checksums=True)  # fmt: skip
+            elif reverse:
+                iterator = db.iterator(start=low, stop=last, include_stop=False, reverse=True,
+                                       verify_checksums=True)  # fmt: skip
+            else:
+                iterator = db.iterator(start=last, include_start=False, stop=high,
+                                       verify_checksums=True)  # fmt: skip
+            try:
+                with iterator:
+                    for key, value in iterator:
+                        last = key
+                        yield key[skip:].decode("utf-8", "surrogateescape"), value
+                return
+            except RuntimeError:  # plyvel: "Database or iterator is closed"
+                if self._db is db or self._db.closed:
+                    raise
+                # :meth:`checkpoint` closed and reopened the database meanwhile: go on after
+                # the last key in the reopened one (rows written since may be seen)
+            except plyvel.Error as exc:
+                raise self._failed("reading", exc) from exc
 
     def offsets(self) -> dict[tuple[str, int], int]:
         found = {}

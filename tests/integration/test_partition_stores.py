@@ -64,6 +64,31 @@ def test_a_checkpoint_is_a_consistent_copy_that_opens_elsewhere(tmp_path: Path) 
         assert copy.offsets() == {("in", 0): 42}
 
 
+@pytest.mark.parametrize("reverse", [False, True])
+def test_an_iteration_goes_on_across_a_checkpoint(tmp_path: Path, reverse: bool) -> None:
+    """A checkpoint closes and reopens the database (its files quiescent for the copy): an
+    iteration begun before goes on after its last key (a continuous processor's final
+    results are produced a thousand per turn, and a snapshot may come between two turns)."""
+    with LevelDBStorage(tmp_path / "db", "t") as storage:
+        rows = {f"c{i:06d}": b"%d" % i for i in range(5_000)}
+        storage.write(WriteBatch(sections={"s": dict(rows)}))
+        storage.write(WriteBatch({f"key-{i}": b"v" for i in range(3)}))
+        section = storage.section("s")
+        items = section.items(prefix="c", reverse=reverse)
+        seen = [next(items) for _ in range(1_000)]
+        storage.checkpoint(tmp_path / "copy-1")
+        seen += [next(items) for _ in range(1_000)]
+        storage.checkpoint(tmp_path / "copy-2")
+        seen += list(items)
+        assert seen == sorted(rows.items(), reverse=reverse)
+        values = storage.items()
+        first = next(values)
+        storage.close()  # closed, not reopened: the iteration fails as before
+        with pytest.raises(RuntimeError, match="closed"):
+            next(values)
+        assert first == ("key-0", b"v")
+
+
 def test_a_store_open_in_this_process_is_refused_as_locked(tmp_path: Path) -> None:
     with (
         LevelDBStorage(tmp_path / "db", "t"),
