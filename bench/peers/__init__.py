@@ -8,7 +8,7 @@ Kafka development broker and the same generated input (``bench.windows.fill``: 1
 * Kafka Streams (:mod:`bench.peers.kstreams`: two stream threads, state in RocksDB, caching at
   its defaults), at least once and with ``exactly_once_v2``;
 * quixstreams (``bench/quix_count.py`` in ``.venv-quix``, made by ``make bench``), at least once
-  and exactly once;
+  (``--quix-guarantees at-least-once,exactly-once`` for both);
 
 each doing the plain count per key (one table update per event), a tumbling 1-minute and a
 hopping 5-minute (advancing by 1 minute) windowed count with grace 5 s and final results.

@@ -18,7 +18,8 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from goka.dev.kafka import KAFKA_VERSION, cache_root, find_java
+from goka.dev.kafka import KAFKA_VERSION, cache_root, fill_cache, find_java
+from goka.errors import BrokerNotFoundError
 
 SOURCES = Path(__file__).resolve().parent / "kstreams"
 MAIN = "dev.goka.peers.KStreamsPeer"
@@ -59,22 +60,24 @@ def build() -> Path:
         PeerUnavailable: no ``mvn`` or ``javac``, or Maven could not resolve the pom.
     """
     built = _cache()
-    if (built / "classes").is_dir():
+    if built.is_dir():
         return built
     if version() != KAFKA_VERSION:
         raise PeerUnavailable(
             f"bench/peers/kstreams/pom.xml names kafka-streams {version()}, the broker is "
             f"{KAFKA_VERSION}: keep them equal"
         )
-    java = Path(find_java())
+    try:
+        java = Path(find_java())
+    except BrokerNotFoundError as missing:
+        raise PeerUnavailable(str(missing)) from missing
     javac = java.with_name("javac") if java.with_name("javac").exists() else shutil.which("javac")
     mvn = shutil.which("mvn")
     if mvn is None or javac is None:
         missing = "Maven (apt-get install maven)" if mvn is None else "a JDK's javac"
         raise PeerUnavailable(f"building the Kafka Streams peer needs {missing}")
-    built.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix="build-", dir=built.parent))
-    try:
+
+    def make(work: Path) -> None:
         fetch = [mvn, "-q", "-B", "-f", str(SOURCES / "pom.xml"), "dependency:copy-dependencies",
                  f"-DoutputDirectory={work / 'libs'}", "-DincludeScope=runtime"]  # fmt: skip
         compile_ = [str(javac), "-d", str(work / "classes"), "-cp", str(work / "libs" / "*"),
@@ -86,14 +89,8 @@ def build() -> Path:
                 tail = "\n".join((done.stdout + done.stderr).splitlines()[-25:])
                 raise PeerUnavailable(f"building the Kafka Streams peer failed "
                                       f"({' '.join(command[:4])} ...):\n{tail}")  # fmt: skip
-        try:
-            work.rename(built)
-        except OSError:  # another process built it meanwhile
-            if not (built / "classes").is_dir():
-                raise
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    return built
+
+    return fill_cache(built, make)
 
 
 @dataclass(frozen=True)

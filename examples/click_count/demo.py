@@ -111,7 +111,7 @@ class Service:
         return self.process.returncode
 
 
-def _memory(pid: int) -> tuple[float, float]:
+def process_memory(pid: int) -> tuple[float, float]:
     """RSS and PSS (kB) of ``pid``: PSS shares each shared page among the processes mapping it."""
     rss = pss = 0.0
     try:
@@ -146,7 +146,7 @@ def tree_memory(pid: int) -> tuple[float, float]:
     pages shared between them (the Python workers forked from one daemon) once per process."""
     rss = pss = 0.0
     for current in [pid, *descendants(pid)]:
-        own = _memory(current)
+        own = process_memory(current)
         rss, pss = rss + own[0], pss + own[1]
     return rss, pss
 
@@ -238,7 +238,7 @@ def run(brokers: str, workdir: Path, *, clicks: int = 3_000, users: int = 20,
                     processor.kill()
                     processor = start_processor(brokers, workdir)
                 result.sent += second.result()
-            own_rss, own_pss = _memory(os.getpid())
+            own_rss, own_pss = process_memory(os.getpid())
             result.memory_mb = {"processor": processor.memory_mb(), "view": view.memory_mb(),
                                 "web app and demo": (own_rss / 1024, own_pss / 1024)}  # fmt: skip
             result.counts = wait_counts(client, result.sent, timeout=180)

@@ -17,15 +17,15 @@ import os
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from goka.errors import BrokerError, BrokerNotFoundError
 
 __all__ = [
-    "DEV_CLUSTER_ID", "KAFKA_VERSION", "KafkaNode", "cache_root", "find_java", "kafka_libs",
-    "scratch_folder",
+    "DEV_CLUSTER_ID", "KAFKA_VERSION", "KafkaNode", "cache_root", "fill_cache", "find_java",
+    "kafka_libs", "scratch_folder",
 ]  # fmt: skip
 
 #: The Apache Kafka release the development broker runs: the newest 4.x whose whole dependency
@@ -118,8 +118,7 @@ def find_java() -> str:
 def kafka_libs(version: str = KAFKA_VERSION, *, cache: Path | None = None) -> Path:
     """Return the folder of Apache Kafka ``version``'s jars, fetching them the first time.
 
-    Fetched by Maven into a new folder that is then renamed into place, so a fetch that fails
-    or is killed leaves nothing half-written, and two at once both end with the whole folder.
+    Fetched by Maven into a new folder that is then renamed into place (:func:`fill_cache`).
 
     Raises:
         BrokerNotFoundError: the jars are not there and Maven is not installed.
@@ -134,9 +133,8 @@ def kafka_libs(version: str = KAFKA_VERSION, *, cache: Path | None = None) -> Pa
         raise BrokerNotFoundError(f"Apache Kafka {version}'s jars are not in {libs.parent} and "
                                   f"Maven is needed to fetch them: {_INSTALL_MAVEN}, "
                                   f"{_OR_TANSU}")  # fmt: skip
-    libs.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix="fetch-", dir=libs.parent))
-    try:
+
+    def fetch(work: Path) -> None:
         (work / "pom.xml").write_text(_POM.format(kafka=version, log4j=LOG4J_VERSION))
         command = [mvn, "-q", "-B", "-f", str(work / "pom.xml"), "dependency:copy-dependencies",
                    f"-DoutputDirectory={work / 'libs'}", "-DincludeScope=runtime"]  # fmt: skip
@@ -146,14 +144,28 @@ def kafka_libs(version: str = KAFKA_VERSION, *, cache: Path | None = None) -> Pa
             raise BrokerError(f"Maven could not fetch Apache Kafka {version} "
                               f"(exit code {done.returncode}):\n{tail}\n"
                               f"retry with: {' '.join(command)}")  # fmt: skip
+
+    return fill_cache(libs, fetch, "libs")
+
+
+def fill_cache(target: Path, make: Callable[[Path], None], part: str = "") -> Path:
+    """Return ``target``, made first if missing: ``make(work)`` fills a new folder beside it,
+    whose ``part`` (or the whole folder) is then renamed into place, so a make that fails or
+    is killed leaves nothing half-written, and two at once both end with the whole of it."""
+    if target.is_dir():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="fill-", dir=target.parent))
+    try:
+        make(work)
         try:
-            (work / "libs").rename(libs)
+            (work / part).rename(target)
         except OSError:  # another process put it there meanwhile
-            if not libs.is_dir():
+            if not target.is_dir():
                 raise
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return libs
+    return target
 
 
 @dataclass(frozen=True)
