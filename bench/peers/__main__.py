@@ -26,6 +26,8 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+import confluent_kafka.admin
+
 from bench.common import add_broker, start_broker, summary
 from bench.peers import kstreams
 from bench.processor import PARTITIONS, count_group, goka_continuous, goka_run, quix_figures
@@ -49,6 +51,8 @@ from goka.spark import build_session
 
 TOPOLOGIES = ("plain", "tumbling", "hopping")
 GUARANTEES = ("at-least-once", "exactly-once")
+#: The input's output topics (made once): goka-py's final results, Kafka Streams'.
+SINKS = ("per-minute", "per-five", "ks-plain", "ks-tumbling", "ks-hopping")
 KS_GUARANTEE = {"at-least-once": "at_least_once", "exactly-once": "exactly_once_v2"}
 #: Kafka Streams' arguments per topology: the windows of bench.windows' groups.
 KS_TOPOLOGY = {"plain": ("count", {}),
@@ -119,6 +123,18 @@ def one_run(spark: object, broker: EmbeddedBroker, topic: str, run: int,
             figures.setdefault((system, guarantee, name), []).append(result)
             line.append(f"{system} {guarantee} {result[0]:,.0f}/s {result[1] / 1024:,.0f} MB")
         print(f"run {run} {name}: " + "   ".join(line), flush=True)
+        drop_topics(broker.bootstrap, keep={topic, *(f"{topic}-{sink}" for sink in SINKS)})
+
+
+def drop_topics(brokers: str, keep: set[str]) -> None:
+    """Delete the topics the systems made (tables, changelogs, outputs), keeping the input and
+    its sinks: the broker keeps its data in memory (/dev/shm), and three runs' changelogs
+    took enough of it that the kernel killed Kafka Streams' JVM (5 GB) for memory."""
+    admin = confluent_kafka.admin.AdminClient({"bootstrap.servers": brokers})
+    names = [t for t in admin.list_topics(timeout=30).topics
+             if t not in keep and not t.startswith("__")]  # fmt: skip
+    for future in admin.delete_topics(names, operation_timeout=60).values() if names else []:
+        future.result(60)
 
 
 Result = tuple[str, str, tuple[float, float] | str]
@@ -207,7 +223,7 @@ def main() -> None:
         topic = "bench-peers"
         fill(broker.bootstrap, topic, args.messages)
         manager = TopicManager(broker.bootstrap)
-        for sink in ("per-five", "ks-plain", "ks-tumbling", "ks-hopping"):
+        for sink in SINKS:
             manager.ensure_stream_exists(f"{topic}-{sink}", PARTITIONS)
         spark = build_session("bench", "local[2]")
         spark.sparkContext.setLogLevel("ERROR")
