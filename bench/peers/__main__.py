@@ -31,10 +31,9 @@ import confluent_kafka.admin
 from bench.common import add_broker, start_broker, summary
 from bench.peers import kstreams
 from bench.processor import PARTITIONS, count_group, goka_continuous, goka_run, quix_figures
-from bench.windows import SPAN_MS, fill, tumbling
+from bench.windows import SPAN_MS, fill, per_five, tumbling
 from examples.click_count.demo import descendants, process_memory
 from goka import (
-    Context,
     Hopping,
     Int64Codec,
     StringCodec,
@@ -59,10 +58,6 @@ KS_TOPOLOGY = {"plain": ("count", {}),
                "tumbling": ("tumbling", {"size_ms": 60_000, "grace_ms": 5_000}),
                "hopping": ("hopping", {"size_ms": 300_000, "advance_ms": 60_000,
                                        "grace_ms": 5_000})}  # fmt: skip
-
-
-def per_five(ctx: Context[int], page: str) -> None:
-    ctx.window("five").update(lambda n: (n or 0) + 1)
 
 
 def hopping_final(topic: str) -> GroupGraph:
