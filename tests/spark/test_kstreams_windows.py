@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 
 from goka import Emitter, StringCodec
-from goka.kafka.ranges import RangeReader
 from goka.time.rows import WINDOW_START
 from goka.topic_manager import TopicManager
 
 from . import peer_windows as pw
+from .timed import topic_rows
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow]
 
@@ -45,19 +45,8 @@ def _read(
     brokers: str, topic: str
 ) -> dict[int, list[tuple[int, bytes, bytes | None, int, dict[str, bytes]]]]:
     """Each partition's records: (offset, key, value, timestamp, headers)."""
-    found: dict[int, list[tuple[int, bytes, bytes | None, int, dict[str, bytes]]]] = {}
-    reader = RangeReader(brokers)
-    try:
-        for partition in range(PARTITIONS):
-            low, high = reader.watermarks(topic, partition)
-            rows = found.setdefault(partition, [])
-            for chunk in (
-                reader.read(partition, {topic: (low, high)}, 30, 10_000) if high > low else []
-            ):
-                rows += [(r[1], bytes(r[2] or b""), r[3], r[4], dict(r[5] or [])) for r in chunk]
-    finally:
-        reader.close()
-    return found
+    return {p: [(r[1], bytes(r[2] or b""), r[3], r[4], dict(r[5] or [])) for r in rows]
+            for p, rows in topic_rows(brokers, topic, PARTITIONS).items()}  # fmt: skip
 
 
 @pytest.mark.parametrize("name", ["tumbling", "hopping"])

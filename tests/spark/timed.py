@@ -78,16 +78,24 @@ def finals_of(records: list[tuple[str, bytes | None, Any]]) -> Counter[tuple[str
 def read_topic(
     brokers: str, topic: str, partitions: int = 4
 ) -> list[tuple[str, bytes | None, Any]]:
+    return [(bytes(r[2] or b"").decode(), r[3], r[5] or [])
+            for rows in topic_rows(brokers, topic, partitions).values() for r in rows]  # fmt: skip
+
+
+def topic_rows(brokers: str, topic: str, partitions: int) -> dict[int, list[Any]]:
+    """Every record of ``topic``, by partition: rows ``(topic, offset, key, value, timestamp,
+    headers)`` in offset order."""
     from goka.kafka.ranges import RangeReader
 
-    found: list[tuple[str, bytes | None, Any]] = []
+    found: dict[int, list[Any]] = {}
     reader = RangeReader(brokers)
     try:
         for partition in range(partitions):
             low, high = reader.watermarks(topic, partition)
+            rows = found.setdefault(partition, [])
             if high > low:
-                for rows in reader.read(partition, {topic: (low, high)}, 30, 10_000):
-                    found += [(bytes(r[2] or b"").decode(), r[3], r[5] or []) for r in rows]
+                for chunk in reader.read(partition, {topic: (low, high)}, 30, 10_000):
+                    rows += chunk
     finally:
         reader.close()
     return found
