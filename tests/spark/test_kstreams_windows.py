@@ -23,7 +23,9 @@ from goka.topic_manager import TopicManager
 from . import peer_windows as pw
 from .timed import topic_rows
 
-pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow]
+#: longrun (make test-slow) until the hang seen once under make test is understood: Kafka Streams
+#: read none of the 3,000 records in 240 s while the other worker ran the monitor test
+pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow, pytest.mark.longrun]
 
 PARTITIONS = 3
 N = 3_000
