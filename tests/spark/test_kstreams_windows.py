@@ -24,7 +24,7 @@ from . import peer_windows as pw
 from .timed import topic_rows
 
 #: longrun (make test-slow) until the hang seen once under make test is understood: Kafka Streams
-#: read none of the 3,000 records in 240 s while the other worker ran the monitor test
+#: had not read all 3,000 records after 240 s, while the other worker ran the monitor test
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow, pytest.mark.longrun]
 
 PARTITIONS = 3
