@@ -222,6 +222,10 @@ class KafkaNode:
             "share.coordinator.state.topic.replication.factor": str(r),
             "share.coordinator.state.topic.min.isr": isr,
             "group.initial.rebalance.delay.ms": "0",  # no wait for more members to join
+            # no deletion by age (a topic's own retention.ms still applies): Kafka deletes a
+            # segment, the active one too, once its newest record time is older than 7 days,
+            # at a check every 5 minutes; tests and demos replay fixed past event times
+            "log.retention.ms": "-1",
             "controller.quorum.append.linger.ms": "1",  # a change (a topic) waits for no batch
             "num.network.threads": "2",
             "num.io.threads": "4",

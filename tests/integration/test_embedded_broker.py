@@ -12,6 +12,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Consumer, TopicPartition
 
 from goka import StringCodec, TopicManager
 from goka.dev import KAFKA_VERSION, TANSU_BINARY_ENV, EmbeddedBroker, find_tansu_binary
@@ -19,6 +20,8 @@ from goka.dev.kafka import KafkaNode, find_java, kafka_libs
 from goka.emitter import Emitter
 from goka.errors import BrokerError, BrokerNotFoundError, ConfigurationError
 from goka.kafka.consumer import read_to_end
+
+from ..helpers import wait_for
 
 pytestmark = pytest.mark.kafka
 
@@ -75,6 +78,31 @@ def test_kafka_keeps_its_data_through_a_restart_and_a_kill_but_not_an_empty_rest
         assert emit_and_read(broker, "kept") == [b"v"]
     assert not broker.running
     broker.close()  # idempotent
+
+
+def test_kafka_keeps_records_of_any_age_unless_their_topic_says_otherwise() -> None:
+    """Tests replay fixed past event times: Kafka's 7 days of retention would delete them (the
+    active segment too) at its next check, every 5 minutes, in the middle of a test."""
+    checks = {"log.retention.check.interval.ms": "200", "log.initial.task.delay.ms": "0"}
+    with EmbeddedBroker("kafka", settings=checks) as broker:
+        manager = TopicManager(broker.bootstrap)
+        manager.ensure_stream_exists("any-age", 1)
+        manager.ensure_stream_exists("a-week", 1, retention_ms=7 * 86_400_000)
+        with Emitter(broker.bootstrap, "any-age", StringCodec()) as any_age, \
+                Emitter(broker.bootstrap, "a-week", StringCodec()) as a_week:  # fmt: skip
+            for emitter in (any_age, a_week):
+                for i in range(10):
+                    emitter.emit("k", "v", timestamp=1_767_225_600_000 + i)  # 2026-01-01
+                assert emitter.flush(30) == 0
+        consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "ages"})
+        try:
+            week = TopicPartition("a-week", 0)
+            wait_for(lambda: consumer.get_watermark_offsets(week, timeout=5) == (10, 10),
+                     what="the week-old records deleted by a retention check")  # fmt: skip
+            checked = consumer.get_watermark_offsets(TopicPartition("any-age", 0), timeout=5)
+            assert checked == (0, 10)
+        finally:
+            consumer.close()
 
 
 def test_tansu_cannot_restart_with_its_data() -> None:

@@ -23,9 +23,7 @@ from goka.topic_manager import TopicManager
 from . import peer_windows as pw
 from .timed import topic_rows
 
-#: longrun (make test-slow) until the hang seen once under make test is understood: Kafka Streams
-#: had not read all 3,000 records after 240 s, while the other worker ran the monitor test
-pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow, pytest.mark.longrun]
+pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow]
 
 PARTITIONS = 3
 N = 3_000

@@ -40,7 +40,8 @@ def test_monitor_shows_partitions_and_the_lag_going_down(
             url = process.stdout.readline().split()[1]
             with chromium() as driver:
                 driver.get(f"{url}/")  # its script fills the page in from /api/monitor
-                wait_for(lambda: f"{topic}-slow" in driver.page_source, what="the group's name")
+                named = f"{topic}-slow"  # up to a minute: a Spark JVM and a browser on 2 cores
+                wait_for(lambda: named in driver.page_source, timeout=60, what="the group's name")
                 assert f"input {topic} (string) -> count_slowly" in texts(driver, "td")
                 seen: list[dict[str, Any]] = []
 

@@ -126,6 +126,9 @@ public final class KStreamsPeer {
         while (read.get() < expect && System.currentTimeMillis() < deadline) {
             Thread.sleep(5);
         }
+        if (read.get() < expect) {
+            describe(streams, read.get(), expect);
+        }
         double dropped = 0;
         for (Map.Entry<MetricName, ? extends Metric> m : streams.metrics().entrySet()) {
             if (m.getKey().name().equals("dropped-records-total")
@@ -140,6 +143,25 @@ public final class KStreamsPeer {
                 + " peak_rss_kb=" + peakRssKb());
         System.out.flush();
         System.exit(read.get() >= expect ? 0 : 2);
+    }
+
+    /** Why it stopped short, on stderr: its state, its threads' tasks and each partition's lag. */
+    private static void describe(KafkaStreams streams, long read, long expect) {
+        System.err.println("timed out: read " + read + " of " + expect + ", state "
+                + streams.state());
+        streams.metadataForLocalThreads().forEach(thread -> System.err.println(
+                "thread " + thread.threadName() + " " + thread.threadState() + " active "
+                + thread.activeTasks()));
+        for (Map.Entry<MetricName, ? extends Metric> m : streams.metrics().entrySet()) {
+            MetricName name = m.getKey();
+            if (name.name().equals("records-lag") || name.name().equals("last-poll-seconds-ago")
+                    || name.name().equals("rebalance-total")
+                    || name.name().equals("failed-rebalance-total")) {
+                System.err.println("metric " + name.group() + " " + name.name() + " "
+                        + name.tags() + " = " + m.getValue().metricValue());
+            }
+        }
+        System.err.flush();
     }
 
     private static String need(Map<String, String> opts, String name) {
