@@ -33,15 +33,21 @@ def test_monitor_shows_partitions_and_the_lag_going_down(
                "--brokers", brokers, "--state-dir", str(tmp_path / "state"), "--http-port", "0",
                "--epoch", "8", "--commit-interval", "0.2"]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(ROOT), "GOKA_TEST_TOPIC": topic}
-    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                          env=env, cwd=tmp_path, start_new_session=True) as process:  # fmt: skip
+    errors = (tmp_path / "processor.err").open("w")  # its logs, for a failure to show
+    with errors, subprocess.Popen(command, stdout=subprocess.PIPE, stderr=errors, text=True,
+                                  env=env, cwd=tmp_path, start_new_session=True) as process:  # fmt: skip
         try:
             assert process.stdout is not None
             url = process.stdout.readline().split()[1]
             with chromium() as driver:
                 driver.get(f"{url}/")  # its script fills the page in from /api/monitor
-                named = f"{topic}-slow"  # up to a minute: a Spark JVM and a browser on 2 cores
-                wait_for(lambda: named in driver.page_source, timeout=60, what="the group's name")
+                named = f"{topic}-slow"
+                try:
+                    wait_for(lambda: named in driver.page_source, what="the group's name")
+                except AssertionError as late:
+                    said = (tmp_path / "processor.err").read_text()[-4000:]
+                    raise AssertionError(f"{late}\npage at {url}:\n{driver.page_source[:2000]}"
+                                         f"\nthe processor's log:\n{said}") from None  # fmt: skip
                 assert f"input {topic} (string) -> count_slowly" in texts(driver, "td")
                 seen: list[dict[str, Any]] = []
 
