@@ -1,0 +1,214 @@
+"""Kafka transactions for one group partition: what its commit writes (outputs, changelog
+rows, the group's input offsets) becomes visible to ``read_committed`` readers all at once or
+not at all, and a second writer of the same partition fences the first.
+
+Each group partition has its own *transactional id*, ``<group>-<partition>``, stable across
+runs, machines and modes: the broker keeps an epoch per id, bumped by every
+``init_transactions``, so a twin of a task (Spark running it again, a lost executor coming
+back, a second processor of the group started by mistake) is refused from its next write on
+(:class:`FencedError`). One id per partition, not per process as Kafka Streams' EOS v2 has: a
+partition moves between Spark tasks and processes, and the id must move with it.
+
+A transaction of Apache Kafka stays open at most ``transaction.timeout.ms`` (60 s here: longer
+than any commit interval, shorter than Kafka's 15 minutes, so that a crashed task's open
+transaction does not hold every ``read_committed`` reader of its topics back for long); a
+producer paused past it is fenced by the broker too.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+import confluent_kafka
+
+from goka.errors import BrokerError, ConfigurationError, GokaError
+
+__all__ = [
+    "PROBE_TOPIC",
+    "RETRY_BACKOFF_MS",
+    "TRANSACTION_TIMEOUT_MS",
+    "FencedError",
+    "TransactionAbortedError",
+    "Transactions",
+    "isolates_aborted",
+    "transactional_id",
+]
+
+log = logging.getLogger(__name__)
+
+#: How long the broker lets a transaction stay open before it aborts it and fences its writer.
+TRANSACTION_TIMEOUT_MS = 60_000
+#: librdkafka's wait before it asks again, 100 ms by default: the first write of a transaction
+#: that follows a commit is answered CONCURRENT_TRANSACTIONS while the broker writes the last
+#: one's markers, and the default wait made a commit take 110 ms at the median (5 ms: 20 ms).
+RETRY_BACKOFF_MS = 5
+
+
+class FencedError(GokaError):
+    """A newer writer of the same group partition took over: this one must stop without
+    writing its store (what it wrote since its last commit is aborted).
+
+    Attributes:
+        group, partition: the group partition.
+        transactional_id: the id both writers used.
+    """
+
+    def __init__(self, group: str, partition: int, transactional_id: str, reason: str) -> None:
+        super().__init__(
+            f"group {group!r} partition {partition}: fenced by a newer writer of transactional "
+            f"id {transactional_id!r} (another task or processor of the group runs this "
+            f"partition); this one stops without writing its store: {reason}"
+        )
+        self.group, self.partition, self.transactional_id = group, partition, transactional_id
+
+
+class TransactionAbortedError(BrokerError):
+    """A transaction could not commit and was aborted: nothing it wrote is visible to
+    ``read_committed`` readers; the task begins again from its store."""
+
+
+def transactional_id(group: str, partition: int) -> str:
+    """The transactional id of a group partition."""
+    return f"{group}-{partition}"
+
+
+class Transactions:
+    """A transactional producer for one group partition (see the module docstring).
+
+    :meth:`begin`, produce with :attr:`producer`, then :meth:`commit` (with the group's input
+    offsets) or :meth:`abort`. Not thread-safe.
+
+    Args:
+        config: complete librdkafka producer settings (``transactional.id`` and the
+            transaction timeout are set here).
+        group, partition: the group partition it writes for.
+        timeout: seconds :meth:`commit`, :meth:`abort` and the start may wait for the broker.
+        transaction_timeout_ms: how long a transaction may stay open (the broker aborts it
+            and fences this writer after that).
+
+    Raises:
+        ConfigurationError: librdkafka refused a setting.
+        FencedError: a newer writer of the partition started meanwhile.
+        BrokerError: the transaction coordinator did not answer in ``timeout`` seconds.
+    """
+
+    def __init__(
+        self, config: Mapping[str, Any], group: str, partition: int, timeout: float = 30.0, *,
+        transaction_timeout_ms: int = TRANSACTION_TIMEOUT_MS,
+    ) -> None:  # fmt: skip
+        self.group, self.partition, self.timeout = group, partition, timeout
+        self.id = transactional_id(group, partition)
+        settings = {"retry.backoff.ms": RETRY_BACKOFF_MS, **config, "transactional.id": self.id,
+                    "enable.idempotence": True,
+                    "transaction.timeout.ms": transaction_timeout_ms}  # fmt: skip
+        try:
+            self.producer = confluent_kafka.Producer(settings)
+        except (confluent_kafka.KafkaException, ValueError, TypeError) as exc:
+            raise ConfigurationError(f"invalid producer settings: {exc}") from exc
+        self.open = False
+        self._call("init_transactions", self.producer.init_transactions, timeout)
+
+    def begin(self) -> None:
+        """Begin a transaction (every message produced until :meth:`commit` belongs to it)."""
+        self._call("begin_transaction", self.producer.begin_transaction)
+        self.open = True
+
+    def commit(self, offsets: Mapping[str, int], group_metadata: Any) -> None:
+        """Commit the transaction with the group's next ``offsets`` of its inputs in this
+        partition (``{topic: offset}``; ``group_metadata``: a consumer's of the group).
+
+        Raises:
+            FencedError: a newer writer took over (the transaction is aborted by the broker).
+            TransactionAbortedError: it could not commit (it was aborted here).
+            BrokerError: the coordinator did not answer in time (the state is unknown: the
+                task must stop; the next writer's start aborts or completes it).
+        """
+        assert self.open, "commit without begin"
+        if offsets:
+            found = [confluent_kafka.TopicPartition(t, self.partition, o)
+                     for t, o in offsets.items()]  # fmt: skip
+            self._call("send_offsets_to_transaction", self.producer.send_offsets_to_transaction,
+                       found, group_metadata, self.timeout)  # fmt: skip
+        self._call("commit_transaction", self.producer.commit_transaction, self.timeout)
+        self.open = False
+
+    def abort(self) -> None:
+        """Abort the open transaction, if any (what it wrote is never read committed)."""
+        if self.open:
+            self.open = False
+            self._call("abort_transaction", self.producer.abort_transaction, self.timeout)
+
+    def close(self) -> None:
+        """Abort what is open (fenced or gone: nothing to abort) and let the producer go."""
+        try:
+            self.abort()
+        except GokaError as exc:
+            log.info("%s: not aborted at close: %s", self.id, exc)
+
+    def _call(self, what: str, call: Any, *args: Any) -> None:
+        try:
+            call(*args)
+        except confluent_kafka.KafkaException as exc:
+            error = exc.args[0]
+            code = error.code()
+            if code in (confluent_kafka.KafkaError._FENCED,
+                        confluent_kafka.KafkaError.PRODUCER_FENCED,
+                        confluent_kafka.KafkaError.INVALID_PRODUCER_EPOCH):  # fmt: skip
+                self.open = False
+                raise FencedError(self.group, self.partition, self.id, error.str()) from exc
+            if error.txn_requires_abort():
+                self.open = False
+                self.producer.abort_transaction(self.timeout)
+                raise TransactionAbortedError(f"{self.id}: {what} failed, transaction "
+                                              f"aborted: {error.str()}") from exc  # fmt: skip
+            raise BrokerError(f"{self.id}: {what} failed: {error.str()}") from exc
+
+
+#: The topic :func:`isolates_aborted` writes its probe to (one partition, kept an hour).
+PROBE_TOPIC = "goka-transactions-check"
+
+
+def isolates_aborted(config: Mapping[str, Any], timeout: float = 30.0) -> bool:
+    """Does the cluster hide aborted transactions from ``read_committed`` readers? Found out,
+    not assumed from the broker's name: one aborted and one committed record are written to
+    :data:`PROBE_TOPIC` (made if missing), then read back committed from before them.
+
+    ``config``: librdkafka settings with ``bootstrap.servers``.
+
+    Raises:
+        BrokerError: the brokers did not answer, or the probe could not be written.
+    """
+    from goka.topic_manager import TopicManager  # (the topic manager imports the clients)
+
+    brokers = config["bootstrap.servers"]
+    clients = {k: v for k, v in config.items() if k != "bootstrap.servers"}
+    TopicManager(brokers, **clients).ensure_stream_exists(PROBE_TOPIC, 1, retention_ms=3_600_000)
+    marker = uuid.uuid4().hex.encode()
+    writer = Transactions(config, PROBE_TOPIC, 0, timeout)  # (its own id: probes fence probes)
+    reader = confluent_kafka.Consumer({**config, "group.id": f"{PROBE_TOPIC}-reader",
+                                       "isolation.level": "read_committed",
+                                       "enable.auto.commit": False})  # fmt: skip
+    try:
+        start = reader.get_watermark_offsets(
+            confluent_kafka.TopicPartition(PROBE_TOPIC, 0), timeout=timeout, cached=False
+        )[1]
+        for commit, value in ((False, b"aborted"), (True, b"committed")):
+            writer.begin()
+            writer.producer.produce(PROBE_TOPIC, value, marker, partition=0)
+            writer.producer.flush(timeout)
+            writer.commit({}, None) if commit else writer.abort()
+        reader.assign([confluent_kafka.TopicPartition(PROBE_TOPIC, 0, max(start, 0))])
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for message in reader.consume(100, 0.5):
+                if message.error() is None and message.key() == marker:
+                    return message.value() != b"aborted"  # (the committed one comes after)
+        raise BrokerError(f"the probe written to {PROBE_TOPIC!r} at {brokers} was not read back "
+                          f"in {timeout:g}s")  # fmt: skip
+    finally:
+        reader.close()
+        writer.close()
