@@ -1,6 +1,8 @@
 """Windowed groups against the plain count group, in the same run, on the embedded broker.
 
-1M events over 100k keys (4 partitions) whose event times (record timestamps) span 20 minutes:
+1M events (4 partitions) whose event times (record timestamps) span 20 minutes, in two inputs:
+*sparse*, over 100k keys (a new window for nearly every event), and *dense*, over 1,000 keys
+(every window of a key sees many events: 50 per key and minute):
 
 * tumbling 1-minute windows with final results (one per key and minute, exactly once);
 * hopping 5-minute windows advancing by 1 minute (each event in 5 windows), updates only;
@@ -18,12 +20,13 @@ quixstreams counts in the same tumbling windows (final results) over the same in
 virtualenv (``.venv-quix``, made by ``make bench``), for comparison.
 
 Each group runs in micro-batches and in continuous mode; the ratio of each windowed group's
-steady throughput to the plain count's in the same mode is reported as min/median/max over
-the runs (target: >= 0.7 at the median). The last line:
-``windows/plain: min X median Y max Z`` (over both windowed groups and modes).
+steady throughput to the plain count's in the same mode and input is reported as
+min/median/max over the runs (target: >= 0.7 at the median), with the changelog records each
+group wrote per input record (its table's, timers' and window tables' topics). The last line:
+``windows/plain: min X median Y max Z`` (over both windowed groups, modes and inputs).
 
     python -m bench.windows [--messages 1000000] [--runs 2] [--batch 250000]
-        [--only windows|timers]
+        [--only windows|timers] [--inputs sparse,dense]
 """
 
 from __future__ import annotations
@@ -71,6 +74,8 @@ from goka.time.rows import Timer
 from goka.view import View
 
 SPAN_MS = 20 * 60_000
+#: The inputs, by name: how many keys their events are spread over.
+INPUTS = {"sparse": KEYS, "dense": 1_000}
 
 
 def per_minute(ctx: Context[int], page: str) -> None:
@@ -166,8 +171,9 @@ def million_timers(
         shutil.rmtree(state, ignore_errors=True)
 
 
-def fill(brokers: str, topic: str, messages: int) -> None:
-    """``messages`` clicks over KEYS keys, timestamps rising over SPAN_MS, ending an hour ago."""
+def fill(brokers: str, topic: str, messages: int, keys: int = KEYS) -> None:
+    """``messages`` clicks over ``keys`` keys, timestamps rising over SPAN_MS, ending an hour
+    ago."""
     manager = TopicManager(brokers, TOPICS)
     manager.ensure_stream_exists(topic, PARTITIONS)
     manager.ensure_stream_exists(f"{topic}-per-minute", PARTITIONS)
@@ -177,12 +183,46 @@ def fill(brokers: str, topic: str, messages: int) -> None:
     for i in range(messages):
         while True:
             try:
-                producer.produce(topic, b"/page", f"user-{rng.randrange(KEYS)}",
+                producer.produce(topic, b"/page", f"user-{rng.randrange(keys)}",
                                  timestamp=start + i * SPAN_MS // messages)  # fmt: skip
                 break
             except BufferError:
                 producer.poll(0.01)
     assert producer.flush(120) == 0
+
+
+def changelog_records(brokers: str, graph: GroupGraph) -> int:
+    """The records in ``graph``'s changelog topics (its table, timers, window tables)."""
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": brokers, "group.id": "bench"})
+    try:
+        return sum(consumer.get_watermark_offsets(confluent_kafka.TopicPartition(t, p),
+                                                  timeout=30, cached=False)[1]
+                   for t in graph.changelogs() for p in range(PARTITIONS))  # fmt: skip
+    finally:
+        consumer.close()
+
+
+def compare(spark: object, brokers: str, topic: str, args: argparse.Namespace, run: int,
+            mode: str, ratios: dict[str, list[float]],
+            written: dict[str, list[float]]) -> dict[str, float]:  # fmt: skip
+    """One run of the plain, tumbling and hopping groups over ``topic`` in ``mode``: the
+    windowed groups' ratios to the plain one into ``ratios``, the changelog records per input
+    record into ``written``; return the steady rates."""
+    steady, kind = {}, topic.rsplit("-", 1)[-1]
+    for name, build in (("plain", count_group), ("tumbling", tumbling), ("hopping", hopping)):
+        graph = build(topic)
+        if mode == "micro-batch":
+            _, steady[name], done = goka_run(spark, brokers, topic, args.batch, graph)
+            assert done == args.messages, f"{name}: {done} of {args.messages}"
+        else:
+            _, steady[name] = goka_continuous(spark, brokers, topic, args.messages, graph=graph)
+        per_record = changelog_records(brokers, graph) / args.messages
+        written.setdefault(f"{kind} {name} {mode}", []).append(per_record)
+    for name in ("tumbling", "hopping"):
+        ratios.setdefault(f"{kind} {name} {mode}", []).append(steady[name] / steady["plain"])
+    shown = "   ".join(f"{n} {v:,.0f} msg/s" for n, v in steady.items())
+    print(f"run {run} {kind} {mode}: {shown}", flush=True)
+    return steady
 
 
 def main() -> None:
@@ -191,43 +231,46 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=2)
     parser.add_argument("--batch", type=int, default=250_000, help="maxOffsetsPerTrigger")
     parser.add_argument("--only", choices=["windows", "timers"], help="run one part")
+    parser.add_argument("--inputs", default=",".join(INPUTS),
+                        help=f"comma-separated, of {', '.join(INPUTS)}")  # fmt: skip
     add_broker(parser)
     args = parser.parse_args()
+    inputs = [i for i in args.inputs.split(",") if i]
+    if not inputs or any(i not in INPUTS for i in inputs):
+        parser.error(f"--inputs: of {', '.join(INPUTS)}, got {args.inputs!r}")
     with start_broker(args.broker) as broker:
         brokers, topic = broker.bootstrap, "bench-windowed"
-        fill(brokers, topic, args.messages)
+        for name in inputs:
+            fill(brokers, f"{topic}-{name}", args.messages, INPUTS[name])
         spark = build_session("bench", "local[2]")
         spark.sparkContext.setLogLevel("ERROR")
         ratios: dict[str, list[float]] = {}
+        written: dict[str, list[float]] = {}
         tumbling_rates: list[str] = []
         for run in range(1, args.runs + 1 if args.only != "timers" else 1):
-            for mode in ("micro-batch", "continuous"):
-                steady = {}
-                for name, build in (("plain", count_group), ("tumbling", tumbling),
-                                    ("hopping", hopping)):  # fmt: skip
-                    graph = build(topic)
-                    if mode == "micro-batch":
-                        _, steady[name], done = goka_run(spark, brokers, topic, args.batch, graph)
-                        assert done == args.messages, f"{name}: {done} of {args.messages}"
-                    else:
-                        _, steady[name] = goka_continuous(spark, brokers, topic, args.messages,
-                                                          graph=graph)  # fmt: skip
-                for name in ("tumbling", "hopping"):
-                    ratios.setdefault(f"{name} {mode}", []).append(steady[name] / steady["plain"])
-                tumbling_rates.append(f"{mode} {steady['tumbling']:,.0f} msg/s")
-                shown = "   ".join(f"{n} {v:,.0f} msg/s" for n, v in steady.items())
-                print(f"run {run} {mode}: {shown}", flush=True)
-        timers_line = (million_timers(spark, broker, topic, args.messages, args.batch)
+            for name in inputs:
+                for mode in ("micro-batch", "continuous"):
+                    steady = compare(spark, brokers, f"{topic}-{name}", args, run, mode, ratios,
+                                     written)  # fmt: skip
+                    if name == "sparse":
+                        tumbling_rates.append(f"{mode} {steady['tumbling']:,.0f} msg/s")
+        sparse = f"{topic}-sparse"
+        if args.only != "windows" and "sparse" not in inputs:
+            fill(brokers, sparse, args.messages, INPUTS["sparse"])
+        timers_line = (million_timers(spark, broker, sparse, args.messages, args.batch)
                        if args.only != "windows" else "not run")  # fmt: skip
-        quix = (quix_run(brokers, topic, args.messages, "tumbling")
-                if args.only != "timers" else "not run")  # fmt: skip
+        quix = (quix_run(brokers, sparse, args.messages, "tumbling")
+                if args.only != "timers" and "sparse" in inputs else "not run")  # fmt: skip
         spark.stop()
-    print(f"\n{args.messages:,} events over {KEYS:,} keys, {PARTITIONS} partitions, event times "
+    over = ", ".join(f"{INPUTS[i]:,} keys ({i})" for i in inputs)
+    print(f"\n{args.messages:,} events over {over}, {PARTITIONS} partitions, event times "
           f"over {SPAN_MS // 60_000} minutes, {args.runs} runs")  # fmt: skip
     for name, values in ratios.items():
-        print(f"{name:<24}/ plain: {summary(values)}")
+        print(f"{name:<30}/ plain: {summary(values)}")
+    for name, values in written.items():
+        print(f"{name:<30} changelog records per input record: {summary(values)}")
     print(
-        f"quixstreams tumbling (final, same input): {quix}; goka-py tumbling: "
+        f"quixstreams tumbling (final, sparse input): {quix}; goka-py tumbling: "
         f"{', '.join(tumbling_rates) or 'not run'}"
     )
     print(f"timers: {timers_line}")
