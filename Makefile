@@ -103,6 +103,7 @@ bench: $(STAMP) $(CDS) $(QUIX) $(BUILDAH)
 	$(PY) -m bench.processor
 	$(PY) -m bench.windows
 	$(PY) -m bench.windows_floor
+	$(PY) -m bench.guarantees
 	$(PY) -m bench.peers
 	$(PY) -m bench.idle
 	$(PY) -m bench.image

@@ -123,16 +123,18 @@ def count_group(topic: str, suffix: str = "") -> GroupGraph:
 
 
 def goka_run(
-    spark: object, brokers: str, topic: str, batch: int, graph: GroupGraph | None = None
-) -> tuple[float, float, int]:
-    """Micro-batch throughput of ``graph`` (default: the plain count): whole run, steady
-    state, events processed."""
+    spark: object, brokers: str, topic: str, batch: int, graph: GroupGraph | None = None,
+    **settings: Any,
+) -> tuple[float, float, int]:  # fmt: skip
+    """Micro-batch throughput of ``graph`` (default: the plain count; ``settings``: more of
+    the processor's): whole run, steady state, events processed."""
     graph = graph or count_group(topic)
     state = Path(tempfile.mkdtemp(prefix="goka-bench-"))
     try:
         processor = Processor(
             graph, brokers, spark=spark,  # type: ignore[arg-type]
             state_dir=state, checkpoint_dir=state / "checkpoint", max_offsets_per_trigger=batch,
+            **settings,
         )  # fmt: skip
         started = time.time()
         run = processor.run_until_caught_up()

@@ -47,6 +47,7 @@ __all__ = [
     "DeliveryError",
     "EmitterClosedError",
     "EventTimeError",
+    "FencedError",
     "GokaError",
     "GraphError",
     "MessageTooLargeError",
@@ -62,6 +63,7 @@ __all__ = [
     "TableNotServedError",
     "TopicError",
     "TopicRewoundError",
+    "TransactionAbortedError",
     "UsageError",
     "ViewError",
     "ViewNotReadyError",
@@ -349,3 +351,26 @@ def describe_key(key: str | bytes | None) -> str:
         return repr(bytes(raw).decode())
     except UnicodeDecodeError:
         return repr(bytes(raw))
+
+
+class FencedError(GokaError):
+    """A newer writer of the same group partition took over: this one must stop without
+    writing its store (what it wrote since its last commit is aborted).
+
+    Attributes:
+        group, partition: the group partition.
+        transactional_id: the id both writers used.
+    """
+
+    def __init__(self, group: str, partition: int, transactional_id: str, reason: str) -> None:
+        super().__init__(
+            f"group {group!r} partition {partition}: fenced by a newer writer of transactional "
+            f"id {transactional_id!r} (another task or processor of the group runs this "
+            f"partition); this one stops without writing its store: {reason}"
+        )
+        self.group, self.partition, self.transactional_id = group, partition, transactional_id
+
+
+class TransactionAbortedError(BrokerError):
+    """A transaction could not commit and was aborted: nothing it wrote is visible to
+    ``read_committed`` readers; the task begins again from its store."""

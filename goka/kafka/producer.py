@@ -143,6 +143,11 @@ class KafkaProducer:
     def __len__(self) -> int:
         return len(self._producer)
 
+    @property
+    def client(self) -> confluent_kafka.Producer:
+        """confluent-kafka's Producer (its transactions' calls)."""
+        return self._producer
+
 
 #: How long after it starts librdkafka's idempotent producer asks for its producer ID; a
 #: delivery before that waits for it (measured: a first delivery 0.50 s after the start, against

@@ -25,7 +25,14 @@ from typing import Any
 
 import confluent_kafka
 
-from goka.errors import BrokerError, ConfigurationError, GokaError
+from goka.errors import (
+    BrokerError,
+    ConfigurationError,
+    FencedError,
+    GokaError,
+    TransactionAbortedError,
+)
+from goka.kafka.producer import KafkaProducer, Producer
 
 __all__ = [
     "PROBE_TOPIC",
@@ -34,6 +41,7 @@ __all__ = [
     "FencedError",
     "TransactionAbortedError",
     "Transactions",
+    "check_transactions",
     "isolates_aborted",
     "transactional_id",
 ]
@@ -48,27 +56,11 @@ TRANSACTION_TIMEOUT_MS = 60_000
 RETRY_BACKOFF_MS = 5
 
 
-class FencedError(GokaError):
-    """A newer writer of the same group partition took over: this one must stop without
-    writing its store (what it wrote since its last commit is aborted).
-
-    Attributes:
-        group, partition: the group partition.
-        transactional_id: the id both writers used.
-    """
-
-    def __init__(self, group: str, partition: int, transactional_id: str, reason: str) -> None:
-        super().__init__(
-            f"group {group!r} partition {partition}: fenced by a newer writer of transactional "
-            f"id {transactional_id!r} (another task or processor of the group runs this "
-            f"partition); this one stops without writing its store: {reason}"
-        )
-        self.group, self.partition, self.transactional_id = group, partition, transactional_id
-
-
-class TransactionAbortedError(BrokerError):
-    """A transaction could not commit and was aborted: nothing it wrote is visible to
-    ``read_committed`` readers; the task begins again from its store."""
+#: The settings of a producer's that its group's consumer takes too (where the brokers are).
+_CONSUMER_SETTINGS = ("bootstrap.servers", "security.protocol", "ssl.ca.location",
+                      "ssl.certificate.location", "ssl.key.location", "ssl.key.password",
+                      "sasl.mechanisms", "sasl.username", "sasl.password",
+                      "client.dns.lookup")  # fmt: skip
 
 
 def transactional_id(group: str, partition: int) -> str:
@@ -105,21 +97,21 @@ class Transactions:
         settings = {"retry.backoff.ms": RETRY_BACKOFF_MS, **config, "transactional.id": self.id,
                     "enable.idempotence": True,
                     "transaction.timeout.ms": transaction_timeout_ms}  # fmt: skip
-        try:
-            self.producer = confluent_kafka.Producer(settings)
-        except (confluent_kafka.KafkaException, ValueError, TypeError) as exc:
-            raise ConfigurationError(f"invalid producer settings: {exc}") from exc
-        self.open = False
-        self._call("init_transactions", self.producer.init_transactions, timeout)
+        made = KafkaProducer(settings)
+        self._client = made.client
+        #: the producer the transaction's records are produced with
+        self.producer: Producer = made
+        self.open, self.config, self._metadata = False, dict(config), None
+        self._call("init_transactions", self._client.init_transactions, timeout)
 
     def begin(self) -> None:
         """Begin a transaction (every message produced until :meth:`commit` belongs to it)."""
-        self._call("begin_transaction", self.producer.begin_transaction)
+        self._call("begin_transaction", self._client.begin_transaction)
         self.open = True
 
-    def commit(self, offsets: Mapping[str, int], group_metadata: Any) -> None:
+    def commit(self, offsets: Mapping[str, int]) -> None:
         """Commit the transaction with the group's next ``offsets`` of its inputs in this
-        partition (``{topic: offset}``; ``group_metadata``: a consumer's of the group).
+        partition (``{topic: offset}``), as the group's commit (Go Goka and lag tools see them).
 
         Raises:
             FencedError: a newer writer took over (the transaction is aborted by the broker).
@@ -131,16 +123,28 @@ class Transactions:
         if offsets:
             found = [confluent_kafka.TopicPartition(t, self.partition, o)
                      for t, o in offsets.items()]  # fmt: skip
-            self._call("send_offsets_to_transaction", self.producer.send_offsets_to_transaction,
-                       found, group_metadata, self.timeout)  # fmt: skip
-        self._call("commit_transaction", self.producer.commit_transaction, self.timeout)
+            self._call("send_offsets_to_transaction", self._client.send_offsets_to_transaction,
+                       found, self._group_metadata(), self.timeout)  # fmt: skip
+        self._call("commit_transaction", self._client.commit_transaction, self.timeout)
         self.open = False
+
+    def _group_metadata(self) -> Any:
+        """The group's metadata, as a consumer of it that joins nothing has it (the broker
+        takes offsets of a group without members, as Goka's tasks commit theirs)."""
+        if self._metadata is None:
+            brokers = {k: v for k, v in self.config.items() if k in _CONSUMER_SETTINGS}
+            consumer = confluent_kafka.Consumer({**brokers, "group.id": self.group})
+            try:
+                self._metadata = consumer.consumer_group_metadata()
+            finally:
+                consumer.close()
+        return self._metadata
 
     def abort(self) -> None:
         """Abort the open transaction, if any (what it wrote is never read committed)."""
         if self.open:
             self.open = False
-            self._call("abort_transaction", self.producer.abort_transaction, self.timeout)
+            self._call("abort_transaction", self._client.abort_transaction, self.timeout)
 
     def close(self) -> None:
         """Abort what is open (fenced or gone: nothing to abort) and let the producer go."""
@@ -162,7 +166,7 @@ class Transactions:
                 raise FencedError(self.group, self.partition, self.id, error.str()) from exc
             if error.txn_requires_abort():
                 self.open = False
-                self.producer.abort_transaction(self.timeout)
+                self._client.abort_transaction(self.timeout)
                 raise TransactionAbortedError(f"{self.id}: {what} failed, transaction "
                                               f"aborted: {error.str()}") from exc  # fmt: skip
             raise BrokerError(f"{self.id}: {what} failed: {error.str()}") from exc
@@ -198,9 +202,11 @@ def isolates_aborted(config: Mapping[str, Any], timeout: float = 30.0) -> bool:
         )[1]
         for commit, value in ((False, b"aborted"), (True, b"committed")):
             writer.begin()
-            writer.producer.produce(PROBE_TOPIC, value, marker, partition=0)
+            writer.producer.produce(
+                PROBE_TOPIC, value, marker, partition=0, on_delivery=lambda error, message: None
+            )
             writer.producer.flush(timeout)
-            writer.commit({}, None) if commit else writer.abort()
+            writer.commit({}) if commit else writer.abort()
         reader.assign([confluent_kafka.TopicPartition(PROBE_TOPIC, 0, max(start, 0))])
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -212,3 +218,26 @@ def isolates_aborted(config: Mapping[str, Any], timeout: float = 30.0) -> bool:
     finally:
         reader.close()
         writer.close()
+
+
+_ISOLATING: dict[str, bool] = {}  # brokers -> found by the probe, in this process
+
+
+def check_transactions(group: str, brokers: str, kafka_config: Mapping[str, Any]) -> None:
+    """Raise unless the brokers hide aborted transactions from ``read_committed`` readers,
+    which ``guarantee="exactly-once"`` stands on (probed once per process: see
+    :func:`isolates_aborted`).
+
+    Raises:
+        ConfigurationError: they do not (Tansu, say).
+        BrokerError: the probe could not be written or read.
+    """
+    if brokers not in _ISOLATING:
+        _ISOLATING[brokers] = isolates_aborted({**kafka_config, "bootstrap.servers": brokers})
+    if not _ISOLATING[brokers]:
+        raise ConfigurationError(
+            f"group {group!r}: guarantee='exactly-once' needs brokers that hide aborted "
+            f"transactions from read_committed readers; those at {brokers} do not (a record "
+            f"of an aborted transaction was read as committed): use Apache Kafka, or "
+            f"guarantee='at-least-once'"
+        )

@@ -17,6 +17,7 @@ from goka.codec import BytesCodec
 from goka.kafka.producer import ProducerBuilder, kafka_producer
 from goka.kafka.ranges import RangeReader
 from goka.kafka.reader import RecordReader
+from goka.kafka.transactions import Transactions
 from goka.storage import LevelDBStorage, MemoryStorage, Storage, StorageBuilder
 from goka.storage.snapshots import SnapshotStore
 from goka.view import View
@@ -66,6 +67,8 @@ class Builders:
         reader: builds the record reader ``(brokers, kafka settings)``.
         snapshots: builds the snapshot store ``(url, keep=, storage_options=)``.
         lookup: builds a followed copy of a looked-up table ``(brokers, table, settings)``.
+        transactions: builds a partition's transactional producer under exactly-once
+            ``(settings, group, partition, timeout)``.
     """
 
     storage: StorageBuilder = leveldb_store
@@ -73,3 +76,4 @@ class Builders:
     reader: Callable[[str, Mapping[str, Any]], RecordReader] = RangeReader
     snapshots: Callable[..., SnapshotStore] = SnapshotStore
     lookup: Callable[[str, str, Mapping[str, Any]], LookupTable] = lookup_view
+    transactions: Callable[[Mapping[str, Any], str, int, float], Transactions] = Transactions

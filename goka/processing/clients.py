@@ -11,6 +11,7 @@ from typing import Any
 from goka.kafka.config import producer_config
 from goka.kafka.producer import Producer, ready_in
 from goka.kafka.reader import RecordReader
+from goka.kafka.transactions import Transactions
 from goka.processing.config import TaskConfig
 from goka.processing.worker import Worker, frozen
 from goka.storage.snapshots import SnapshotStore
@@ -53,6 +54,34 @@ class Clients:
             lambda: builder(settings),
             lambda producer: producer.flush(self.config.flush_timeout),
         )
+
+    def _transactions_key(self, partition: int) -> tuple[Hashable, dict[str, Any]]:
+        key, settings = self._producer_settings()
+        builder = self.config.builders.transactions
+        return ("transactions", builder, key, self.config.graph.group, partition), settings
+
+    def transactions(self, partition: int, *, renew: bool) -> Transactions:
+        """The transactional producer of ``partition`` under exactly-once (kept for the next
+        tasks of the partition in this process; ``renew``: a new one, which fences any other,
+        as the partition's store came from elsewhere: another process may have written the
+        partition since this one's producer did, and fenced it).
+
+        Raises:
+            FencedError, BrokerError: as :class:`~goka.kafka.transactions.Transactions`.
+        """
+        key, settings = self._transactions_key(partition)
+        if renew:
+            self.worker.discard(key)
+        build, group = self.config.builders.transactions, self.config.graph.group
+        return self.worker.client(
+            key, lambda: build(settings, group, partition, self.config.broker_timeout),
+            lambda transactions: transactions.close(),
+        )  # fmt: skip
+
+    def discard_transactions(self, partition: int) -> None:
+        """Let ``partition``'s transactional producer go (fenced, or it failed to deliver):
+        the next task makes a new one."""
+        self.worker.discard(self._transactions_key(partition)[0])
 
     def warm_up(self, stop: Callable[[], bool]) -> None:
         """Build the producer if there is none yet, and wait until it delivers at once

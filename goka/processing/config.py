@@ -4,6 +4,7 @@ adds (pickled with the task)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from goka.group.graph import GroupGraph
 from goka.processing.settings import ProcessorSettings
@@ -47,6 +48,10 @@ class TaskConfig(ProcessorSettings):
         settings = {**self.kafka_config, **self.producer_config}
         limit = int(settings.get("message.max.bytes", 1_000_000))
         return limit - min(MESSAGE_OVERHEAD, limit // 4)
+
+    def store_path(self, name: str, partition: int) -> Path:
+        """Where the store ``name`` (``partition``, ``join-<table>``) of ``partition`` lives."""
+        return Path(self.state_dir) / self.graph.group / f"{name}-{partition}"
 
     @property
     def dlq_topic(self) -> str:

@@ -40,7 +40,7 @@ from goka.processing.starts import (
     take_notes,
     tell,
 )
-from goka.processing.stores import PartitionStores, store_path
+from goka.processing.stores import PartitionStores
 from goka.processing.summary import PartitionSummary
 from goka.processing.timeline import Timeline
 from goka.processing.worker import Worker
@@ -165,7 +165,7 @@ def _run_epoch(
     known = take_followed(worker, group, starts)
     held = worker.stores.held_elsewhere
     noted = {p for p in starts if p not in known and not bridging
-             and held(store_path(config, "partition", p))}  # fmt: skip
+             and held(config.store_path("partition", p))}  # fmt: skip
     table = [config.graph.table] if config.graph.persist else []
     asking = Asking(reader, sorted({(t, p) for p, offsets in starts.items()
                                     if p not in known and p not in noted

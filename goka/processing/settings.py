@@ -25,10 +25,20 @@ if TYPE_CHECKING:  # imported when first built: the command line declares its fl
     from goka.processing.builders import Builders
     from goka.topic_manager import TopicManagerConfig
 
-__all__ = ["FIRE_BUDGET", "MODES", "ProcessorSettings", "Setting", "cli_settings", "settings"]
+__all__ = [
+    "FIRE_BUDGET",
+    "GUARANTEES",
+    "MODES",
+    "ProcessorSettings",
+    "Setting",
+    "cli_settings",
+    "settings",
+]
 
 #: How a processor runs (see :class:`goka.spark.Processor`).
 MODES = ("micro-batch", "continuous", "available-now")
+#: What a processor promises of its outputs after a crash (docs/processors.md, "Guarantees").
+GUARANTEES = ("at-least-once", "exactly-once")
 
 #: The most timers and expiries a partition fires between two commits, by default (see
 #: :class:`goka.group.engine.Engine`'s ``fire_budget``): a stream time jump over a million
@@ -106,6 +116,13 @@ class ProcessorSettings:
         task slots, or one per partition if there are fewer partitions).""",
         flag=int,
     )
+    guarantee: str = _setting("at-least-once", """``at-least-once``: state stays exact after a
+        crash, and the outputs of the records since the last commit are produced again;
+        ``exactly-once``: each commit is one Kafka transaction holding the outputs, the
+        changelog rows and the group's offsets, which ``read_committed`` readers read all at
+        once or never, and a second writer of a partition is fenced (a broker that hides
+        aborted transactions, as Apache Kafka; micro-batch and available-now
+        modes).""", flag=str, choices=GUARANTEES)  # fmt: skip
     tick_interval: float | None = _setting(None, """Seconds between the ticks of a group with
         wall-clock timers or TTL: how late a wall timer may fire on a partition that gets no
         records (default: 0.1 in continuous mode, the trigger interval in
@@ -215,6 +232,11 @@ def _check(s: ProcessorSettings) -> None:
         raise ConfigurationError(f"on_error must be one of {POLICIES}, got {s.on_error!r}")
     if s.mode not in MODES:
         raise ConfigurationError(f"mode must be one of {MODES}, got {s.mode!r}")
+    if s.guarantee not in GUARANTEES:
+        raise ConfigurationError(f"guarantee must be one of {GUARANTEES}, got {s.guarantee!r}")
+    if s.guarantee == "exactly-once" and s.mode == "continuous":
+        raise ConfigurationError("guarantee='exactly-once' runs in micro-batch and available-now "
+                                 "modes; in continuous mode, use at-least-once")  # fmt: skip
     for name, least in (("fire_budget", 1), ("window_cache", 0), ("snapshots_kept", 1)):
         value = getattr(s, name)
         if isinstance(value, bool) or not isinstance(value, int) or value < least:

@@ -1,12 +1,12 @@
 """One partition's stores for one task, and the one owner of what is applied and of commits.
 
-A micro-batch (:mod:`goka.processing.batch`) and an epoch (:mod:`goka.processing.epoch`) both
-go through :class:`PartitionStores`: it leases the group store and the joined tables' stores
-from the worker, makes them current for where the task begins (at least where the group
-committed), says what of a planned range the stores have applied (:mod:`goka.processing.
-applied`), and commits: wait for every output, then write the state changes with the input
-offsets and the group table's end in one write (offsets only forward), then tell Kafka the
-group's offsets; at most every ``snapshot_interval``, it stages a snapshot for upload.
+A micro-batch (:mod:`goka.processing.batch`) and an epoch (:mod:`goka.processing.epoch`) go
+through :class:`PartitionStores`: it leases the group's and joined tables' stores from the
+worker, makes them current for where the task begins (at least where the group committed),
+says what of a planned range they applied (:mod:`goka.processing.applied`), and commits: every
+output acknowledged (exactly-once: in a committed transaction, :mod:`.exactly_once`), then
+the state changes, input offsets and changelogs' ends in one write (offsets only forward),
+then the group's offsets; at most every ``snapshot_interval``, a snapshot is staged.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from goka.keys import key_str
 from goka.processing.applied import Applied, commit
 from goka.processing.clients import Clients
 from goka.processing.config import TaskConfig
+from goka.processing.exactly_once import exactly_once
 from goka.processing.finals import Delivery, Finals, Written
 from goka.processing.leases import Lease
 from goka.processing.output import Output
@@ -44,11 +45,6 @@ log = logging.getLogger(__name__)
 #: store's offsets are the truth; the group's are for lag tools, tasks and Go processors):
 #: a commit interval of 0.1 s does not send ten OffsetCommits a second per partition.
 GROUP_COMMIT_SECONDS = 1.0
-
-
-def store_path(config: TaskConfig, name: str, partition: int) -> Path:
-    """Where the store ``name`` (``partition``, ``join-<table>``) of ``partition`` lives."""
-    return Path(config.state_dir) / config.graph.group / f"{name}-{partition}"
 
 
 class PartitionStores:
@@ -100,6 +96,7 @@ class PartitionStores:
             self.leases[f"join-{table}"] = stack.enter_context(
                 self._lease(f"join-{table}", table, ask)
             )
+        self.exactly = exactly_once(config, self.clients, partition, self.fresh, stack)
 
     @property
     def store(self) -> Storage:
@@ -206,6 +203,8 @@ class PartitionStores:
         """Pass on what an engine call did: the effects go to ``output``, the time changelog
         rows to ``pending`` (a timed group's). (Windows' final results are produced after
         the commit, from the store: :mod:`goka.processing.finals`.)"""
+        if self.exactly is not None:
+            self.exactly.begin()
         output.send(result, summary)
         if pending is not None:  # the time changelog rows
             for kind, topic, key, value, _, _ in result.effects:
@@ -221,9 +220,12 @@ class PartitionStores:
         return {"timers": pending.view(self.graph.group.timers), "windows": windows}
 
     def output(self) -> Output:
-        """An output for this task's effects, on the worker's producer."""
-        return Output(self.clients.producer(), self.partition, self.config, self.store,
-                      self.clients.discard_producer)  # fmt: skip
+        """An output for this task's effects, on the worker's producer (exactly-once: the
+        partition's transactional one)."""
+        exactly, clients = self.exactly, self.clients
+        producer, failed = ((exactly.producer, exactly.failed) if exactly is not None else
+                            (clients.producer(), clients.discard_producer))  # fmt: skip
+        return Output(producer, self.partition, self.config, self.store, failed)
 
     def apply_join(self, table: str, rows: list[Message], end: int,
                    summary: PartitionSummary) -> None:  # fmt: skip
@@ -249,6 +251,8 @@ class PartitionStores:
             StorageError: the write failed.
         """
         ends = output.flush()
+        if self.exactly is not None:  # the outputs and the group's offsets, then the store
+            self.exactly.commit(positions)
         lap("flush")
         self.write(changes, positions, ends, summary, wait=wait, sections=sections, lap=lap)
 
@@ -278,7 +282,7 @@ class PartitionStores:
         lap("write")
         delivered = self._deliver(positions, summary, check=False, defer=defer, written=rows)
         lap("finals")
-        if delivered:  # (the group's offsets went first: commit_to_group noted it)
+        if delivered or self.exactly is not None:  # (the offsets went: first, or in the commit)
             return
         if wait or time.monotonic() - self._group_at >= GROUP_COMMIT_SECONDS:
             self.commit_to_group(positions, wait=wait)
@@ -369,7 +373,7 @@ class PartitionStores:
     # -- helpers ---------------------------------------------------------------------------------
     def _lease(self, name: str, table: str, ask: bool) -> Any:
         return self.worker.lease(
-            self.config.builders.storage, store_path(self.config, name, self.partition), table,
+            self.config.builders.storage, self.config.store_path(name, self.partition), table,
             timeout=self.config.store_timeout, discard_corrupt=True, ask=ask,
         )  # fmt: skip
 

@@ -19,6 +19,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 from goka.errors import ConfigurationError, ProcessorFailed
 from goka.group.graph import GroupGraph
 from goka.kafka.config import Brokers, bootstrap_servers
+from goka.kafka.transactions import check_transactions
 from goka.processing.config import TaskConfig
 from goka.processing.holders import release_held
 from goka.processing.settings import settings as all_settings
@@ -115,6 +116,8 @@ class Processor:
         manager = TopicManager(config.brokers, config.topics, **config.kafka_config)
         self._partitions = prepare_group(manager, self.graph, create_outputs=create_outputs,
                                          dead_letters=config.on_error == "dead_letter")  # fmt: skip
+        if config.guarantee == "exactly-once":
+            check_transactions(self.graph.group, config.brokers, config.kafka_config)
         return self._partitions
 
     def create_topics(self) -> int:

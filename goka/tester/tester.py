@@ -27,6 +27,7 @@ from goka.group.engine import Engine
 from goka.group.graph import GroupGraph
 from goka.keys import key_bytes, key_str
 from goka.partitioner import partition_for
+from goka.processing.settings import GUARANTEES
 from goka.storage.base import WriteBatch
 from goka.storage.memory import MemoryStorage
 from goka.tester.records import Record
@@ -49,14 +50,18 @@ class Tester:
         now: the tester's wall clock at the start, in ms since the epoch (default: the
             system's time then). It moves only with :meth:`advance_time`; messages consumed
             without a timestamp get it.
+        guarantee: the processor's setting, checked and otherwise ignored: nothing crashes
+            in the tester, so each message's effects happen once under either.
     """
 
     __test__ = False  # not a pytest test class, though its name starts with "Test"
 
     def __init__(
         self, *graphs: GroupGraph, partitions: int = 1, max_messages: int = 100_000,
-        now: int | None = None,
+        now: int | None = None, guarantee: str = "at-least-once",
     ) -> None:  # fmt: skip
+        if guarantee not in GUARANTEES:
+            raise ConfigurationError(f"guarantee must be one of {GUARANTEES}, got {guarantee!r}")
         if partitions < 1:
             raise ConfigurationError(f"partitions must be at least 1, got {partitions}")
         self.partitions = partitions

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
+from goka.errors import ConfigurationError
 from goka.kafka.transactions import FencedError, Transactions, isolates_aborted
 
 from ..helpers import wait_for
@@ -51,14 +52,14 @@ def test_a_commit_shows_its_records_and_offsets_at_once_and_an_abort_never(
         writer.begin()
         for value in (b"a1", b"a2"):
             writer.producer.produce(out, value, b"k", partition=0)
-        writer.commit({source: 2}, group.consumer_group_metadata())
+        writer.commit({source: 2})
         writer.begin()
         writer.producer.produce(out, b"b", b"k", partition=0)
         writer.producer.flush(10)  # on the broker, then aborted
         writer.abort()
         writer.begin()
         writer.producer.produce(out, b"c", b"k", partition=0)
-        writer.commit({source: 3}, group.consumer_group_metadata())
+        writer.commit({source: 3})
         assert _values(brokers, out) == [b"a1", b"a2", b"c"]
         assert _values(brokers, out, "read_uncommitted") == [b"a1", b"a2", b"b", b"c"]
         committed = group.committed([TopicPartition(source, 0)], timeout=10)
@@ -73,7 +74,6 @@ def test_a_twin_of_a_partition_fences_the_first_at_its_next_write(
 ) -> None:
     out = new_topic(partitions=1)
     name = f"{out}-g"
-    group = _group(brokers, name)
     first = Transactions({"bootstrap.servers": brokers}, name, 3)
     first.begin()
     first.producer.produce(out, b"zombie", b"k", partition=0)
@@ -81,24 +81,22 @@ def test_a_twin_of_a_partition_fences_the_first_at_its_next_write(
     twin = Transactions({"bootstrap.servers": brokers}, name, 3)  # as Spark running it again
     try:
         with pytest.raises(FencedError) as fenced:
-            first.commit({out: 1}, group.consumer_group_metadata())
+            first.commit({out: 1})
         assert fenced.value.transactional_id == f"{name}-3"
         assert f"group {name!r} partition 3: fenced by a newer writer" in str(fenced.value)
         twin.begin()
         twin.producer.produce(out, b"twin", b"k", partition=0)
-        twin.commit({}, None)
+        twin.commit({})
         assert _values(brokers, out) == [b"twin"]
     finally:
         first.close()
         twin.close()
-        group.close()
 
 
 def test_a_writer_paused_past_its_transaction_timeout_is_fenced(
     brokers: str, new_topic: Callable[..., str]
 ) -> None:
     out = new_topic(partitions=1)
-    group = _group(brokers, f"{out}-g")
     writer = Transactions({"bootstrap.servers": brokers}, f"{out}-g", 0,
                           transaction_timeout_ms=1_000)  # fmt: skip
     reader = _reader(brokers)
@@ -111,12 +109,11 @@ def test_a_writer_paused_past_its_transaction_timeout_is_fenced(
         wait_for(lambda: reader.get_watermark_offsets(part, timeout=10, cached=False)[1] >= 2,
                  timeout=60, what="the broker aborting the transaction")  # fmt: skip
         with pytest.raises(FencedError):
-            writer.commit({out: 1}, group.consumer_group_metadata())
+            writer.commit({out: 1})
         assert _values(brokers, out) == []
     finally:
         reader.close()
         writer.close()
-        group.close()
 
 
 @pytest.mark.smoke
@@ -125,3 +122,29 @@ def test_the_probe_finds_whether_aborted_records_are_hidden(
 ) -> None:
     kind = request.config.getoption("--broker")
     assert isolates_aborted({"bootstrap.servers": brokers}) is (kind == "kafka")
+
+
+@pytest.mark.smoke
+def test_an_exactly_once_processor_starts_only_where_aborted_records_are_hidden(
+    brokers: str, new_topic: Callable[..., str], request: pytest.FixtureRequest
+) -> None:
+    from goka import Int64Codec, StringCodec, define_group, input, persist
+    from goka.spark import Processor
+    from goka.tester import Tester  # the tester takes the setting and ignores it
+
+    topic = new_topic(partitions=1)
+    graph = define_group(f"{topic}-g", input(topic, StringCodec(), _count), persist(Int64Codec()))
+    processor = Processor(graph, brokers, guarantee="exactly-once")
+    if request.config.getoption("--broker") == "kafka":
+        assert processor.prepare_topics() == 1
+    else:
+        with pytest.raises(ConfigurationError, match=rf"group '{topic}-g': guarantee="
+                           r"'exactly-once' needs brokers that hide aborted transactions"):  # fmt: skip
+            processor.prepare_topics()
+    tester = Tester(graph, guarantee="exactly-once")
+    tester.consume(topic, "k", "/")
+    assert tester.table_value(graph.table, "k") == 1
+
+
+def _count(ctx: Any, page: str) -> None:
+    ctx.set_value((ctx.value() or 0) + 1)

@@ -13,20 +13,30 @@ import os
 import signal
 import subprocess
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from goka import Context
 from goka.kafka.producer import Producer, kafka_producer
+from goka.kafka.transactions import Transactions
 from goka.processing.builders import Builders, leveldb_store
 from goka.storage import Storage, WriteBatch
 from goka.storage.snapshots import SnapshotStore
 
 #: Where a processor can be killed: mid-produce, after the flush, after the state commit,
-#: after a snapshot file's upload, after a snapshot file's download (restore).
-POINTS = ("produce", "flush", "commit", "upload", "restore")
+#: after a snapshot file's upload, after a snapshot file's download (restore), and under
+#: exactly-once after a transaction committed (before the store's write).
+POINTS = ("produce", "flush", "commit", "upload", "restore", "transaction")
 _reached: Counter[str] = Counter()
+
+
+def count_and_tell(seen: str, ctx: Context[int], page: Any) -> None:
+    """Count the click, and say which record it was on ``seen`` (an output per record: what
+    a crash repeats, or, under exactly-once, does not)."""
+    ctx.set_value((ctx.value() or 0) + 1)
+    ctx.emit(seen, ctx.key, f"{ctx.partition} {ctx.offset}")
 
 
 def kill_session(sid: int) -> None:
@@ -181,9 +191,30 @@ class KillingSnapshots:
         return store
 
 
+class _Transactions(Transactions):
+    kill: Kill
+
+    def commit(self, offsets: Mapping[str, int]) -> None:
+        super().commit(offsets)
+        self.kill.reached("transaction")
+
+
+@dataclass(frozen=True)
+class KillingTransactions:
+    kill: Kill
+
+    def __call__(self, config: Mapping[str, Any], group: str, partition: int,
+                 timeout: float) -> Transactions:  # fmt: skip
+        found = _Transactions(config, group, partition, timeout)
+        found.kill = self.kill
+        found.producer = _Producer(found.producer, self.kill)
+        return found
+
+
 def builders(kill: Kill | None) -> Builders:
     """Builders that kill at ``kill``'s point (the defaults if None)."""
     if kill is None:
         return Builders()
     return Builders(storage=KillingStore(kill), producer=KillingProducer(kill),
-                    snapshots=KillingSnapshots(kill))  # fmt: skip
+                    snapshots=KillingSnapshots(kill),
+                    transactions=KillingTransactions(kill))  # fmt: skip

@@ -7,19 +7,21 @@ as one JSON line when it ends.
 
     python -m tests.spark.crash_run BROKERS TOPIC GROUP STATE CHECKPOINT [--mode MODE]
         [--max-offsets N] [--epoch S] [--trigger S] [--commit-interval S]
-        [--snapshot-interval S] [--kill POINT --nth N --marker FILE]
+        [--snapshot-interval S] [--guarantee G] [--tell TOPIC]
+        [--kill POINT --nth N --marker FILE]
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import signal
 
 from examples.click_count.group import count
-from goka import Int64Codec, StringCodec, define_group, input, persist
+from goka import Int64Codec, StringCodec, define_group, input, output, persist
 from goka.spark import Processor
-from tests.spark.crash import POINTS, Kill, builders
+from tests.spark.crash import POINTS, Kill, builders, count_and_tell
 
 
 def main() -> None:
@@ -33,18 +35,23 @@ def main() -> None:
     parser.add_argument("--trigger", type=float, default=0.0)
     parser.add_argument("--commit-interval", type=float, default=0.1)
     parser.add_argument("--snapshot-interval", type=float, default=0.5)
+    parser.add_argument("--guarantee", default="at-least-once")
+    parser.add_argument("--tell", default="", help="emit each click's place to this topic")
     parser.add_argument("--kill", choices=POINTS)
     parser.add_argument("--nth", type=int, default=1)
     parser.add_argument("--marker", default="")
     args = parser.parse_args()
-    graph = define_group(args.group, input(args.topic, StringCodec(), count), persist(Int64Codec()))
+    told = [output(args.tell, StringCodec())] if args.tell else []
+    callback = functools.partial(count_and_tell, args.tell) if args.tell else count
+    graph = define_group(args.group, input(args.topic, StringCodec(), callback),
+                         persist(Int64Codec()), *told)  # fmt: skip
     kill = Kill(args.kill, args.nth, args.marker) if args.kill else None
     processor = Processor(
         graph, args.brokers, state_dir=args.state, checkpoint_dir=args.checkpoint,
         max_offsets_per_trigger=args.max_offsets, snapshot_interval=args.snapshot_interval,
         builders=builders(kill), mode=args.mode, epoch=args.epoch,
         trigger=f"{round(args.trigger * 1000)} milliseconds",
-        commit_interval=args.commit_interval,
+        commit_interval=args.commit_interval, guarantee=args.guarantee,
     )  # fmt: skip
     if args.mode == "available-now":
         totals = processor.run_until_caught_up(timeout=300)

@@ -1,0 +1,119 @@
+"""A task's commits under ``guarantee="exactly-once"``: each one Kafka transaction of the
+partition's transactional producer (:mod:`goka.kafka.transactions`).
+
+What a commit produced (emits, loopbacks, the table's, timers' and window tables' changelog
+rows, dead letters) and the group's offsets of its inputs go in one transaction; the store is
+written after it commits. A crash before the commit leaves nothing a ``read_committed``
+reader sees (the next writer's start aborts it): the store and the group's offsets are where
+they were, and the records are processed again. A crash after the commit leaves the store
+behind the changelog and the group's offsets: the next task replays the changelog's tail into
+the store and begins where the group committed (:meth:`PartitionStores.begin
+<goka.processing.stores.PartitionStores.begin>`), so no record is processed twice.
+
+Windows' final results keep their outbox (:mod:`goka.processing.finals`): they are produced
+after the commit that made them due, and read back before they are produced again.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from contextlib import ExitStack
+
+from goka.errors import GokaError
+from goka.kafka.producer import Producer
+from goka.kafka.transactions import FencedError
+from goka.processing.clients import Clients
+from goka.processing.config import TaskConfig
+
+__all__ = ["ExactlyOnce", "exactly_once"]
+
+log = logging.getLogger(__name__)
+
+
+class ExactlyOnce:
+    """The transactions of one task of a partition (see the module docstring).
+
+    Args:
+        clients: the group's clients in this process.
+        partition: the partition.
+        inputs: the group's input topics (their offsets go in each commit).
+        renew: the partition's store came from elsewhere (another process may have written
+            the partition meanwhile): a new transactional producer, which fences the others.
+
+    Raises:
+        FencedError, BrokerError: the producer could not start.
+    """
+
+    def __init__(self, clients: Clients, partition: int, inputs: Iterable[str], *,
+                 renew: bool) -> None:  # fmt: skip
+        self.clients, self.partition, self.inputs = clients, partition, frozenset(inputs)
+        self.transactions = clients.transactions(partition, renew=renew)
+        if self.transactions.open:  # a task of this process ended without its commit
+            self.transactions.abort()
+
+    @property
+    def producer(self) -> Producer:
+        """The producer whose records belong to the open transaction."""
+        return self.transactions.producer
+
+    def begin(self) -> None:
+        """Begin a transaction unless one is open (before anything is produced)."""
+        if not self.transactions.open:
+            self._guarded(self.transactions.begin)
+
+    def commit(self, positions: Mapping[str, int]) -> None:
+        """Commit what was produced since :meth:`begin` with the group's ``positions`` of its
+        inputs (after every output was acknowledged; before the store is written).
+
+        Raises:
+            FencedError: a newer writer runs the partition: nothing of this commit is seen.
+            TransactionAbortedError, BrokerError: the commit failed (nothing is seen, or, if
+                the coordinator did not answer, the next writer's start settles it).
+        """
+        self.begin()  # (a commit with nothing produced still moves the group's offsets)
+        offsets = {t: o for t, o in positions.items() if t in self.inputs}
+        self._guarded(lambda: self.transactions.commit(offsets))
+
+    def end(self) -> None:
+        """As the task ends: abort what it did not commit (a failure), so that readers are
+        not held back until the transaction times out."""
+        try:
+            self._guarded(self.transactions.abort)
+        except GokaError as exc:
+            log.warning("partition %d: transaction not aborted: %s", self.partition, exc)
+
+    def failed(self) -> None:
+        """Its outputs were not delivered. Fenced: :class:`FencedError`, and the producer is
+        kept, so that the task run again in this process (its store still leased here) fails
+        the same way instead of fencing the newer writer back. Otherwise the producer is let
+        go: the next task makes a new one."""
+        try:
+            self.transactions.abort()
+        except FencedError:
+            raise
+        except GokaError as exc:
+            log.info("partition %d: transaction not aborted: %s", self.partition, exc)
+        self.clients.discard_transactions(self.partition)
+
+    def _guarded(self, call: Callable[[], object]) -> None:
+        """``call()``; a producer that failed (not fenced: see :meth:`failed`) is let go."""
+        try:
+            call()
+        except FencedError:
+            raise
+        except GokaError:
+            self.clients.discard_transactions(self.partition)
+            raise
+
+
+def exactly_once(config: TaskConfig, clients: Clients, partition: int, renew: bool,
+                 stack: ExitStack) -> ExactlyOnce | None:  # fmt: skip
+    """A task's transactions of ``partition`` under exactly-once (None: at-least-once), ended
+    with ``stack``; made before the store recovers, so that a transaction a crashed writer
+    left open is aborted before the changelog is read (see :class:`ExactlyOnce`)."""
+    if config.guarantee != "exactly-once":
+        return None
+    found = ExactlyOnce(clients, partition, config.graph.input_topics(), renew=renew)
+    stack.callback(found.end)
+    return found

@@ -1,0 +1,163 @@
+"""``guarantee="exactly-once"``: a click count that also emits, for every click, which record
+it was, SIGKILLed (the whole processor) inside a transaction (while producing, after its
+outputs were acknowledged), after a transaction committed but before the store was written,
+and after the store was written; then a run on the same state catches up. A
+``read_committed`` reader of the output finds every input record exactly once, and the table
+equals the counts of the input. The same kill under at-least-once repeats outputs: what the
+check finds there is what exactly-once removes."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from goka import Int64Codec, StringCodec
+from goka.kafka.ranges import RangeReader
+from goka.topic_manager import TopicManager
+
+from ..helpers import produce, wait_for
+from .crash import run_killable
+from .timed import topic_rows
+from .truth import committed
+
+pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+PARTITIONS, CLICKS, USERS = 2, 1_200, 30
+
+
+def _run(brokers: str, topic: str, tmp_path: Path, guarantee: str, *extra: str) -> str:
+    command = [sys.executable, "-m", "tests.spark.crash_run", brokers, topic, f"{topic}-g",
+               str(tmp_path / "state"), str(tmp_path / "checkpoint"), "--mode", "available-now",
+               "--max-offsets", "200", "--snapshot-interval", "0", "--guarantee", guarantee,
+               "--tell", f"{topic}-seen", *extra]  # fmt: skip
+    code, err = run_killable(command, ROOT, tmp_path / f"run{len(list(tmp_path.glob('run*')))}")
+    if not extra:
+        assert code == 0, err[-3000:]
+    return err
+
+
+def _killed_then_caught_up(brokers: str, topic: str, tmp_path: Path, guarantee: str,
+                           kill: str) -> tuple[Counter[tuple[int, int]], dict[str, int]]:  # fmt: skip
+    """Kill a run at ``kill``, catch up; return :func:`_told`."""
+    marker = tmp_path / "killed"
+    _run(brokers, topic, tmp_path, guarantee, "--kill", kill, "--nth", "3",
+         "--marker", str(marker))  # fmt: skip
+    assert marker.exists(), f"the run was not killed at {kill}"
+    _run(brokers, topic, tmp_path, guarantee)
+    return _told(brokers, topic)
+
+
+def _told(brokers: str, topic: str) -> tuple[Counter[tuple[int, int]], dict[str, int]]:
+    """How often each input record was told, and the table's counts (both read committed)."""
+    told = Counter(
+        tuple(int(x) for x in (row[3] or b"").decode().split())
+        for rows in topic_rows(brokers, f"{topic}-seen", PARTITIONS).values() for row in rows
+    )  # fmt: skip
+    table: dict[str, int] = {}
+    for rows in topic_rows(brokers, f"{topic}-g-table", PARTITIONS).values():
+        for row in rows:
+            table[StringCodec().decode(row[2])] = Int64Codec().decode(row[3])
+    return told, table  # type: ignore[return-value]
+
+
+def _clicks(brokers: str, topic: str) -> tuple[set[tuple[int, int]], dict[str, int]]:
+    """Every input record's (partition, offset), and the clicks per user."""
+    places, counts = set(), Counter[str]()
+    for partition, rows in topic_rows(brokers, topic, PARTITIONS).items():
+        for row in rows:
+            places.add((partition, row[1]))
+            counts[StringCodec().decode(row[2])] += 1
+    return places, dict(counts)
+
+
+@pytest.mark.parametrize("kill", ["produce", "flush", "transaction", "commit"])
+def test_killed_runs_tell_each_record_once(kill: str, brokers: str,
+                                           new_topic: Callable[..., str],
+                                           tmp_path: Path) -> None:  # fmt: skip
+    topic = new_topic(partitions=PARTITIONS)
+    TopicManager(brokers).ensure_stream_exists(f"{topic}-seen", PARTITIONS)
+    produce(brokers, topic, StringCodec(), [(f"user-{i % USERS}", "/") for i in range(CLICKS)])
+    places, counts = _clicks(brokers, topic)
+    told, table = _killed_then_caught_up(brokers, topic, tmp_path, "exactly-once", kill)
+    assert set(told) == places
+    assert [p for p, n in told.items() if n > 1] == []
+    assert table == counts
+    if kill == "flush":  # what the killed run wrote is there, and was never read committed
+        assert _uncommitted(brokers, f"{topic}-seen") > len(places)
+
+
+def _uncommitted(brokers: str, topic: str) -> int:
+    """How many records a ``read_uncommitted`` reader reads in ``topic``."""
+    reader = RangeReader(brokers, {"isolation.level": "read_uncommitted"})
+    try:
+        return sum(len(chunk) for p in range(PARTITIONS)
+                   for chunk in reader.read(p, {topic: reader.watermarks(topic, p)}, 30, 10_000))  # fmt: skip
+    finally:
+        reader.close()
+
+
+def test_the_same_kill_under_at_least_once_tells_records_again(
+    brokers: str, new_topic: Callable[..., str], tmp_path: Path
+) -> None:
+    topic = new_topic(partitions=PARTITIONS)
+    TopicManager(brokers).ensure_stream_exists(f"{topic}-seen", PARTITIONS)
+    produce(brokers, topic, StringCodec(), [(f"user-{i % USERS}", "/") for i in range(CLICKS)])
+    places, counts = _clicks(brokers, topic)
+    told, table = _killed_then_caught_up(brokers, topic, tmp_path, "at-least-once", "flush")
+    assert set(told) == places
+    assert any(n > 1 for n in told.values())  # repeated after the kill...
+    assert table == counts  # ...while the state stays exact
+
+
+def test_a_second_processor_of_the_group_fences_the_first(
+    brokers: str, new_topic: Callable[..., str], tmp_path: Path
+) -> None:
+    """Two processors of one group on two state directories (a mistake): the one started
+    second takes every partition over; the first stops with the error naming the group,
+    partition and transactional id, its last transaction aborted; outputs and table exact."""
+    topic = new_topic(partitions=PARTITIONS)
+    TopicManager(brokers).ensure_stream_exists(f"{topic}-seen", PARTITIONS)
+    produce(brokers, topic, StringCodec(), [(f"user-{i % USERS}", "/") for i in range(CLICKS)])
+    places, counts = _clicks(brokers, topic)
+    group = f"{topic}-g"
+
+    def start(name: str) -> subprocess.Popen[str]:
+        command = [sys.executable, "-m", "tests.spark.crash_run", brokers, topic, group,
+                   str(tmp_path / name / "state"), str(tmp_path / name / "checkpoint"),
+                   "--mode", "micro-batch", "--trigger", "0.3", "--max-offsets", "40",
+                   "--guarantee", "exactly-once", "--tell", f"{topic}-seen"]  # fmt: skip
+        return subprocess.Popen(command, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                                text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                start_new_session=True)  # fmt: skip
+
+    def done() -> int:
+        return committed(brokers, group, topic, PARTITIONS)
+
+    first = start("first")
+    second = None
+    try:
+        wait_for(lambda: done() > 0, timeout=120, what="the first processor's commits")
+        second = start("second")
+        _, said = first.communicate(timeout=180)
+        assert first.returncode != 0, said[-2000:]
+        fenced = re.search(rf"fenced by a newer writer of transactional id '{group}-(\d)'", said)
+        assert fenced and f"group '{group}' partition {fenced.group(1)}" in said, said[-3000:]
+        wait_for(lambda: done() == CLICKS, timeout=240, what="the second processor catching up")
+    finally:
+        for process in (first, second):
+            if process is not None and process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+                process.communicate(timeout=60)
+    told, table = _told(brokers, topic)
+    assert set(told) == places
+    assert [p for p, n in told.items() if n > 1] == []
+    assert table == counts
