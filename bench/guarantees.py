@@ -1,12 +1,13 @@
 """What exactly-once costs: the same groups under ``guarantee="at-least-once"`` and
-``"exactly-once"``, in micro-batches, on the same input and broker, one after another.
+``"exactly-once"``, on the same input and broker, one after another.
 
 Input: bench.windows' dense input (1M events over 1,000 keys, event times over 20 minutes, 4
-partitions). Groups: the plain count, and the tumbling (final results) and hopping windowed
-counts of bench.windows. Reported per run: each group's steady records/s under both
-guarantees and the changelog records it wrote per input record; then, over the runs
-(min/median/max), exactly-once / at-least-once per group, and windowed / plain under
-exactly-once. The last line: ``exactly-once/at-least-once (plain): min X median Y max Z``.
+partitions). Groups, in micro-batches: the plain count, and the tumbling (final results) and
+hopping windowed counts of bench.windows; in continuous mode (commit interval 0.1 s): the
+plain count. Reported per run: each group's steady records/s under both guarantees and the
+changelog records it wrote per input record; then, over the runs (min/median/max),
+exactly-once / at-least-once per group and mode, and windowed / plain under exactly-once.
+The last line: ``exactly-once/at-least-once (continuous plain): min X median Y max Z``.
 
     python -m bench.guarantees [--messages 1000000] [--runs 2] [--batch 250000]
 """
@@ -16,7 +17,7 @@ from __future__ import annotations
 import argparse
 
 from bench.common import add_broker, start_broker, summary
-from bench.processor import count_group, goka_run
+from bench.processor import count_group, goka_continuous, goka_run
 from bench.windows import INPUTS, changelog_records, fill, hopping, tumbling
 from goka.spark import build_session
 
@@ -47,24 +48,30 @@ def main() -> None:
                     assert done == args.messages, f"{name} {guarantee}: {done:,} processed"
                     steady[(guarantee, name)] = rate
                     written = changelog_records(brokers, graph) / args.messages
-                    print(f"run {run} {guarantee:<13} {name:<8} {rate:>9,.0f} msg/s, {written:.2f} "
-                          f"changelog records per input record", flush=True)  # fmt: skip
-            for name in GROUPS:
+                    print(f"run {run} {guarantee:<13} {name:<10} {rate:>9,.0f} msg/s, "
+                          f"{written:.2f} changelog records per input record",
+                          flush=True)  # fmt: skip
+                _, rate = goka_continuous(spark, brokers, topic, args.messages,
+                                          guarantee=guarantee)  # fmt: skip
+                steady[(guarantee, "continuous plain")] = rate
+                print(f"run {run} {guarantee:<13} continuous plain {rate:>9,.0f} msg/s",
+                      flush=True)  # fmt: skip
+            for name in (*GROUPS, "continuous plain"):
                 ratios.setdefault(f"exactly-once/at-least-once ({name})", []).append(
                     steady[("exactly-once", name)] / steady[("at-least-once", name)]
                 )
-                if name != "plain":
+                if name in ("tumbling", "hopping"):
                     ratios.setdefault(f"{name}/plain (exactly-once)", []).append(
                         steady[("exactly-once", name)] / steady[("exactly-once", "plain")]
                     )
         spark.stop()
     print(f"\n{args.messages:,} events over {INPUTS['dense']:,} keys, micro-batches of "
-          f"{args.batch:,}, {args.runs} runs")  # fmt: skip
+          f"{args.batch:,}, continuous commits every 0.1 s, {args.runs} runs")  # fmt: skip
     for name, values in ratios.items():
-        if "(plain)" not in name:
+        if "(continuous plain)" not in name:
             print(f"{name:<44}: {summary(values)}")
-    plain = ratios["exactly-once/at-least-once (plain)"]
-    print(f"exactly-once/at-least-once (plain): {summary(plain)}")
+    plain = ratios["exactly-once/at-least-once (continuous plain)"]
+    print(f"exactly-once/at-least-once (continuous plain): {summary(plain)}")
 
 
 if __name__ == "__main__":

@@ -150,15 +150,17 @@ def goka_run(
 
 def goka_continuous(spark: object, brokers: str, topic: str, messages: int,
                     monitored: bool = False, graph: GroupGraph | None = None,
-                    ) -> tuple[float, float]:  # fmt: skip
+                    **settings: Any) -> tuple[float, float]:  # fmt: skip
     """Throughput in continuous mode: the whole run, and the steady state (from the first
     commit on), from the group's committed offsets polled every 0.2 s. ``monitored``: with
     the monitor page served and a browser's refreshes (the page, then its JSON every 2 s).
-    ``graph``: another group of ``topic`` than the plain count."""
+    ``graph``: another group of ``topic`` than the plain count; ``settings``: more of the
+    processor's."""
     graph = graph or count_group(topic, "c")
     state = Path(tempfile.mkdtemp(prefix="goka-bench-"))
     processor = Processor(graph, brokers, spark=spark, state_dir=state,  # type: ignore[arg-type]
-                          checkpoint_dir=state / "checkpoint", mode="continuous")  # fmt: skip
+                          checkpoint_dir=state / "checkpoint", mode="continuous",
+                          **settings)  # fmt: skip
     watching = threading.Event()
     if monitored:
         monitor = ProcessorMonitor([processor]).start()

@@ -102,7 +102,12 @@ class Transactions:
         #: the producer the transaction's records are produced with
         self.producer: Producer = made
         self.open, self.config, self._metadata = False, dict(config), None
+        #: this producer, among the writers of its transactional id (see ``Clients``)
+        self.token = uuid.uuid4().hex
+        started = time.monotonic()
         self._call("init_transactions", self._client.init_transactions, timeout)
+        log.debug("%s: transactional producer started in %.3f s", self.id,
+                 time.monotonic() - started)  # fmt: skip
 
     def begin(self) -> None:
         """Begin a transaction (every message produced until :meth:`commit` belongs to it)."""

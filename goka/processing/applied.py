@@ -19,14 +19,16 @@ with offsets (recovery, which replaces a store's content, writes only offsets it
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from goka.errors import OffsetRegressionError
+from goka.errors import OffsetRegressionError, TopicRewoundError
 from goka.group.effects import Message
+from goka.kafka.reader import RecordReader
 from goka.storage import Storage, WriteBatch
 
-__all__ = ["Applied", "commit", "record_before"]
+__all__ = ["STABLE_SECONDS", "Applied", "checked_watermarks", "commit", "record_before"]
 
 #: ``{topic: (start, end)}``, end exclusive.
 Ranges = Mapping[str, tuple[int, int]]
@@ -95,3 +97,32 @@ def record_before(positions: Mapping[str, int]) -> Message | None:
         if offset > 0:
             return (topic, offset - 1, None, None, 0, None)
     return None
+
+
+#: How long a check waits for a topic's end to reach a store's offset: the broker writes a
+#: committed transaction's markers after its commit returned, and until then the stable end
+#: a ``read_committed`` reader is told stops before the transaction's records.
+STABLE_SECONDS = 2.0
+
+
+def checked_watermarks(
+    reader: RecordReader, topic: str, partition: int, offset: int, who: str
+) -> tuple[int, int]:
+    """Return the first offset and high watermark of ``topic``/``partition``, failing unless
+    it still holds ``offset`` (-1: none). A prefetched answer may predate the store's last
+    commit (an epoch's start): it is asked again; and a transaction's end may not be stable
+    yet: an end before ``offset`` is asked again for up to :data:`STABLE_SECONDS`.
+
+    Raises:
+        TopicRewoundError: the topic ends before ``offset`` (truncated or recreated) or starts
+            after it (records deleted): reading on would silently lose them.
+    """
+    low, high = reader.watermarks(topic, partition)
+    if offset > high or 0 <= offset < low:
+        low, high = reader.watermarks(topic, partition)
+    deadline = time.monotonic() + STABLE_SECONDS
+    while offset > high and time.monotonic() < deadline:
+        time.sleep(0.02)
+        low, high = reader.watermarks(topic, partition)
+    TopicRewoundError.check(topic, partition, offset, low, high, reader=who)
+    return low, high

@@ -60,23 +60,27 @@ class Clients:
         builder = self.config.builders.transactions
         return ("transactions", builder, key, self.config.graph.group, partition), settings
 
-    def transactions(self, partition: int, *, renew: bool) -> Transactions:
-        """The transactional producer of ``partition`` under exactly-once (kept for the next
-        tasks of the partition in this process; ``renew``: a new one, which fences any other,
-        as the partition's store came from elsewhere: another process may have written the
-        partition since this one's producer did, and fenced it).
+    def transactions(self, partition: int, latest: str | None) -> Transactions:
+        """The transactional producer of ``partition`` under exactly-once, kept for the next
+        tasks of the partition in this process while it is the ``latest`` to have started
+        (its :attr:`~goka.kafka.transactions.Transactions.token`); else a new one, which
+        fences every other.
 
         Raises:
             FencedError, BrokerError: as :class:`~goka.kafka.transactions.Transactions`.
         """
         key, settings = self._transactions_key(partition)
-        if renew:
+        build, group, made = self.config.builders.transactions, self.config.graph.group, []
+
+        def start() -> Transactions:
+            made.append(build(settings, group, partition, self.config.broker_timeout))
+            return made[-1]
+
+        found = self.worker.client(key, start, lambda transactions: transactions.close())
+        if not made and found.token != latest:  # another writer started since this one
             self.worker.discard(key)
-        build, group = self.config.builders.transactions, self.config.graph.group
-        return self.worker.client(
-            key, lambda: build(settings, group, partition, self.config.broker_timeout),
-            lambda transactions: transactions.close(),
-        )  # fmt: skip
+            found = self.worker.client(key, start, lambda transactions: transactions.close())
+        return found
 
     def discard_transactions(self, partition: int) -> None:
         """Let ``partition``'s transactional producer go (fenced, or it failed to deliver):

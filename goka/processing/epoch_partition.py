@@ -148,6 +148,11 @@ class Epoch:
                                       done))  # fmt: skip
             self.changes, self.reached = {}, dict(self.positions)
             wait = wait or len(self.sealed) > MAX_SEALED
+            exactly = self.stores.exactly
+            if exactly is not None:  # one transaction per commit: its outputs, then it
+                self.output.wait()
+                exactly.commit(inputs)
+                wait = True
         elif not self.sealed:
             self.stores.catch_up_group(due=True)
             return

@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import ExitStack
+from pathlib import Path
 
 from goka.errors import GokaError
 from goka.kafka.producer import Producer
@@ -38,17 +39,27 @@ class ExactlyOnce:
         clients: the group's clients in this process.
         partition: the partition.
         inputs: the group's input topics (their offsets go in each commit).
-        renew: the partition's store came from elsewhere (another process may have written
-            the partition meanwhile): a new transactional producer, which fences the others.
+        writer: a file beside the partition's store (guarded by its lease) naming the latest
+            transactional producer of the partition started on this machine: the one this
+            process keeps is used while it is that one; else a new one starts, fencing the
+            others, and the file names it. (A producer fenced from another machine fails the
+            task with :class:`FencedError`; its retry starts a new one.)
 
     Raises:
         FencedError, BrokerError: the producer could not start.
     """
 
     def __init__(self, clients: Clients, partition: int, inputs: Iterable[str], *,
-                 renew: bool) -> None:  # fmt: skip
+                 writer: Path) -> None:  # fmt: skip
         self.clients, self.partition, self.inputs = clients, partition, frozenset(inputs)
-        self.transactions = clients.transactions(partition, renew=renew)
+        self.writer = writer
+        latest = writer.read_text() if writer.exists() else None
+        self.transactions = clients.transactions(partition, latest)
+        if self.transactions.token != latest:
+            writer.parent.mkdir(parents=True, exist_ok=True)
+            writing = writer.with_name(writer.name + ".new")
+            writing.write_text(self.transactions.token)
+            writing.replace(writer)
         if self.transactions.open:  # a task of this process ended without its commit
             self.transactions.abort()
 
@@ -84,36 +95,38 @@ class ExactlyOnce:
             log.warning("partition %d: transaction not aborted: %s", self.partition, exc)
 
     def failed(self) -> None:
-        """Its outputs were not delivered. Fenced: :class:`FencedError`, and the producer is
-        kept, so that the task run again in this process (its store still leased here) fails
-        the same way instead of fencing the newer writer back. Otherwise the producer is let
-        go: the next task makes a new one."""
+        """Its outputs were not delivered (fenced: :class:`FencedError`): the next task
+        makes a new producer."""
         try:
             self.transactions.abort()
         except FencedError:
+            self._discard()
             raise
         except GokaError as exc:
             log.info("partition %d: transaction not aborted: %s", self.partition, exc)
-        self.clients.discard_transactions(self.partition)
+        self._discard()
 
     def _guarded(self, call: Callable[[], object]) -> None:
-        """``call()``; a producer that failed (not fenced: see :meth:`failed`) is let go."""
+        """``call()``; a producer that failed or was fenced is let go."""
         try:
             call()
-        except FencedError:
-            raise
         except GokaError:
-            self.clients.discard_transactions(self.partition)
+            self._discard()
             raise
 
+    def _discard(self) -> None:
+        self.clients.discard_transactions(self.partition)
+        self.writer.unlink(missing_ok=True)  # (the next task starts a new producer)
 
-def exactly_once(config: TaskConfig, clients: Clients, partition: int, renew: bool,
+
+def exactly_once(config: TaskConfig, clients: Clients, partition: int,
                  stack: ExitStack) -> ExactlyOnce | None:  # fmt: skip
     """A task's transactions of ``partition`` under exactly-once (None: at-least-once), ended
     with ``stack``; made before the store recovers, so that a transaction a crashed writer
     left open is aborted before the changelog is read (see :class:`ExactlyOnce`)."""
     if config.guarantee != "exactly-once":
         return None
-    found = ExactlyOnce(clients, partition, config.graph.input_topics(), renew=renew)
+    writer = config.store_path("partition", partition).with_suffix(".writer")
+    found = ExactlyOnce(clients, partition, config.graph.input_topics(), writer=writer)
     stack.callback(found.end)
     return found

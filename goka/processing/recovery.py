@@ -34,10 +34,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from goka.errors import SnapshotError, StorageError, TopicRewoundError
+from goka.errors import SnapshotError, StorageError
 from goka.kafka.reader import RecordReader, Row
 from goka.keys import key_str
-from goka.processing.applied import commit
+from goka.processing.applied import checked_watermarks, commit
 from goka.processing.leases import Lease
 from goka.storage import WriteBatch
 from goka.storage.snapshots import Manifest, SnapshotStore, install, remove_abandoned
@@ -348,23 +348,6 @@ class StoreRecovery:
             batch.set_offset(topic, self.partition, offset)
         who = f"group {self.group!r} partition {self.partition} (store {self.name})"
         commit(self.lease.storage, batch, who=who)
-
-
-def checked_watermarks(
-    reader: RecordReader, topic: str, partition: int, offset: int, who: str
-) -> tuple[int, int]:
-    """Return the first offset and high watermark of ``topic``/``partition``, failing unless
-    it still holds ``offset`` (-1: none).
-
-    Raises:
-        TopicRewoundError: the topic ends before ``offset`` (truncated or recreated) or starts
-            after it (records deleted): reading on would silently lose them.
-    """
-    low, high = reader.watermarks(topic, partition)
-    if offset > high or 0 <= offset < low:  # a prefetched answer may predate the store's last
-        low, high = reader.watermarks(topic, partition)  # commit (an epoch's start): ask now
-    TopicRewoundError.check(topic, partition, offset, low, high, reader=who)
-    return low, high
 
 
 def _apply(batch: WriteBatch, rows: list[Row], starts: Mapping[str, int] | None) -> int | None:

@@ -121,8 +121,8 @@ class ProcessorSettings:
         ``exactly-once``: each commit is one Kafka transaction holding the outputs, the
         changelog rows and the group's offsets, which ``read_committed`` readers read all at
         once or never, and a second writer of a partition is fenced (a broker that hides
-        aborted transactions, as Apache Kafka; micro-batch and available-now
-        modes).""", flag=str, choices=GUARANTEES)  # fmt: skip
+        aborted transactions, as Apache Kafka).""", flag=str,
+        choices=GUARANTEES)  # fmt: skip
     tick_interval: float | None = _setting(None, """Seconds between the ticks of a group with
         wall-clock timers or TTL: how late a wall timer may fire on a partition that gets no
         records (default: 0.1 in continuous mode, the trigger interval in
@@ -234,9 +234,6 @@ def _check(s: ProcessorSettings) -> None:
         raise ConfigurationError(f"mode must be one of {MODES}, got {s.mode!r}")
     if s.guarantee not in GUARANTEES:
         raise ConfigurationError(f"guarantee must be one of {GUARANTEES}, got {s.guarantee!r}")
-    if s.guarantee == "exactly-once" and s.mode == "continuous":
-        raise ConfigurationError("guarantee='exactly-once' runs in micro-batch and available-now "
-                                 "modes; in continuous mode, use at-least-once")  # fmt: skip
     for name, least in (("fire_budget", 1), ("window_cache", 0), ("snapshots_kept", 1)):
         value = getattr(s, name)
         if isinstance(value, bool) or not isinstance(value, int) or value < least:

@@ -96,7 +96,7 @@ class PartitionStores:
             self.leases[f"join-{table}"] = stack.enter_context(
                 self._lease(f"join-{table}", table, ask)
             )
-        self.exactly = exactly_once(config, self.clients, partition, self.fresh, stack)
+        self.exactly = exactly_once(config, self.clients, partition, stack)
 
     @property
     def store(self) -> Storage:

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from goka.errors import TopicRewoundError
+from goka.processing import applied
 from goka.processing.recovery import checked_watermarks
 from goka.storage import MemoryStorage, WriteBatch
 
@@ -26,6 +27,27 @@ from .machines import (
     table_of,
     with_builders,
 )
+
+
+@pytest.fixture(autouse=True)
+def _rewound_told_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These topics went back for good: no wait for a transaction's end to become stable."""
+    monkeypatch.setattr(applied, "STABLE_SECONDS", 0.0)
+
+
+def test_an_end_before_the_store_is_asked_again_until_it_is_stable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # a transaction's commit returned, and the store was written with the changelog's end
+    # after its records; the broker writes the markers then: the stable end comes after
+    monkeypatch.setattr(applied, "STABLE_SECONDS", 5.0)
+    answers = iter([(0, 3), (0, 3), (0, 3), (0, 4), (0, 6)])
+
+    class Settling:
+        def watermarks(self, topic: str, partition: int) -> tuple[int, int]:
+            return next(answers)
+
+    assert checked_watermarks(Settling(), IN, 0, 5, "who") == (0, 6)  # type: ignore[arg-type]
 
 
 def recreate(kafka: FakeKafka, topic: str, keep: int) -> None:
