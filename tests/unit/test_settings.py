@@ -78,10 +78,6 @@ def test_the_processor_takes_exactly_the_declared_settings() -> None:
         ({"starting_offsets": "newest"}, "starting_offsets must be"),
         ({"broker_timeout": 0}, "broker_timeout must be > 0"),
         ({"guarantee": "exactly_once"}, "guarantee must be one of"),
-        (
-            {"guarantee": "exactly-once", "mode": "continuous"},
-            "guarantee='exactly-once' runs in micro-batch and available-now modes",
-        ),
     ],
 )
 def test_invalid_settings_fail_when_declared(change: dict[str, object], message: str) -> None:
