@@ -20,6 +20,10 @@ from pathlib import Path
 import pyspark
 from pyspark.sql import SparkSession
 
+from goka.spark.gateway import install
+
+install()  # the JVM started without Python between fork and exec (goka.spark.gateway)
+
 __all__ = [
     "CDS_QUIET",
     "JAVA_OPTIONS",
