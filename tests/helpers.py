@@ -93,3 +93,28 @@ class _Tracked:
         if not self._closed:
             self._closed = True
             self.stores.opened[self.path] -= 1
+
+
+#: The start of a script whose process is busy with gRPC (a server, three threads dialling it),
+#: as a web app with a gRPC client is: a ``fork()`` from it crashed children now and then.
+GRPC_BUSY = """
+import sys, threading, time
+from concurrent import futures
+import grpc
+
+server = grpc.server(futures.ThreadPoolExecutor(4))
+port = server.add_insecure_port("127.0.0.1:0")
+server.start()
+channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+
+def busy():
+    while True:
+        try:
+            grpc.channel_ready_future(channel).result(timeout=1)
+        except grpc.FutureTimeoutError:
+            pass
+        time.sleep(0.001)
+
+for _ in range(3):
+    threading.Thread(target=busy, daemon=True).start()
+"""

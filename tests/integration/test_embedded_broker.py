@@ -21,7 +21,7 @@ from goka.emitter import Emitter
 from goka.errors import BrokerError, BrokerNotFoundError, ConfigurationError
 from goka.kafka.consumer import read_to_end
 
-from ..helpers import wait_for
+from ..helpers import GRPC_BUSY, wait_for
 
 pytestmark = pytest.mark.kafka
 
@@ -177,40 +177,25 @@ def test_a_version_maven_cannot_resolve_fails_with_its_words_and_the_retry(
     assert not list((tmp_path / "kafka-0.0.404").iterdir())  # nothing half-written is left
 
 
-GRPC_BUSY = """
-import sys, threading, time
-from concurrent import futures
-import grpc
+BROKERS_FROM_GRPC = (
+    GRPC_BUSY
+    + """
 from goka.dev import EmbeddedBroker
 
-server = grpc.server(futures.ThreadPoolExecutor(4))
-port = server.add_insecure_port("127.0.0.1:0")
-server.start()
-channel = grpc.insecure_channel(f"127.0.0.1:{port}")
-
-def busy():
-    while True:
-        try:
-            grpc.channel_ready_future(channel).result(timeout=1)
-        except grpc.FutureTimeoutError:
-            pass
-        time.sleep(0.001)
-
-for _ in range(3):
-    threading.Thread(target=busy, daemon=True).start()
 for kind, times in (("tansu", int(sys.argv[1])), ("kafka", 1)):
     for i in range(times):
         with EmbeddedBroker(kind) as broker:
             assert broker.running
 print("started all")
 """
+)
 
 
 def test_brokers_start_from_a_process_busy_with_grpc(tmp_path: Path) -> None:
     # A fork() from such a process crashed the child now and then before it ran the broker
     # (SIGSEGV or SIGABRT in gRPC's fork handlers: 16 of 100 starts here); none may now.
     script = tmp_path / "busy.py"
-    script.write_text(GRPC_BUSY)
+    script.write_text(BROKERS_FROM_GRPC)
     done = subprocess.run([sys.executable, str(script), "40"], capture_output=True, text=True,
                           timeout=240, check=False)  # fmt: skip
     assert done.returncode == 0 and "started all" in done.stdout, done.stderr[-3000:]

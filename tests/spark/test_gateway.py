@@ -12,33 +12,17 @@ from pathlib import Path
 
 import pytest
 
+from ..helpers import GRPC_BUSY
+
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 
-BUSY_THEN_SPARK = textwrap.dedent("""
-    import os, threading, time
-    from concurrent import futures
-    import grpc
+BUSY_THEN_SPARK = GRPC_BUSY + textwrap.dedent("""
     from pyspark import java_gateway
     from goka.spark import build_session
     from goka.spark.gateway import start_without_python_in_child
 
-    server = grpc.server(futures.ThreadPoolExecutor(4))
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
-
-    def busy():
-        while True:
-            try:
-                grpc.channel_ready_future(channel).result(timeout=1)
-            except grpc.FutureTimeoutError:
-                pass
-            time.sleep(0.001)
-
-    for _ in range(3):
-        threading.Thread(target=busy, daemon=True).start()
     assert java_gateway.Popen is start_without_python_in_child
     spark = build_session("gateway-test", "local[1]")
     assert spark.range(3).count() == 3
