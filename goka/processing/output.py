@@ -1,6 +1,16 @@
 """The output of a partition processor: its effects and dead letters produced with one
 producer, every delivery checked, and the end of each changelog (the group table, timers,
-window tables) after its updates."""
+window tables) after its updates.
+
+Under exactly-once (``coalesce``), a commit's changelog rows are held until it is sealed and
+each changed key of a changelog is produced once, with its last value (None: a tombstone),
+as Kafka Streams' record cache does: a busy key's count, a window updated by many records,
+is one row per commit. A commit is one transaction, which a ``read_committed`` replay reads
+whole or not at all, so no replay can stop between the rows a coalesced row stands for.
+Holding more than :data:`HELD_ROWS` rows produces them into the open transaction at once
+(memory stays bounded; a key may then be written twice in a commit). Under at-least-once
+every update is produced as it is made: a replay may stop inside a commit.
+"""
 
 from __future__ import annotations
 
@@ -19,13 +29,19 @@ from goka.processing.recovery import SRC_OFFSET, SRC_PARTITION, SRC_TOPIC
 from goka.processing.summary import PartitionSummary
 from goka.storage import Storage
 
-__all__ = ["ORIGINAL_SIZE", "TRUNCATED", "Output"]
+__all__ = ["HELD_ROWS", "ORIGINAL_SIZE", "TRUNCATED", "Output"]
 
 log = logging.getLogger(__name__)
 
 
 #: Effects written to a changelog of the group, in the task's partition, with provenance.
 CHANGELOG_KINDS = (TABLE, TIMER, WINDOW)
+
+#: How many changelog rows a coalescing output holds at most before producing them.
+HELD_ROWS = 100_000
+
+#: A held changelog row: value, provenance headers, more headers (the stream time), timestamp.
+Held = tuple[bytes | None, list[tuple[str, bytes]], Any, int]
 
 
 class Generation:
@@ -66,10 +82,17 @@ class Output:
         config: TaskConfig,
         store: Storage,
         on_failure: Callable[[], object] = lambda: None,
+        *,
+        coalesce: bool = False,
+        held_rows: int = HELD_ROWS,
     ) -> None:
-        """``on_failure()`` runs when a generation is found to have failed (before it raises)."""
+        """``on_failure()`` runs when a generation is found to have failed (before it raises);
+        ``coalesce``: hold each changelog's rows until :meth:`seal`, one per key (see the
+        module docstring), at most ``held_rows``."""
         self.producer, self.partition, self.config = producer, partition, config
         self.on_failure = on_failure
+        self.held: dict[tuple[str, Any], Held] | None = {} if coalesce else None
+        self.held_rows = held_rows
         self.generation = Generation()
         stored = store.offsets()
         self.stored = {
@@ -81,9 +104,16 @@ class Output:
     def send(self, result: BatchResult, summary: PartitionSummary) -> None:
         """Produce ``result``'s effects (and its dead letters) and count them in ``summary``."""
         generation, letters = self.generation, self.config.on_error == "dead_letter"
-        generation.outstanding += len(result.effects) + (len(result.failed) if letters else 0)
-        counts = _send_effects(self.producer, result, self.partition, generation.on_delivery,
-                               generation.on_last_update, self.emitted)  # fmt: skip
+        generation.outstanding += len(result.failed) if letters else 0
+        if self.held is None:
+            generation.outstanding += len(result.effects)
+            counts = _send_effects(self.producer, result, self.partition, generation.on_delivery,
+                                   generation.on_last_update, self.emitted)  # fmt: skip
+        else:
+            counts = _hold_effects(self.producer, result, self.partition, generation,
+                                   self.held, self.emitted)  # fmt: skip
+            if len(self.held) >= self.held_rows:
+                self._release()
         summary.emitted = json.dumps(self.emitted)
         summary.table_updates += counts[0]
         summary.emits += counts[1]
@@ -100,10 +130,34 @@ class Output:
             )
 
     def seal(self) -> Generation:
-        """End the current generation (what is produced from now on is the next one)."""
+        """End the current generation (what is produced from now on is the next one), after
+        producing the changelog rows held for it."""
+        self._release()
         sealed, self.generation = self.generation, Generation()
         sealed.sealed_at = time.monotonic()
         return sealed
+
+    def _release(self) -> None:
+        """Produce the held changelog rows into the current generation."""
+        held, generation = self.held, self.generation
+        if not held:
+            return
+        last = {}
+        for row in held:  # (the last row of each changelog ends it)
+            last[row[0]] = row
+        generation.outstanding += len(held)
+        produce, partition = self.producer.produce, self.partition
+        on_delivery, on_last_update = generation.on_delivery, generation.on_last_update
+        for row, (data, provenance, more, timestamp) in held.items():
+            topic, key = row
+            headers: Any = provenance if more is None else [*provenance, *more]
+            callback = on_last_update if last[topic] is row else on_delivery
+            try:
+                produce(topic, data, key, partition=partition, on_delivery=callback,
+                        headers=headers, timestamp=timestamp)  # fmt: skip
+            except (BufferError, UnicodeEncodeError, ProduceError):
+                _send(self.producer, topic, data, key, callback, headers, timestamp, partition)
+        held.clear()
 
     def wait(self) -> None:
         """Wait (up to the flush timeout) until every output so far is acknowledged."""
@@ -191,6 +245,43 @@ def _send_effects(
             if kind in (EMIT, FINAL):
                 emitted[topic] = emitted.get(topic, 0) + 1
             _send(producer, topic, data, key, on_delivery, headers, made_by[4], -1)
+    return counts[TABLE], counts[EMIT] + counts[FINAL], counts[LOOP]
+
+
+def _hold_effects(
+    producer: Producer,
+    result: BatchResult,
+    partition: int,
+    generation: Generation,
+    held: dict[tuple[str, Any], Held],
+    emitted: dict[str, int],
+) -> tuple[int, int, int]:
+    """As :func:`_send_effects`, but each changelog row goes to ``held`` in place of the
+    key's earlier row (a stream time header the earlier one had stays: a replay takes the
+    highest any row names); the other effects are produced."""
+    counts = dict.fromkeys((TABLE, EMIT, LOOP, TIMER, WINDOW, FINAL), 0)
+    named = (SRC_PARTITION, b"%d" % partition)
+    topics: dict[str, tuple[str, bytes]] = {}
+    source: Any = None
+    provenance: list[tuple[str, bytes]] = []
+    for kind, topic, key, data, headers, made_by in result.effects:
+        counts[kind] += 1
+        if kind in CHANGELOG_KINDS:
+            if made_by is not source:
+                source = made_by
+                read = topics.get(source[0])
+                if read is None:
+                    read = topics[source[0]] = (SRC_TOPIC, source[0].encode())
+                provenance = [read, named, (SRC_OFFSET, b"%d" % source[1])]
+            if headers is None:
+                earlier = held.get((topic, key))
+                headers = None if earlier is None else earlier[2]
+            held[topic, key] = (data, provenance, headers, made_by[4])
+        else:
+            if kind in (EMIT, FINAL):
+                emitted[topic] = emitted.get(topic, 0) + 1
+            generation.outstanding += 1
+            _send(producer, topic, data, key, generation.on_delivery, headers, made_by[4], -1)
     return counts[TABLE], counts[EMIT] + counts[FINAL], counts[LOOP]
 
 

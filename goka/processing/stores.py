@@ -221,11 +221,12 @@ class PartitionStores:
 
     def output(self) -> Output:
         """An output for this task's effects, on the worker's producer (exactly-once: the
-        partition's transactional one)."""
+        partition's transactional one, a changelog row per changed key and commit)."""
         exactly, clients = self.exactly, self.clients
         producer, failed = ((exactly.producer, exactly.failed) if exactly is not None else
                             (clients.producer(), clients.discard_producer))  # fmt: skip
-        return Output(producer, self.partition, self.config, self.store, failed)
+        return Output(producer, self.partition, self.config, self.store, failed,
+                      coalesce=exactly is not None)  # fmt: skip
 
     def apply_join(self, table: str, rows: list[Message], end: int,
                    summary: PartitionSummary) -> None:  # fmt: skip
