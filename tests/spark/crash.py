@@ -10,8 +10,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import random
 import signal
 import subprocess
+import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -27,8 +30,12 @@ from goka.storage.snapshots import SnapshotStore
 
 #: Where a processor can be killed: mid-produce, after the flush, after the state commit,
 #: after a snapshot file's upload, after a snapshot file's download (restore), and under
-#: exactly-once after a transaction committed (before the store's write).
-POINTS = ("produce", "flush", "commit", "upload", "restore", "transaction")
+#: exactly-once after a transaction committed (before the store's write), while a
+#: transactional producer starts (``init_transactions``: the broker aborts what the
+#: partition's last writer left open and fences it), and while a commit is aborted instead.
+POINTS = ("produce", "flush", "commit", "upload", "restore", "transaction", "init", "abort")
+#: The points reached only under exactly-once.
+TRANSACTION_POINTS = ("transaction", "init", "abort")
 _reached: Counter[str] = Counter()
 
 
@@ -64,18 +71,26 @@ class Kill:
     nth: int
     marker: str
 
-    def reached(self, point: str) -> None:
+    def reached(self, point: str, *, within: float = 0.0) -> bool:
+        """Kill now if this is the ``nth`` time ``point`` is reached (``within``: from a
+        thread, at a random moment of the next ``within`` seconds, while the caller goes on
+        into what the point names; return True: the caller waits for it)."""
         if point != self.point:
-            return
+            return False
         _reached[point] += 1
         if _reached[point] < self.nth:
-            return
+            return False
         try:
             os.close(os.open(self.marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
         except FileExistsError:
-            return  # killed once already
+            return False  # killed once already
         Path(self.marker).write_text(point)
-        kill_session(os.getsid(0))
+        if not within:
+            kill_session(os.getsid(0))
+        delay = random.uniform(0, within)
+        threading.Thread(target=lambda: (time.sleep(delay), kill_session(os.getsid(0))),
+                         daemon=True).start()  # fmt: skip
+        return True
 
 
 def add_kill_arguments(parser: argparse.ArgumentParser, points: tuple[str, ...]) -> None:
@@ -191,10 +206,18 @@ class KillingSnapshots:
         return store
 
 
+#: The longest a kill ``within`` a transactional call waits (``init_transactions`` after a
+#: crash takes 10-100 ms here, an abort 5-20 ms).
+_WITHIN = 0.05
+
+
 class _Transactions(Transactions):
     kill: Kill
 
     def commit(self, offsets: Mapping[str, int]) -> None:
+        if self.kill.reached("abort", within=_WITHIN):  # a commit that turned into an abort
+            self.abort()
+            time.sleep(60)  # (killed before)
         super().commit(offsets)
         self.kill.reached("transaction")
 
@@ -205,6 +228,7 @@ class KillingTransactions:
 
     def __call__(self, config: Mapping[str, Any], group: str, partition: int,
                  timeout: float) -> Transactions:  # fmt: skip
+        self.kill.reached("init", within=_WITHIN)  # killed while it starts, or just after
         found = _Transactions(config, group, partition, timeout)
         found.kill = self.kill
         found.producer = _Producer(found.producer, self.kill)

@@ -3,7 +3,7 @@ mode the command line gives until caught up, killed where ``--kill`` says (throu
 builders of ``tests/spark/crash.py``).
 
     python -m tests.spark.crash_time_run BROKERS TOPIC STATE CHECKPOINT [--mode MODE]
-        [--max-offsets N] [--fire-budget N] [--kill POINT --nth N --marker FILE]
+        [--max-offsets N] [--fire-budget N] [--guarantee G] [--kill POINT --nth N --marker FILE]
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ def main() -> None:
     parser.add_argument("--mode", choices=("available-now", "continuous"), default="available-now")
     parser.add_argument("--max-offsets", type=int, default=None)
     parser.add_argument("--fire-budget", type=int, default=10_000)
+    parser.add_argument("--guarantee", default="at-least-once")
     add_kill_arguments(parser, POINTS)
     args = parser.parse_args()
     configure("INFO", "text")
@@ -33,7 +34,7 @@ def main() -> None:
         checkpoint_dir=args.checkpoint, max_offsets_per_trigger=args.max_offsets,
         snapshot_interval=0.5, builders=builders(kill), fire_budget=args.fire_budget,
         mode="continuous" if args.mode == "continuous" else "micro-batch", epoch=3.0,
-        log_level="INFO",  # its stderr is kept with the stores when a trial fails
+        guarantee=args.guarantee, log_level="INFO",  # its stderr is kept with the stores when a trial fails
     )  # fmt: skip
     ticks = processor.graph.group.ticks
     processor.prepare_topics(create_outputs=True)

@@ -1,4 +1,5 @@
-"""Model-based crash sequences: generated runs of a click-count processor, each with its own
+"""Model-based crash sequences: generated runs of a click-count processor that also tells,
+for every click, which input record it was (an output per record), each run with its own
 random configuration, SIGKILLed (the whole session: driver, JVM, Python workers) at a random
 moment or at a named point, then restarted with another configuration, until a last run
 catches up. After every sequence the group table topic, the partition stores and a view must
@@ -16,7 +17,14 @@ What a run's configuration draws from:
   records while Spark has not committed the epoch: the defect of the mode-switch issue),
   ``timer`` (a random moment, often before Spark has even started), ``produce``, ``flush``
   (outputs acknowledged, by a flush or a poll's delivery reports, before the state commit), ``commit`` (after a state commit), ``upload``
-  (during a snapshot upload), ``restore`` (during a snapshot restore, on a new machine).
+  (during a snapshot upload), ``restore`` (during a snapshot restore, on a new machine);
+  under exactly-once also ``transaction`` (after a transaction committed, before the store's
+  write), ``init`` (while a transactional producer starts: the broker aborts what the killed
+  writer left open) and ``abort`` (while a commit is aborted instead).
+
+A sequence runs under one guarantee (drawn): under ``exactly-once`` a ``read_committed``
+reader of the outputs must find every input record told exactly once; under
+``at-least-once`` at least once, and the repeats are reported.
 
 Clicks are either a backlog emitted before the first run, or also a live flow while the killed
 runs run. A kill point that a run does not reach within its time is replaced by a kill at
@@ -45,9 +53,11 @@ from typing import Any
 from goka import StringCodec
 from goka.emitter import Emitter
 from goka.partitioner import partition_for
+from goka.topic_manager import TopicManager
 
 from ..helpers import produce, wait_for
-from .crash import kill_session
+from .crash import TRANSACTION_POINTS, kill_session
+from .timed import topic_rows
 from .truth import committed, ends, seen
 
 __all__ = ["KILLS", "Outcome", "Run", "Sequence", "generate", "play"]
@@ -56,6 +66,7 @@ ROOT = Path(__file__).resolve().parents[2]
 MODES = ("continuous", "micro-batch", "available-now")
 #: Where runs are killed (see the module docstring).
 KILLS = ("first-epoch", "timer", "produce", "flush", "commit", "upload", "restore")
+GUARANTEES = ("at-least-once", "exactly-once")
 #: The longest a killed streaming run may take to reach its kill point.
 RUN_SECONDS = 45.0
 
@@ -107,22 +118,26 @@ class Sequence:
     users: int
     live: int  # clicks per second while the killed runs run (0: none)
     runs: tuple[Run, ...]
+    guarantee: str = "at-least-once"
 
     def describe(self) -> str:
         flow = f", {self.live}/s live" if self.live else ""
-        return (f"seed {self.seed}: {self.partitions} partitions, {self.backlog} clicks of "
-                f"{self.users} users{flow}")  # fmt: skip
+        return (f"seed {self.seed}: {self.guarantee}, {self.partitions} partitions, "
+                f"{self.backlog} clicks of {self.users} users{flow}")  # fmt: skip
 
 
-def generate(seed: int, first_kill: str | None = None, *, most_kills: int = 3) -> Sequence:
+def generate(seed: int, first_kills: tuple[str, ...] = (), *, most_kills: int = 3,
+             guarantee: str | None = None) -> Sequence:  # fmt: skip
     """A random sequence (see the module docstring) of one to ``most_kills`` killed runs, and
-    one more before a kill during a restore; ``first_kill`` fixes where its first run is
-    killed (a short series covers the kill points this way)."""
+    one more before a kill during a restore; ``first_kills`` fix where its first runs are
+    killed and ``guarantee`` its guarantee (a short series covers the kill points this way)."""
     rng = random.Random(seed)
     partitions, backlog = rng.choice((2, 3)), rng.randint(800, 3000)
     users, live = rng.randint(50, 300), rng.choice((0, 0, 150, 300))
-    kills = [first_kill or rng.choice(KILLS)]
-    kills += [rng.choice(KILLS) for _ in range(rng.randint(0, most_kills - 1))]
+    guarantee = guarantee or rng.choice(GUARANTEES)
+    points = KILLS + (TRANSACTION_POINTS if guarantee == "exactly-once" else ())
+    kills = list(first_kills) or [rng.choice(points)]
+    kills += [rng.choice(points) for _ in range(rng.randint(len(kills), most_kills) - len(kills))]
     if "restore" in kills:  # a worker with two partitions: one's snapshot before the upload kill
         partitions = 3
     runs: list[Run] = []
@@ -134,7 +149,7 @@ def generate(seed: int, first_kill: str | None = None, *, most_kills: int = 3) -
             runs.append(replace(upload, nth=rng.randint(4, 6)))
         runs.append(_run(rng, kill, runs[-1] if runs else None, backlog, live))
     runs.append(_run(rng, None, runs[-1], backlog, live))
-    return Sequence(seed, partitions, backlog, users, live, tuple(runs))
+    return Sequence(seed, partitions, backlog, users, live, tuple(runs), guarantee)
 
 
 def _run(rng: random.Random, kill: str | None, previous: Run | None, backlog: int,
@@ -168,11 +183,13 @@ def _nth(rng: random.Random, run: Run, backlog: int, live: int) -> float:
         return round(rng.uniform(3, 25), 1)
     if run.kill == "restore":  # a worker restores each of its partitions once
         return 1
+    if run.kill == "init":  # a worker starts a producer for each partition it runs at least
+        return rng.randint(1, 2)
     if run.kill == "upload":
         return rng.randint(1, 2 if many else 1)
     if run.kill == "produce":  # a worker produces for about half of the records
         return rng.randint(1, max(1, backlog // 3))
-    if run.kill in ("flush", "commit"):
+    if run.kill in ("flush", "commit", "transaction", "abort"):
         if run.mode == "continuous":  # without live records a worker's backlog may go in one
             return rng.randint(1, 30) if live else 1  # commit: a second one is a race
         return rng.randint(1, 4 if run.max_offsets and run.max_offsets < 1000 else 2)
@@ -181,16 +198,19 @@ def _nth(rng: random.Random, run: Run, backlog: int, live: int) -> float:
 
 @dataclass
 class Outcome:
-    """What a played sequence did: per killed run whether its kill was reached, and the
-    table records beyond one per click (outputs are at-least-once)."""
+    """What a played sequence did: per killed run whether its kill was reached, the
+    outputs beyond one per click (read committed), and the table records per click (under
+    exactly-once fewer than one: a key's rows are written once per commit)."""
 
     log: list[str] = field(default_factory=list)
     kills: int = 0
     duplicates: int = 0
+    table_records: float = 0.0
 
     def line(self, sequence: Sequence) -> str:
         return (f"{sequence.describe()}: {' -> '.join(self.log)}; {self.kills} kills, "
-                f"{self.duplicates} duplicate table records")  # fmt: skip
+                f"{self.duplicates} duplicate outputs, {self.table_records:.2f} table records "
+                f"per click")  # fmt: skip
 
 
 class Flow:
@@ -239,7 +259,8 @@ class Player:
     def command(self, run: Run, marker: Path) -> list[str]:
         return [sys.executable, "-m", "tests.spark.crash_run", self.brokers, self.topic,
                 self.group, str(self.state()), str(self.work / "checkpoint"), "--marker",
-                str(marker), *run.args()]  # fmt: skip
+                str(marker), "--guarantee", self.sequence.guarantee, "--tell",
+                told_topic(self.topic), *run.args()]  # fmt: skip
 
     def start(self, run: Run, number: int) -> tuple[subprocess.Popen[str], Path]:
         self.machine += run.new_machine
@@ -348,10 +369,27 @@ def _epoch_committed(checkpoint: Path) -> bool:
     return not planned or (checkpoint / "commits" / str(max(planned))).exists()
 
 
+def told_topic(topic: str) -> str:
+    """Where the processor tells which input record each click was."""
+    return f"{topic}-told"
+
+
+def told(brokers: str, topic: str, partitions: int) -> tuple[int, int]:
+    """How many outputs a ``read_committed`` reader of :func:`told_topic` finds beyond one
+    per input record, and how many input records it finds none for."""
+    found = Counter(row[3] for rows in topic_rows(brokers, told_topic(topic), partitions).values()
+                    for row in rows)  # fmt: skip
+    inputs = {b"%d %d" % (p, row[1])
+              for p, rows in topic_rows(brokers, topic, partitions).items() for row in rows}  # fmt: skip
+    return sum(found.values()) - len(found), len(inputs - set(found)) + len(set(found) - inputs)
+
+
 def play(sequence: Sequence, brokers: str, new_topic: Callable[..., str], work: Path) -> Outcome:
     """Play ``sequence``; fail unless the table topic, the partition stores and a view all
-    equal the truth afterwards."""
+    equal the truth afterwards, and a ``read_committed`` reader finds every click told (once,
+    under exactly-once)."""
     topic = new_topic(f"model-{sequence.seed}", partitions=sequence.partitions)
+    TopicManager(brokers).ensure_stream_exists(told_topic(topic), sequence.partitions)
     rng = random.Random(sequence.seed)
     sent: Counter[str] = Counter()
     items = [(f"user-{rng.randrange(sequence.users)}", "/page") for _ in range(sequence.backlog)]
@@ -370,7 +408,13 @@ def play(sequence: Sequence, brokers: str, new_topic: Callable[..., str], work: 
     player.final_run(sequence.runs[-1], len(sequence.runs) - 1, flow, sent)
     assert ends(brokers, topic, sequence.partitions) == sum(sent.values())
     state = seen(brokers, f"{player.group}-table", player.state(), player.group, sent)
-    player.outcome.duplicates = state.duplicates
+    outcome = player.outcome
+    outcome.table_records = 1 + state.duplicates / sum(sent.values())
+    outcome.duplicates, wrong_places = told(brokers, topic, sequence.partitions)
     wrong = state.wrong(sent)
-    assert not wrong, f"{player.outcome.line(sequence)}\n" + "\n".join(wrong)
-    return player.outcome
+    if wrong_places:
+        wrong.append(f"{wrong_places} input records told never, or not input records")
+    if sequence.guarantee == "exactly-once" and outcome.duplicates:
+        wrong.append(f"{outcome.duplicates} outputs repeated under exactly-once")
+    assert not wrong, f"{outcome.line(sequence)}\n" + "\n".join(wrong)
+    return outcome

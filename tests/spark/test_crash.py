@@ -1,17 +1,20 @@
 """SIGKILL the whole processor (driver, JVM, Python workers) in generated sequences of runs,
 each run with its own random configuration (mode, rate limit, epoch and trigger lengths,
 snapshots, machine), killed at a random moment or a named point, until a last run catches up;
-then the group table topic, the partition stores and a view must all equal the truth
-(``tests/spark/model.py``).
+then the group table topic, the partition stores and a view must all equal the truth, and a
+``read_committed`` reader must find every click's output: once under exactly-once, at least
+once under at-least-once (``tests/spark/model.py``).
 
-The suite plays five sequences whose first runs are killed where the mode-switch defect
-was, between outputs acknowledged and their commit, during a restore (after a kill during an upload), after
-a commit, and at a random moment; in three of them at most one later kill is drawn at random
-(the flush and restore sequences end with their first kill: each run costs the suite about
-15 s, and the series below draws later kills after every kind).
+The suite plays five sequences whose first runs are killed: where the mode-switch defect
+was (at-least-once); between outputs acknowledged and their commit (exactly-once: inside the
+transaction); during a restore after a kill during an upload (at-least-once); after a
+transaction committed, then after the store's write (exactly-once); while a transactional
+producer starts, then while a commit is aborted (exactly-once). Each run costs the suite
+about 15 s; the series below draws kills, guarantees and configurations at random.
 ``pytest tests/spark/test_crash.py --crash-sequences 30`` plays a series of random sequences
 (``--crash-seed`` picks it) and prints one line per sequence: its seed (replay one with
-``--crash-seed SEED --crash-sequences 1``), its runs and kills, and its duplicate table records.
+``--crash-seed SEED --crash-sequences 1``), its runs and kills, its duplicate outputs and its
+table records per click.
 """
 
 from __future__ import annotations
@@ -25,19 +28,28 @@ from .model import generate, play
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow]
 
-#: Where the first run of each of the suite's sequences is killed, and its most kills.
-FIRST_KILLS = {"first-epoch": 2, "flush": 1, "restore": 1, "commit": 2, "timer": 2}
+#: The suite's sequences: where their first runs are killed, their most kills, and guarantee.
+SUITE = [
+    (("first-epoch",), 2, "at-least-once"),
+    (("flush",), 1, "exactly-once"),
+    (("restore",), 1, "at-least-once"),
+    (("transaction", "commit"), 2, "exactly-once"),
+    (("init", "abort"), 2, "exactly-once"),
+]
 
 
-@pytest.mark.parametrize("first_kill", FIRST_KILLS)
+@pytest.mark.parametrize(("first_kills", "most", "guarantee"), SUITE,
+                         ids=["-".join(kills) for kills, _, _ in SUITE])  # fmt: skip
 def test_a_generated_sequence_of_killed_runs_ends_exact(
-    first_kill: str, brokers: str, new_topic: Callable[..., str], tmp_path: Path,
-    request: pytest.FixtureRequest, record_property: Callable[[str, object], None],
+    first_kills: tuple[str, ...], most: int, guarantee: str, brokers: str,
+    new_topic: Callable[..., str], tmp_path: Path, request: pytest.FixtureRequest,
+    record_property: Callable[[str, object], None],
 ) -> None:  # fmt: skip
-    seed = 1000 * request.config.getoption("--crash-seed") + list(FIRST_KILLS).index(first_kill)
-    sequence = generate(seed, first_kill=first_kill, most_kills=FIRST_KILLS[first_kill])
+    index = [kills for kills, _, _ in SUITE].index(first_kills)
+    seed = 1000 * request.config.getoption("--crash-seed") + index
+    sequence = generate(seed, first_kills, most_kills=most, guarantee=guarantee)
     outcome = play(sequence, brokers, new_topic, tmp_path)
-    record_property("duplicate_table_records", outcome.duplicates)
+    record_property("duplicate_outputs", outcome.duplicates)
     print(f"\n{outcome.line(sequence)}")
     assert outcome.kills >= 1, outcome.line(sequence)
 
@@ -50,7 +62,7 @@ def test_a_series_of_generated_sequences_ends_exact(
     if not count:
         pytest.skip("a long series: run with --crash-sequences N")
     first = request.config.getoption("--crash-seed")
-    seeds, kills, duplicates, unkilled = [], [], [], []
+    seeds, kills, duplicates, unkilled, guarantees = [], [], [], [], []
     for seed in range(first, first + 2 * count):  # sequences no kill reached do not count
         if len(seeds) == count:
             break
@@ -63,7 +75,8 @@ def test_a_series_of_generated_sequences_ends_exact(
         seeds.append(seed)
         kills.append(outcome.kills)
         duplicates.append(outcome.duplicates)
-    print(f"\n{len(seeds)} killed sequences, every one exact: seeds {seeds}; kills per sequence "
-          f"{kills}; duplicate table records per sequence {duplicates}; also exact but not "
-          f"counted (no kill reached): seeds {unkilled}")  # fmt: skip
+        guarantees.append("EOS" if sequence.guarantee == "exactly-once" else "ALOS")
+    print(f"\n{len(seeds)} killed sequences, every one exact: seeds {seeds}; guarantees "
+          f"{guarantees}; kills per sequence {kills}; duplicate outputs per sequence "
+          f"{duplicates}; also exact but not counted (no kill reached): seeds {unkilled}")  # fmt: skip
     assert len(seeds) == count

@@ -2,11 +2,14 @@
 and timers fire, in trials of runs (micro-batch or continuous, rate-limited, with a fire budget
 of 2 or the default, killed mid-produce, after a flush or after a commit, on the same or a new
 machine) until a last run catches up; then the group table, the window table and the final
-results must equal the tester's over the same records: **no final result twice or lost**. Timer outputs are ordinary emits
-(at-least-once): their duplicates are reported per trial.
+results must equal the tester's over the same records: **no final result twice or lost**.
+Under at-least-once timer outputs are ordinary emits: their duplicates are reported per trial;
+under exactly-once (a window table's and the timers' changelogs written once per key and
+commit, kills also after a transaction's commit) a ``read_committed`` reader finds none.
 
-The suite plays seeds 1 and 404; ``pytest tests/spark/test_time_crash.py --crash-sequences
-10`` plays a series of trials from seed ``--crash-seed`` on, one line per trial (replay one with
+The suite plays seed 1 under exactly-once and 404 under at-least-once; ``pytest
+tests/spark/test_time_crash.py --crash-sequences 10`` plays a series of trials from seed
+``--crash-seed`` on, odd seeds under exactly-once, one line per trial (replay one with
 ``--crash-seed SEED --crash-sequences 1``).
 """
 
@@ -34,7 +37,8 @@ pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def trial(seed: int, brokers: str, topic: str, work: Path) -> tuple[int, int, list[str]]:
+def trial(seed: int, brokers: str, topic: str, work: Path,
+          guarantee: str) -> tuple[int, int, list[str]]:  # fmt: skip
     """Play one trial; return its kills, its duplicate timer outputs and what its runs did."""
     rng = random.Random(seed)
     graph = timed_graph(topic)
@@ -54,9 +58,13 @@ def trial(seed: int, brokers: str, topic: str, work: Path) -> tuple[int, int, li
             str(rng.choice([100, 400, 2000])),
             "--fire-budget",
             str(budgets.choice([2, 10_000])),
+            "--guarantee",
+            guarantee,
         ]  # 2: slices everywhere
         if not last:
             point = rng.choice(["produce", "flush", "commit"])
+            if guarantee == "exactly-once" and rng.random() < 0.3:
+                point = "transaction"
             nth = rng.randint(1, 400) if point == "produce" else rng.randint(1, 3)
             args += ["--kill", point, "--nth", str(nth),
                      "--marker", str(work / f"killed-{number}")]  # fmt: skip
@@ -68,7 +76,7 @@ def trial(seed: int, brokers: str, topic: str, work: Path) -> tuple[int, int, li
             raise AssertionError(f"seed {seed} run {number} {args} exited with {code}:\n"
                                  f"{err[-4000:]}")  # fmt: skip
         kills += killed
-        log.append(f"{mode} machine {machine} budget {args[5]} {' '.join(args[6:8])}: "
+        log.append(f"{mode} machine {machine} budget {args[5]} {' '.join(args[8:10])}: "
                    f"{'killed' if killed else 'caught up'}")  # fmt: skip
         if last:
             break
@@ -91,6 +99,8 @@ def trial(seed: int, brokers: str, topic: str, work: Path) -> tuple[int, int, li
     quiet = Counter(r.value for r in expected.messages("quiet-" + topic))
     found = Counter(v for _, v, _ in read_topic(brokers, "quiet-" + topic))
     assert not quiet - found, f"seed {seed} ({runs}): timer outputs lost: {quiet - found}"
+    if guarantee == "exactly-once":
+        assert found == quiet, f"seed {seed} ({runs}): timer outputs repeated: {found - quiet}"
     shutil.rmtree(work, ignore_errors=True)
     return kills, sum((found - quiet).values()), log
 
@@ -108,12 +118,13 @@ def test_killed_timed_groups_end_with_exact_windows_and_final_results_once(
     seeds = list(range(first, first + count)) if count else [1, 404]
     lines, all_kills, duplicates = [], [], []
     for seed in seeds:
+        guarantee = "exactly-once" if seed % 2 else "at-least-once"
         kills, extra, log = trial(seed, brokers, new_topic(partitions=4),
-                                  tmp_path_factory.mktemp(f"time{seed}"))  # fmt: skip
+                                  tmp_path_factory.mktemp(f"time{seed}"), guarantee)  # fmt: skip
         all_kills.append(kills)
         duplicates.append(extra)
-        lines.append(f"seed {seed}: {kills} kills, {extra} duplicate timer outputs: "
-                     f"{'; '.join(log)}")  # fmt: skip
+        lines.append(f"seed {seed} ({guarantee}): {kills} kills, {extra} duplicate timer "
+                     f"outputs: {'; '.join(log)}")  # fmt: skip
         print(f"\n{lines[-1]}", flush=True)
     print(f"\n{len(seeds)} trials, every one exact with each final result once: kills per trial "
           f"{all_kills}; duplicate timer outputs per trial {duplicates}")  # fmt: skip
