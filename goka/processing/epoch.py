@@ -247,10 +247,11 @@ def _follow(
                 timeline.lap("process")
                 per_record = max(1e-7, (time.monotonic() - began) / count)
                 size = int(min(CHUNK, max(_MIN_CHUNK, interval / 2 / per_record)))
-            if time.monotonic() >= next_commit:
-                for epoch in epochs.values():
+            committing = time.monotonic()
+            if committing >= next_commit:  # (the interval counts from the commit's start: one
+                for epoch in epochs.values():  # that waits, exactly-once's, keeps the cadence)
                     epoch.commit(timeline.lap)
-                next_commit = time.monotonic() + interval
+                next_commit = committing + interval
             else:
                 for epoch in epochs.values():
                     if epoch.sealed:  # a commit whose outputs may be acknowledged by now

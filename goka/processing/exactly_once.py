@@ -10,8 +10,12 @@ behind the changelog and the group's offsets: the next task replays the changelo
 the store and begins where the group committed (:meth:`PartitionStores.begin
 <goka.processing.stores.PartitionStores.begin>`), so no record is processed twice.
 
-Windows' final results keep their outbox (:mod:`goka.processing.finals`): they are produced
-after the commit that made them due, and read back before they are produced again.
+Each key of a changelog is written once per commit, with its last value
+(:mod:`goka.processing.output`). Windows' final results are delivered after the commit that
+made them due, each delivery one transaction with the watermarks' rows
+(:mod:`goka.processing.finals`): nothing is read back. A crash between a transaction's commit
+and the store's write that moved no input offset is found by the next task, which replays the
+changelogs' committed tails (:meth:`~goka.processing.recovery.StoreRecovery.catch_up_tail`).
 """
 
 from __future__ import annotations

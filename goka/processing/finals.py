@@ -22,6 +22,14 @@ at each delivery) and produces only what it does not find there. A batch that di
 moved no watermark (a rebuild leaves out its changelog rows), and its replay closes the
 windows again.
 
+Under exactly-once (``transaction``) a delivery is one transaction of the partition's producer:
+the results, the watermarks' rows and the expired windows' deletions, with the group's offsets;
+the store is written after it commits. Readers see all of it or none, so nothing is read back
+and no output position is kept (those an at-least-once run left are read back once, then
+deleted); a crash after the commit leaves the store behind the timers changelog, which the next
+task replays (:meth:`~goka.processing.recovery.StoreRecovery.catch_up_tail`). Deliveries are
+then produced at once in every mode, between two commits of the loop.
+
 A continuous epoch does not stop for them: a window boundary closes a window per key, and
 their results are produced a few per turn of its loop (:class:`Delivery`), records processed
 and commits written meanwhile; the windows those commits close wait for the next delivery,
@@ -36,7 +44,7 @@ from __future__ import annotations
 import heapq
 import logging
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from goka.errors import DeliveryError
 from goka.group.edges import WindowEdge
@@ -67,6 +75,15 @@ POSITION = "p"
 Written = Mapping[str, Mapping[str, bytes | None]]
 
 
+class Transaction(Protocol):
+    """The partition's transactions under exactly-once
+    (:class:`~goka.processing.exactly_once.ExactlyOnce`)."""
+
+    def begin(self) -> None: ...
+
+    def commit(self, positions: Mapping[str, int]) -> None: ...
+
+
 def delivered_key(name: str) -> str:
     """The timers row of window table ``name``'s delivered watermark."""
     return f"d{name}"
@@ -84,11 +101,13 @@ class Finals:
         partition: whose results.
         producer, reader: the task's clients.
         flush_timeout, read_timeout: seconds to wait for deliveries, and for a read.
+        transaction: exactly-once: each delivery is one of its transactions (``producer`` is
+            its transactional one).
     """
 
     def __init__(
         self, graph: GroupGraph, partition: int, producer: Producer, reader: RecordReader,
-        *, flush_timeout: float, read_timeout: float,
+        *, flush_timeout: float, read_timeout: float, transaction: Transaction | None = None,
     ) -> None:  # fmt: skip
         self.group, self.partition, self.timers = graph.group, partition, graph.group.timers
         self.graph = graph
@@ -97,6 +116,7 @@ class Finals:
         }
         self.producer, self.reader = producer, reader
         self.flush_timeout, self.read_timeout = flush_timeout, read_timeout
+        self.transaction = transaction
         self._counts: dict[str, int] = {}
         self.delivered = 0
 
@@ -140,12 +160,13 @@ class Finals:
         delivery = self.begin(store, check=check)
         return 0 if delivery is None else delivery.finish()
 
-    def begin(self, store: Storage, *, check: bool,
-              written: Written | None = None) -> Delivery | None:  # fmt: skip
+    def begin(self, store: Storage, *, check: bool, written: Written | None = None,
+              at: Mapping[str, int] | None = None) -> Delivery | None:  # fmt: skip
         """The delivery of the results of the windows closed and not delivered (None: none):
         :meth:`Delivery.step` produces them a few at a time, :meth:`Delivery.finish` moves
         the watermarks (see :meth:`deliver`). ``written``: section rows (by changelog topic)
-        the last write wrote, read from there rather than from the store."""
+        the last write wrote, read from there rather than from the store; ``at``: the
+        group's offsets the store has (committed with the results under exactly-once)."""
         section = store.section(self.timers)
         marks = {}
         for name in self.edges:
@@ -155,7 +176,9 @@ class Finals:
         if not marks:
             return None
         found = self._produced(section) if check else set()
-        return Delivery(self, store, marks, found, written or {})
+        if self.transaction is not None:
+            self.transaction.begin()
+        return Delivery(self, store, marks, found, written or {}, dict(at or {}))
 
     def _table(self, store: Storage, name: str,
                written: Written) -> tuple[int, Any, Any, str, Any]:  # fmt: skip
@@ -196,10 +219,11 @@ class Finals:
         merged = heapq.merge(*(((i, n) for n, i in rows(n, *m)) for n, m in marks.items()))
         return ((name, index) for index, name in merged)
 
-    def _write(self, store: Storage, rows: dict[str, bytes | None],
-               expired: dict[str, list[str]]) -> None:  # fmt: skip
+    def _write(self, store: Storage, rows: dict[str, bytes | None], expired: dict[str, list[str]],
+               at: Mapping[str, int] | None = None) -> None:  # fmt: skip
         """Produce ``rows`` of the timers changelog and the deletions of the ``expired``
-        windows (by table), then write them to the store with the changelogs' ends."""
+        windows (by table), then (exactly-once: once the transaction committed, with the
+        group's offsets ``at``) write them to the store with the changelogs' ends."""
         failures: list[str] = []
         ends: dict[str, int] = {}
 
@@ -223,6 +247,8 @@ class Finals:
                                   on_delivery=written, partition=self.partition)  # fmt: skip
         batch.section(self.timers).update(rows)
         self._flush(failures, "final results' watermarks")
+        if self.transaction is not None:
+            self.transaction.commit(at or {})
         for topic, end in ends.items():
             batch.set_offset(topic, self.partition, end)
         store.write(batch)
@@ -263,8 +289,9 @@ class Delivery:
     are closed, and none expires before its result is delivered."""
 
     def __init__(self, finals: Finals, store: Storage, marks: dict[str, tuple[str | None, str]],
-                 found: set[str], written: Written) -> None:  # fmt: skip
+                 found: set[str], written: Written, at: dict[str, int]) -> None:  # fmt: skip
         self.finals, self.store, self.marks, self.found = finals, store, marks, found
+        self.at = at
         self.failures: list[str] = []
         self.ends: dict[tuple[str, int], int] = {}
         self.outstanding = self.produced = self.total = 0
@@ -344,9 +371,13 @@ class Delivery:
         rows: dict[str, bytes | None] = {
             delivered_key(n): c.encode() for n, (_, c) in self.marks.items()
         }
-        for (topic, partition), end in self.ends.items():
-            rows[_position_key(topic, partition)] = b"%d" % end
-        finals._write(self.store, rows, self.expired)
+        if finals.transaction is None:
+            for (topic, partition), end in self.ends.items():
+                rows[_position_key(topic, partition)] = b"%d" % end
+        else:  # (no positions: those an at-least-once run left go)
+            section = self.store.section(finals.timers)
+            rows.update((key, None) for key, _ in section.items(prefix=POSITION))
+        finals._write(self.store, rows, self.expired, self.at)
         produced, total = self.produced, self.total
         if self.found and produced < total:
             log.info("group %s partition %d: %d final results were produced before a stop, "

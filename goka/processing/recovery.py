@@ -177,6 +177,24 @@ class StoreRecovery:
         )  # fmt: skip
         return recovery
 
+    def catch_up_tail(self) -> int:
+        """Under exactly-once, for a store current for its inputs: replay what transactions
+        committed to its changelogs beyond the store's ends, and return how many records were
+        read. A crash between a commit and the store's write that moved no input offset (final
+        results delivered, timers fired on ticks) leaves them there. A changelog one past the
+        store's end holds only the commit's marker, the usual case: nothing is read."""
+        stored, ends, read = self.lease.storage.offsets(), {}, 0
+        self.stream_time = -1
+        for topic in [t for t in (self.topic, *self.sections) if t is not None]:
+            at = max(stored.get((topic, self.partition), 0), 0)
+            high = self.reader.watermarks(topic, self.partition)[1]
+            if high > at + 1:
+                read += self._replay(topic, at, high, None)[0]
+                ends[topic] = high
+        if ends:
+            self._write(self._stream_time_row(), {}, ends)
+        return read
+
     def _check(self, offset: int) -> tuple[int, int]:
         assert self.topic is not None
         who = f"group {self.group!r} (store {self.name})"
@@ -361,9 +379,8 @@ def _apply(batch: WriteBatch, rows: list[Row], starts: Mapping[str, int] | None)
     return skipped
 
 
-def from_unfinished_batch(
-    headers: list[tuple[str, bytes]] | None, starts: Mapping[str, int]
-) -> bool:
+def from_unfinished_batch(headers: list[tuple[str, bytes]] | None,
+                          starts: Mapping[str, int]) -> bool:  # fmt: skip
     """Was this group table record written for a source offset at or beyond ``starts``?"""
     found = dict(headers or ())
     topic = found.get(SRC_TOPIC)
@@ -373,9 +390,8 @@ def from_unfinished_batch(
     return start is not None and int(found.get(SRC_OFFSET, b"-1")) >= start
 
 
-def _offsets_of(
-    offsets: Mapping[tuple[str, int], int], target: Mapping[str, int], partition: int
-) -> dict[str, int]:
+def _offsets_of(offsets: Mapping[tuple[str, int], int], target: Mapping[str, int],
+                partition: int) -> dict[str, int]:  # fmt: skip
     return {t: offsets.get((t, partition), -1) for t in target}
 
 

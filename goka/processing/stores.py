@@ -32,9 +32,10 @@ from goka.processing.recovery import StoreRecovery, checked_watermarks
 from goka.processing.signals import PartitionBoard
 from goka.processing.summary import PartitionSummary
 from goka.processing.timeline import no_lap
+from goka.processing.uploads import stage_due
 from goka.processing.worker import Worker
 from goka.storage import Storage, WriteBatch
-from goka.storage.snapshots import Manifest, StoreState, remove_abandoned, stage
+from goka.storage.snapshots import Manifest
 from goka.time.pending_rows import PendingRows, section_graces
 
 __all__ = ["GROUP_COMMIT_SECONDS", "PartitionStores"]
@@ -82,11 +83,6 @@ class PartitionStores:
         self.bridging = not ask  # (a bridge between epochs)
         self.board: PartitionBoard | None = None if url is None else worker.client(
             ("board", url), lambda: PartitionBoard(url), lambda board: None)  # fmt: skip
-        self.finals = (
-            Finals(self.graph, partition, self.clients.producer(), self.clients.reader(),
-                   flush_timeout=config.flush_timeout, read_timeout=config.broker_timeout)
-            if any(e.emit == "final" for e in self.graph.windows.values()) else None
-        )  # fmt: skip
         self.delivery: Delivery | None = None  # final results being produced (``defer``)
         self._written: Mapping[str, int] = {}  # the inputs' positions last written
         self.leases: dict[str, Lease] = {
@@ -97,6 +93,13 @@ class PartitionStores:
                 self._lease(f"join-{table}", table, ask)
             )
         self.exactly = exactly_once(config, self.clients, partition, stack)
+        exactly = self.exactly
+        self.finals = (  # (exactly-once: each delivery one transaction)
+            Finals(self.graph, partition, self.clients.producer() if exactly is None else
+                   exactly.producer, self.clients.reader(), flush_timeout=config.flush_timeout,
+                   read_timeout=config.broker_timeout, transaction=exactly)
+            if any(e.emit == "final" for e in self.graph.windows.values()) else None
+        )  # fmt: skip
 
     @property
     def store(self) -> Storage:
@@ -135,10 +138,12 @@ class PartitionStores:
             recovery.report = lambda state, records, of: board.report(partition, state,
                                                                       records, of)  # fmt: skip
         done = recovery.recover(target, unfinished=True)
+        if self.exactly is not None and done.origin in ("reused", "opened"):
+            done.records += recovery.catch_up_tail()  # (see its docstring)
         if self.board is not None:
             self.board.report(self.partition, "running")
         applied = {t: o for t, o in self.applied(list(starts)).offsets.items() if o >= 0}
-        if self.finals is not None:
+        if self.finals is not None and self.exactly is None:
             self.finals.prepare(self.store)
         self._deliver(applied, summary, check=True)  # a stopped task may have left some
         summary.count(done, self.leases["partition"])
@@ -281,7 +286,8 @@ class PartitionStores:
         summary.commits += 1
         self._written = positions
         lap("write")
-        delivered = self._deliver(positions, summary, check=False, defer=defer, written=rows)
+        delivered = self._deliver(positions, summary, check=False, written=rows,
+                                  defer=defer and self.exactly is None)  # fmt: skip
         lap("finals")
         if delivered or self.exactly is not None:  # (the offsets went: first, or in the commit)
             return
@@ -311,9 +317,9 @@ class PartitionStores:
         next commit or task)."""
         if self.finals is None or self.delivery is not None or not self.finals.pending(self.store):
             return False
-        if not self.commit_to_group(positions, wait=True):
-            return False
-        delivery = self.finals.begin(self.store, check=check, written=written)
+        if self.exactly is None and not self.commit_to_group(positions, wait=True):
+            return False  # (exactly-once: the offsets are committed, and go with the results)
+        delivery = self.finals.begin(self.store, check=check, written=written, at=positions)
         if delivery is not None and defer:
             self.delivery = delivery
         elif delivery is not None:
@@ -355,21 +361,10 @@ class PartitionStores:
     def snapshot(self, summary: PartitionSummary) -> None:
         """Stage a snapshot of the stores for the worker to upload, if one is due (at most
         every ``snapshot_interval``)."""
-        snapshots = self.clients.snapshots()
-        if snapshots is None or not (self.graph.persist or self.graph.joins):
-            return
-        main = self.leases["partition"]
-        if time.time() - StoreState.read(main.path).staged_at < self.config.snapshot_interval:
-            return
-        started = time.monotonic()
-        staging = self.root / ".staging"
-        remove_abandoned(staging)
-        staged = stage(
-            self.graph.group, self.partition,
-            {name: (lease.storage, lease.path) for name, lease in self.leases.items()}, staging,
-        )  # fmt: skip
-        self.worker.upload(snapshots, staged)
-        summary.snapshot_seconds += time.monotonic() - started
+        if self.graph.persist or self.graph.joins:
+            summary.snapshot_seconds += stage_due(
+                self.clients.snapshots(), self.graph.group, self.partition, self.leases,
+                self.root, self.config.snapshot_interval, self.worker.upload)  # fmt: skip
 
     # -- helpers ---------------------------------------------------------------------------------
     def _lease(self, name: str, table: str, ask: bool) -> Any:

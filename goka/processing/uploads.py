@@ -9,10 +9,20 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
 
-from goka.storage.snapshots import SnapshotStore, Staged, UploadReport
+from goka.processing.leases import Lease
+from goka.storage.snapshots import (
+    SnapshotStore,
+    Staged,
+    StoreState,
+    UploadReport,
+    remove_abandoned,
+    stage,
+)
 
-__all__ = ["Uploads"]
+__all__ = ["Uploads", "stage_due"]
 
 log = logging.getLogger(__name__)
 
@@ -81,3 +91,20 @@ class Uploads:
         """Finish the queued uploads (up to ``timeout``), then end the thread. Idempotent."""
         self.wait(timeout)
         self._queue.put(None)
+
+
+def stage_due(snapshots: SnapshotStore | None, group: str, partition: int,
+              leases: Mapping[str, Lease], root: Path, interval: float,
+              upload: Callable[[SnapshotStore, Staged], None]) -> float:  # fmt: skip
+    """Stage a snapshot of a partition's stores (``leases`` by name) in ``root/.staging`` and
+    hand it to ``upload``, if one is due (the last staged ``interval`` seconds ago or more);
+    return the seconds it took (0: none was due)."""
+    main = leases["partition"]
+    if snapshots is None or time.time() - StoreState.read(main.path).staged_at < interval:
+        return 0.0
+    started = time.monotonic()
+    staging = root / ".staging"
+    remove_abandoned(staging)
+    stores = {name: (lease.storage, lease.path) for name, lease in leases.items()}
+    upload(snapshots, stage(group, partition, stores, staging))
+    return time.monotonic() - started

@@ -50,6 +50,11 @@ class FakeKafka:
     def rows(self, topic: str, partition: int) -> list[Row]:
         return self.topic(topic)[partition]
 
+    def mark(self, topic: str, partition: int) -> None:
+        """Append a transaction's marker: an offset no reader is given (see :data:`CONTROL`)."""
+        rows = self.rows(topic, partition)
+        rows.append((topic, len(rows), None, None, 0, CONTROL))
+
     def end(self, topic: str, partition: int) -> int:
         return len(self.rows(topic, partition))
 
@@ -125,6 +130,11 @@ class RecordingProducer:
         return len(self.queued)
 
 
+#: The headers of a fake control record (a transaction's commit marker): it takes an offset,
+#: and readers skip it.
+CONTROL: list[tuple[str, bytes]] = [("fake-control-record", b"")]
+
+
 @dataclass
 class ListReader:
     """Reads the fake topics (a :class:`goka.kafka.ranges.RecordReader`)."""
@@ -142,7 +152,7 @@ class ListReader:
             if end > len(rows):
                 raise BrokerError(f"{topic} partition {partition} ends at {len(rows)}, not {end}")
             for low in range(start, end, chunk):
-                yield rows[low : min(end, low + chunk)]
+                yield [r for r in rows[low : min(end, low + chunk)] if r[5] is not CONTROL]
 
     def prefetch(self, partitions: list[tuple[str, int]], group: str | None = None) -> None:
         self.kafka.prefetched.append((sorted(partitions), group))

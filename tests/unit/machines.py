@@ -7,8 +7,9 @@ helpers and get its fixtures, instead of importing each other."""
 from __future__ import annotations
 
 import itertools
+import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -199,6 +200,48 @@ def epoch(
 ) -> PartitionSummary:
     (summary,) = run_epoch(machine.config, machine.worker, {0: starts}, seconds, stop)
     return summary
+
+
+class FakeTransactions:
+    """A transactional producer of the fake Kafka: what it isolates is not shown here (the
+    Apache Kafka tests do that); a commit writes the group's offsets and a marker (an offset)
+    in each partition it wrote to, as Kafka does."""
+
+    def __init__(self, kafka: FakeKafka, config: Mapping[str, Any], group: str,
+                 partition: int, timeout: float) -> None:  # fmt: skip
+        self.producer = kafka.producer(dict(config))
+        self.kafka, self.group, self.partition = kafka, group, partition
+        self.token, self.open, self.commits = uuid.uuid4().hex, False, 0
+        self._ends: dict[tuple[str, int], int] = {}
+
+    def _now(self) -> dict[tuple[str, int], int]:
+        return {(t, p): len(rows) for t, parts in self.kafka.topics.items()
+                for p, rows in enumerate(parts)}  # fmt: skip
+
+    def begin(self) -> None:
+        self.open, self._ends = True, self._now()
+
+    def commit(self, offsets: Mapping[str, int]) -> None:
+        assert self.open and not len(self.producer), "committed with outputs not delivered"
+        for topic, offset in offsets.items():
+            self.kafka.committed[(self.group, topic, self.partition)] = (offset, "")
+        for (topic, partition), end in self._now().items():
+            if end > self._ends.get((topic, partition), 0):
+                self.kafka.mark(topic, partition)
+        self.open, self.commits = False, self.commits + 1
+
+    def abort(self) -> None:
+        self.open = False
+
+    def close(self) -> None:
+        self.abort()
+
+
+def exactly_once(machine: Machine) -> Machine:
+    """``machine`` under ``guarantee="exactly-once"``, with :class:`FakeTransactions`."""
+    kafka = machine.kafka
+    machine.config = TaskConfig(**{**machine.config.__dict__, "guarantee": "exactly-once"})
+    return with_builders(machine, transactions=lambda *args: FakeTransactions(kafka, *args))
 
 
 def with_builders(machine: Machine, **builders: object) -> Machine:

@@ -7,8 +7,6 @@ every update."""
 from __future__ import annotations
 
 import json
-import uuid
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,42 +21,16 @@ from goka.tester import Tester
 from goka.time.rows import STREAM_TIME_HEADER
 from tests.spark.timed import dst_events, mixed_graph
 
-from .fake_kafka import FakeKafka, RecordingProducer
-from .machines import Machine, with_builders
+from .fake_kafka import FakeKafka
+from .machines import Machine, exactly_once
 
 IN = "days"
 GRAPH = mixed_graph(IN)
 
 
-class FakeTransactions:
-    """A transactional producer of the fake Kafka (what it isolates is not shown here: the
-    Apache Kafka tests do that): the commits it was asked for."""
-
-    def __init__(self, kafka: FakeKafka, config: Mapping[str, Any], group: str,
-                 partition: int, timeout: float) -> None:  # fmt: skip
-        self.producer: RecordingProducer = kafka.producer(dict(config))
-        self.kafka, self.group, self.partition = kafka, group, partition
-        self.token, self.open, self.commits = uuid.uuid4().hex, False, 0
-
-    def begin(self) -> None:
-        self.open = True
-
-    def commit(self, offsets: Mapping[str, int]) -> None:
-        assert self.open and not len(self.producer), "committed with outputs not delivered"
-        for topic, offset in offsets.items():
-            self.kafka.committed[(self.group, topic, self.partition)] = (offset, "")
-        self.open, self.commits = False, self.commits + 1
-
-    def abort(self) -> None:
-        self.open = False
-
-    def close(self) -> None:
-        self.abort()
-
-
 def machine(kafka: FakeKafka, root: Path, guarantee: str) -> Machine:
-    made = Machine(kafka, root, GRAPH, guarantee=guarantee)
-    return with_builders(made, transactions=lambda *args: FakeTransactions(kafka, *args))
+    made = Machine(kafka, root, GRAPH)
+    return exactly_once(made) if guarantee == "exactly-once" else made
 
 
 def store_rows(made: Machine) -> dict[str, dict[str, bytes]]:

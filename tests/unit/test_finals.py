@@ -33,8 +33,8 @@ from goka.processing.output import Output
 from goka.tester import Tester
 from goka.time.rows import WINDOW_START, decode_composite
 
-from .fake_kafka import FakeKafka
-from .machines import Machine, Script, epoch
+from .fake_kafka import CONTROL, FakeKafka
+from .machines import Machine, RecordingStore, Script, epoch, exactly_once, with_builders
 
 IN, FINALS, SECOND = "views", "per-minute", 1_000
 
@@ -64,7 +64,7 @@ EVENTS += [("w", {"t": t * SECOND}) for t in (201, 260, 330)]
 def finals(kafka: FakeKafka) -> Counter[tuple[str, int, int]]:
     return Counter(
         (r[2].decode(), int(dict(r[5])[WINDOW_START]), int(r[3]))
-        for p in range(kafka.partitions) for r in kafka.rows(FINALS, p)
+        for p in range(kafka.partitions) for r in kafka.rows(FINALS, p) if r[5] is not CONTROL
     )  # fmt: skip
 
 
@@ -84,6 +84,8 @@ def windows(kafka: FakeKafka, graph: GroupGraph) -> dict[tuple[str, int, int], i
     """The window changelog of partition 0, compacted."""
     table: dict[tuple[str, int, int], int] = {}
     for row in kafka.rows(graph.windows["minute"].topic, 0):
+        if row[5] is CONTROL:
+            continue
         where = decode_composite(row[2].decode())
         if row[3] is None:
             table.pop(where, None)
@@ -129,10 +131,11 @@ def test_results_out_before_the_watermark_moved_are_not_produced_again(
     fill(kafka)
     real = Finals._write
 
-    def stop_before_the_watermark(self: Finals, store: Any, rows: Any, expired: Any) -> None:
+    def stop_before_the_watermark(self: Finals, store: Any, rows: Any, expired: Any,
+                                  at: Any = None) -> None:  # fmt: skip
         if any(k.startswith("d") for k in rows):
             raise DeliveryError(graph.group.timers, None, "stopped before the watermark")
-        real(self, store, rows, expired)
+        real(self, store, rows, expired, at)
 
     monkeypatch.setattr(Finals, "_write", stop_before_the_watermark)
     with pytest.raises((DeliveryError, ProcessingError)):
@@ -143,6 +146,45 @@ def test_results_out_before_the_watermark_moved_are_not_produced_again(
     Machine(kafka, tmp_path / "b", graph).run(0, {IN: (0, len(EVENTS))})
     assert finals(kafka) == wanted(tester)  # none twice
     assert windows(kafka, graph) == windows_of_tester(tester, graph)
+
+
+@pytest.mark.parametrize("retention", [86_400_000, 0], ids=["kept", "expired-at-close"])
+def test_under_exactly_once_a_delivery_committed_before_a_crash_is_not_produced_again(
+    kafka: FakeKafka, tmp_path: Path, retention: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under exactly-once a delivery is a transaction: the results and the watermark's row
+    committed, the store's write lost (as a kill between them leaves it; the delivery moved no
+    input offset). The next task on the machine replays the timers changelog's committed tail into
+    the store, so it produces none again, reading no output back."""
+    graph = graph_of(retention)
+    fill(kafka)
+    machine = exactly_once(Machine(kafka, tmp_path, graph))
+    real = RecordingStore.write
+
+    def lost(self: RecordingStore, batch: Any) -> None:  # (the store as a kill leaves it)
+        if not any(k.startswith("d") for k in batch.section(graph.group.timers)):
+            real(self, batch)
+
+    monkeypatch.setattr(RecordingStore, "write", lost)
+    machine.run(0, {IN: (0, len(EVENTS))})
+    tester = run_tester(graph)
+    assert finals(kafka) == wanted(tester)  # every result is out, the store's watermark is not
+    monkeypatch.setattr(RecordingStore, "write", real)
+    read: list[str] = []
+    reader = machine.builders.reader
+
+    def reading(*args: Any) -> Any:
+        made = reader(*args)
+        inner = made.read
+        made.read = lambda p, ranges, *rest: read.extend(ranges) or inner(p, ranges, *rest)  # type: ignore[method-assign]
+        return made
+
+    with_builders(machine, reader=reading)  # (the same machine: its store stays open)
+    summary = machine.run(0, {IN: (len(EVENTS), len(EVENTS))})
+    assert finals(kafka) == wanted(tester)  # none twice
+    assert windows(kafka, graph) == windows_of_tester(tester, graph)
+    assert summary.store == "reused"
+    assert FINALS not in read
 
 
 @pytest.mark.parametrize("retention", [86_400_000, 0], ids=["kept", "expired-at-close"])
