@@ -77,10 +77,26 @@ class Clients:
             return made[-1]
 
         found = self.worker.client(key, start, lambda transactions: transactions.close())
-        if not made and found.token != latest:  # another writer started since this one
-            self.worker.discard(key)
+        fresh = self._fresh()
+        if not made and found.token != latest and found.token not in fresh:  # another writer
+            self.worker.discard(key)  # started since this one
             found = self.worker.client(key, start, lambda transactions: transactions.close())
+        fresh.discard(found.token)
         return found
+
+    def start_transactions(self, partition: int, latest: str | None) -> None:
+        """Start the transactional producer of ``partition`` now, unless this process has
+        the ``latest``, for the task about to lease its stores (:meth:`transactions` takes it
+        as the latest): its start fences the writer that holds them (a bridge in another
+        process), which processes on meanwhile and fails at its next commit, instead of the
+        task waiting for the start with the stores held."""
+        found = self.transactions(partition, latest)
+        if found.token != latest:
+            self._fresh().add(found.token)
+
+    def _fresh(self) -> set[str]:
+        """The tokens of producers started for a task that has not taken them yet."""
+        return self.worker.client(("fresh transactions",), set, lambda tokens: None)
 
     def discard_transactions(self, partition: int) -> None:
         """Let ``partition``'s transactional producer go (fenced, or it failed to deliver):

@@ -26,10 +26,11 @@ import time
 from collections.abc import Callable, Mapping
 from contextlib import ExitStack
 
-from goka.errors import StorageCorruptError, StorageLockedError
+from goka.errors import FencedError, StorageCorruptError, StorageLockedError
 from goka.processing.clients import Clients
 from goka.processing.config import TaskConfig
 from goka.processing.epoch_partition import Epoch
+from goka.processing.exactly_once import start_early
 from goka.processing.recovery import CHUNK
 from goka.processing.starts import (
     Asking,
@@ -110,9 +111,9 @@ def _bridge(
     try:
         summaries, _ = _run_epoch(config, worker, starts, min(BRIDGE_SECONDS, config.epoch),
                                   lambda: ended() or stop(), bridging=True)  # fmt: skip
-    except StorageLockedError as exc:  # the next epoch took the stores meanwhile: all is well
-        log.debug("group %s: no processing between epochs: %s", group, exc)
-        return
+    except (StorageLockedError, FencedError) as exc:  # the next epoch took the stores (or,
+        log.debug("group %s: no processing between epochs: %s", group, exc)  # exactly-once:
+        return  # started their producers) meanwhile: all is well
     except Exception as exc:
         log.warning("group %s: processing between epochs ended early: %s", group, exc)
         return
@@ -171,8 +172,9 @@ def _run_epoch(
                                     if p not in known and p not in noted
                                     for t in [*offsets, *table]}), group)  # fmt: skip
     try:
-        if not bridging:  # a bridge elsewhere processes on until this task's producer is ready
+        if not bridging:  # a bridge elsewhere processes on until this task's producers are ready
             clients.warm_up(stop)
+            start_early(config, clients, sorted(starts))
         started = time.monotonic()
         until = started + seconds
         timeline = Timeline(f"group {config.graph.group} partitions {sorted(starts)}"

@@ -31,7 +31,7 @@ from goka.kafka.transactions import FencedError
 from goka.processing.clients import Clients
 from goka.processing.config import TaskConfig
 
-__all__ = ["ExactlyOnce", "exactly_once"]
+__all__ = ["ExactlyOnce", "exactly_once", "start_early"]
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +95,8 @@ class ExactlyOnce:
         not held back until the transaction times out."""
         try:
             self._guarded(self.transactions.abort)
+        except FencedError as exc:  # (a newer writer aborted it)
+            log.debug("partition %d: %s", self.partition, exc)
         except GokaError as exc:
             log.warning("partition %d: transaction not aborted: %s", self.partition, exc)
 
@@ -123,6 +125,25 @@ class ExactlyOnce:
         self.writer.unlink(missing_ok=True)  # (the next task starts a new producer)
 
 
+def _writer(config: TaskConfig, partition: int) -> Path:
+    return config.store_path("partition", partition).with_suffix(".writer")
+
+
+def start_early(config: TaskConfig, clients: Clients, partitions: Iterable[int]) -> None:
+    """Under exactly-once, as a continuous task begins, before it leases its stores: start
+    the producers of its ``partitions`` that this process does not have as the latest
+    (:meth:`Clients.start_transactions <goka.processing.clients.Clients.start_transactions>`),
+    while a bridge that holds the stores processes on (it is fenced at its next commit)."""
+    if config.guarantee == "exactly-once":
+        for partition in partitions:
+            writer = _writer(config, partition)
+            try:
+                latest: str | None = writer.read_text()
+            except FileNotFoundError:
+                latest = None
+            clients.start_transactions(partition, latest)
+
+
 def exactly_once(config: TaskConfig, clients: Clients, partition: int,
                  stack: ExitStack) -> ExactlyOnce | None:  # fmt: skip
     """A task's transactions of ``partition`` under exactly-once (None: at-least-once), ended
@@ -130,7 +151,7 @@ def exactly_once(config: TaskConfig, clients: Clients, partition: int,
     left open is aborted before the changelog is read (see :class:`ExactlyOnce`)."""
     if config.guarantee != "exactly-once":
         return None
-    writer = config.store_path("partition", partition).with_suffix(".writer")
+    writer = _writer(config, partition)
     found = ExactlyOnce(clients, partition, config.graph.input_topics(), writer=writer)
     stack.callback(found.end)
     return found
