@@ -40,8 +40,9 @@ CHANGELOG_KINDS = (TABLE, TIMER, WINDOW)
 #: How many changelog rows a coalescing output holds at most before producing them.
 HELD_ROWS = 100_000
 
-#: A held changelog row: value, provenance headers, more headers (the stream time), timestamp.
-Held = tuple[bytes | None, list[tuple[str, bytes]], Any, int]
+#: A held changelog row: value, the message that made it (its provenance headers are made
+#: as it is produced), more headers (the stream time).
+Held = tuple[bytes | None, Any, Any]
 
 
 class Generation:
@@ -148,9 +149,14 @@ class Output:
         generation.outstanding += len(held)
         produce, partition = self.producer.produce, self.partition
         on_delivery, on_last_update = generation.on_delivery, generation.on_last_update
-        for row, (data, provenance, more, timestamp) in held.items():
+        named, topics = (SRC_PARTITION, b"%d" % partition), dict[str, tuple[str, bytes]]()
+        for row, (data, made_by, more) in held.items():
             topic, key = row
-            headers: Any = provenance if more is None else [*provenance, *more]
+            read = topics.get(made_by[0])
+            if read is None:
+                read = topics[made_by[0]] = (SRC_TOPIC, made_by[0].encode())
+            headers: Any = [read, named, (SRC_OFFSET, b"%d" % made_by[1]), *(more or ())]
+            timestamp = made_by[4]
             callback = on_last_update if last[topic] is row else on_delivery
             try:
                 produce(topic, data, key, partition=partition, on_delivery=callback,
@@ -260,23 +266,13 @@ def _hold_effects(
     key's earlier row (a stream time header the earlier one had stays: a replay takes the
     highest any row names); the other effects are produced."""
     counts = dict.fromkeys((TABLE, EMIT, LOOP, TIMER, WINDOW, FINAL), 0)
-    named = (SRC_PARTITION, b"%d" % partition)
-    topics: dict[str, tuple[str, bytes]] = {}
-    source: Any = None
-    provenance: list[tuple[str, bytes]] = []
     for kind, topic, key, data, headers, made_by in result.effects:
         counts[kind] += 1
         if kind in CHANGELOG_KINDS:
-            if made_by is not source:
-                source = made_by
-                read = topics.get(source[0])
-                if read is None:
-                    read = topics[source[0]] = (SRC_TOPIC, source[0].encode())
-                provenance = [read, named, (SRC_OFFSET, b"%d" % source[1])]
             if headers is None:
                 earlier = held.get((topic, key))
                 headers = None if earlier is None else earlier[2]
-            held[topic, key] = (data, provenance, headers, made_by[4])
+            held[topic, key] = (data, made_by, headers)
         else:
             if kind in (EMIT, FINAL):
                 emitted[topic] = emitted.get(topic, 0) + 1
