@@ -366,7 +366,8 @@ class FencedError(GokaError):
         super().__init__(
             f"group {group!r} partition {partition}: fenced by a newer writer of transactional "
             f"id {transactional_id!r} (another task or processor of the group runs this "
-            f"partition); this one stops without writing its store: {reason}"
+            f"partition, or this one was paused past its transaction timeout and the broker "
+            f"aborted its transaction); this one stops without writing its store: {reason}"
         )
         self.group, self.partition, self.transactional_id = group, partition, transactional_id
 

@@ -49,7 +49,7 @@ from typing import Any, Protocol
 from goka.errors import DeliveryError
 from goka.group.edges import WindowEdge
 from goka.group.graph import GroupGraph
-from goka.kafka.producer import Producer
+from goka.kafka.producer import ProduceError, Producer
 from goka.kafka.reader import RecordReader
 from goka.keys import key_bytes
 from goka.storage import Storage, WriteBatch
@@ -254,7 +254,11 @@ class Finals:
         store.write(batch)
 
     def _flush(self, failures: list[str], what: str) -> None:
-        remaining = self.producer.flush(self.flush_timeout)
+        try:
+            remaining = self.producer.flush(self.flush_timeout)
+        except (ProduceError, SystemError) as exc:  # fatal: a fenced transactional producer
+            raise DeliveryError(self.timers, None, f"partition {self.partition}: {what}: the "
+                                f"producer failed: {exc}") from exc  # fmt: skip
         if remaining or failures:
             raise DeliveryError(self.timers, None, f"partition {self.partition}: {what}: "
                                 f"{remaining} unacknowledged, failed: {failures[:3]}")  # fmt: skip

@@ -104,6 +104,19 @@ class Output:
 
     def send(self, result: BatchResult, summary: PartitionSummary) -> None:
         """Produce ``result``'s effects (and its dead letters) and count them in ``summary``."""
+        try:
+            self._send(result, summary)
+        except DeliveryError as exc:
+            self._if_fatal(exc)
+            raise
+
+    def _if_fatal(self, exc: DeliveryError) -> None:
+        """Run :meth:`on_failure` if ``exc`` is a fatal error of the producer (fenced)."""
+        cause = exc.__cause__
+        if isinstance(cause, ProduceError) and cause.args and cause.args[0].fatal():
+            self.on_failure()
+
+    def _send(self, result: BatchResult, summary: PartitionSummary) -> None:
         generation, letters = self.generation, self.config.on_error == "dead_letter"
         generation.outstanding += len(result.failed) if letters else 0
         if self.held is None:
@@ -133,7 +146,11 @@ class Output:
     def seal(self) -> Generation:
         """End the current generation (what is produced from now on is the next one), after
         producing the changelog rows held for it."""
-        self._release()
+        try:
+            self._release()
+        except DeliveryError as exc:
+            self._if_fatal(exc)
+            raise
         sealed, self.generation = self.generation, Generation()
         sealed.sealed_at = time.monotonic()
         return sealed
@@ -166,12 +183,27 @@ class Output:
         held.clear()
 
     def wait(self) -> None:
-        """Wait (up to the flush timeout) until every output so far is acknowledged."""
-        self.producer.flush(self.config.flush_timeout)
+        """Wait (up to the flush timeout) until every output so far is acknowledged.
+
+        Raises:
+            DeliveryError: the producer failed for good (:meth:`on_failure` may say why
+                first: a transactional producer fenced raises ``FencedError`` there).
+        """
+        self._served(self.producer.flush, self.config.flush_timeout)
 
     def poll(self) -> None:
-        """Take the delivery reports that came (without waiting)."""
-        self.producer.poll(0)
+        """Take the delivery reports that came (without waiting; :meth:`wait`'s errors)."""
+        self._served(self.producer.poll, 0)
+
+    def _served(self, serve: Callable[[float], int], timeout: float) -> None:
+        try:
+            serve(timeout)
+        except (ProduceError, SystemError) as exc:  # a fatal error of the producer (a fenced
+            # transactional one); confluent-kafka raises it as a SystemError when it arrives
+            # while a delivery report is served
+            self.on_failure()
+            raise DeliveryError(self.config.graph.table, None, f"partition {self.partition}: "
+                                f"the producer failed: {exc}") from exc  # fmt: skip
 
     def settle(self, generation: Generation, *, waited: bool = False) -> dict[str, int] | None:
         """The end of each changelog after ``generation``'s last update (one not updated is

@@ -235,8 +235,24 @@ class KillingTransactions:
         return found
 
 
-def builders(kill: Kill | None) -> Builders:
-    """Builders that kill at ``kill``'s point (the defaults if None)."""
+@dataclass(frozen=True)
+class ShortTransactions:
+    """Transactional producers whose transactions time out after ``timeout_ms``."""
+
+    timeout_ms: int
+
+    def __call__(self, config: Mapping[str, Any], group: str, partition: int,
+                 timeout: float) -> Transactions:  # fmt: skip
+        settings = {**config, "message.timeout.ms": self.timeout_ms}  # (librdkafka: at most)
+        return Transactions(settings, group, partition, timeout,
+                            transaction_timeout_ms=self.timeout_ms)  # fmt: skip
+
+
+def builders(kill: Kill | None, *, transaction_timeout_ms: int | None = None) -> Builders:
+    """Builders that kill at ``kill``'s point (the defaults if None), with transactions that
+    time out after ``transaction_timeout_ms`` if given."""
+    if transaction_timeout_ms is not None:
+        return Builders(transactions=ShortTransactions(transaction_timeout_ms))
     if kill is None:
         return Builders()
     return Builders(storage=KillingStore(kill), producer=KillingProducer(kill),

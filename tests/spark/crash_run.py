@@ -7,7 +7,7 @@ as one JSON line when it ends.
 
     python -m tests.spark.crash_run BROKERS TOPIC GROUP STATE CHECKPOINT [--mode MODE]
         [--max-offsets N] [--epoch S] [--trigger S] [--commit-interval S]
-        [--snapshot-interval S] [--guarantee G] [--tell TOPIC]
+        [--snapshot-interval S] [--guarantee G] [--tell TOPIC] [--transaction-timeout-ms MS]
         [--kill POINT --nth N --marker FILE]
 """
 
@@ -37,6 +37,7 @@ def main() -> None:
     parser.add_argument("--snapshot-interval", type=float, default=0.5)
     parser.add_argument("--guarantee", default="at-least-once")
     parser.add_argument("--tell", default="", help="emit each click's place to this topic")
+    parser.add_argument("--transaction-timeout-ms", type=int, default=None)
     parser.add_argument("--kill", choices=POINTS)
     parser.add_argument("--nth", type=int, default=1)
     parser.add_argument("--marker", default="")
@@ -49,7 +50,8 @@ def main() -> None:
     processor = Processor(
         graph, args.brokers, state_dir=args.state, checkpoint_dir=args.checkpoint,
         max_offsets_per_trigger=args.max_offsets, snapshot_interval=args.snapshot_interval,
-        builders=builders(kill), mode=args.mode, epoch=args.epoch,
+        builders=builders(kill, transaction_timeout_ms=args.transaction_timeout_ms),
+        mode=args.mode, epoch=args.epoch,
         trigger=f"{round(args.trigger * 1000)} milliseconds",
         commit_interval=args.commit_interval, guarantee=args.guarantee,
     )  # fmt: skip

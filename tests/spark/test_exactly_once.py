@@ -4,22 +4,30 @@ outputs were acknowledged), after a transaction committed but before the store w
 and after the store was written; then a run on the same state catches up. A
 ``read_committed`` reader of the output finds every input record exactly once, and the table
 equals the counts of the input. The same kill under at-least-once repeats outputs: what the
-check finds there is what exactly-once removes."""
+check finds there is what exactly-once removes. Fencing: a second processor of the group, and
+a processor paused past its transaction timeout, stop with the error naming the group,
+partition and transactional id, and a run after them ends exact."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
 import subprocess
 import sys
+import threading
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from confluent_kafka import IsolationLevel
+from confluent_kafka import TopicPartition as ConfluentPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from goka import Int64Codec, StringCodec
+from goka.emitter import Emitter
 from goka.kafka.ranges import RangeReader
 from goka.topic_manager import TopicManager
 
@@ -177,6 +185,93 @@ def test_a_second_processor_of_the_group_is_fenced_or_fences(
                 run.wait(timeout=60)
     if done() < clicks:  # both stopped (or the survivor too, later): one more run ends it
         _run(brokers, topic, tmp_path / "second", "exactly-once")
+    told, table = _told(brokers, topic)
+    assert set(told) == places
+    assert [p for p, n in told.items() if n > 1] == []
+    assert table == counts
+
+
+def _signal_session(sid: int, signum: int) -> None:
+    """Send ``signum`` to every process of session ``sid`` (the processor: driver, JVM,
+    Python workers)."""
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[3]) == sid:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(entry.name), signum)
+
+
+def _open_transactions(brokers: str, topic: str) -> bool:
+    """Does ``topic`` end later for a read_uncommitted reader than for a read_committed one
+    (a transaction is open)?"""
+    admin = AdminClient({"bootstrap.servers": brokers})
+    parts = [ConfluentPartition(topic, p) for p in range(PARTITIONS)]
+
+    def ends(level: IsolationLevel) -> list[int]:
+        found = admin.list_offsets({tp: OffsetSpec.latest() for tp in parts},
+                                   isolation_level=level)  # fmt: skip
+        return [found[tp].result().offset for tp in parts]
+
+    return ends(IsolationLevel.READ_UNCOMMITTED) != ends(IsolationLevel.READ_COMMITTED)
+
+
+def test_a_processor_paused_past_its_transaction_timeout_is_fenced_as_it_resumes(
+    brokers: str, new_topic: Callable[..., str], tmp_path: Path
+) -> None:
+    """A processor (every process of it) stopped with SIGSTOP while it has transactions open,
+    for longer than their timeout (5 s here), and resumed once the broker aborted them: it is
+    fenced at its next write and stops with the error naming group, partition and id, its
+    store not written; a run after it finds every record told exactly once."""
+    topic = new_topic(partitions=PARTITIONS)
+    TopicManager(brokers).ensure_stream_exists(f"{topic}-seen", PARTITIONS)
+    group, stop_clicks = f"{topic}-g", threading.Event()
+
+    def clicks() -> None:  # a flow, so that the processor's transactions are open most of
+        with Emitter(brokers, topic, StringCodec()) as emitter:  # the time
+            i = 0
+            while not stop_clicks.wait(0.005):
+                emitter.emit(f"user-{i % USERS}", "/")
+                i += 1
+            assert emitter.flush(60) == 0
+
+    flow = threading.Thread(target=clicks, daemon=True)
+    flow.start()
+    command = [sys.executable, "-m", "tests.spark.crash_run", brokers, topic, group,
+               str(tmp_path / "state"), str(tmp_path / "checkpoint"), "--mode", "continuous",
+               "--guarantee", "exactly-once", "--tell", f"{topic}-seen",
+               "--transaction-timeout-ms", "5000"]  # fmt: skip
+    with (tmp_path / "paused.err").open("w") as err:
+        run = subprocess.Popen(command, cwd=ROOT, text=True, stdout=subprocess.DEVNULL,
+                               stderr=err, start_new_session=True,
+                               env={**os.environ, "PYTHONPATH": str(ROOT)})  # fmt: skip
+    try:
+        wait_for(lambda: committed(brokers, group, topic, PARTITIONS) > 200, timeout=120,
+                 what="the processor's commits")  # fmt: skip
+        wait_for(lambda: _open_transactions(brokers, f"{topic}-seen"), timeout=30,
+                 what="a transaction open")  # fmt: skip
+        _signal_session(run.pid, signal.SIGSTOP)
+        try:  # the broker aborts what is open past its timeout (it checks every 10 s)
+            wait_for(lambda: not _open_transactions(brokers, f"{topic}-seen"), timeout=60,
+                     what="the broker aborting the paused processor's transactions")  # fmt: skip
+        finally:
+            _signal_session(run.pid, signal.SIGCONT)
+        run.wait(timeout=120)
+    finally:
+        stop_clicks.set()
+        flow.join(60)
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+            run.wait(timeout=60)
+    said = (tmp_path / "paused.err").read_text()
+    assert run.returncode != 0 and re.search(
+        rf"group '{group}' partition \d: fenced by a newer writer of transactional id "
+        rf"'{group}-\d'", said), said[-3000:]  # fmt: skip
+    _run(brokers, topic, tmp_path, "exactly-once")
+    places, counts = _clicks(brokers, topic)
     told, table = _told(brokers, topic)
     assert set(told) == places
     assert [p for p, n in told.items() if n > 1] == []
