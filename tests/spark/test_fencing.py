@@ -119,6 +119,7 @@ def _open_transactions(brokers: str, topic: str) -> bool:
     return ends(IsolationLevel.READ_UNCOMMITTED) != ends(IsolationLevel.READ_COMMITTED)
 
 
+@pytest.mark.longrun  # (make test-slow: make test stays within its 15 minutes)
 def test_a_processor_paused_past_its_transaction_timeout_is_fenced_as_it_resumes(
     brokers: str, new_topic: Callable[..., str], tmp_path: Path
 ) -> None:
