@@ -46,8 +46,8 @@ def count_and_tell(seen: str, ctx: Context[int], page: Any) -> None:
     ctx.emit(seen, ctx.key, f"{ctx.partition} {ctx.offset}")
 
 
-def kill_session(sid: int) -> None:
-    """SIGKILL every process of session ``sid`` (this one last, if it is in it)."""
+def signal_session(sid: int, signum: int) -> None:
+    """Send ``signum`` to every process of session ``sid`` (this one last, if it is in it)."""
     me = os.getpid()
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == me:
@@ -58,9 +58,14 @@ def kill_session(sid: int) -> None:
             continue
         if int(fields[3]) == sid:  # after the name: state, ppid, pgrp, session
             with contextlib.suppress(ProcessLookupError):
-                os.kill(int(entry.name), signal.SIGKILL)
+                os.kill(int(entry.name), signum)
     if os.getsid(0) == sid:
-        os.kill(me, signal.SIGKILL)
+        os.kill(me, signum)
+
+
+def kill_session(sid: int) -> None:
+    """SIGKILL every process of session ``sid`` (this one last, if it is in it)."""
+    signal_session(sid, signal.SIGKILL)
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,6 @@ every input record told exactly once and the table exact. (Apart from
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import signal
@@ -26,6 +25,7 @@ from goka.emitter import Emitter
 from goka.topic_manager import TopicManager
 
 from ..helpers import produce, wait_for
+from .crash import signal_session
 from .told import CLICKS, PARTITIONS, ROOT, USERS, inputs_of, run_told, told_of
 from .truth import committed
 
@@ -91,20 +91,6 @@ def test_a_second_processor_of_the_group_is_fenced_or_fences(
     assert table == counts
 
 
-def _signal_session(sid: int, signum: int) -> None:
-    """Send ``signum`` to every process of session ``sid`` (the processor: driver, JVM,
-    Python workers)."""
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[3]) == sid:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(int(entry.name), signum)
-
-
 def _open_transactions(brokers: str, topic: str) -> bool:
     """Does ``topic`` end later for a read_uncommitted reader than for a read_committed one
     (a transaction is open)?"""
@@ -155,12 +141,12 @@ def test_a_processor_paused_past_its_transaction_timeout_is_fenced_as_it_resumes
                  what="the processor's commits")  # fmt: skip
         wait_for(lambda: _open_transactions(brokers, f"{topic}-seen"), timeout=30,
                  what="a transaction open")  # fmt: skip
-        _signal_session(run.pid, signal.SIGSTOP)
+        signal_session(run.pid, signal.SIGSTOP)
         try:  # the broker aborts what is open past its timeout (it checks every 10 s)
             wait_for(lambda: not _open_transactions(brokers, f"{topic}-seen"), timeout=60,
                      what="the broker aborting the paused processor's transactions")  # fmt: skip
         finally:
-            _signal_session(run.pid, signal.SIGCONT)
+            signal_session(run.pid, signal.SIGCONT)
         run.wait(timeout=120)
     finally:
         stop_clicks.set()
