@@ -146,7 +146,8 @@ def _run(args: argparse.Namespace, stop: threading.Event) -> int:
 
     board = ConnectorBoard(processors[0].config.brokers, _topics(processors),
                            kafka_config=dict(processors[0].config.kafka_config))  # fmt: skip
-    monitor = ProcessorMonitor(processors, spark_ui=spark_ui, connectors=board.connectors)
+    # the first sample is taken before the page is served: a page loaded at once shows the groups
+    monitor = ProcessorMonitor(processors, spark_ui=spark_ui, connectors=board.connectors).start()
     http = HttpService(
         args.http_host, args.http_port,
         alive=lambda: not any(p.failure for p in processors),
@@ -154,8 +155,7 @@ def _run(args: argparse.Namespace, stop: threading.Event) -> int:
         routes=[monitor.handle], tls=tls,
     )  # fmt: skip
     print(f"http {http.url} (monitor /, /metrics, /healthz, /readyz)", flush=True)
-    try:
-        monitor.start()  # the page shows the groups while Spark starts
+    try:  # the page shows the groups while Spark starts
         session = processors[0].spark()  # one session (application) for every group
         for processor in processors[1:]:
             processor.use_session(session)
