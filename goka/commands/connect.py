@@ -143,8 +143,6 @@ def _serving(job: Any, brokers: str, host: str, port: int | None) -> Iterator[No
         http = HttpService(host, port, alive=lambda: job.status().state != "FAILED",
                            ready=lambda: job.status().state == "RUNNING",
                            routes=[monitor.handle])  # fmt: skip
-        print(f"http {http.url} (monitor /, REST /connectors, /metrics, /healthz, /readyz)",
-              flush=True)  # fmt: skip
     publisher = None
     try:
         publisher = StatusPublisher(brokers, f"{socket.gethostname()}:{os.getpid()}",
@@ -152,7 +150,10 @@ def _serving(job: Any, brokers: str, host: str, port: int | None) -> Iterator[No
         monitor.publish = publisher.publish
     except Exception as exc:  # (topics not creatable here: the connector runs without it)
         log.warning("connector status not noted in %s: %s", STATUS_TOPIC, exc)
-    monitor.start()
+    monitor.start()  # its first sample before the address is told: a page loaded at once is full
+    if http is not None:
+        print(f"http {http.url} (monitor /, REST /connectors, /metrics, /healthz, /readyz)",
+              flush=True)  # fmt: skip
     try:
         yield
     finally:
