@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import logging
 import signal
 
 from examples.click_count.group import count
@@ -38,10 +39,14 @@ def main() -> None:
     parser.add_argument("--guarantee", default="at-least-once")
     parser.add_argument("--tell", default="", help="emit each click's place to this topic")
     parser.add_argument("--transaction-timeout-ms", type=int, default=None)
+    parser.add_argument("--log-level", default=None, help="of the driver and the workers")
     parser.add_argument("--kill", choices=POINTS)
     parser.add_argument("--nth", type=int, default=1)
     parser.add_argument("--marker", default="")
     args = parser.parse_args()
+    if args.log_level:
+        logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: "
+                            "%(message)s")  # fmt: skip
     told = [output(args.tell, StringCodec())] if args.tell else []
     callback = functools.partial(count_and_tell, args.tell) if args.tell else count
     graph = define_group(args.group, input(args.topic, StringCodec(), callback),
@@ -54,6 +59,7 @@ def main() -> None:
         mode=args.mode, epoch=args.epoch,
         trigger=f"{round(args.trigger * 1000)} milliseconds",
         commit_interval=args.commit_interval, guarantee=args.guarantee,
+        log_level=args.log_level,
     )  # fmt: skip
     if args.mode == "available-now":
         totals = processor.run_until_caught_up(timeout=300)

@@ -93,11 +93,15 @@ def _difference(found: Mapping[str, int], expected: Mapping[str, int]) -> str:
 
 def committed(brokers: str, group: str, topic: str, partitions: int) -> int:
     """How many records of ``topic`` the group committed, summed over partitions."""
+    return sum(committed_by_partition(brokers, group, topic, partitions))
+
+
+def committed_by_partition(brokers: str, group: str, topic: str, partitions: int) -> list[int]:
+    """The group's committed offset of each partition of ``topic`` (0 for none)."""
     reader = RangeReader(brokers)
     try:
-        return sum(
-            reader.committed(group, p, [topic]).get(topic, (0, ""))[0] for p in range(partitions)
-        )
+        return [reader.committed(group, p, [topic]).get(topic, (0, ""))[0]
+                for p in range(partitions)]  # fmt: skip
     finally:
         reader.close()
 
