@@ -232,7 +232,8 @@ class ProcessorMonitor(Monitor):
         return """
 every(2000, '/api/monitor', doc => {
   // a page served before the first sample has no group's tables: serve it again
-  if ((doc.groups || []).some((g, i) => !document.getElementById('summary-' + i))) location.reload();
+  const missing = (g, i) => !document.getElementById('summary-' + i);
+  if ((doc.groups || []).some(missing)) location.reload();
   fill('connectors', doc.connectors, [3, 4]);
   doc.groups.forEach((g, i) => {
     fill('partitions-' + i, g.partitions, [0, 2, 3, 6]);
