@@ -165,6 +165,8 @@ class Int64Codec:
         return b"%d" % int(value)  # an int subclass (an IntEnum, say)
 
     def decode(self, data: bytes) -> int:
+        if type(data) is bytes and len(data) < 19 and data.isdigit():  # (a hot path: plain
+            return int(data)  # digits, fewer than 19 of them: in range)
         if not _DECIMAL.match(data):
             raise CodecError(self.name, f"expected decimal digits, got {bytes(data)[:40]!r}")
         value = int(data)

@@ -157,7 +157,7 @@ class TimedProcessing:
                     time.rollback()
                 self._failed(exc, message, mark, result)
             if time is not None:
-                done = self._fire_due(message, result)
+                done = time.quiet() or self._fire_due(message, result)
                 if time.stream_time > before:
                     time.raised(message, mark)
                 if not done:

@@ -177,6 +177,15 @@ class PartitionTime(TimerMethods, TtlMethods, WindowTables):
         return None if found is None else found.decode()
 
     # -- what is due -------------------------------------------------------------------------------
+    def quiet(self) -> bool:
+        """Is nothing due now? True only while both clocks are below the lower bounds of what
+        is queued (:meth:`next_due` keeps them): the engine's check after each record, which
+        then skips the firing (a hot path)."""
+        floor_wall = self._floor_wall
+        return self.stream_time < self._floor_stream and (
+            floor_wall > MAX_TIME or self.clock() < floor_wall
+        )
+
     def next_due(self, *, wall: bool = True) -> Due | None:
         """The earliest thing due now (stream time, and, if ``wall``, wall clock), or None.
 

@@ -88,7 +88,8 @@ def test_protobuf_round_trip(seconds: int, nanos: int) -> None:
 
 @pytest.mark.parametrize(
     ("value", "wire"),
-    [(0, b"0"), (42, b"42"), (-7, b"-7"), (2**63 - 1, b"9223372036854775807"),
+    [(0, b"0"), (42, b"42"), (-7, b"-7"), (10**18 - 1, b"999999999999999999"),
+     (2**63 - 1, b"9223372036854775807"),
      (-(2**63), b"-9223372036854775808")],
 )  # fmt: skip
 def test_int64_matches_go_goka_decimal_text(value: int, wire: bytes) -> None:
@@ -112,6 +113,8 @@ def test_int64_accepts_what_go_parseint_accepts() -> None:
         (Int64Codec(), b"1_000", "expected decimal digits"),
         (Int64Codec(), b"\x00\x00\x00\x00\x00\x00\x00\x2a", "expected decimal digits"),
         (Int64Codec(), b"9223372036854775808", "outside the signed 64-bit range"),
+        (Int64Codec(), b"9999999999999999999", "outside the signed 64-bit range"),
+        (Int64Codec(), "\u0663".encode(), "expected decimal digits"),  # (an Arabic-Indic 3)
         (JsonCodec(), b"{not json", "invalid JSON"),
         (JsonCodec(), b"\xff", "invalid UTF-8"),
         (AvroCodec(CLICK_SCHEMA), b"\x02", "cannot decode"),

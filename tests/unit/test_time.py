@@ -404,3 +404,36 @@ def test_a_group_that_allows_wall_timers_ticks_and_one_that_does_not_refuses_the
     tester = Tester(stream_only, now=NOW)
     with pytest.raises(ProcessingError, match="stream-time timers only"):
         tester.consume("ops", "a", {"op": "set", "name": "w", "at": NOW, "domain": "wall"})
+
+
+def test_the_engine_skips_the_firing_only_while_nothing_can_be_due() -> None:
+    """``PartitionTime.quiet``, the engine's cheap check after each record: true only while
+    the stream time is below every queued stream timer and window close, and the wall clock
+    below every wall timer; what is due fires all the same."""
+    import json
+
+    from goka.group.engine import Engine
+    from goka.storage.memory import MemoryStorage
+
+    wall = [NOW]
+    engine = Engine(timer_graph(), 0, store=lambda k: None, timers=MemoryStorage("t"),
+                    windows={}, clock=lambda: wall[0])  # fmt: skip
+    time = engine.time
+    assert time is not None
+    offsets = iter(range(100))
+
+    def op(when: int, **body: Any) -> list[str]:
+        message = ("ops", next(offsets), b"k", json.dumps(body).encode(), when, None)
+        result = engine.process([message])
+        return [json.loads(e[3])["name"] for e in result.effects if e[0] == 1]  # emits
+
+    t0 = NOW - 100 * MINUTE
+    assert op(t0, op="set", at=t0 + 2 * MINUTE, name="s", domain="stream") == []
+    assert op(t0 + MINUTE, op="noop") == [] and time.quiet()  # stream timer 1 min ahead
+    assert op(t0 + 2 * MINUTE, op="noop") == ["s"]
+    assert op(t0 + 3 * MINUTE, op="set", at=NOW + MINUTE, name="w", domain="wall") == []
+    assert time.quiet()  # the wall timer is a minute ahead of the clock
+    wall[0] = NOW + MINUTE
+    assert not time.quiet()
+    assert op(t0 + 3 * MINUTE, op="noop") == ["w"]
+    assert time.quiet()  # nothing queued
