@@ -24,12 +24,13 @@ import functools
 import logging
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 
 from goka.errors import FencedError, StorageCorruptError, StorageLockedError
 from goka.processing.clients import Clients
 from goka.processing.config import TaskConfig
-from goka.processing.epoch_partition import Epoch
+from goka.processing.epoch_partition import Epoch, commit_all
 from goka.processing.exactly_once import start_early
 from goka.processing.recovery import CHUNK
 from goka.processing.starts import (
@@ -231,6 +232,9 @@ def _follow(
     deadline = False
     timeline.lap("assign")  # the consumer assigned
     timeline.end()
+    together = list(epochs.values())  # under exactly-once, their transactions commit at once
+    pool = (ThreadPoolExecutor(len(together), thread_name_prefix="goka-commit")
+            if len(together) > 1 and config.guarantee == "exactly-once" else None)  # fmt: skip
     try:
         while True:
             timeline.start()
@@ -251,9 +255,8 @@ def _follow(
                 size = int(min(CHUNK, max(_MIN_CHUNK, interval / 2 / per_record)))
             committing = time.monotonic()
             if committing >= next_commit:  # (the interval counts from the commit's start: one
-                for epoch in epochs.values():  # that waits, exactly-once's, keeps the cadence)
-                    epoch.commit(timeline.lap)
-                next_commit = committing + interval
+                commit_all(together, timeline.lap, pool)  # that waits, exactly-once's, keeps
+                next_commit = committing + interval  # the cadence)
             else:
                 for epoch in epochs.values():
                     if epoch.sealed:  # a commit whose outputs may be acknowledged by now
@@ -265,6 +268,8 @@ def _follow(
     finally:
         marks = tail.watermarks()
         tail.close()
+        if pool is not None:
+            pool.shutdown()
     for epoch in epochs.values():
         epoch.commit(wait=True)
         epoch.deliver(wait=True)

@@ -17,7 +17,8 @@ import heapq
 import json
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 
 from goka.group.effects import Message
@@ -29,7 +30,7 @@ from goka.processing.summary import PartitionSummary, store_bytes
 from goka.processing.timeline import no_lap
 from goka.time.pending_rows import let_go
 
-__all__ = ["MAX_SEALED", "Epoch", "Sealed"]
+__all__ = ["MAX_SEALED", "NOTHING", "Epoch", "Sealed", "commit_all"]
 
 
 class Epoch:
@@ -136,8 +137,20 @@ class Epoch:
     def commit(self, lap: Callable[[str], None] = no_lap, *, wait: bool = False) -> None:
         """Seal what was processed since the last commit: its state changes are written with
         its offsets once its outputs are acknowledged (:meth:`settle`), the loop processing on
-        meanwhile (``wait``: now; and when :data:`MAX_SEALED` wait). ``lap``: each step done,
-        for the loop's timeline."""
+        meanwhile (``wait``: now; and when :data:`MAX_SEALED` wait). Under exactly-once the
+        commit is a transaction, committed now (its outputs waited for). ``lap``: each step
+        done, for the loop's timeline."""
+        inputs = self.seal()
+        if isinstance(inputs, Nothing):
+            return
+        if inputs is not None:
+            self.transact(inputs)
+        self.settle(lap, wait=wait or inputs is not None or len(self.sealed) > MAX_SEALED)
+
+    def seal(self) -> dict[str, int] | Nothing | None:
+        """The first step of :meth:`commit`: seal what was processed since the last one
+        (:data:`NOTHING` if nothing was, and none waits); under exactly-once, return the
+        inputs' offsets its transaction commits (None: at-least-once)."""
         sections = self.sections
         fresh = None if sections is None else sections.fresh
         if self.positions != self.reached or self.changes or (fresh and any(fresh.values())):
@@ -147,16 +160,20 @@ class Epoch:
             self.sealed.append(Sealed(self.output.seal(), self.changes, inputs, reached, rows,
                                       done))  # fmt: skip
             self.changes, self.reached = {}, dict(self.positions)
-            wait = wait or len(self.sealed) > MAX_SEALED
-            exactly = self.stores.exactly
-            if exactly is not None:  # one transaction per commit: its outputs, then it
-                self.output.wait()
-                exactly.commit(inputs)
-                wait = True
-        elif not self.sealed:
+            return inputs if self.stores.exactly is not None else None
+        if not self.sealed:
             self.stores.catch_up_group(due=True)
-            return
-        self.settle(lap, wait=wait)
+            return NOTHING
+        return None
+
+    def transact(self, inputs: Mapping[str, int]) -> None:
+        """Under exactly-once, the second step of :meth:`commit`: the transaction commits
+        with ``inputs``, once its outputs are acknowledged. (It waits for the broker only:
+        the transactions of several partitions may commit at once, :func:`commit_all`.)"""
+        exactly = self.stores.exactly
+        assert exactly is not None
+        self.output.wait()
+        exactly.commit(inputs)
 
     def settle(self, lap: Callable[[str], None] = no_lap, *, wait: bool = False) -> None:
         """Write the sealed commits whose outputs are all acknowledged, in order (``wait``:
@@ -204,6 +221,40 @@ class Epoch:
 
 #: How many commits may wait for their outputs before the next one waits for them all.
 MAX_SEALED = 4
+
+
+class Nothing:
+    """What :meth:`Epoch.seal` returns when there was nothing to commit."""
+
+
+NOTHING = Nothing()
+
+
+def commit_all(epochs: Sequence[Epoch], lap: Callable[[str], None] = no_lap,
+               pool: ThreadPoolExecutor | None = None) -> None:  # fmt: skip
+    """:meth:`Epoch.commit` each of ``epochs`` (the partitions of one task). Under
+    exactly-once with a ``pool``, their transactions commit at once (each partition has its
+    own producer, and the waits for the broker overlap: a commit of the task takes the longest
+    of them, not their sum); then each is settled in turn. A transaction that fails leaves
+    the others committed and settled, then its error is raised (the next task replays a
+    committed changelog tail that a store missed)."""
+    if pool is None or len(epochs) < 2 or epochs[0].stores.exactly is None:
+        for epoch in epochs:
+            epoch.commit(lap)
+        return
+    sealed = [(epoch, epoch.seal()) for epoch in epochs]
+    running = [(epoch, pool.submit(epoch.transact, inputs)) for epoch, inputs in sealed
+               if isinstance(inputs, dict)]  # fmt: skip
+    errors = [error for _, future in running if (error := future.exception()) is not None]
+    for epoch, future in running:
+        if future.exception() is None:
+            epoch.settle(lap, wait=True)
+    for epoch, inputs in sealed:  # (at-least-once rows of a commit sealed earlier)
+        if inputs is None:
+            epoch.settle(lap)
+    if errors:
+        raise errors[0]
+
 
 #: How many final results a turn of the loop produces (10-20 ms here), the rest waiting for
 #: the next turns: a window boundary closes a window per key, and the loop must not stop for

@@ -36,7 +36,7 @@ from goka.processing.summary import PartitionSummary
 from goka.processing.worker import Worker
 from goka.storage import MemoryStorage, WriteBatch
 
-from .fake_kafka import FakeKafka
+from .fake_kafka import CONTROL, FakeKafka
 
 _urls = itertools.count()
 
@@ -140,7 +140,9 @@ def click(kafka: FakeKafka, n: int, *, users: int = 5, start: int = 0) -> Counte
 def table_of(kafka: FakeKafka, partition: int = 0) -> dict[str, int]:
     """The group table's content, read as a view would (last value wins, tombstones delete)."""
     found: dict[str, int] = {}
-    for _, _, key, value, _, _ in kafka.rows(CLICKS.table, partition):
+    for _, _, key, value, _, headers in kafka.rows(CLICKS.table, partition):
+        if headers is CONTROL:  # a transaction's marker
+            continue
         assert key is not None
         if value is None:
             found.pop(key.decode(), None)
