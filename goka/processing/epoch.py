@@ -230,6 +230,9 @@ def _follow(
     next_commit = time.monotonic() + interval
     size = _MIN_CHUNK  # records per poll: as many as half a commit interval processes
     deadline = False
+    # under exactly-once, records are seen when their commit is: an epoch's task (not a bridge)
+    # commits at once as it has caught up with the records that waited across the boundary
+    eager = config.guarantee == "exactly-once" and not bridging
     timeline.lap("assign")  # the consumer assigned
     timeline.end()
     together = list(epochs.values())  # under exactly-once, their transactions commit at once
@@ -243,7 +246,7 @@ def _follow(
             if deadline or stop() or any(lease.asked for lease in leases):
                 break
             wait = max(0.0, min(longest, until - now, next_commit - now))
-            polled = tail.poll(size, wait)
+            polled, asked = tail.poll(size, wait), size
             timeline.lap("poll", idle=wait)
             began, count = time.monotonic(), 0
             for partition, rows in polled.items():
@@ -254,6 +257,8 @@ def _follow(
                 per_record = max(1e-7, (time.monotonic() - began) / count)
                 size = int(min(CHUNK, max(_MIN_CHUNK, interval / 2 / per_record)))
             committing = time.monotonic()
+            if eager and 0 < count < asked:  # (caught up)
+                next_commit, eager = committing, False
             if committing >= next_commit:  # (the interval counts from the commit's start: one
                 commit_all(together, timeline.lap, pool)  # that waits, exactly-once's, keeps
                 next_commit = committing + interval  # the cadence)

@@ -1,7 +1,8 @@
 """Under exactly-once, a continuous task's partitions commit their transactions at once
 (``goka.processing.epoch_partition.commit_all``): each partition has its own producer, and a
 commit of the task waits for the slowest of them, not for their sum. A transaction that fails
-leaves the others committed and their stores written; then its error stops the task."""
+leaves the others committed and their stores written; then its error stops the task. And an
+epoch's task commits as soon as it caught up with the records that waited for it."""
 
 from __future__ import annotations
 
@@ -18,7 +19,17 @@ from goka.processing.builders import leveldb_store
 from goka.processing.epoch import run_epoch
 
 from .fake_kafka import FakeKafka
-from .machines import HOUR, IN, FakeTransactions, Machine, Script, exactly_once, table_of
+from .machines import (
+    HOUR,
+    IN,
+    FakeTransactions,
+    Machine,
+    Script,
+    click,
+    epoch,
+    exactly_once,
+    table_of,
+)
 from .machines import with_builders as built_with
 
 
@@ -82,3 +93,21 @@ def test_a_fenced_partition_leaves_the_other_committed_and_its_store_written(
     assert ours and machine.state(0) == ours == table_of(kafka, 0)
     assert kafka.committed[("counts", IN, 0)][0] == kafka.end(IN, 0)
     assert ("counts", IN, 1) not in kafka.committed and machine.state(1) == {}
+
+
+@pytest.mark.parametrize("guarantee", ["exactly-once", "at-least-once"])
+def test_an_epoch_under_exactly_once_commits_at_once_as_it_caught_up(
+    kafka: FakeKafka, tmp_path: Path, guarantee: str
+) -> None:
+    """Records that waited across an epoch boundary are seen (read committed) as soon as the
+    next epoch's task caught up with them, not a commit interval later (here an hour); under
+    at-least-once its outputs are seen as they are produced, and it commits on its cadence."""
+    click(kafka, 30)
+    seen: list[dict[tuple[str, str, int], tuple[int, str]]] = []
+    script = Script(kafka, lambda: None, lambda: seen.append(dict(kafka.committed)))
+    machine = Machine(kafka, tmp_path, commit_interval=HOUR, epoch=2 * HOUR)
+    if guarantee == "exactly-once":
+        machine = exactly_once(machine)
+    epoch(machine, {IN: 0}, script.done)
+    assert seen[0].get(("counts", IN, 0), (0, ""))[0] == (30 if guarantee == "exactly-once" else 0)
+    assert kafka.committed[("counts", IN, 0)][0] == 30  # (at the epoch's end in either)
