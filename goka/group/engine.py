@@ -77,6 +77,8 @@ class Engine(TimedProcessing):
         window_cache: how many windows of each window table (of fixed windows) the engine
             keeps with their values until they close, to read them without the store
             (:mod:`goka.time.window_cache`; 0: none).
+        whole_commits: the changelogs are replayed by whole commits (exactly-once): no
+            changelog row carries the stream time (:class:`~goka.time.partition.PartitionTime`).
 
     Raises:
         ConfigurationError: unknown policy, a join/lookup table without a reader, or a timed
@@ -99,6 +101,7 @@ class Engine(TimedProcessing):
         fire_budget: int | None = None,
         deferred_finals: bool = False,
         window_cache: int = WINDOW_CACHE,
+        whole_commits: bool = False,
     ) -> None:
         if on_error not in POLICIES:
             raise ConfigurationError(f"on_error must be one of {POLICIES}, got {on_error!r}")
@@ -133,7 +136,8 @@ class Engine(TimedProcessing):
             self.time = PartitionTime(graph, partition, timers=timers, windows=windows,
                                       clock=clock or _wall_ms, undo=on_error != "fail",
                                       deferred_finals=deferred_finals,
-                                      window_cache=window_cache)  # fmt: skip
+                                      window_cache=window_cache,
+                                      whole_commits=whole_commits)  # fmt: skip
         self._times = EventTimes(graph, self.time.clock if self.time else _wall_ms)
         persist = graph.persist
         self.context: Context[Any] = Context(

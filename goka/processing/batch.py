@@ -143,5 +143,5 @@ class PartitionProcessor:
             tables={**tables, **stores.clients.lookups()}, on_error=self.config.on_error,
             max_message_bytes=self.config.max_message_bytes, fire_budget=self.config.fire_budget,
             deferred_finals=True, window_cache=self.config.window_cache,
-            **sections,
+            whole_commits=self.config.guarantee == "exactly-once", **sections,
         )  # fmt: skip

@@ -59,6 +59,7 @@ class Epoch:
             on_error=self.config.on_error, max_message_bytes=self.config.max_message_bytes,
             fire_budget=self.config.fire_budget, deferred_finals=True,
             window_cache=self.config.window_cache,
+            whole_commits=self.config.guarantee == "exactly-once",
             **stores.engine_sections(self.sections),
         )  # fmt: skip
         self.output = stores.output()

@@ -53,6 +53,9 @@ class PartitionTime(TimerMethods, TtlMethods, WindowTables):
         deferred_finals: windows emitting final results close without effects; each is
             kept until its result was delivered (the delivered watermark, read at each
             commit: :mod:`goka.processing.finals`), then expires when due.
+        whole_commits: a replay of the changelogs reads whole commits (exactly-once:
+            ``read_committed`` readers of transactions): the stream time row that ends each
+            call (:meth:`finish`) says it, and no row carries it in a header.
         window_cache: see :class:`goka.group.engine.Engine`.
     """
 
@@ -60,8 +63,10 @@ class PartitionTime(TimerMethods, TtlMethods, WindowTables):
         self, graph: GroupGraph, partition: int, *, timers: Section,
         windows: Mapping[str, Section], clock: Callable[[], int], undo: bool = False,
         deferred_finals: bool = False, window_cache: int = WINDOW_CACHE,
+        whole_commits: bool = False,
     ) -> None:  # fmt: skip
         self.graph, self.clock, self.deferred_finals = graph, clock, deferred_finals
+        self.whole_commits = whole_commits
         self._stream_key = stream_time_key(partition)
         self.journal: Journal | None = [] if undo else None
         self.timers_topic = graph.group.timers
@@ -157,6 +162,8 @@ class PartitionTime(TimerMethods, TtlMethods, WindowTables):
         written for it. :meth:`finish`'s row is attributed to the last such record, never to
         a tick (a replay keeping the tick, not the records before it, would overshoot)."""
         self.raised_by = source
+        if self.whole_commits:  # (a replay never stops inside a commit: finish() says it)
+            return
         effects = self.effects
         for index in range(first, len(effects)):
             effect = effects[index]
