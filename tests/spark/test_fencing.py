@@ -32,6 +32,7 @@ from .truth import committed, committed_by_partition
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow]
 
 
+@pytest.mark.longrun  # (make test-slow, 62 s: make test stays within its 15 minutes)
 def test_a_second_processor_of_the_group_is_fenced_or_fences(
     brokers: str, new_topic: Callable[..., str], tmp_path: Path
 ) -> None:
