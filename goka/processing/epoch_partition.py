@@ -30,7 +30,7 @@ from goka.processing.summary import PartitionSummary, store_bytes
 from goka.processing.timeline import no_lap
 from goka.time.pending_rows import let_go
 
-__all__ = ["MAX_SEALED", "NOTHING", "Epoch", "Sealed", "commit_all"]
+__all__ = ["MAX_SEALED", "Epoch", "Sealed", "commit_all"]
 
 
 class Epoch:
@@ -141,17 +141,15 @@ class Epoch:
         meanwhile (``wait``: now; and when :data:`MAX_SEALED` wait). Under exactly-once the
         commit is a transaction, committed now (its outputs waited for). ``lap``: each step
         done, for the loop's timeline."""
-        inputs = self.seal()
-        if isinstance(inputs, Nothing):
-            return
-        if inputs is not None:
-            self.transact(inputs)
-        self.settle(lap, wait=wait or inputs is not None or len(self.sealed) > MAX_SEALED)
+        if self.seal() and self.stores.exactly is not None:
+            self.transact()
+            wait = True
+        if self.sealed:
+            self.settle(lap, wait=wait or len(self.sealed) > MAX_SEALED)
 
-    def seal(self) -> dict[str, int] | Nothing | None:
-        """The first step of :meth:`commit`: seal what was processed since the last one
-        (:data:`NOTHING` if nothing was, and none waits); under exactly-once, return the
-        inputs' offsets its transaction commits (None: at-least-once)."""
+    def seal(self) -> bool:
+        """The first step of :meth:`commit`: seal what was processed since the last one, and
+        return whether there was something (else the group's offsets catch up, if due)."""
         sections = self.sections
         fresh = None if sections is None else sections.fresh
         if self.positions != self.reached or self.changes or (fresh and any(fresh.values())):
@@ -161,20 +159,20 @@ class Epoch:
             self.sealed.append(Sealed(self.output.seal(), self.changes, inputs, reached, rows,
                                       done))  # fmt: skip
             self.changes, self.reached = {}, dict(self.positions)
-            return inputs if self.stores.exactly is not None else None
+            return True
         if not self.sealed:
             self.stores.catch_up_group(due=True)
-            return NOTHING
-        return None
+        return False
 
-    def transact(self, inputs: Mapping[str, int]) -> None:
-        """Under exactly-once, the second step of :meth:`commit`: the transaction commits
-        with ``inputs``, once its outputs are acknowledged. (It waits for the broker only:
-        the transactions of several partitions may commit at once, :func:`commit_all`.)"""
+    def transact(self) -> None:
+        """Under exactly-once, the second step of :meth:`commit`: the transaction of the
+        commit just sealed commits with its inputs' offsets, once its outputs are
+        acknowledged. (It waits for the broker only: the transactions of several partitions
+        may commit at once, :func:`commit_all`.)"""
         exactly = self.stores.exactly
         assert exactly is not None
         self.output.wait()
-        exactly.commit(inputs)
+        exactly.commit(self.sealed[-1].inputs)
 
     def settle(self, lap: Callable[[str], None] = no_lap, *, wait: bool = False) -> None:
         """Write the sealed commits whose outputs are all acknowledged, in order (``wait``:
@@ -224,13 +222,6 @@ class Epoch:
 MAX_SEALED = 4
 
 
-class Nothing:
-    """What :meth:`Epoch.seal` returns when there was nothing to commit."""
-
-
-NOTHING = Nothing()
-
-
 def commit_all(epochs: Sequence[Epoch], lap: Callable[[str], None] = no_lap,
                pool: ThreadPoolExecutor | None = None) -> None:  # fmt: skip
     """:meth:`Epoch.commit` each of ``epochs`` (the partitions of one task). Under
@@ -243,16 +234,16 @@ def commit_all(epochs: Sequence[Epoch], lap: Callable[[str], None] = no_lap,
         for epoch in epochs:
             epoch.commit(lap)
         return
-    sealed = [(epoch, epoch.seal()) for epoch in epochs]
-    running = [(epoch, pool.submit(epoch.transact, inputs)) for epoch, inputs in sealed
-               if isinstance(inputs, dict)]  # fmt: skip
+    sealed = [epoch.seal() for epoch in epochs]
+    running = [
+        (epoch, pool.submit(epoch.transact))
+        for epoch, new in zip(epochs, sealed, strict=True)
+        if new
+    ]
     errors = [error for _, future in running if (error := future.exception()) is not None]
     for epoch, future in running:
         if future.exception() is None:
             epoch.settle(lap, wait=True)
-    for epoch, inputs in sealed:  # (at-least-once rows of a commit sealed earlier)
-        if inputs is None:
-            epoch.settle(lap)
     if errors:
         raise errors[0]
 
