@@ -36,6 +36,7 @@ from goka.time.timers import DueQueue, TimerMethods
 from goka.time.ttl import TtlMethods
 from goka.time.window_cache import WINDOW_CACHE, WrittenWindows, reader
 from goka.time.window_tables import WindowTables
+from goka.time.window_update import updater
 
 __all__ = ["PartitionTime"]
 
@@ -101,10 +102,15 @@ class PartitionTime(TimerMethods, TtlMethods, WindowTables):
         self._stream_row = -1  # the stream time a row of this batch says already
         self.timer_rows = Overlay(self._timers, journal)
         self.window_rows = {n: Overlay(s, journal) for n, s in self._windows.items()}
+        #: With whole commits: the windows the call changed, each with the last record that
+        #: changed it (:meth:`window_effects`).
+        self._sources: dict[str, dict[str, Any]] = {n: {} for n in self._windows}
         for written in self._written.values():
             written.closed(self.stream_time)
         self._readers = {n: reader(rows, self._written.get(n), self._graces[n])
                          for n, rows in self.window_rows.items()}  # fmt: skip
+        #: Of each table of fixed windows kept in memory: what updates its windows (the hot path).
+        self.updaters = {n: updater(self, n) for n in self._written}
         if self._stale:
             self._queues = {
                 d: DueQueue(self._timers, f"q{d[0]}", journal=journal) for d in ("stream", "wall")
@@ -175,7 +181,10 @@ class PartitionTime(TimerMethods, TtlMethods, WindowTables):
         self._stream_row = self.stream_time
 
     def finish(self) -> None:
-        """End a batch: record the stream time if it moved and no row says it yet."""
+        """End a batch: record the stream time if it moved and no row says it yet (with
+        whole commits, after the windows' changelog rows: :meth:`window_effects`)."""
+        if self.whole_commits:
+            self.window_effects()
         if self.stream_time != self.saved_stream_time and self.stream_time != self._stream_row:
             self._row(self._stream_key, str(self.stream_time).encode(), self.raised_by)
 

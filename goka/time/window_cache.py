@@ -1,4 +1,4 @@
-"""The windows a partition's engine wrote, with their values: reads it can do without.
+"""The windows a partition's engine wrote or read, with their values: reads it can do without.
 
 A record of a windowed group reads each of its windows before it aggregates into it: in a
 tumbling table nearly every record opens a new window (a read that finds nothing, which still
@@ -7,7 +7,9 @@ windows that earlier records of its key wrote. :class:`WrittenWindows` answers b
 the store. Every window that exists has a close index row (``c<close><window>``,
 :func:`goka.time.rows.close_key`), so a window closing after the last index row the table
 had when it was first read did not exist then: if it exists now, this engine wrote it since,
-and its value is kept here until the window closes.
+and its value is kept here until the window closes. A window that existed before (a batch's
+engine meets the windows earlier batches wrote) is read from the store once, and then kept
+too.
 """
 
 from __future__ import annotations
@@ -29,12 +31,13 @@ UNKNOWN: Any = object()
 
 
 class WrittenWindows:
-    """The windows a partition's engine wrote in one table of fixed windows, with their
-    values (see the module docstring).
+    """The windows a partition's engine wrote or read in one table of fixed windows, with
+    their values (see the module docstring).
 
     Only the engine writes the table while this object lives (it is made after the store was
     recovered, with the engine), so a window closing after :attr:`after` exists only if
-    :meth:`wrote` was told. Windows are kept until they close (a closed window is never read
+    :meth:`wrote` was told; one closing earlier is known once read (:meth:`learn`) or
+    written. Windows are kept until they close (a closed window is never read
     by a record again: :func:`goka.time.open_windows.open_windows`; its expiry deletes it, whatever
     it reads); past ``limit`` of them, those kept so far are let go (:attr:`after` moves
     past them: they are read from the store).
@@ -44,10 +47,13 @@ class WrittenWindows:
         limit: how many windows to keep at most.
     """
 
-    __slots__ = ("_by_close", "_kept", "after", "limit")
+    __slots__ = ("_kept", "after", "by_close", "limit")
 
     def __init__(self, section: Section, *, limit: int = WINDOW_CACHE) -> None:
         self.limit = limit
+        #: The windows kept, by close time: ``{row: value}`` (the same dict for the object's
+        #: life: :mod:`goka.time.window_update` holds it).
+        self.by_close: dict[int, dict[str, bytes | None]] = {}
         self.forget(section)
 
     def forget(self, section: Section) -> None:
@@ -56,32 +62,47 @@ class WrittenWindows:
         last = next(iter(section.items(prefix="c", reverse=True)), None)
         #: The latest close time of a window the table held: windows closing later are new.
         self.after = -1 if last is None else int(last[0][1 : 1 + DIGITS])
-        self._by_close: dict[int, dict[str, bytes | None]] = {}
+        self.by_close.clear()
         self._kept = 0
 
     def get(self, row: str, close: int) -> Any:
         """The value of window ``row`` (its composite key), closing at ``close``: bytes,
         None (it does not exist) or :data:`UNKNOWN`."""
-        if close <= self.after or close >= MAX_TIME:
+        if close >= MAX_TIME:
             return UNKNOWN
-        kept = self._by_close.get(close)
-        return None if kept is None else kept.get(row)
+        kept = self.by_close.get(close)
+        if kept is not None:
+            found = kept.get(row, ABSENT)
+            if found is not ABSENT:
+                return found
+        return UNKNOWN if close <= self.after else None
+
+    def learn(self, row: str, close: int, value: bytes | None) -> None:
+        """Window ``row``, closing at ``close``, was read from the store: it holds ``value``
+        (None: it does not exist). (Nothing to undo: it is what the store says.)"""
+        if close < MAX_TIME and self._kept < self.limit:
+            self._kept += 1
+            kept = self.by_close.get(close)
+            if kept is None:
+                kept = self.by_close[close] = {}
+            kept[row] = value
 
     def wrote(self, row: str, close: int, value: bytes | None, journal: Journal | None) -> None:
         """Window ``row``, closing at ``close``, was set to ``value`` (None: deleted); the
         change is recorded in ``journal`` (if given), to be undone."""
-        if close <= self.after or close >= MAX_TIME:
+        if close >= MAX_TIME:
             return
-        kept = self._by_close.get(close)
+        kept = self.by_close.get(close)
         previous = ABSENT if kept is None else kept.get(row, ABSENT)
         if previous is ABSENT:
             if self._kept >= self.limit:  # let go of all, this one too: they are in the store
-                self.after = max([self.after, close, *self._by_close])
-                self._by_close, self._kept = {}, 0
+                self.after = max([self.after, close, *self.by_close])
+                self.by_close.clear()
+                self._kept = 0
                 return
             self._kept += 1  # (a row a rollback takes back stays counted)
             if kept is None:
-                kept = self._by_close[close] = {}
+                kept = self.by_close[close] = {}
         assert kept is not None
         if journal is not None:
             journal.append((kept, row, previous))
@@ -89,8 +110,8 @@ class WrittenWindows:
 
     def closed(self, stream_time: int) -> None:
         """Let go of the windows closed by ``stream_time`` (it never goes back past this)."""
-        for close in [c for c in self._by_close if c <= stream_time]:
-            self._kept -= len(self._by_close.pop(close))
+        for close in [c for c in self.by_close if c <= stream_time]:
+            self._kept -= len(self.by_close.pop(close))
 
 
 def reader(rows: Overlay, written: WrittenWindows | None,
@@ -101,10 +122,14 @@ def reader(rows: Overlay, written: WrittenWindows | None,
     get = rows.get
     if written is None:  # sessions
         return lambda row, end: get("w" + row)
-    known = written.get
+    known, learn = written.get, written.learn
 
     def read(row: str, end: int) -> bytes | None:
-        found: bytes | None = known(row, end + grace)  # (a hot path: a read per window)
-        return get("w" + row) if found is UNKNOWN else found
+        close = end + grace
+        found: bytes | None = known(row, close)  # (a hot path: a read per window)
+        if found is UNKNOWN:
+            found = get("w" + row)
+            learn(row, close, found)
+        return found
 
     return read

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from goka.errors import ContextError
 from goka.group.effects import WINDOW, Effect
-from goka.time.overlay import Journal, Overlay
+from goka.time.overlay import ABSENT, Journal, Overlay
 from goka.time.rows import DIGITS, MAX_TIME, composite
 from goka.time.specs import Window
 from goka.time.timers import DueQueue
@@ -37,6 +37,7 @@ class WindowTables:
     graph: GroupGraph
     stream_time: int
     deferred_finals: bool
+    whole_commits: bool
     journal: Journal | None
     effects: list[Effect]
     timer_rows: Overlay
@@ -50,6 +51,7 @@ class WindowTables:
     _expiring: dict[str, DueQueue]
     _closed: dict[str, Any]
     _floor_stream: int
+    _sources: dict[str, dict[str, Any]]
 
     def _row(self, key: str, value: bytes | None, source: Any) -> None:
         raise NotImplementedError  # the timers'
@@ -143,4 +145,21 @@ class WindowTables:
                     closing.add(index, b"")
                     if close_at < self._floor_stream:
                         self._floor_stream = close_at
-        self.effects.append((WINDOW, self._topics[name], row, value, None, source))
+        if self.whole_commits:  # one changelog row per window and call: finish() makes them
+            sources = self._sources[name]
+            if self.journal is not None:
+                self.journal.append((sources, row, sources.get(row, ABSENT)))
+            sources[row] = source
+        else:
+            self.effects.append((WINDOW, self._topics[name], row, value, None, source))
+
+    def window_effects(self) -> None:
+        """With whole commits: the changelog row of each window the call changed (its last
+        value, attributed to the last record that changed it), after the call's other effects.
+        (A replay reads whole commits, so a window's intermediate values need no row: they
+        would cost a row per update of a busy window.)"""
+        for name, sources in self._sources.items():
+            if sources:
+                changes, topic = self.window_rows[name].changes, self._topics[name]
+                self.effects.extend((WINDOW, topic, row, changes["w" + row], None, source)
+                                    for row, source in sources.items())  # fmt: skip

@@ -120,7 +120,8 @@ def run(batches: list[Batch], cache: int = WINDOW_CACHE,
 
 def reference(batches: list[Batch]) -> tuple[dict[str, dict[str, int]], int]:
     """The window tables, computed here; and the reads of the store an engine may need: of
-    a window that closes no later than the last its table held when the engine was made."""
+    a window that closes no later than the last its table held when the engine was made,
+    once per engine."""
     tables: dict[str, Counter[str]] = {"minute": Counter(), "hops": Counter()}
     closes = {"minute": {}, "hops": {}}  # type: dict[str, dict[str, int]]
     stream, allowed = -1, 0
@@ -128,13 +129,16 @@ def reference(batches: list[Batch]) -> tuple[dict[str, dict[str, int]], int]:
     for new, batch in batches:
         if new:
             last = {n: max(c.values(), default=-1) for n, c in closes.items()}
+            read: set[tuple[str, str]] = set()  # an engine reads an old window once
         for key, at, page in batch:
             now = max(stream, at)  # (a failing record's is undone with its changes)
             first = at - at % MINUTE
             if page == "x":  # (a delete reads the window too)
                 row, close = composite(key, first, first + MINUTE), first + MINUTE + GRACE
                 if close > now:
-                    allowed += close <= last["minute"]
+                    if close <= last["minute"] and ("minute", row) not in read:
+                        allowed += 1
+                        read.add(("minute", row))
                     tables["minute"].pop(row, None)
                     closes["minute"].pop(row, None)
             for name, starts, size, grace in (("minute", [first], MINUTE, GRACE),
@@ -142,9 +146,11 @@ def reference(batches: list[Batch]) -> tuple[dict[str, dict[str, int]], int]:
                 for start in starts if page != "x" else []:
                     if start + size + grace <= now:
                         continue  # closed: late for this window
-                    allowed += start + size + grace <= last[name]
+                    row = composite(key, start, start + size)
+                    if start + size + grace <= last[name] and (name, row) not in read:
+                        allowed += 1
+                        read.add((name, row))
                     if page != "f":
-                        row = composite(key, start, start + size)
                         tables[name][row] += 1
                         closes[name][row] = start + size + grace
             if page != "f":
@@ -204,8 +210,14 @@ def test_written_windows_know_only_what_closes_after_the_last_index_row() -> Non
     new, other = composite("u", MINUTE, 2 * MINUTE), composite("v", MINUTE, 2 * MINUTE)
     assert written.after == MINUTE
     assert written.get(old, MINUTE) is UNKNOWN  # in the store
+    written.learn(old, MINUTE, b"1")  # read from there: known from now on
+    assert written.get(old, MINUTE) == b"1"
     written.wrote(old, MINUTE, b"2", None)
-    assert written.get(old, MINUTE) is UNKNOWN
+    assert written.get(old, MINUTE) == b"2"
+    older = composite("v", 0, MINUTE)
+    written.learn(older, MINUTE, None)  # read: absent
+    assert written.get(older, MINUTE) is None
+    written.forget(store.section("s"))
     assert written.get(new, 2 * MINUTE) is None  # new: none yet
     journal: Journal = []
     written.wrote(new, 2 * MINUTE, b"1", journal)
