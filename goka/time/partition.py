@@ -109,8 +109,13 @@ class PartitionTime(TimerMethods, TtlMethods, WindowTables):
             written.closed(self.stream_time)
         self._readers = {n: reader(rows, self._written.get(n), self._graces[n])
                          for n, rows in self.window_rows.items()}  # fmt: skip
-        #: Of each table of fixed windows kept in memory: what updates its windows (the hot path).
-        self.updaters = {n: updater(self, n) for n in self._written}
+        #: Of each table of fixed windows kept in memory that emits no updates: what updates
+        #: its windows (the hot path: :mod:`goka.time.window_update`).
+        self.updaters = {
+            n: updater(self, n)
+            for n in self._written
+            if self._edges[n].emit != "update" or self._edges[n].output is None
+        }
         if self._stale:
             self._queues = {
                 d: DueQueue(self._timers, f"q{d[0]}", journal=journal) for d in ("stream", "wall")
