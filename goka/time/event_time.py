@@ -27,6 +27,10 @@ class EventTimes:
         }  # fmt: skip
         self.custom = bool(self._extract)
         self._future, self._clock = graph.max_future, clock
+        #: The wall clock plus ``max_future`` when last read: an event time up to it is not
+        #: too far ahead (the clock only goes forward), so the clock is read only for a later
+        #: one (a hot path: a call per record).
+        self._horizon = -1
 
     def of(self, message: Message, value: Any) -> int:
         """The event time of ``message`` (decoded: ``value``), in ms.
@@ -49,7 +53,10 @@ class EventTimes:
             at = _ms(found, value)
         if at < 0:
             raise EventTimeError(f"event time {at} ms is before 1970 (value {value!r})")
-        if self._future is not None and at > self._clock() + self._future:
+        if self._future is not None and at > self._horizon:
+            self._horizon = self._clock() + self._future
+            if at <= self._horizon:
+                return at
             raise EventTimeError(
                 f"event time {iso_ms(at)} is more than {self._future} ms ahead of the wall "
                 f"clock (define_group(max_future=...)); value {value!r}"

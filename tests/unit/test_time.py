@@ -272,6 +272,27 @@ def test_a_record_without_a_usable_event_time_fails_naming_the_record(
     assert "'soon'" in str(caught.value)  # the value found
 
 
+def test_the_future_bound_moves_with_the_wall_clock_and_is_checked_after_it_was_met() -> None:
+    """The wall clock is read only for an event time past the bound it gave last
+    (goka.time.event_time): a record beyond the bound still fails after records within it,
+    and the same record is taken once the clock moved on."""
+    graph = define_group(
+        "future", input("events", JsonCodec(), lambda ctx, m: None, event_time=lambda v: v["at"]),
+        window("w", Tumbling(minutes=1), Int64Codec()), persist(Int64Codec()),
+        max_future=dt.timedelta(minutes=10),
+    )  # fmt: skip
+    tester = Tester(graph, now=NOW)
+    for ahead in (0, 5, 10):  # within the bound (its edge included)
+        tester.consume("events", "k", {"at": NOW + ahead * MINUTE})
+    for beyond in (10 * MINUTE + 1, 11 * MINUTE):
+        with pytest.raises(ProcessingError, match="ahead of the wall clock"):
+            tester.consume("events", "k", {"at": NOW + beyond})
+    tester.advance_time(2 * MINUTE)
+    tester.consume("events", "k", {"at": NOW + 11 * MINUTE})  # (within the bound now)
+    with pytest.raises(ProcessingError, match="ahead of the wall clock"):
+        tester.consume("events", "k", {"at": NOW + 13 * MINUTE})
+
+
 def test_event_time_from_the_value_drives_windows() -> None:
     def count(ctx: Context[int], event: dict[str, Any]) -> None:
         ctx.window("minute").update(lambda n: (n or 0) + 1)
