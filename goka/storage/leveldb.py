@@ -13,7 +13,6 @@ appends to or replaces (the log, the manifest, ``CURRENT``) and opens it again.
 from __future__ import annotations
 
 import os
-import shutil
 import struct
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,7 +26,8 @@ except ImportError as exc:  # pragma: no cover - depends on what is installed
 
 from goka.errors import StorageCorruptError, StorageError, StorageLockedError
 from goka.storage.base import FORMAT, CheckpointFile, StorageInfo, WriteBatch, prefix_end
-from goka.storage.manifests import STATE_FILE
+from goka.storage.leveldb_files import copy_file, kept, logged_bytes, own
+from goka.storage.recent import MISSING, RecentValues
 
 __all__ = ["LevelDBStorage"]
 
@@ -35,9 +35,6 @@ _DATA, _OFFSET, _META, _SECTION = b"d", b"o", b"m", b"x"
 #: flush() leaves logs smaller than this alone; its range holds no key (only the memtable moves).
 _FLUSH_BYTES, _FLUSH_RANGE = 64 << 10, b"\x00"
 _PARTITION = struct.Struct(">I")
-_TABLE_FILES = (".ldb", ".sst")  # immutable once written
-#: Files of a store directory that a copy leaves behind (with LevelDB's own, see _kept).
-_LEVELDB_EXTRA = frozenset({"LOCK", "LOG", "LOG.old", STATE_FILE})
 
 
 def _key(key: str) -> bytes:
@@ -64,6 +61,9 @@ class LevelDBStorage:
             windowed group writes rows for each record) wants more: fewer files to read
             through, less compaction (a memory bound: up to twice this while one is written
             out; a restart replays up to this much of log).
+        recent_mb: keep the values of recently read and written keys in memory, up to this
+            much, in front of LevelDB (:mod:`goka.storage.recent`; 0, the default: none). A
+            processor's store wants it: each record reads its key.
 
     Raises:
         StorageLockedError: the directory is open in another storage (this or another process).
@@ -80,8 +80,10 @@ class LevelDBStorage:
         cache_mb: int = 64,
         max_open_files: int = 1000,
         write_buffer_mb: int = 4,
+        recent_mb: int = 0,
     ) -> None:
         self.path = Path(path)
+        self.recent = RecentValues(recent_mb << 20) if recent_mb > 0 else None
         self.table = table
         self.sync = sync
         self._options = {
@@ -102,7 +104,7 @@ class LevelDBStorage:
     def _refuse_foreign_directory(self) -> None:
         names = {p.name for p in self.path.iterdir()} if self.path.is_dir() else set()
         if names and "CURRENT" not in names:
-            if all(_kept(n) or _own(n) for n in names):  # a creation or copy cut short
+            if all(kept(n) or own(n) for n in names):  # a creation or copy cut short
                 raise StorageCorruptError(
                     f"LevelDB at {self.path} is corrupt (its files are there but not CURRENT); "
                     "delete the directory to rebuild it from the table topic",
@@ -160,12 +162,20 @@ class LevelDBStorage:
         return StorageInfo(self.table, FORMAT, str(self.path))
 
     def get(self, key: str) -> bytes | None:
+        recent = self.recent
+        if recent is not None:
+            kept = recent.values.get(key, MISSING)
+            if kept is not MISSING:
+                return kept  # type: ignore[return-value]
+            writes = recent.writes
         try:
             value: bytes | None = self._db.get(
                 _DATA + key.encode("utf-8", "surrogateescape"), verify_checksums=True
             )
         except plyvel.Error as exc:
             raise self._failed("reading", exc) from exc
+        if recent is not None:
+            recent.read(key, value, writes)
         return value
 
     def has(self, key: str) -> bool:
@@ -272,6 +282,8 @@ class LevelDBStorage:
                             put(space + key.encode("utf-8", "surrogateescape"), value)
         except plyvel.Error as exc:
             raise self._failed("writing to", exc) from exc
+        if self.recent is not None and batch.values:
+            self.recent.wrote(batch.values)
 
     def count(self) -> int:
         try:
@@ -288,12 +300,15 @@ class LevelDBStorage:
                         wb.delete(key)
         except plyvel.Error as exc:
             raise self._failed("clearing", exc) from exc
+        finally:  # (after: a read meanwhile keeps nothing it read before)
+            if self.recent is not None:
+                self.recent.clear()
 
     def flush(self) -> None:
         """Write the log's recent writes into a table file if the log holds at least 64 KiB
         (LevelDB replays its log when opened: about 0.1 s per 4 MB). Runs without the GIL."""
         try:
-            if _logged_bytes(self.path) >= _FLUSH_BYTES:
+            if logged_bytes(self.path) >= _FLUSH_BYTES:
                 self._db.compact_range(start=_FLUSH_RANGE, stop=_FLUSH_RANGE)  # flushes memtable
         except (OSError, plyvel.Error) as exc:
             raise StorageError(f"flushing LevelDB at {self.path} failed: {exc}") from exc
@@ -303,13 +318,17 @@ class LevelDBStorage:
         self.flush()  # a short log: a small copy, and fast reopens of the store and the copy
         self._db.close()  # waits for compactions: the files are quiescent until reopened
         try:
-            return [_copy(entry, directory) for entry in os.scandir(self.path) if _kept(entry.name)]
+            return [
+                copy_file(entry, directory) for entry in os.scandir(self.path) if kept(entry.name)
+            ]
         except OSError as exc:
             raise StorageError(f"cannot checkpoint LevelDB at {self.path}: {exc}") from exc
         finally:
             self._db = self._open()
 
     def close(self) -> None:
+        if self.recent is not None:
+            self.recent.clear()
         if not self._db.closed:
             self._db.close()
 
@@ -350,43 +369,3 @@ def _reason(exc: Exception) -> str:
     """plyvel's message (its errors carry bytes)."""
     first = exc.args[0] if exc.args else exc
     return first.decode(errors="replace") if isinstance(first, bytes) else str(first)
-
-
-def _own(name: str) -> bool:
-    """Files LevelDB or goka-py write in a store directory that a copy leaves behind: its
-    lock, its info logs, goka-py's state file, and the temporary file LevelDB writes CURRENT
-    through (``NNNNNN.dbtmp``, left by a process killed while creating the database)."""
-    return name in _LEVELDB_EXTRA or name.endswith(".dbtmp")
-
-
-def _kept(name: str) -> bool:
-    """Files a copy of the database needs (not its lock or its info log)."""
-    return (
-        name.endswith((*_TABLE_FILES, ".log")) or name == "CURRENT" or name.startswith("MANIFEST-")
-    )
-
-
-def _copy(entry: os.DirEntry[str], directory: Path) -> CheckpointFile:
-    target = directory / entry.name
-    if entry.name.endswith(_TABLE_FILES):
-        try:
-            os.link(entry.path, target)
-        except OSError:  # a file system without hard links
-            shutil.copyfile(entry.path, target)
-        return CheckpointFile(entry.name, True)
-    shutil.copyfile(entry.path, target)
-    return CheckpointFile(entry.name, False)
-
-
-def _logged_bytes(path: Path) -> int:
-    """The size of the store's logs. LevelDB's compaction thread deletes an old log while the
-    directory is read: a log gone meanwhile counts nothing."""
-    total = 0
-    with os.scandir(path) as entries:
-        for entry in entries:
-            if entry.name.endswith(".log"):
-                try:
-                    total += entry.stat().st_size
-                except FileNotFoundError:
-                    continue
-    return total

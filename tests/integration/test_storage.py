@@ -14,15 +14,19 @@ from goka import StorageCorruptError, StorageError, StorageLockedError, key_byte
 from goka.storage import LevelDBStorage, MemoryStorage, Storage, WriteBatch
 
 
-@pytest.fixture(params=["leveldb", "memory"])
+@pytest.fixture(params=["leveldb", "leveldb-recent", "memory"])
 def make_storage(
     request: pytest.FixtureRequest, tmp_path: Path
 ) -> Iterator[Callable[..., Storage]]:
+    """Each storage; ``leveldb-recent``: with recent values kept in memory (1 MB)."""
     opened: list[Storage] = []
 
     def make(table: str = "t-table") -> Storage:
-        storage: Storage = (LevelDBStorage(tmp_path / "db", table) if request.param == "leveldb"
-                            else MemoryStorage(table))  # fmt: skip
+        storage: Storage = (
+            MemoryStorage(table) if request.param == "memory"
+            else LevelDBStorage(tmp_path / "db", table,
+                                recent_mb=1 if request.param == "leveldb-recent" else 0)
+        )  # fmt: skip
         opened.append(storage)
         return storage
 
