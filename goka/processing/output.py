@@ -34,7 +34,8 @@ __all__ = ["HELD_ROWS", "ORIGINAL_SIZE", "TRUNCATED", "Output"]
 log = logging.getLogger(__name__)
 
 
-#: Effects written to a changelog of the group, in the task's partition, with provenance.
+#: Effects written to a changelog of the group, in the task's partition, with provenance (the
+#: source's topic and offset: two headers; a header costs the producer about 0.4 µs a row).
 CHANGELOG_KINDS = (TABLE, TIMER, WINDOW)
 
 #: How many changelog rows a coalescing output holds at most before producing them.
@@ -166,13 +167,13 @@ class Output:
         generation.outstanding += len(held)
         produce, partition = self.producer.produce, self.partition
         on_delivery, on_last_update = generation.on_delivery, generation.on_last_update
-        named, topics = (SRC_PARTITION, b"%d" % partition), dict[str, tuple[str, bytes]]()
+        topics = dict[str, tuple[str, bytes]]()
         for row, (data, made_by, more) in held.items():
             topic, key = row
             read = topics.get(made_by[0])
             if read is None:
                 read = topics[made_by[0]] = (SRC_TOPIC, made_by[0].encode())
-            headers: Any = [read, named, (SRC_OFFSET, b"%d" % made_by[1]), *(more or ())]
+            headers: Any = [read, (SRC_OFFSET, b"%d" % made_by[1]), *(more or ())]
             timestamp = made_by[4]
             callback = on_last_update if last[topic] is row else on_delivery
             try:
@@ -256,7 +257,6 @@ def _send_effects(
     results included), loopbacks, and add the emits per topic to ``emitted``."""
     counts = dict.fromkeys((TABLE, EMIT, LOOP, TIMER, WINDOW, FINAL), 0)
     last = {e[1]: i for i, e in enumerate(result.effects) if e[0] in CHANGELOG_KINDS}
-    named = (SRC_PARTITION, b"%d" % partition)
     topics: dict[str, tuple[str, bytes]] = {}
     source: Any = None  # the provenance of the last source, for the rows it made:
     provenance: list[tuple[str, str | bytes | None]] = []
@@ -269,7 +269,7 @@ def _send_effects(
                 read = topics.get(source[0])
                 if read is None:
                     read = topics[source[0]] = (SRC_TOPIC, source[0].encode())
-                provenance = [read, named, (SRC_OFFSET, b"%d" % source[1])]
+                provenance = [read, (SRC_OFFSET, b"%d" % source[1])]
             if headers:  # a changelog row may say more (goka.time.rows.STREAM_TIME_HEADER)
                 provenance = [*provenance, *headers]
                 source = None

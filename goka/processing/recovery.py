@@ -55,7 +55,8 @@ ORIGINS = ("reused", "opened", "caught_up", "restored", "rebuilt", "created")
 #: Values written per write batch while replaying a topic.
 CHUNK = 50_000
 
-#: Headers naming where a group table record came from (set by partition processors).
+#: Headers naming where a record came from: a changelog row has the source's topic and offset
+#: (its partition is the row's; rows written before 2026-11-28 had it), a dead letter all three.
 SRC_TOPIC, SRC_PARTITION, SRC_OFFSET = "goka-src-topic", "goka-src-partition", "goka-src-offset"
 
 

@@ -24,7 +24,7 @@ from goka import (
 from goka.processing.builders import Builders
 from goka.processing.config import TaskConfig
 from goka.processing.output import ORIGINAL_SIZE, TRUNCATED
-from goka.processing.recovery import SRC_OFFSET, SRC_PARTITION, SRC_TOPIC
+from goka.processing.recovery import SRC_OFFSET, SRC_PARTITION, SRC_TOPIC, from_unfinished_batch
 from goka.storage.snapshots import SnapshotStore
 
 from .fake_kafka import FakeKafka
@@ -50,7 +50,16 @@ def test_a_batch_commits_state_and_offsets_after_every_output_is_flushed(
     )
     assert machine.offsets(0) == {(IN, 0): 30, (CLICKS.table, 0): 30}
     headers = dict(kafka.rows(CLICKS.table, 0)[7][5] or [])
-    assert headers == {SRC_TOPIC: IN.encode(), SRC_PARTITION: b"0", SRC_OFFSET: b"7"}
+    assert headers == {SRC_TOPIC: IN.encode(), SRC_OFFSET: b"7"}  # (the partition is the row's)
+
+
+def test_rows_with_the_source_partition_as_written_before_are_recovered_alike() -> None:
+    old = [(SRC_TOPIC, IN.encode()), (SRC_PARTITION, b"0"), (SRC_OFFSET, b"7")]
+    new = [(SRC_TOPIC, IN.encode()), (SRC_OFFSET, b"7")]
+    for starts, unfinished in (({IN: 7}, True), ({IN: 8}, False), ({"other": 0}, False)):
+        assert (
+            from_unfinished_batch(old, starts) is from_unfinished_batch(new, starts) is unfinished
+        )
 
 
 def test_a_full_producer_queue_is_waited_for_and_every_update_goes_out_once_in_order(
