@@ -30,7 +30,7 @@ from contextlib import ExitStack
 from goka.errors import FencedError, StorageCorruptError, StorageLockedError
 from goka.processing.clients import Clients
 from goka.processing.config import TaskConfig
-from goka.processing.epoch_partition import Epoch, commit_all
+from goka.processing.epoch_partition import CommitLead, Epoch, commit_all
 from goka.processing.exactly_once import start_early
 from goka.processing.recovery import CHUNK
 from goka.processing.starts import (
@@ -238,6 +238,7 @@ def _follow(
     together = list(epochs.values())  # under exactly-once, their transactions commit at once
     pool = (ThreadPoolExecutor(len(together), thread_name_prefix="goka-commit")
             if len(together) > 1 and config.guarantee == "exactly-once" else None)  # fmt: skip
+    lead = CommitLead(interval, config.guarantee == "exactly-once")
     try:
         while True:
             timeline.start()
@@ -261,7 +262,7 @@ def _follow(
                 next_commit, eager = committing, False
             if committing >= next_commit:  # (the interval counts from the commit's start: one
                 commit_all(together, timeline.lap, pool)  # that waits, exactly-once's, keeps
-                next_commit = committing + interval  # the cadence)
+                next_commit = committing + interval - lead.took(committing)  # the cadence)
             else:
                 for epoch in epochs.values():
                     if epoch.sealed:  # a commit whose outputs may be acknowledged by now

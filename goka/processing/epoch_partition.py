@@ -30,7 +30,7 @@ from goka.processing.summary import PartitionSummary, store_bytes
 from goka.processing.timeline import no_lap
 from goka.time.pending_rows import let_go
 
-__all__ = ["MAX_SEALED", "Epoch", "Sealed", "commit_all"]
+__all__ = ["LEAD_COMMITS", "MAX_SEALED", "CommitLead", "Epoch", "Sealed", "commit_all"]
 
 
 class Epoch:
@@ -246,6 +246,33 @@ def commit_all(epochs: Sequence[Epoch], lap: Callable[[str], None] = no_lap,
             epoch.settle(lap, wait=True)
     if errors:
         raise errors[0]
+
+
+class CommitLead:
+    """How much earlier than ``interval`` after the last commit's start the next one begins.
+    Under exactly-once a record is visible when the transaction holding it has committed: one
+    processed just after a commit began waits the interval, then the next commit's wait for
+    the broker (6-40 ms here, more now and then). Beginning each commit that much early, the
+    longest of the last :data:`LEAD_COMMITS` (at most half the interval), a record is visible
+    about ``interval`` after it was processed. Under at-least-once outputs go out at once:
+    none."""
+
+    __slots__ = ("_half", "_recent", "whole")
+
+    def __init__(self, interval: float, whole: bool) -> None:
+        self.whole, self._half = whole, interval / 2
+        self._recent: deque[float] = deque(maxlen=LEAD_COMMITS)
+
+    def took(self, began: float) -> float:
+        """A commit that began at ``began`` (monotonic) ended now; return the lead."""
+        if not self.whole:
+            return 0.0
+        self._recent.append(time.monotonic() - began)
+        return min(self._half, max(self._recent))
+
+
+#: How many recent commits' durations :class:`CommitLead` takes the longest of.
+LEAD_COMMITS = 20
 
 
 #: How many final results a turn of the loop produces (10-20 ms here), the rest waiting for
