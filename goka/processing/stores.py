@@ -38,14 +38,16 @@ from goka.storage import Storage, WriteBatch
 from goka.storage.snapshots import Manifest
 from goka.time.pending_rows import PendingRows, section_graces
 
-__all__ = ["GROUP_COMMIT_SECONDS", "PartitionStores"]
+__all__ = ["GROUP_COMMIT_SECONDS", "IDLE_GROUP_COMMIT_SECONDS", "PartitionStores"]
 
 log = logging.getLogger(__name__)
 
 #: How often at most a partition's commits also commit the group's offsets to Kafka (the
 #: store's offsets are the truth; the group's are for lag tools, tasks and Go processors):
-#: a commit interval of 0.1 s does not send ten OffsetCommits a second per partition.
-GROUP_COMMIT_SECONDS = 1.0
+#: a commit interval of 0.1 s does not send ten OffsetCommits a second per partition. A
+#: partition that caught up (a commit found nothing new) commits them once
+#: :data:`IDLE_GROUP_COMMIT_SECONDS` passed: lag tools (and the benches) see it caught up then.
+GROUP_COMMIT_SECONDS, IDLE_GROUP_COMMIT_SECONDS = 1.0, 0.25
 
 
 class PartitionStores:
@@ -299,11 +301,12 @@ class PartitionStores:
 
     def catch_up_group(self, *, due: bool = False) -> None:
         """Commit the group's offsets the store is ahead of (held back by
-        :data:`GROUP_COMMIT_SECONDS`): as a task ends, or (``due``) once that time passed
-        (a partition whose records stopped coming: its lag goes to 0)."""
+        :data:`GROUP_COMMIT_SECONDS`): as a task ends, or (``due``: a partition whose
+        records stopped coming, its lag goes to 0) once :data:`IDLE_GROUP_COMMIT_SECONDS`
+        passed."""
         if self._group_behind is None:
             return
-        if not due or time.monotonic() - self._group_at >= GROUP_COMMIT_SECONDS:
+        if not due or time.monotonic() - self._group_at >= IDLE_GROUP_COMMIT_SECONDS:
             self.commit_to_group(self._group_behind)
 
     def _deliver(self, positions: Mapping[str, int], summary: PartitionSummary, *,

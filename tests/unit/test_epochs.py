@@ -474,3 +474,32 @@ def test_stores_stay_open_for_the_bridge_and_the_next_epoch_where_they_were_hand
     (second,) = run_epoch(machine.config, machine.worker, {0: {IN: 10}}, 0.1)
     assert second.store == "reused" and second.skipped_applied == 0
     assert table_of(kafka) == dict(sent) and kafka.committed[("counts", IN, 0)][0] == 13
+
+
+def test_a_partition_that_caught_up_commits_the_groups_offsets_soon_not_a_second_later(
+    kafka: FakeKafka, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import goka.processing.stores as stores
+
+    monkeypatch.setattr(stores, "GROUP_COMMIT_SECONDS", 60.0)  # only the idle catch-up commits
+    group, sent = ("counts", IN, 0), []
+
+    def feed() -> None:  # 10 records; 10 more once the first commit told the group (at once)
+        if not sent or (len(sent) == 1 and kafka.committed.get(group, (0,))[0] == 10):
+            sent.append(click(kafka, 10, start=10 * len(sent)))
+
+    kafka.on_poll.append(feed)
+    machine = Machine(kafka, tmp_path, commit_interval=0.02)
+    caught_up: list[float] = []
+    deadline = time.monotonic() + 10
+
+    def stop() -> bool:  # the epoch ends once the group's offsets say all was processed
+        if len(sent) == 2 and kafka.committed.get(group, (0,))[0] == 20:
+            caught_up.append(time.monotonic())
+        return bool(caught_up) or time.monotonic() > deadline
+
+    began = time.monotonic()
+    summary = epoch(machine, {IN: 0}, stop)
+    assert summary.processed == 20
+    assert caught_up, "the group's offsets were not committed while the partition was idle"
+    assert caught_up[0] - began < 5  # (within IDLE_GROUP_COMMIT_SECONDS of idling, not 60 s)
