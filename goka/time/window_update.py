@@ -37,11 +37,15 @@ def updater(time: WindowTables, name: str) -> Updater:
     decode, encode, read = codec.decode, codec.encode, time.window_reader(name)
     write, effects, topic = time.write_window_row, time.effects, time._topics[name]
     sources = time._sources[name] if time.whole_commits else None
+    suffixes: dict[int, str] = {}  # a window's part of its rows' keys, by its end (one size)
 
     def update(key: str, windows: Iterable[tuple[int, int]], change: Callable[[Any], Any],
                source: Any) -> None:  # fmt: skip
         for start, end in windows:
-            row = f"{key}@{start:015d}-{end:015d}"  # goka.time.rows.composite, inlined
+            suffix = suffixes.get(end)
+            if suffix is None:  # goka.time.rows.composite, its window's part made once a call
+                suffix = suffixes[end] = f"@{start:015d}-{end:015d}"
+            row = key + suffix
             kept = by_close.get(end + grace)  # (never a window closing at the end of time)
             if kept is None or (raw := kept.get(row)) is None:  # (or kept as absent)
                 found = read(row, end)  # the general way
