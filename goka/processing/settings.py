@@ -108,8 +108,8 @@ class ProcessorSettings:
         """Seconds between a task's commits in continuous
         mode (a crash repeats at most this much of the outputs; 0: after every poll). Under
         exactly-once, where a record is visible once its commit is, a commit begins early by
-        the longest wait of the last 20 (at most half of this): a record is visible about
-        this long after it was processed.""",
+        the longest of the last 20 commits' waits (at most half of this): a record is visible
+        about this long after it was processed.""",
         flag=float,
     )
     epoch_tasks: int | None = _setting(

@@ -164,9 +164,9 @@ class LevelDBStorage:
     def get(self, key: str) -> bytes | None:
         recent = self.recent
         if recent is not None:
-            kept = recent.values.get(key, MISSING)
-            if kept is not MISSING:
-                return kept  # type: ignore[return-value]
+            found = recent.values.get(key, MISSING)
+            if found is not MISSING:
+                return found  # type: ignore[return-value]
             writes = recent.writes
         try:
             value: bytes | None = self._db.get(
