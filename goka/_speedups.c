@@ -1,4 +1,5 @@
-/* Optional C accelerator for the emitter's per-message work.
+/* Optional C accelerator for the emitter's per-message work (and, in goka/_window_update.c,
+ * built into the same module, for a windowed group's per-record update).
  *
  * goka/emitter.py works without this module (pure-Python fallback); with it, the two things an
  * emitter does for every message run in C:
@@ -30,6 +31,10 @@ static PyObject *str_offset;    /* "offset" */
 static PyObject *str_complete;  /* "_complete" */
 static PyObject *str_fail;      /* "_fail" */
 static PyObject *kw_on_delivery; /* ("on_delivery",) */
+
+/* goka/_window_update.c: WindowUpdater, the hot path of a windowed group */
+int window_update_ready(void);
+int window_update_add(PyObject *module);
 
 /* ---------------------------------------------------------------------------------------------
  * Counters
@@ -702,8 +707,8 @@ static PyMethodDef speedups_functions[] = {
 static struct PyModuleDef speedups_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "goka._speedups",
-    .m_doc = "C fast paths of goka.emitter and goka.keys (optional; the pure-Python code is "
-              "the reference).",
+    .m_doc = "C fast paths of goka.emitter, goka.keys and goka.time.window_update (optional; "
+              "the pure-Python code is the reference).",
     .m_size = -1,
     .m_methods = speedups_functions,
 };
@@ -722,7 +727,7 @@ PyInit__speedups(void)
         return NULL;
     }
     if (PyType_Ready(&CountersType) < 0 || PyType_Ready(&DeliveryStateType) < 0 ||
-        PyType_Ready(&SenderType) < 0) {
+        PyType_Ready(&SenderType) < 0 || window_update_ready() < 0) {
         return NULL;
     }
     PyObject *module = PyModule_Create(&speedups_module);
@@ -731,7 +736,8 @@ PyInit__speedups(void)
     }
     if (PyModule_AddObjectRef(module, "Counters", (PyObject *)&CountersType) < 0 ||
         PyModule_AddObjectRef(module, "DeliveryState", (PyObject *)&DeliveryStateType) < 0 ||
-        PyModule_AddObjectRef(module, "Sender", (PyObject *)&SenderType) < 0) {
+        PyModule_AddObjectRef(module, "Sender", (PyObject *)&SenderType) < 0 ||
+        window_update_add(module) < 0) {
         Py_DECREF(module);
         return NULL;
     }

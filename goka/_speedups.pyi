@@ -48,3 +48,31 @@ class Sender:
 
 def calibrate(probe: Any, partition: int, offset: int, latency_us: int, /) -> bool: ...
 def text_lossless(data: bytes | bytearray | memoryview, /) -> str: ...
+
+class WindowUpdater:
+    def __init__(
+        self,
+        *,
+        suffix: Callable[[int, int], str],
+        grace: int,
+        by_close: dict[int, dict[str, bytes | None]],
+        changes: dict[str, bytes | None],
+        journal: list[tuple[dict[str, Any], str, Any]] | None,
+        decode: Callable[[bytes], Any],
+        encode: Callable[[Any], bytes],
+        int64: bool,
+        general: Callable[[str, int, Callable[[Any], Any], Any], None],
+        effects: list[Any],
+        kind: int,
+        topic: str,
+        sources: dict[str, Any] | None,
+        absent: object,
+    ) -> None: ...
+    def update(
+        self,
+        key: str,
+        windows: Sequence[tuple[int, int]],
+        change: Callable[[Any], Any],
+        source: Any,
+        /,
+    ) -> None: ...
