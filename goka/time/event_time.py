@@ -4,6 +4,7 @@ input edge's extractor finds in its value (:data:`goka.group.edges.EventTime`)."
 from __future__ import annotations
 
 import datetime as dt
+import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -27,10 +28,12 @@ class EventTimes:
         }  # fmt: skip
         self.custom = bool(self._extract)
         self._future, self._clock = graph.max_future, clock
-        #: The wall clock plus ``max_future`` when last read: an event time up to it is not
-        #: too far ahead (the clock only goes forward), so the clock is read only for a later
-        #: one (a hot path: a call per record).
-        self._horizon = -1
+        #: The wall clock plus ``max_future`` when last read (no ``max_future``: the largest
+        #: int): an event time up to it is not too far ahead (the clock only goes forward), so
+        #: the clock is read only for a later one. A hot path: the engine takes a record's
+        #: timestamp as its event time without calling :meth:`of` when no input extracts
+        #: one and the timestamp is an int from 0 to this.
+        self.horizon = -1 if self._future is not None else sys.maxsize
 
     def of(self, message: Message, value: Any) -> int:
         """The event time of ``message`` (decoded: ``value``), in ms.
@@ -53,9 +56,9 @@ class EventTimes:
             at = _ms(found, value)
         if at < 0:
             raise EventTimeError(f"event time {at} ms is before 1970 (value {value!r})")
-        if self._future is not None and at > self._horizon:
-            self._horizon = self._clock() + self._future
-            if at <= self._horizon:
+        if self._future is not None and at > self.horizon:
+            self.horizon = self._clock() + self._future
+            if at <= self.horizon:
                 return at
             raise EventTimeError(
                 f"event time {iso_ms(at)} is more than {self._future} ms ahead of the wall "

@@ -68,6 +68,8 @@ class Windows:
     """The open windows of the current record in window table ``name`` (see the module
     docstring); iterate them, or use :meth:`update`, :meth:`value`, :meth:`set_value`."""
 
+    __slots__ = ("_ctx", "_name", "_time", "_windows")
+
     def __init__(self, ctx: RecordContext, time: WindowTimes, name: str) -> None:
         self._ctx, self._time, self._name = ctx, time, name
         at = ctx.event_time_ms

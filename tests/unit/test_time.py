@@ -293,6 +293,29 @@ def test_the_future_bound_moves_with_the_wall_clock_and_is_checked_after_it_was_
         tester.consume("events", "k", {"at": NOW + 13 * MINUTE})
 
 
+def test_record_timestamps_meet_the_future_bound_and_1970_as_extracted_times_do() -> None:
+    """Without an extractor the engine takes a record's timestamp as its event time without
+    a call (goka.group.firing): a timestamp past the bound, or before 1970, still fails, and
+    the bound moves with the wall clock."""
+    seen: list[int] = []
+    graph = define_group(
+        "stamps", input("events", StringCodec(), lambda ctx, m: seen.append(ctx.event_time_ms)),
+        window("w", Tumbling(minutes=1), Int64Codec()), persist(Int64Codec()),
+        max_future=dt.timedelta(minutes=10),
+    )  # fmt: skip
+    tester = Tester(graph, now=NOW)
+    for ahead in (0, 5, 10):  # within the bound (its edge included)
+        tester.consume("events", "k", "x", timestamp=NOW + ahead * MINUTE)
+    for beyond in (10 * MINUTE + 1, 11 * MINUTE):
+        with pytest.raises(ProcessingError, match="ahead of the wall clock"):
+            tester.consume("events", "k", "x", timestamp=NOW + beyond)
+    tester.advance_time(2 * MINUTE)
+    tester.consume("events", "k", "x", timestamp=NOW + 11 * MINUTE)
+    with pytest.raises(ProcessingError, match="before 1970"):
+        tester.consume("events", "k", "x", timestamp=-5)
+    assert seen == [NOW + m * MINUTE for m in (0, 5, 10, 11)]
+
+
 def test_event_time_from_the_value_drives_windows() -> None:
     def count(ctx: Context[int], event: dict[str, Any]) -> None:
         ctx.window("minute").update(lambda n: (n or 0) + 1)
