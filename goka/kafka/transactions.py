@@ -105,6 +105,10 @@ class Transactions:
         #: this producer, among the writers of its transactional id (see ``Clients``)
         self.token = uuid.uuid4().hex
         started = time.monotonic()
+        # a broker connection first: librdkafka asks for the producer ID at once, finds no
+        # broker up yet and asks again only 500 ms later (half the starts took 0.51 s; after
+        # a metadata request every one 0.06-0.08 s, measured on Apache Kafka 4.4)
+        self._call("list_topics", self._client.list_topics, None, timeout)
         self._call("init_transactions", self._client.init_transactions, timeout)
         log.debug("%s: transactional producer started in %.3f s", self.id,
                  time.monotonic() - started)  # fmt: skip
