@@ -1,6 +1,6 @@
 """Loads the optional C fast paths, goka._speedups (built from goka/_speedups.c and
-goka/_window_update.c when a C compiler is available). The pure-Python code is the reference; ``GOKA_NO_SPEEDUPS=1`` uses it
-even where the C module is installed."""
+goka/_window_update.c when a C compiler is available). The pure-Python code is the reference;
+``GOKA_NO_SPEEDUPS=1`` uses it even where the C module is installed."""
 
 from __future__ import annotations
 
