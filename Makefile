@@ -104,6 +104,7 @@ bench: $(STAMP) $(CDS) $(QUIX) $(BUILDAH)
 	$(PY) -m bench.windows
 	$(PY) -m bench.windows_floor
 	$(PY) -m bench.guarantees
+	$(PY) -m bench.producer_start
 	$(PY) -m bench.peers
 	$(PY) -m bench.idle
 	$(PY) -m bench.image
