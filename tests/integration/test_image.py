@@ -28,7 +28,11 @@ from tools.image import build
 from ..helpers import free_port, http_status, wait_for
 from .rewinds import without
 
-pytestmark = [pytest.mark.slow, pytest.mark.kafka, pytest.mark.spark, pytest.mark.postgres]
+#: (the first test builds both images: on a machine whose build cache is cold, the base image
+#: (debootstrap), Java and every package, several minutes beside the rest of the suite; with the
+#: cache, about a minute)
+pytestmark = [pytest.mark.slow, pytest.mark.kafka, pytest.mark.spark, pytest.mark.postgres,
+              pytest.mark.timeout(900)]  # fmt: skip
 UID = 10001  # the image's user (Dockerfile: useradd --uid)
 TABLE = f"{GROUP}-table"
 GRACE = {"processor": 60.0, "view": 30.0, "sink": 60.0}  # seconds from SIGTERM to exit
