@@ -32,10 +32,10 @@ __all__ = ["Updater", "updater"]
 Updater = Callable[[str, Iterable[tuple[int, int]], Callable[[Any], Any], Any], None]
 
 
-def updater(time: WindowTables, name: str, *, native: bool = True) -> Updater:
+def updater(time: WindowTables, name: str) -> Updater:
     """The updater of window table ``name`` (of fixed windows, kept in memory) for the call
     ``time`` began (its overlays, journal and effects are the call's): ``goka._speedups``'
-    ``WindowUpdater`` where it is built (and ``native``), else the Python reference below."""
+    ``WindowUpdater`` where it is built, else the Python reference below."""
     by_close, grace = time._written[name].by_close, time._graces[name]
     changes, journal = time.window_rows[name].changes, time.journal
     codec = time.edge(name).codec
@@ -50,7 +50,7 @@ def updater(time: WindowTables, name: str, *, native: bool = True) -> Updater:
         value = change(None if found is None else decode(found))
         write(name, row, encode(value), source, end, found is not None)
 
-    if native and speedups is not None:
+    if speedups is not None:
         return speedups.WindowUpdater(  # type: ignore[no-any-return]
             suffix=_suffix, grace=grace, by_close=by_close, changes=changes, journal=journal,
             decode=decode, encode=encode, int64=type(codec) is Int64Codec, general=general,
