@@ -9,6 +9,13 @@ outputs is acknowledged, commits in order (the loop looks at each turn). Until t
 read from memory: state changes, and a timed group's time rows (timers, windows and their
 indexes: :class:`~goka.time.pending_rows.PendingRows` keeps a generation per commit). A commit
 waits for its outputs when :data:`MAX_SEALED` commits wait already, and at an epoch's end.
+
+A group without time rows or final results holds its acknowledged commits back from the store
+for ``write_interval`` and writes them together, each changed key once (a LevelDB write costs
+about a microsecond a key; a busy key changes many times a second): at once when a commit
+finds nothing new, :data:`UNWRITTEN_KEYS` keys wait, or the epoch ends. A crash loses only
+what is re-read: under at-least-once the records since the store's offsets are processed
+again; under exactly-once the store catches up from the committed changelog.
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from goka.group.effects import Message
 from goka.group.engine import Engine
@@ -30,7 +37,15 @@ from goka.processing.summary import PartitionSummary, store_bytes
 from goka.processing.timeline import no_lap
 from goka.time.pending_rows import let_go
 
-__all__ = ["LEAD_COMMITS", "MAX_SEALED", "CommitLead", "Epoch", "Sealed", "commit_all"]
+__all__ = [
+    "LEAD_COMMITS",
+    "MAX_SEALED",
+    "UNWRITTEN_KEYS",
+    "CommitLead",
+    "Epoch",
+    "Sealed",
+    "commit_all",
+]
 
 
 class Epoch:
@@ -64,6 +79,13 @@ class Epoch:
         )  # fmt: skip
         self.output = stores.output()
         self.committed = self.reached = dict(positions)  # written; sealed
+        # commits acknowledged, written together every write_interval (a group whose time
+        # rows or final results go with each commit writes each)
+        self.interval = self.config.write_interval
+        self.held_back = (self.interval > 0 and self.sections is None
+                          and stores.finals is None)  # fmt: skip
+        self.unwritten: Sealed | None = None
+        self.written_at = time.monotonic()
         if self.graph.timed:  # what a commit inside a backlog left is due now
             self._process([], after=record_before({t: positions[t] for t in self.inputs}))
 
@@ -138,14 +160,17 @@ class Epoch:
     def commit(self, lap: Callable[[str], None] = no_lap, *, wait: bool = False) -> None:
         """Seal what was processed since the last commit: its state changes are written with
         its offsets once its outputs are acknowledged (:meth:`settle`), the loop processing on
-        meanwhile (``wait``: now; and when :data:`MAX_SEALED` wait). Under exactly-once the
-        commit is a transaction, committed now (its outputs waited for). ``lap``: each step
-        done, for the loop's timeline."""
-        if self.seal() and self.stores.exactly is not None:
+        meanwhile (``wait``: now, with every commit held back; and when :data:`MAX_SEALED`
+        wait). Under exactly-once the commit is a transaction, committed now (its outputs
+        waited for). ``lap``: each step done, for the loop's timeline."""
+        new = self.seal()
+        acknowledged = wait
+        if new and self.stores.exactly is not None:
             self.transact()
-            wait = True
-        if self.sealed:
-            self.settle(lap, wait=wait or len(self.sealed) > MAX_SEALED)
+            acknowledged = True
+        if self.sealed or self.unwritten is not None:
+            self.settle(lap, wait=acknowledged or len(self.sealed) > MAX_SEALED,
+                        write=wait or not new)  # fmt: skip
 
     def seal(self) -> bool:
         """The first step of :meth:`commit`: seal what was processed since the last one, and
@@ -174,35 +199,65 @@ class Epoch:
         self.output.wait()
         exactly.commit(self.sealed[-1].inputs)
 
-    def settle(self, lap: Callable[[str], None] = no_lap, *, wait: bool = False) -> None:
+    def settle(self, lap: Callable[[str], None] = no_lap, *, wait: bool = False,
+               write: bool = False) -> None:  # fmt: skip
         """Write the sealed commits whose outputs are all acknowledged, in order (``wait``:
-        all of them, waiting for their outputs)."""
+        all of them, waiting for their outputs). Where the group writes its state every
+        ``write_interval`` (:attr:`held_back`), they are held back and written together when
+        the interval has passed, :data:`UNWRITTEN_KEYS` keys wait, or ``write``."""
         self.output.wait() if wait else self.output.poll()
         lap("flush")
-        pending = self.pending
         while self.sealed:
             head = self.sealed[0]
             ends = self.output.settle(head.generation, waited=wait)
             if ends is None:
-                return
+                break
             if self.stores.finals is not None:  # final results delivered after an earlier
                 # commit wrote their changelog rows (watermarks, expiries) into the store, after
                 # this commit's rows in the changelog: the store is past this commit's ends
                 stored = self.stores.store.offsets()
                 ends = {t: max(o, stored.get((t, self.partition), o)) for t, o in ends.items()}
-            self.stores.write(head.changes, head.inputs, ends, self.summary,
-                              sections=head.sections, lap=lap, defer=True)  # fmt: skip
             self.sealed.popleft()
-            let_go(pending, head.changes, [self.changes, *(s.changes for s in self.sealed)])
-            if self.sections is not None and head.sections is not None:
-                self.sections.written(head.sections, [s.sections or {} for s in self.sealed])
-                self.engine.committed()  # (the time state reads what is due afresh)
-            self.committed = head.reached
-            if self.stores.board is not None:  # what the monitor counts before the epoch ends
-                self.stores.board.progress(self.partition, head.processed,
-                                           bridge=self.stores.bridging)  # fmt: skip
-            self.stores.snapshot(self.summary)  # if due: a long epoch too
-            lap("snapshot")
+            if self.held_back:
+                self._hold(head, ends)
+            else:
+                self._write(head, ends, lap)
+        held = self.unwritten
+        if held is not None and (
+            write
+            or len(held.changes) >= UNWRITTEN_KEYS
+            or time.monotonic() - self.written_at >= self.interval
+        ):
+            self.unwritten = None
+            self._write(held, held.ends, lap)
+
+    def _hold(self, head: Sealed, ends: dict[str, int]) -> None:
+        """Add ``head`` (acknowledged, with its changelogs' ``ends``) to what is unwritten."""
+        held = self.unwritten
+        if held is None:
+            head.ends = ends
+            self.unwritten = head
+            return
+        held.changes.update(head.changes)
+        held.ends.update(ends)
+        held.inputs, held.reached, held.processed = head.inputs, head.reached, head.processed
+
+    def _write(self, head: Sealed, ends: Mapping[str, int], lap: Callable[[str], None]) -> None:
+        """Write ``head``'s changes with its offsets and the changelogs' ``ends`` (its outputs
+        acknowledged): what is read from memory until then is let go."""
+        self.stores.write(head.changes, head.inputs, ends, self.summary,
+                          sections=head.sections, lap=lap, defer=True)  # fmt: skip
+        self.written_at = time.monotonic()
+        let_go(self.pending, head.changes, [self.changes, *(s.changes for s in self.sealed)])
+        if self.sections is not None and head.sections is not None:
+            self.sections.written(head.sections, [s.sections or {} for s in self.sealed])
+            self.engine.committed()  # (the time state reads what is due afresh)
+        self.committed = head.reached
+        if self.stores.board is not None:  # what the monitor counts before the epoch ends
+            self.stores.board.progress(self.partition, head.processed,
+                                       bridge=self.stores.bridging)  # fmt: skip
+        self.stores.snapshot(self.summary)  # if due: a long epoch too
+        lap("snapshot")
 
     def deliver(self, lap: Callable[[str], None] = no_lap, *, wait: bool = False) -> None:
         """Go on producing the final results a commit made due (:data:`FINALS_PER_TURN` of
@@ -220,6 +275,9 @@ class Epoch:
 
 #: How many commits may wait for their outputs before the next one waits for them all.
 MAX_SEALED = 4
+
+#: How many changed keys held back from the store (``write_interval``) are written at once.
+UNWRITTEN_KEYS = 100_000
 
 
 def commit_all(epochs: Sequence[Epoch], lap: Callable[[str], None] = no_lap,
@@ -292,3 +350,4 @@ class Sealed:
     reached: dict[str, int]
     sections: dict[str, dict[str, bytes | None]] | None
     processed: int = 0
+    ends: dict[str, int] = field(default_factory=dict)  # once acknowledged (held back)

@@ -106,10 +106,21 @@ class ProcessorSettings:
     commit_interval: float = _setting(
         0.1,
         """Seconds between a task's commits in continuous
-        mode (a crash repeats at most this much of the outputs; 0: after every poll). Under
+        mode (0: after every poll; a crash under at-least-once repeats the outputs since the
+        last write of the state: ``write_interval``). Under
         exactly-once, where a record is visible once its commit is, a commit begins early by
         the longest of the last 20 commits' waits (at most half of this): a record is visible
         about this long after it was processed.""",
+        flag=float,
+    )
+    write_interval: float = _setting(
+        1.0,
+        """Seconds between the writes of a partition's state to its store in continuous
+        mode: the commits in between (their outputs acknowledged) are written together, each
+        changed key once with its last value (0: each commit once acknowledged, as a group
+        with windows or timers always does). A crash under at-least-once produces again at
+        most this much of the outputs; under exactly-once the store catches up from the
+        committed changelog.""",
         flag=float,
     )
     epoch_tasks: int | None = _setting(
@@ -251,6 +262,8 @@ def _check(s: ProcessorSettings) -> None:
             raise ConfigurationError(f"{name} must be > 0, got {getattr(s, name)}")
     if s.tick_interval is not None and s.tick_interval <= 0:
         raise ConfigurationError(f"tick_interval must be > 0, got {s.tick_interval}")
+    if s.write_interval < 0:
+        raise ConfigurationError(f"write_interval must be >= 0, got {s.write_interval}")
     if not 0 <= s.commit_interval < s.epoch:
         raise ConfigurationError(f"need 0 <= commit_interval < epoch, got commit_interval="
                                  f"{s.commit_interval}, epoch={s.epoch}")  # fmt: skip

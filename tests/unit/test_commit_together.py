@@ -55,7 +55,7 @@ class Meeting(FakeTransactions):
 
 def _machine(kafka: FakeKafka, root: Path, fenced: int | None = None) -> Machine:
     barrier = threading.Barrier(2)
-    machine = exactly_once(Machine(kafka, root, commit_interval=0))
+    machine = exactly_once(Machine(kafka, root, commit_interval=0, write_interval=0))
     return built_with(machine, storage=leveldb_store,  # (kept on disk: a failed task reopens it)
                       transactions=lambda *args: Meeting(barrier, fenced, kafka, *args))  # fmt: skip
 

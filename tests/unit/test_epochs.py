@@ -44,7 +44,7 @@ def test_an_epoch_processes_records_as_they_arrive_and_commits_each_interval(
     sent: Counter[str] = Counter()
     script = Script(kafka, *[lambda i=i: sent.update(click(kafka, 10, start=10 * i))
                              for i in range(3)])  # fmt: skip
-    machine = Machine(kafka, tmp_path, commit_interval=0)
+    machine = Machine(kafka, tmp_path, commit_interval=0, write_interval=0)
     summary = epoch(machine, {IN: 0}, script.done)
     assert (summary.processed, summary.table_updates, summary.commits) == (30, 30, 3)
     assert machine.state(0) == dict(sent) == table_of(kafka)
@@ -75,7 +75,7 @@ def test_a_commit_does_not_stop_the_loop_its_state_is_written_once_its_outputs_a
     kafka.unacknowledged = True  # the broker does not answer the first two commits' outputs
     script = Script(kafka, lambda: sent.update(click(kafka, 5)),
                     lambda: sent.update(click(kafka, 5, start=5)), acknowledged)  # fmt: skip
-    machine = Machine(kafka, tmp_path, commit_interval=0)
+    machine = Machine(kafka, tmp_path, commit_interval=0, write_interval=0)
     summary = epoch(machine, {IN: 0}, script.done)
     writes = [e for e in kafka.events if e.startswith("write clicks")]
     assert writes == [f"write clicks {n}" for n in (0, 5, 10, 15)]  # each commit, in order
@@ -115,7 +115,7 @@ def test_a_value_set_again_while_commits_wait_is_read_after_an_older_commit_is_w
     kafka.unacknowledged = True
     script = Script(kafka, command("set"), command("delete"), first_two_acknowledged,
                     command("get"), acknowledged)  # fmt: skip
-    machine = Machine(kafka, tmp_path, TOGGLE, commit_interval=0)
+    machine = Machine(kafka, tmp_path, TOGGLE, commit_interval=0, write_interval=0)
     epoch(machine, {IN: 0}, script.done)
     assert [r[3] for r in kafka.rows("seen", 0)] == [b"a"]
     assert [e for e in kafka.events if e.startswith("write clicks")] == [
@@ -170,7 +170,7 @@ def test_an_epoch_whose_delivery_fails_keeps_its_earlier_commits_and_the_next_is
         sent.update(click(kafka, 10, start=10))
 
     script = Script(kafka, lambda: sent.update(click(kafka, 10)), refused)
-    machine = Machine(kafka, tmp_path, commit_interval=0)
+    machine = Machine(kafka, tmp_path, commit_interval=0, write_interval=0)
     with pytest.raises(DeliveryError, match=r"partition 0: 0 messages unacknowledged .*10 failed"):
         epoch(machine, {IN: 0}, script.done)
     assert "write clicks 10" in kafka.events and "write clicks 20" not in kafka.events
