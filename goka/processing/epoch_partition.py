@@ -11,9 +11,10 @@ indexes: :class:`~goka.time.pending_rows.PendingRows` keeps a generation per com
 waits for its outputs when :data:`MAX_SEALED` commits wait already, and at an epoch's end.
 
 A group without time rows or final results holds its acknowledged commits back from the store
-for ``write_interval`` and writes them together, each changed key once (a LevelDB write costs
-about a microsecond a key; a busy key changes many times a second): at once when a commit
-finds nothing new, :data:`UNWRITTEN_KEYS` keys wait, or the epoch ends. A crash loses only
+for ``write_interval`` (not in a bridge between epochs) and writes them together, each changed
+key once (a LevelDB write costs about a microsecond a key; a busy key changes many times a
+second): at once when a commit finds nothing new, :data:`UNWRITTEN_KEYS` keys wait, or the
+epoch ends. A crash loses only
 what is re-read: under at-least-once the records since the store's offsets are processed
 again; under exactly-once the store catches up from the committed changelog.
 """
@@ -80,10 +81,12 @@ class Epoch:
         self.output = stores.output()
         self.committed = self.reached = dict(positions)  # written; sealed
         # commits acknowledged, written together every write_interval (a group whose time
-        # rows or final results go with each commit writes each)
+        # rows or final results go with each commit writes each, as does a bridge: the next
+        # task's producer fences it under exactly-once, and what it held back would be read
+        # again from the changelog as that task begins)
         self.interval = self.config.write_interval
         self.held_back = (self.interval > 0 and self.sections is None
-                          and stores.finals is None)  # fmt: skip
+                          and stores.finals is None and not stores.bridging)  # fmt: skip
         self.unwritten: Sealed | None = None
         self.written_at = time.monotonic()
         if self.graph.timed:  # what a commit inside a backlog left is due now

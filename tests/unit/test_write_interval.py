@@ -4,6 +4,7 @@ broker: :mod:`tests.unit.fake_kafka`)."""
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
@@ -14,6 +15,7 @@ from goka.errors import ConfigurationError, DeliveryError, FencedError
 from goka.processing import epoch_partition
 from goka.processing.builders import leveldb_store
 from goka.processing.config import TaskConfig
+from goka.processing.epoch import run_epoch
 from goka.storage import WriteBatch
 
 from .fake_kafka import FakeKafka
@@ -172,3 +174,25 @@ def test_under_exactly_once_a_store_behind_its_committed_transactions_catches_up
 def test_a_negative_write_interval_is_refused_at_declaration() -> None:
     with pytest.raises(ConfigurationError, match="write_interval must be >= 0, got -1"):
         TaskConfig(CLICKS, "fake:9092", write_interval=-1)
+
+
+def test_a_bridge_between_epochs_writes_each_commit(kafka: FakeKafka, tmp_path: Path) -> None:
+    machine = Machine(kafka, tmp_path, commit_interval=0, write_interval=HOUR, epoch=HOUR)
+    sent = click(kafka, 4)
+    run_epoch(machine.config, machine.worker, {0: {IN: 0}}, 0.1, bridge=True)
+    clicks = iter(range(4, 24))
+
+    def one_more() -> None:  # a record before every poll of the bridge: each commit has news
+        i = next(clicks, None)
+        if i is not None:
+            sent.update(click(kafka, 1, start=i))
+
+    kafka.on_poll.append(one_more)
+    deadline = time.monotonic() + 10
+    while ("counts", IN, 0) not in kafka.committed or kafka.committed[("counts", IN, 0)][0] < 24:
+        assert time.monotonic() < deadline, "the bridge commits the 20 records within 10 s"
+        time.sleep(0.01)
+    machine.worker.end_bridge()
+    offsets = [int(e.split()[-1]) for e in _written(kafka)]
+    assert len([o for o in offsets if 4 < o < 24]) >= 10  # not held back until the last
+    assert machine.state(0) == dict(sent) == table_of(kafka)
