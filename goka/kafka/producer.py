@@ -18,6 +18,7 @@ from goka.errors import ConfigurationError, DeliveryError
 from goka.kafka.admin import partition_count
 
 __all__ = [
+    "CONNECTED_START",
     "IDEMPOTENT_START",
     "DeliveredMessage",
     "Headers",
@@ -127,6 +128,8 @@ class KafkaProducer:
     def __init__(self, config: Mapping[str, Any]) -> None:
         self.started = time.monotonic()
         self.idempotent = str(config.get("enable.idempotence", "")).lower() == "true"
+        #: when it delivers without waiting for its producer ID (:func:`ready_in`)
+        self.ready_at = self.started + (IDEMPOTENT_START if self.idempotent else 0.0)
         try:
             self._producer = confluent_kafka.Producer(dict(config))
         except (confluent_kafka.KafkaException, ValueError, TypeError) as exc:
@@ -139,6 +142,17 @@ class KafkaProducer:
 
     def partition_count(self, topic: str, timeout: float) -> int:
         return partition_count(self._producer, topic, timeout)
+
+    def connect(self, topic: str) -> None:
+        """Ask ``topic``'s metadata now (for at most :data:`IDEMPOTENT_START`): librdkafka
+        connects to the cluster, and an idempotent producer gets its producer ID at once
+        instead of after its half-second retry (measured: a first delivery 0.06 s after the
+        start, against 0.51 s). No answer in time changes nothing: the retry comes."""
+        try:
+            self._producer.list_topics(topic, IDEMPOTENT_START)
+        except confluent_kafka.KafkaException:
+            return
+        self.ready_at = min(self.ready_at, time.monotonic() + CONNECTED_START)
 
     def __len__(self) -> int:
         return len(self._producer)
@@ -155,12 +169,18 @@ class KafkaProducer:
 IDEMPOTENT_START = 0.5
 
 
+#: How long after a metadata answer (:meth:`KafkaProducer.connect`) an idempotent producer has
+#: its producer ID (measured: first deliveries 0.060-0.067 s after the start, the answer
+#: included).
+CONNECTED_START = 0.06
+
+
 def ready_in(producer: Producer) -> float:
     """Seconds until ``producer`` delivers without waiting for its producer ID (0: it does
     now, or it is not an idempotent :class:`KafkaProducer`)."""
-    if not isinstance(producer, KafkaProducer) or not producer.idempotent:
+    if not isinstance(producer, KafkaProducer):
         return 0.0
-    return max(0.0, producer.started + IDEMPOTENT_START - time.monotonic())
+    return max(0.0, producer.ready_at - time.monotonic())
 
 
 def delivery_error(topic: str, key: bytes | None, error: KafkaErrorLike) -> DeliveryError:

@@ -9,7 +9,7 @@ from collections.abc import Callable, Hashable
 from typing import Any
 
 from goka.kafka.config import producer_config
-from goka.kafka.producer import Producer, ready_in
+from goka.kafka.producer import KafkaProducer, Producer, ready_in
 from goka.kafka.reader import RecordReader
 from goka.kafka.transactions import Transactions
 from goka.processing.config import TaskConfig
@@ -47,12 +47,17 @@ class Clients:
 
     def producer(self) -> Producer:
         """The producer of table updates, emits, loopbacks and dead letters."""
-        builder = self.config.builders.producer
+        builder, table = self.config.builders.producer, self.config.graph.table
         key, settings = self._producer_settings()
+
+        def build() -> Producer:
+            producer = builder(settings)
+            if isinstance(producer, KafkaProducer) and producer.idempotent:
+                producer.connect(table)  # its producer ID at once, not half a second later
+            return producer
+
         return self.worker.client(
-            key,
-            lambda: builder(settings),
-            lambda producer: producer.flush(self.config.flush_timeout),
+            key, build, lambda producer: producer.flush(self.config.flush_timeout)
         )
 
     def _transactions_key(self, partition: int) -> tuple[Hashable, dict[str, Any]]:

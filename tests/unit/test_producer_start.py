@@ -35,8 +35,19 @@ def test_a_task_waits_for_its_new_producer_unless_it_is_stopped(tmp_path: Path) 
     producer = KafkaProducer(producer_config("127.0.0.1:9"))
     builders = dataclasses.replace(machine.config.builders, producer=lambda settings: producer)
     real = Clients(dataclasses.replace(machine.config, builders=builders), machine.worker)
+    assert real.producer() is producer  # (built: its metadata request found no broker)
+    producer.ready_at = time.monotonic() + 0.3  # its producer ID 0.3 s away
     real.warm_up(lambda: True)  # stopped: no wait
     assert ready_in(producer) > 0
+    waited = time.monotonic()
     real.warm_up(lambda: False)
     assert ready_in(producer) == 0.0
-    assert time.monotonic() - producer.started >= IDEMPOTENT_START
+    assert time.monotonic() - waited >= 0.2
+
+
+def test_a_metadata_request_that_finds_no_broker_leaves_the_start_as_it_was() -> None:
+    producer = KafkaProducer(producer_config("127.0.0.1:9"))
+    asked = time.monotonic()
+    producer.connect("t")
+    assert time.monotonic() - asked < IDEMPOTENT_START + 0.5  # bounded: no hang
+    assert producer.ready_at == producer.started + IDEMPOTENT_START
