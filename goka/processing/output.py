@@ -22,7 +22,7 @@ from typing import Any
 
 from goka.errors import DeliveryError, TopicRewoundError
 from goka.group.effects import EMIT, FINAL, LOOP, TABLE, TIMER, WINDOW, BatchResult
-from goka.kafka.producer import ProduceError, Producer
+from goka.kafka.producer import KafkaProducer, ProduceError, Producer, positional_produce
 from goka.keys import key_bytes
 from goka.processing.config import TaskConfig
 from goka.processing.recovery import SRC_OFFSET, SRC_PARTITION, SRC_TOPIC
@@ -92,6 +92,8 @@ class Output:
         ``coalesce``: hold each changelog's rows until :meth:`seal`, one per key (see the
         module docstring), at most ``held_rows``."""
         self.producer, self.partition, self.config = producer, partition, config
+        #: confluent-kafka's produce() takes a changelog row by position (shorter)
+        self.positional = isinstance(producer, KafkaProducer) and positional_produce()
         self.on_failure = on_failure
         self.held: dict[tuple[str, Any], Held] | None = {} if coalesce else None
         self.held_rows = held_rows
@@ -123,7 +125,8 @@ class Output:
         if self.held is None:
             generation.outstanding += len(result.effects)
             counts = _send_effects(self.producer, result, self.partition, generation.on_delivery,
-                                   generation.on_last_update, self.emitted)  # fmt: skip
+                                   generation.on_last_update, self.emitted,
+                                   positional=self.positional)  # fmt: skip
         else:
             counts = _hold_effects(self.producer, result, self.partition, generation,
                                    self.held, self.emitted)  # fmt: skip
@@ -165,7 +168,8 @@ class Output:
         for row in held:  # (the last row of each changelog ends it)
             last[row[0]] = row
         generation.outstanding += len(held)
-        produce, partition = self.producer.produce, self.partition
+        produce: Any = self.producer.produce  # (by position: see positional_produce)
+        partition = self.partition
         on_delivery, on_last_update = generation.on_delivery, generation.on_last_update
         topics = dict[str, tuple[str, bytes]]()
         for row, (data, made_by, more) in held.items():
@@ -177,8 +181,11 @@ class Output:
             timestamp = made_by[4]
             callback = on_last_update if last[topic] is row else on_delivery
             try:
-                produce(topic, data, key, partition=partition, on_delivery=callback,
-                        headers=headers, timestamp=timestamp)  # fmt: skip
+                if self.positional:  # (topic, value, key, partition, callback, on_delivery,
+                    produce(topic, data, key, partition, callback, None, timestamp, headers)
+                else:  # timestamp, headers: positional_produce)
+                    produce(topic, data, key, partition=partition, on_delivery=callback,
+                            headers=headers, timestamp=timestamp)  # fmt: skip
             except (BufferError, UnicodeEncodeError, ProduceError):
                 _send(self.producer, topic, data, key, callback, headers, timestamp, partition)
         held.clear()
@@ -252,15 +259,19 @@ def _send_effects(
     on_delivery: Callable[[Any, Any], None],
     on_last_update: Callable[[Any, Any], None],
     emitted: dict[str, int],
+    *,
+    positional: bool = False,
 ) -> tuple[int, int, int]:
     """Produce the effects in order; return the counts of table updates, emits (final
-    results included), loopbacks, and add the emits per topic to ``emitted``."""
+    results included), loopbacks, and add the emits per topic to ``emitted`` (``positional``:
+    the producer is confluent-kafka's, which takes a changelog row by position:
+    :func:`~goka.kafka.producer.positional_produce`)."""
     counts = dict.fromkeys((TABLE, EMIT, LOOP, TIMER, WINDOW, FINAL), 0)
     last = {e[1]: i for i, e in enumerate(result.effects) if e[0] in CHANGELOG_KINDS}
     topics: dict[str, tuple[str, bytes]] = {}
     source: Any = None  # the provenance of the last source, for the rows it made:
     provenance: list[tuple[str, str | bytes | None]] = []
-    produce = producer.produce
+    produce: Any = producer.produce  # (by position: see positional_produce)
     for index, (kind, topic, key, data, headers, made_by) in enumerate(result.effects):
         counts[kind] += 1
         if kind in CHANGELOG_KINDS:
@@ -275,8 +286,11 @@ def _send_effects(
                 source = None
             callback = on_last_update if last[topic] == index else on_delivery
             try:  # (_send inlined: a call per changelog row; what it handles, it handles)
-                produce(topic, data, key, partition=partition, on_delivery=callback,
-                        headers=provenance, timestamp=made_by[4])  # fmt: skip
+                if positional:
+                    produce(topic, data, key, partition, callback, None, made_by[4], provenance)
+                else:
+                    produce(topic, data, key, partition=partition, on_delivery=callback,
+                            headers=provenance, timestamp=made_by[4])  # fmt: skip
             except (BufferError, UnicodeEncodeError, ProduceError):
                 _send(producer, topic, data, key, callback, provenance, made_by[4], partition)
         else:

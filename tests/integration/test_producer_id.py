@@ -1,7 +1,8 @@
-"""A processor's producer on the development broker gets its producer ID at once: librdkafka's
-idempotent producer asks for it as it starts, finds no broker connection up and asks again
-half a second later, unless a metadata request connected it first
-(:meth:`goka.kafka.producer.KafkaProducer.connect`)."""
+"""A processor's producer on the development broker: it gets its producer ID at once
+(librdkafka's idempotent producer asks for it as it starts, finds no broker connection up and
+asks again half a second later, unless a metadata request connected it first:
+:meth:`goka.kafka.producer.KafkaProducer.connect`), and its changelog rows, produced by
+position (:func:`goka.kafka.producer.positional_produce`), land as they would by keyword."""
 
 from __future__ import annotations
 
@@ -11,13 +12,24 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import Consumer, TopicPartition
 
 from goka import StringCodec, TopicManager, define_group, input, persist
+from goka.group.effects import EMIT, TABLE, BatchResult
 from goka.kafka.config import producer_config
-from goka.kafka.producer import CONNECTED_START, IDEMPOTENT_START, KafkaProducer, ready_in
+from goka.kafka.producer import (
+    CONNECTED_START,
+    IDEMPOTENT_START,
+    KafkaProducer,
+    positional_produce,
+    ready_in,
+)
 from goka.processing.clients import Clients
 from goka.processing.config import TaskConfig
+from goka.processing.output import Output
+from goka.processing.summary import PartitionSummary
 from goka.processing.worker import Worker
+from goka.storage import MemoryStorage
 
 pytestmark = pytest.mark.kafka
 
@@ -58,3 +70,51 @@ def test_a_processors_producer_delivers_at_once_not_after_librdkafkas_retry(
         assert _first_delivery(bare, topic, bare.started) >= IDEMPOTENT_START
     finally:
         worker.close()
+
+
+def _records(brokers: str, topic: str, partitions: int) -> list[Any]:
+    consumer = Consumer({"bootstrap.servers": brokers, "group.id": f"{topic}-reader",
+                         "enable.partition.eof": True})  # fmt: skip
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    found, ended = [], set()
+    try:
+        while len(ended) < partitions:
+            message = consumer.poll(10)
+            assert message is not None, f"{topic} not read to its end within 10 s"
+            if message.error() is not None:
+                ended.add(message.partition())
+            else:
+                found.append(message)
+    finally:
+        consumer.close()
+    return found
+
+
+@pytest.mark.parametrize("by_position", [True, False])
+def test_changelog_rows_produced_by_position_land_as_by_keyword(
+    brokers: str, new_topic: Callable[..., str], tmp_path: Path, by_position: bool
+) -> None:
+    assert positional_produce()  # confluent-kafka as installed takes them so
+    source, out = new_topic(partitions=1), new_topic(partitions=1)
+    graph = define_group(f"{source}-g", input(source, StringCodec(), lambda ctx, m: None),
+                         persist(StringCodec()))  # fmt: skip
+    TopicManager(brokers).ensure_table_exists(graph.table, 2)
+    producer = KafkaProducer(producer_config(brokers))
+    config = TaskConfig(graph, brokers, state_dir=str(tmp_path))
+    output = Output(producer, 1, config, MemoryStorage(graph.table))
+    output.positional = by_position
+    made = [(source, 7, b"a", b"x", 1_700_000_000_123, None),
+            (source, 8, b"b", b"y", 1_700_000_000_456, None)]  # fmt: skip
+    effects = [(TABLE, graph.table, "a", b"1", None, made[0]),
+               (TABLE, graph.table, "b", b"2", [("goka-more", b"m")], made[1]),
+               (EMIT, out, "b", b"e", None, made[1])]  # fmt: skip
+    output.send(BatchResult(effects=effects, processed=2, consumed=2), PartitionSummary(1))
+    assert output.flush() == {graph.table: 2}  # both acknowledged, the last one's end
+    rows = _records(brokers, graph.table, 2)
+    assert [(r.partition(), r.key(), r.value(), r.timestamp()[1]) for r in rows] == [
+        (1, b"a", b"1", 1_700_000_000_123), (1, b"b", b"2", 1_700_000_000_456)]  # fmt: skip
+    assert [r.headers() for r in rows] == [
+        [("goka-src-topic", source.encode()), ("goka-src-offset", b"7")],
+        [("goka-src-topic", source.encode()), ("goka-src-offset", b"8"), ("goka-more", b"m")],
+    ]
+    assert [(r.key(), r.value()) for r in _records(brokers, out, 1)] == [(b"b", b"e")]

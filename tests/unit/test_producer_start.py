@@ -1,6 +1,7 @@
 """A new idempotent producer delivers only once it has its producer ID (librdkafka asks for it
 half a second after the producer starts): a task waits for that before taking stores over from
-a bridge elsewhere, which processes on meanwhile."""
+a bridge elsewhere, which processes on meanwhile. And changelog rows are produced by position
+only where confluent-kafka takes them so."""
 
 from __future__ import annotations
 
@@ -8,8 +9,11 @@ import dataclasses
 import time
 from pathlib import Path
 
+import pytest
+
+import goka.kafka.producer as producer_module
 from goka.kafka.config import producer_config
-from goka.kafka.producer import IDEMPOTENT_START, KafkaProducer, ready_in
+from goka.kafka.producer import IDEMPOTENT_START, KafkaProducer, positional_produce, ready_in
 from goka.processing.clients import Clients
 
 from .fake_kafka import FakeKafka, RecordingProducer
@@ -51,3 +55,31 @@ def test_a_metadata_request_that_finds_no_broker_leaves_the_start_as_it_was() ->
     producer.connect("t")
     assert time.monotonic() - asked < IDEMPOTENT_START + 0.5  # bounded: no hang
     assert producer.ready_at == producer.started + IDEMPOTENT_START
+
+
+class _DocumentedOrder:
+    """A producer whose produce() takes the order confluent-kafka documents (no ``callback``
+    before ``on_delivery``), as a later version might."""
+
+    def __init__(self, config: dict[str, object]) -> None:
+        pass
+
+    def produce(self, topic: str, value: bytes | None = None, key: bytes | None = None,
+                partition: int = -1, on_delivery: object = None, timestamp: int = 0,
+                headers: object = None) -> None:  # fmt: skip
+        raise AssertionError("not called with 8 positional arguments")
+
+
+def test_changelog_rows_go_by_position_only_where_the_producer_takes_them_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    positional_produce.cache_clear()
+    try:
+        assert positional_produce()  # confluent-kafka as installed
+        positional_produce.cache_clear()
+        monkeypatch.setattr(producer_module.confluent_kafka, "Producer", _DocumentedOrder)
+        assert not positional_produce()  # another order: by keyword
+    finally:
+        monkeypatch.undo()
+        positional_produce.cache_clear()
+    assert positional_produce()
