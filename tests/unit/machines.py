@@ -137,6 +137,17 @@ def click(kafka: FakeKafka, n: int, *, users: int = 5, start: int = 0) -> Counte
     return sent
 
 
+def refused_after(kafka: FakeKafka, sent: Counter[str]) -> Script:
+    """A script of two polls: 10 clicks, then 10 more whose table updates the broker refuses
+    (counted in ``sent``)."""
+
+    def refused() -> None:
+        kafka.fail_deliveries_to.add(CLICKS.table)
+        sent.update(click(kafka, 10, start=10))
+
+    return Script(kafka, lambda: sent.update(click(kafka, 10)), refused)
+
+
 def table_of(kafka: FakeKafka, partition: int = 0) -> dict[str, int]:
     """The group table's content, read as a view would (last value wins, tombstones delete)."""
     found: dict[str, int] = {}

@@ -35,7 +35,19 @@ from goka.processing.worker import Worker
 
 from ..helpers import TrackedStores
 from .fake_kafka import FakeKafka
-from .machines import CLICKS, ENRICH, HOUR, IN, Machine, Script, click, devices, epoch, table_of
+from .machines import (
+    CLICKS,
+    ENRICH,
+    HOUR,
+    IN,
+    Machine,
+    Script,
+    click,
+    devices,
+    epoch,
+    refused_after,
+    table_of,
+)
 
 
 def test_an_epoch_processes_records_as_they_arrive_and_commits_each_interval(
@@ -164,12 +176,7 @@ def test_an_epoch_whose_delivery_fails_keeps_its_earlier_commits_and_the_next_is
     kafka: FakeKafka, tmp_path: Path
 ) -> None:
     sent: Counter[str] = Counter()
-
-    def refused() -> None:
-        kafka.fail_deliveries_to.add(CLICKS.table)
-        sent.update(click(kafka, 10, start=10))
-
-    script = Script(kafka, lambda: sent.update(click(kafka, 10)), refused)
+    script = refused_after(kafka, sent)
     machine = Machine(kafka, tmp_path, commit_interval=0, write_interval=0)
     with pytest.raises(DeliveryError, match=r"partition 0: 0 messages unacknowledged .*10 failed"):
         epoch(machine, {IN: 0}, script.done)

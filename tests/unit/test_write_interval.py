@@ -29,6 +29,7 @@ from .machines import (
     click,
     epoch,
     exactly_once,
+    refused_after,
     table_of,
 )
 from .machines import with_builders as built_with
@@ -121,12 +122,7 @@ def test_a_failed_delivery_loses_only_what_was_held_back_and_the_next_epoch_is_e
     kafka: FakeKafka, tmp_path: Path
 ) -> None:
     sent: Counter[str] = Counter()
-
-    def refused() -> None:
-        kafka.fail_deliveries_to.add(CLICKS.table)
-        sent.update(click(kafka, 10, start=10))
-
-    script = Script(kafka, lambda: sent.update(click(kafka, 10)), refused)
+    script = refused_after(kafka, sent)
     machine = built_with(
         Machine(kafka, tmp_path, commit_interval=0, write_interval=HOUR), storage=leveldb_store
     )  # (kept on disk: the next task reopens it)
