@@ -129,6 +129,11 @@ public final class KStreamsPeer {
         if (read.get() < expect) {
             describe(streams, read.get(), expect);
         }
+        // the peek counts a record before the windowed count sees it (and may drop it, which
+        // its metric counts): wait until the stream threads have processed every record read
+        while (processed(streams) < read.get() && System.currentTimeMillis() < deadline) {
+            Thread.sleep(5);
+        }
         double dropped = 0;
         for (Map.Entry<MetricName, ? extends Metric> m : streams.metrics().entrySet()) {
             if (m.getKey().name().equals("dropped-records-total")
@@ -170,6 +175,18 @@ public final class KStreamsPeer {
             throw new IllegalArgumentException("missing " + name + "=...");
         }
         return value;
+    }
+
+    /** Records the stream threads have taken through the whole topology. */
+    static double processed(KafkaStreams streams) {
+        double total = 0;
+        for (Map.Entry<MetricName, ? extends Metric> m : streams.metrics().entrySet()) {
+            if (m.getKey().name().equals("process-total")
+                    && m.getKey().group().equals("stream-thread-metrics")) {
+                total += ((Number) m.getValue().metricValue()).doubleValue();
+            }
+        }
+        return total;
     }
 
     private static long peakRssKb() throws IOException {
