@@ -14,9 +14,9 @@ A group without time rows or final results holds its acknowledged commits back f
 for ``write_interval`` (not in a bridge between epochs) and writes them together, each changed
 key once (a LevelDB write costs about a microsecond a key; a busy key changes many times a
 second): at once when a commit finds nothing new, :data:`UNWRITTEN_KEYS` keys wait, or the
-epoch ends. A crash loses only
-what is re-read: under at-least-once the records since the store's offsets are processed
-again; under exactly-once the store catches up from the committed changelog.
+epoch ends. A crash loses only what is read again: under at-least-once the records since the
+store's offsets are processed again; under exactly-once the store catches up from the
+committed changelog.
 """
 
 from __future__ import annotations

@@ -169,7 +169,7 @@ class Output:
             last[row[0]] = row
         generation.outstanding += len(held)
         produce: Any = self.producer.produce  # (by position: see positional_produce)
-        partition = self.partition
+        partition, positional = self.partition, self.positional
         on_delivery, on_last_update = generation.on_delivery, generation.on_last_update
         topics = dict[str, tuple[str, bytes]]()
         for row, (data, made_by, more) in held.items():
@@ -181,9 +181,9 @@ class Output:
             timestamp = made_by[4]
             callback = on_last_update if last[topic] is row else on_delivery
             try:
-                if self.positional:  # (topic, value, key, partition, callback, on_delivery,
+                if positional:
                     produce(topic, data, key, partition, callback, None, timestamp, headers)
-                else:  # timestamp, headers: positional_produce)
+                else:
                     produce(topic, data, key, partition=partition, on_delivery=callback,
                             headers=headers, timestamp=timestamp)  # fmt: skip
             except (BufferError, UnicodeEncodeError, ProduceError):
