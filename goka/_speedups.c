@@ -348,6 +348,131 @@ speedups_calibrate(PyObject *module, PyObject *args)
     Py_RETURN_TRUE;
 }
 
+/* Consumed records: their fields are read directly once calibrate_record() saw a probe Message
+ * (topic, key, value, headers, partition, offset, timestamp given) read back right. */
+static PyTypeObject *known_record_type;
+
+/* calibrate_record(probe, topic, key, value, headers, partition, offset, timestamp) -> bool */
+static PyObject *
+speedups_calibrate_record(PyObject *module, PyObject *args)
+{
+    PyObject *probe, *topic, *key, *value, *headers;
+    long long partition, offset, timestamp;
+    if (!PyArg_ParseTuple(args, "OOOOOLLL:calibrate_record", &probe, &topic, &key, &value,
+                          &headers, &partition, &offset, &timestamp)) {
+        return NULL;
+    }
+    PyTypeObject *type = Py_TYPE(probe);
+    const KafkaMessageFields *fields = (const KafkaMessageFields *)probe;
+    known_record_type = NULL;
+    if (type->tp_basicsize < (Py_ssize_t)sizeof(KafkaMessageFields) || type->tp_itemsize != 0 ||
+        fields->topic != topic || fields->key != key || fields->value != value ||
+        fields->headers != headers || fields->c_headers != NULL || fields->error != NULL ||
+        fields->partition != partition || fields->offset != offset ||
+        fields->timestamp != timestamp) {
+        Py_RETURN_FALSE;
+    }
+    known_record_type = type; /* a static type of the confluent_kafka extension */
+    Py_RETURN_TRUE;
+}
+
+static PyObject *str_headers; /* "headers" */
+
+/* The row of a consumed record: (topic, offset, key, value, timestamp, headers). */
+static PyObject *
+record_row(PyObject *msg, const KafkaMessageFields *fields)
+{
+    PyObject *headers;
+    if (fields->headers != NULL || fields->c_headers == NULL) {
+        headers = Py_NewRef(fields->headers != NULL ? fields->headers : Py_None);
+    }
+    else if ((headers = PyObject_CallMethodNoArgs(msg, str_headers)) == NULL) {
+        return NULL; /* (the method makes the list of the record's C headers) */
+    }
+    PyObject *row = PyTuple_New(6);
+    PyObject *offset = PyLong_FromLongLong(fields->offset);
+    PyObject *timestamp = PyLong_FromLongLong(fields->timestamp);
+    if (row == NULL || offset == NULL || timestamp == NULL) {
+        Py_XDECREF(row);
+        Py_XDECREF(offset);
+        Py_XDECREF(timestamp);
+        Py_DECREF(headers);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(row, 0, Py_NewRef(fields->topic != NULL ? fields->topic : Py_None));
+    PyTuple_SET_ITEM(row, 1, offset);
+    PyTuple_SET_ITEM(row, 2, Py_NewRef(fields->key != NULL ? fields->key : Py_None));
+    PyTuple_SET_ITEM(row, 3, Py_NewRef(fields->value != NULL ? fields->value : Py_None));
+    PyTuple_SET_ITEM(row, 4, timestamp);
+    PyTuple_SET_ITEM(row, 5, headers);
+    return row;
+}
+
+/* tail_rows(messages) -> (rows, errors) | None: the consumed records of the list ``messages``
+ * as rows by partition ({partition: [row, ...]}, in order), and the messages that carry an
+ * error, in order; None if a message is not of the calibrated type (the caller reads them by
+ * their methods). */
+static PyObject *
+speedups_tail_rows(PyObject *module, PyObject *messages)
+{
+    if (!PyList_CheckExact(messages)) {
+        PyErr_SetString(PyExc_TypeError, "tail_rows() takes a list of messages");
+        return NULL;
+    }
+    Py_ssize_t count = PyList_GET_SIZE(messages);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyTypeObject *type = Py_TYPE(PyList_GET_ITEM(messages, i));
+        if (known_record_type == NULL || type != known_record_type) {
+            Py_RETURN_NONE;
+        }
+    }
+    PyObject *rows = PyDict_New(), *errors = PyList_New(0);
+    PyObject *found = NULL; /* the list of the last record's partition (borrowed) */
+    int32_t last = 0;
+    if (rows == NULL || errors == NULL) {
+        goto failed;
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *msg = PyList_GET_ITEM(messages, i);
+        const KafkaMessageFields *fields = (const KafkaMessageFields *)msg;
+        if (fields->error != NULL && fields->error != Py_None) {
+            if (PyList_Append(errors, msg) < 0) {
+                goto failed;
+            }
+            continue;
+        }
+        if (found == NULL || fields->partition != last) {
+            PyObject *partition = PyLong_FromLong(fields->partition);
+            if (partition == NULL) {
+                goto failed;
+            }
+            found = PyDict_GetItemWithError(rows, partition);
+            if (found == NULL) {
+                if (PyErr_Occurred() || (found = PyList_New(0)) == NULL ||
+                    PyDict_SetItem(rows, partition, found) < 0) {
+                    Py_XDECREF(found);
+                    Py_DECREF(partition);
+                    goto failed;
+                }
+                Py_DECREF(found); /* (the dict holds it) */
+            }
+            Py_DECREF(partition);
+            last = fields->partition;
+        }
+        PyObject *row = record_row(msg, fields);
+        if (row == NULL || PyList_Append(found, row) < 0) {
+            Py_XDECREF(row);
+            goto failed;
+        }
+        Py_DECREF(row);
+    }
+    return Py_BuildValue("(NN)", rows, errors);
+failed:
+    Py_XDECREF(rows);
+    Py_XDECREF(errors);
+    return NULL;
+}
+
 /* The delivery callback: on_delivery(err, msg). */
 static PyObject *
 state_deliver(DeliveryStateObject *self, PyObject *err, PyObject *msg)
@@ -701,6 +826,13 @@ static PyMethodDef speedups_functions[] = {
     {"calibrate", speedups_calibrate, METH_VARARGS,
      "calibrate(probe, partition, offset, latency_us) -> bool: read messages of the probe's "
      "type directly if its fields read back as given."},
+    {"calibrate_record", speedups_calibrate_record, METH_VARARGS,
+     "calibrate_record(probe, topic, key, value, headers, partition, offset, timestamp) -> bool: "
+     "read consumed records of the probe's type directly if its fields read back as given."},
+    {"tail_rows", speedups_tail_rows, METH_O,
+     "tail_rows(messages) -> ({partition: [row, ...]}, errors) | None: the consumed records as "
+     "(topic, offset, key, value, timestamp, headers) rows by partition, the messages with an "
+     "error; None if a message is not of the calibrated type."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -721,9 +853,10 @@ PyInit__speedups(void)
     str_offset = PyUnicode_InternFromString("offset");
     str_complete = PyUnicode_InternFromString("_complete");
     str_fail = PyUnicode_InternFromString("_fail");
+    str_headers = PyUnicode_InternFromString("headers");
     kw_on_delivery = Py_BuildValue("(s)", "on_delivery");
     if (!str_latency || !str_partition || !str_offset || !str_complete || !str_fail ||
-        !kw_on_delivery) {
+        !str_headers || !kw_on_delivery) {
         return NULL;
     }
     if (PyType_Ready(&CountersType) < 0 || PyType_Ready(&DeliveryStateType) < 0 ||
