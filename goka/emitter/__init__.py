@@ -1,8 +1,7 @@
-"""Emitters write keyed events to one Kafka topic, like Go Goka's ``goka.Emitter``.
-
-:class:`Emitter` (here) encodes keys and values and hands them to one confluent-kafka producer,
-from any thread or asyncio loop; each message gets a future (:mod:`goka.emitter.pending`, what
-it holds: :mod:`goka.delivery`), its delivery report served by ``emit`` or a background thread.
+"""Emitters write keyed events to one Kafka topic, like Go Goka's ``goka.Emitter``: an
+:class:`Emitter` encodes keys and values for one confluent-kafka producer, from any thread or
+asyncio loop; each message gets a future (:mod:`goka.emitter.pending`, what it holds:
+:mod:`goka.delivery`), its delivery report served by ``emit`` or a background thread.
 """
 
 from __future__ import annotations
@@ -35,6 +34,7 @@ from goka.kafka.producer import (
     Producer,
     ProducerBuilder,
     Timestamp,
+    connect_soon,
     kafka_producer,
     timestamp_ms,
 )
@@ -69,7 +69,8 @@ class Emitter(Generic[V]):
         topic: destination topic.
         codec: encodes values.
         check_topic: at construction, check within ``connect_timeout`` that a broker answers and
-            the topic exists (fail fast, instead of failing every message later).
+            the topic exists (fail fast, instead of failing every message later); without it
+            the emitter asks the topic's metadata in the background (its producer ID at once).
         connect_timeout: seconds for that check.
         max_block: seconds ``emit`` may wait for space in a full local queue before raising.
         delivery_timeout: seconds the brokers have to acknowledge a message, retries included
@@ -102,15 +103,15 @@ class Emitter(Generic[V]):
         if delivery_timeout <= 0:
             raise ConfigurationError(f"delivery_timeout must be positive, got {delivery_timeout}")
         kafka_config.setdefault("message.timeout.ms", int(delivery_timeout * 1000))
-        self.topic = topic
-        self.codec = codec
-        self.max_block = max_block
+        self.topic, self.codec, self.max_block = topic, codec, max_block
         self._encode = codec.encode
         self._producer: Producer = producer_builder(producer_config(brokers, kafka_config))
         self._produce = self._producer.produce
         self._serve = self._producer.poll
         if check_topic:
             self._producer.partition_count(topic, connect_timeout)
+        else:
+            connect_soon(self._producer, topic)
         register()
         self._stats = stats = emitter_stats(topic)
         self._deliveries = DeliveryServer(topic, self._producer.poll, stats)

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from goka import StringCodec, TopicManager, define_group, input, persist
+from goka import Emitter, StringCodec, TopicManager, define_group, input, persist
 from goka.group.effects import EMIT, TABLE, BatchResult
 from goka.kafka.config import producer_config
 from goka.kafka.producer import (
@@ -70,6 +70,26 @@ def test_a_processors_producer_delivers_at_once_not_after_librdkafkas_retry(
         assert _first_delivery(bare, topic, bare.started) >= IDEMPOTENT_START
     finally:
         worker.close()
+
+
+def test_an_emitter_that_does_not_check_its_topic_delivers_at_once_all_the_same(
+    brokers: str, new_topic: Callable[..., str]
+) -> None:
+    """Without ``check_topic`` an emitter asks its topic's metadata in the background: it is
+    built without waiting, and its first record does not wait for librdkafka's retry."""
+    topic = new_topic(partitions=1)
+    warm = KafkaProducer(producer_config(brokers))  # (see above: not measured)
+    _first_delivery(warm, topic, warm.started)
+    built, took = [], []
+    for _ in range(7):
+        started = time.monotonic()
+        emitter = Emitter(brokers, topic, StringCodec(), check_topic=False)
+        built.append(time.monotonic() - started)
+        emitter.emit("k", "v").result(10)
+        took.append(time.monotonic() - started)
+        emitter.close()
+    assert max(built) < 0.25, built  # (the metadata answer takes about 0.06 s)
+    assert sum(t < IDEMPOTENT_START for t in took) >= 4, took
 
 
 def _records(brokers: str, topic: str, partitions: int) -> list[Any]:

@@ -6,6 +6,8 @@ only where confluent-kafka takes them so."""
 from __future__ import annotations
 
 import dataclasses
+import logging
+import threading
 import time
 from pathlib import Path
 
@@ -13,7 +15,13 @@ import pytest
 
 import goka.kafka.producer as producer_module
 from goka.kafka.config import producer_config
-from goka.kafka.producer import IDEMPOTENT_START, KafkaProducer, positional_produce, ready_in
+from goka.kafka.producer import (
+    IDEMPOTENT_START,
+    KafkaProducer,
+    connect_soon,
+    positional_produce,
+    ready_in,
+)
 from goka.processing.clients import Clients
 
 from .fake_kafka import FakeKafka, RecordingProducer
@@ -55,6 +63,29 @@ def test_a_metadata_request_that_finds_no_broker_leaves_the_start_as_it_was() ->
     producer.connect("t")
     assert time.monotonic() - asked < IDEMPOTENT_START + 0.5  # bounded: no hang
     assert producer.ready_at == producer.started + IDEMPOTENT_START
+
+
+def test_a_metadata_request_in_the_background_holds_nothing_up_and_fails_quietly(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    producer = KafkaProducer(producer_config("127.0.0.1:9"))
+    asked = time.monotonic()
+    connect_soon(producer, "t")
+    assert time.monotonic() - asked < 0.1
+    (thread,) = [t for t in threading.enumerate() if t.name == "goka-connect-t"]
+    thread.join(IDEMPOTENT_START + 0.5)
+    assert not thread.is_alive()
+    assert producer.ready_at == producer.started + IDEMPOTENT_START  # no broker: as it was
+    failed, gate = KafkaProducer(producer_config("127.0.0.1:9")), threading.Event()
+    failed.connect = lambda topic: gate.wait(5) and 1 / 0  # type: ignore[method-assign]
+    caplog.set_level(logging.DEBUG, "goka.kafka.producer")
+    connect_soon(failed, "u")  # (a thread's exception would fail the test as a warning)
+    (thread,) = [t for t in threading.enumerate() if t.name == "goka-connect-u"]
+    gate.set()
+    thread.join(5)
+    assert "asking u's metadata: division by zero" in caplog.text
+    connect_soon(RecordingProducer(FakeKafka()), "v")  # a producer without connect: nothing
+    assert not [t for t in threading.enumerate() if t.name == "goka-connect-v"]
 
 
 class _DocumentedOrder:
