@@ -101,6 +101,7 @@ bench: $(STAMP) $(CDS) $(QUIX) $(BUILDAH)
 	$(PY) -m bench.emitter
 	$(PY) -m bench.view
 	$(PY) -m bench.processor
+	$(PY) -m bench.processor_floor
 	$(PY) -m bench.windows
 	$(PY) -m bench.windows_floor
 	$(PY) -m bench.guarantees

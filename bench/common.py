@@ -79,8 +79,13 @@ class CpuShare:
     def start(self) -> None:
         self._began = self._read()
 
-    def line(self) -> str:
-        """``broker 0.62 cores, the rest 1.31`` since :meth:`start`."""
+    def cores(self) -> tuple[float, float]:
+        """The cores the process and the rest of the machine used since :meth:`start`."""
         (t0, m0, p0), (t1, m1, p1) = self._began, self._read()
         took = max(t1 - t0, 1e-9)
-        return f"broker {(p1 - p0) / took:.2f} cores, the rest {(m1 - m0 - p1 + p0) / took:.2f}"
+        return (p1 - p0) / took, (m1 - m0 - p1 + p0) / took
+
+    def line(self) -> str:
+        """``broker 0.62 cores, the rest 1.31`` since :meth:`start`."""
+        broker, rest = self.cores()
+        return f"broker {broker:.2f} cores, the rest {rest:.2f}"
