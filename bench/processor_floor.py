@@ -55,30 +55,10 @@ def _produce(producer: Any, *args: Any) -> None:
             producer.poll(0.01)
 
 
-def plain(brokers: str, topic: str, out: str) -> int:
-    """The plain loop with goka's consumer defaults; the records it read."""
-    consumer = _consumer(brokers, topic)
-    producer = confluent_kafka.Producer(producer_config(brokers, {"linger.ms": 5}))
-    counts: dict[bytes, int] = {}
-    seen, open_partitions = 0, set(range(PARTITIONS))
-    while open_partitions:
-        for msg in consumer.consume(10_000, 0.1):
-            if msg.error() is not None:
-                open_partitions.discard(msg.partition())
-                continue
-            key = msg.key()
-            n = counts.get(key, 0) + 1
-            counts[key] = n
-            _produce(producer, out, b"%d" % n, key, msg.partition())
-            seen += 1
-        producer.poll(0)
-    assert producer.flush(120) == 0
-    consumer.close()
-    return seen
-
-
-def floor(brokers: str, topic: str, out: str) -> int:
-    """The count's contract under at-least-once in one loop; the records it read."""
+def floor(brokers: str, topic: str, messages: int) -> None:
+    """The count's contract under at-least-once in one loop."""
+    out = f"{topic}-floor-{time.monotonic_ns()}"
+    TopicManager(brokers).ensure_table_exists(out, PARTITIONS)
     consumer = _consumer(brokers, topic)
     producer = confluent_kafka.Producer(producer_config(brokers, {"linger.ms": 5}))
     counts: dict[str, bytes] = {}
@@ -112,19 +92,22 @@ def floor(brokers: str, topic: str, out: str) -> int:
             seen += len(rows)
         producer.poll(0)
     assert producer.flush(120) == 0 and outstanding[0] == 0 and not failures
+    assert seen == messages, (seen, messages)
     consumer.close()
-    return seen
+
+
+def plain(brokers: str, topic: str, messages: int) -> None:
+    """The plain loop at full speed (goka's consumer defaults)."""
+    plain_loop(brokers, topic, messages)
 
 
 def measure(loop: Any, brokers: str, topic: str, messages: int, broker_pid: int | None,
             ) -> tuple[float, float, float]:  # fmt: skip
     """Records/s of ``loop``, its CPU µs per record, the broker's CPU µs per record."""
-    out = f"{topic}-{loop.__name__}-{time.monotonic_ns()}"
-    TopicManager(brokers).ensure_table_exists(out, PARTITIONS)
     share = CpuShare(broker_pid)
     share.start()
     began, used = time.perf_counter(), _cpu()
-    assert loop(brokers, topic, out) == messages
+    loop(brokers, topic, messages)
     took, used = time.perf_counter() - began, _cpu() - used
     broker, _ = share.cores()
     return messages / took, used / messages * 1e6, broker * took / messages * 1e6

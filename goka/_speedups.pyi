@@ -48,11 +48,19 @@ class Sender:
 
 def calibrate(probe: Any, partition: int, offset: int, latency_us: int, /) -> bool: ...
 def calibrate_record(
-    probe: Any, topic: str, key: bytes, value: bytes, headers: list[tuple[str, bytes]],
-    partition: int, offset: int, timestamp: int, /,
+    probe: Any,
+    topic: str,
+    key: bytes,
+    value: bytes,
+    headers: list[tuple[str, bytes]],
+    partition: int,
+    offset: int,
+    timestamp: int,
+    /,
 ) -> bool: ...
 def tail_rows(
-    messages: list[Any], /,
+    messages: list[Any],
+    /,
 ) -> tuple[dict[int, list[tuple[Any, ...]]], list[Any]] | None: ...
 def text_lossless(data: bytes | bytearray | memoryview, /) -> str: ...
 
