@@ -56,6 +56,7 @@ def submit(
     return Counter({origin: int(n) for n, origin in re.findall(r"(\d+) (\w+)", summary.group(3))})
 
 
+@pytest.mark.longrun  # (make test-slow, 95 s: the timed group below moves its partitions too)
 def test_click_count_on_a_standalone_cluster_restores_moved_partitions(
     cluster: StandaloneCluster, brokers: str, new_topic: Callable[..., str], tmp_path: Path
 ) -> None:
