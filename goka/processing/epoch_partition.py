@@ -259,7 +259,7 @@ class Epoch:
         if self.stores.board is not None:  # what the monitor counts before the epoch ends
             self.stores.board.progress(self.partition, head.processed,
                                        bridge=self.stores.bridging)  # fmt: skip
-        self.stores.snapshot(self.summary)  # if due: a long epoch too
+        self.stores.snapshot(self.summary, quick=True)  # if due: a long epoch too
         lap("snapshot")
 
     def deliver(self, lap: Callable[[str], None] = no_lap, *, wait: bool = False) -> None:

@@ -361,13 +361,15 @@ class PartitionStores:
         return self.clients.reader().commit(self.graph.group, self.partition, inputs, note,
                                             wait=wait)  # fmt: skip
 
-    def snapshot(self, summary: PartitionSummary) -> None:
+    def snapshot(self, summary: PartitionSummary, *, quick: bool = False) -> None:
         """Stage a snapshot of the stores for the worker to upload, if one is due (at most
-        every ``snapshot_interval``)."""
+        every ``snapshot_interval``; ``quick``: a loop's, only once the stores are ready for a
+        quick one, see :func:`~goka.processing.uploads.stage_due`)."""
         if self.graph.persist or self.graph.joins:
             summary.snapshot_seconds += stage_due(
                 self.clients.snapshots(), self.graph.group, self.partition, self.leases,
-                self.root, self.config.snapshot_interval, self.worker.upload)  # fmt: skip
+                self.root, self.config.snapshot_interval, self.worker.upload,
+                quick=quick)  # fmt: skip
 
     # -- helpers ---------------------------------------------------------------------------------
     def _lease(self, name: str, table: str, ask: bool) -> Any:

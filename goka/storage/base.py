@@ -185,6 +185,11 @@ class Storage(Protocol):
         begun before (of the storage and its sections): they go on after the last key they
         yielded, and may see rows written since.
 
+        A storage may also offer ``prepare_checkpoint() -> bool`` (LevelDB does): begin, in
+        the background, what a checkpoint would otherwise do in the caller's thread; True
+        once a checkpoint now is quick. A processor's loop asks it before it stages a
+        snapshot.
+
         Raises:
             StorageError: the copy could not be written.
         """

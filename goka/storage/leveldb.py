@@ -12,8 +12,10 @@ appends to or replaces (the log, the manifest, ``CURRENT``) and opens it again.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import struct
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -94,6 +96,7 @@ class LevelDBStorage:
             "paranoid_checks": True,  # a damaged file fails at open or read, not in silence
         }
         self._refuse_foreign_directory()
+        self._flusher: threading.Thread | None = None  # prepare_checkpoint's
         self._db = self._open()
         try:
             self._check_metadata()
@@ -313,7 +316,31 @@ class LevelDBStorage:
         except (OSError, plyvel.Error) as exc:
             raise StorageError(f"flushing LevelDB at {self.path} failed: {exc}") from exc
 
+    def prepare_checkpoint(self) -> bool:
+        """Whether a :meth:`checkpoint` now would be quick: the log is short, or a flush
+        begun here has ended since the last checkpoint. Otherwise begin that flush on a thread
+        of its own (a table file written, fsynced, without the GIL: 5-200 ms here) and return
+        False: the writer goes on, and a checkpoint then flushes only what it wrote since."""
+        if self._flusher is not None:
+            return not self._flusher.is_alive()
+        if logged_bytes(self.path) < _FLUSH_BYTES:
+            return True
+        self._flusher = threading.Thread(target=self._flush_quietly, daemon=True,
+                                         name=f"goka-flush-{self.path.name}")  # fmt: skip
+        self._flusher.start()
+        return False
+
+    def _flush_quietly(self) -> None:
+        with contextlib.suppress(StorageError):  # the checkpoint's own flush raises it again
+            self.flush()
+
+    def _join_flusher(self) -> None:
+        if self._flusher is not None:
+            self._flusher.join()
+            self._flusher = None
+
     def checkpoint(self, directory: Path) -> list[CheckpointFile]:
+        self._join_flusher()
         directory.mkdir(parents=True)
         self.flush()  # a short log: a small copy, and fast reopens of the store and the copy
         self._db.close()  # waits for compactions: the files are quiescent until reopened
@@ -327,6 +354,7 @@ class LevelDBStorage:
             self._db = self._open()
 
     def close(self) -> None:
+        self._join_flusher()  # (a flush holds the database)
         if self.recent is not None:
             self.recent.clear()
         if not self._db.closed:

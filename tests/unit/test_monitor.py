@@ -63,6 +63,7 @@ def test_a_continuous_processor_counts_what_its_epochs_committed_before_they_end
     board what they committed, and the monitor adds that, once, to the epochs that ended."""
     board = PartitionBoard(str(tmp_path / "board"), every=0.0)
     board.progress(0, 999)  # said by a run before this processor started: not counted
+    assert board.settle()
     processor = FakeProcessor(board)
     processor.started_at = time.time()  # type: ignore[attr-defined]
     monitor = ProcessorMonitor([processor])
@@ -70,10 +71,12 @@ def test_a_continuous_processor_counts_what_its_epochs_committed_before_they_end
     board.progress(0, 300)
     board.progress(1, 200)
     board.progress(1, 50, bridge=True)  # a bridge between epochs, in another worker
+    assert board.settle()
     group = monitor.sample()["groups"][0]
     assert group["processed"] == 10 + 300 + 200 + 50
     assert group["unit"] == ["epoch", "epochs"]
     board.progress(0, 400)
+    assert board.settle()
     assert monitor.sample()["groups"][0]["processed"] == 10 + 400 + 200 + 50
     processor.totals.add_batch(BatchSummary.of(1, [PartitionSummary(0, processed=450),
                                                    PartitionSummary(1, processed=250)]))  # fmt: skip
