@@ -5,17 +5,17 @@ On-disk layout, one LevelDB directory per storage: ``m<name>`` metadata (table, 
 ``x<section>\\0<key>`` rows of sections. The ``d`` prefix keeps values contiguous and in key
 order for range scans.
 
-A checkpoint closes the database (so no compaction runs), hard-links its table files (LevelDB
-never rewrites a table file, and never reuses a live file's number), copies the files LevelDB
-appends to or replaces (the log, the manifest, ``CURRENT``) and opens it again.
+A checkpoint hard-links the table files the manifest names (LevelDB never rewrites one, nor
+reuses a live file's number) and copies the manifest's whole records, the logs and ``CURRENT``,
+the database open (its writer is the caller); where a compaction changed the manifest meanwhile,
+again with the database closed for the copy (no compaction runs) and opened after.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
+import shutil
 import struct
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,7 +28,14 @@ except ImportError as exc:  # pragma: no cover - depends on what is installed
 
 from goka.errors import StorageCorruptError, StorageError, StorageLockedError
 from goka.storage.base import FORMAT, CheckpointFile, StorageInfo, WriteBatch, prefix_end
-from goka.storage.leveldb_files import copy_file, kept, logged_bytes, own
+from goka.storage.leveldb_files import (
+    BackgroundFlush,
+    copy_file,
+    copy_open,
+    kept,
+    logged_bytes,
+    own,
+)
 from goka.storage.recent import MISSING, RecentValues
 
 __all__ = ["LevelDBStorage"]
@@ -96,7 +103,7 @@ class LevelDBStorage:
             "paranoid_checks": True,  # a damaged file fails at open or read, not in silence
         }
         self._refuse_foreign_directory()
-        self._flusher: threading.Thread | None = None  # prepare_checkpoint's
+        self._flusher = BackgroundFlush(self.flush, self.path.name)  # prepare_checkpoint's
         self._db = self._open()
         try:
             self._check_metadata()
@@ -321,40 +328,27 @@ class LevelDBStorage:
         begun here has ended since the last checkpoint. Otherwise begin that flush on a thread
         of its own (a table file written, fsynced, without the GIL: 5-200 ms here) and return
         False: the writer goes on, and a checkpoint then flushes only what it wrote since."""
-        if self._flusher is not None:
-            return not self._flusher.is_alive()
-        if logged_bytes(self.path) < _FLUSH_BYTES:
-            return True
-        self._flusher = threading.Thread(target=self._flush_quietly, daemon=True,
-                                         name=f"goka-flush-{self.path.name}")  # fmt: skip
-        self._flusher.start()
-        return False
-
-    def _flush_quietly(self) -> None:
-        with contextlib.suppress(StorageError):  # the checkpoint's own flush raises it again
-            self.flush()
-
-    def _join_flusher(self) -> None:
-        if self._flusher is not None:
-            self._flusher.join()
-            self._flusher = None
+        return self._flusher.ready(logged_bytes(self.path) < _FLUSH_BYTES)
 
     def checkpoint(self, directory: Path) -> list[CheckpointFile]:
-        self._join_flusher()
+        self._flusher.join()
         directory.mkdir(parents=True)
         self.flush()  # a short log: a small copy, and fast reopens of the store and the copy
-        self._db.close()  # waits for compactions: the files are quiescent until reopened
         try:
-            return [
-                copy_file(entry, directory) for entry in os.scandir(self.path) if kept(entry.name)
-            ]
+            if (files := copy_open(self.path, directory)) is not None:
+                return files
+            shutil.rmtree(directory)  # (a compaction ended meanwhile)
+            directory.mkdir()
+            self._db.close()  # waits for compactions: the files are quiescent until reopened
+            try:
+                return [copy_file(e, directory) for e in os.scandir(self.path) if kept(e.name)]
+            finally:
+                self._db = self._open()
         except OSError as exc:
             raise StorageError(f"cannot checkpoint LevelDB at {self.path}: {exc}") from exc
-        finally:
-            self._db = self._open()
 
     def close(self) -> None:
-        self._join_flusher()  # (a flush holds the database)
+        self._flusher.join()  # (a flush holds the database)
         if self.recent is not None:
             self.recent.clear()
         if not self._db.closed:

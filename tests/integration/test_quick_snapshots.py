@@ -10,9 +10,11 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
+
 from goka.processing.uploads import stage_due
-from goka.storage import LevelDBStorage, WriteBatch
-from goka.storage.leveldb_files import logged_bytes
+from goka.storage import LevelDBStorage, WriteBatch, leveldb_files
+from goka.storage.leveldb_files import live_tables, logged_bytes
 from goka.storage.snapshots import SnapshotStore
 
 from ..helpers import wait_for
@@ -85,3 +87,81 @@ def test_a_loop_stages_its_snapshot_once_the_stores_are_ready(tmp_path: Path) ->
     for s in staged:
         s.discard()
     storage.close()
+
+
+def sstables(storage: LevelDBStorage) -> set[int]:
+    """The table files of the database's current version, as LevelDB itself lists them."""
+    listing = storage._db.get_property(b"leveldb.sstables").decode()
+    return {int(line.split(":")[0]) for line in listing.splitlines() if ":" in line}
+
+
+def test_the_manifest_reader_finds_the_tables_leveldb_uses_and_stops_at_a_cut_record(
+    tmp_path: Path,
+) -> None:
+    storage = LevelDBStorage(tmp_path / "db", "t", write_buffer_mb=1)  # many compactions
+    manifest = tmp_path / "db" / (tmp_path / "db" / "CURRENT").read_text().strip()
+    for i in range(40):
+        fill(storage, 3_000, f"r{i % 7}", i)
+        # (LevelDB appends an edit to the manifest before it makes it current: compared once
+        # both agree, as they do within milliseconds of a compaction's end)
+        wait_for(lambda: live_tables(manifest.read_bytes())[0] == sstables(storage),
+                 what="the manifest's tables to be LevelDB's")  # fmt: skip
+    data = manifest.read_bytes()
+    live, end = live_tables(data)
+    assert end == len(data) and len(live) > 3
+    for cut in range(0, len(data) + 1, 5):  # read while LevelDB appends: any prefix
+        found, whole = live_tables(data[:cut])
+        assert whole <= cut and live_tables(data[:whole]) == (found, whole)
+    storage.close()
+
+
+def test_checkpoints_taken_while_compactions_run_open_with_what_was_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Copies of an open database while its compactions run (a 1 MB buffer: one every few
+    writes): each opens elsewhere with exactly what was written before it; where a compaction
+    changed the manifest during the copy, it was copied again with the database closed."""
+    storage = LevelDBStorage(tmp_path / "db", "t", write_buffer_mb=1)
+    opened: list[int] = []
+    open_ = storage._open
+
+    def counting() -> Any:
+        opened.append(1)
+        return open_()
+
+    monkeypatch.setattr(storage, "_open", counting)
+    rows: dict[str, bytes] = {}
+    for i in range(24):
+        rows |= fill(storage, 4_000, f"r{i % 5}", i)
+        storage.flush()
+        rows |= fill(storage, 50, f"s{i}", i)  # (in the log only: under 64 KiB)
+        storage.checkpoint(tmp_path / f"copy-{i}")
+        with LevelDBStorage(tmp_path / f"copy-{i}", "t") as copy:
+            assert dict(copy.items()) == rows and copy.offsets() == {("in", 0): i}
+    storage.close()
+    assert len(opened) < 12, opened  # most were copied with the database open
+
+
+def test_a_copy_during_which_the_manifest_changed_is_taken_again_closed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    storage = LevelDBStorage(tmp_path / "db", "t", write_buffer_mb=32)
+    rows = fill(storage, 50_000, "a", 1)
+    storage.flush()
+    copy_file = leveldb_files.copy_file
+    disturbed: list[str] = []
+
+    def compacting(entry: os.DirEntry[str], directory: Path) -> Any:
+        if not disturbed:  # a flush ends while the first file is copied: the manifest grows
+            disturbed.append(entry.name)
+            rows.update(fill(storage, 50_000, "b", 2))
+            storage.flush()
+        return copy_file(entry, directory)
+
+    monkeypatch.setattr(leveldb_files, "copy_file", compacting)
+    db = storage._db
+    storage.checkpoint(tmp_path / "copy")
+    assert disturbed and storage._db is not db  # closed and opened again
+    storage.close()
+    with LevelDBStorage(tmp_path / "copy", "t") as copy:
+        assert dict(copy.items()) == rows and copy.offsets() == {("in", 0): 2}
