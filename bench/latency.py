@@ -232,7 +232,7 @@ def measure(spark: object, rate: int, seconds: float, mode: str, *, partitions: 
                               mode=mode, checkpoint_dir=state / "checkpoint", trigger="0 seconds",
                               epoch=LATENCY_EPOCH, guarantee=guarantee,
                               commit_interval=COMMIT_INTERVAL,
-                              kafka_config={"fetch.wait.max.ms": fetch_wait})  # fmt: skip
+                              kafka_config={"consumer.fetch.wait.max.ms": fetch_wait})  # fmt: skip
         probe = Probe(brokers, fetch_wait)  # warmed up while the processor starts
         started = time.time()
         runner = threading.Thread(target=processor.run, daemon=True)

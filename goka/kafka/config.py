@@ -11,11 +11,13 @@ from goka.logs import RepeatFilter
 
 __all__ = [
     "LIBRDKAFKA_LOGGER",
+    "SCOPES",
     "Brokers",
     "admin_config",
     "bootstrap_servers",
     "consumer_config",
     "producer_config",
+    "scoped",
 ]
 
 #: Brokers as ``"host:port,host:port"`` or a sequence of ``"host:port"``.
@@ -76,27 +78,44 @@ if not any(isinstance(f, RepeatFilter) for f in LIBRDKAFKA_LOGGER.filters):
     LIBRDKAFKA_LOGGER.addFilter(RepeatFilter())
 
 
+#: Prefixes of settings meant for one kind of client only, as Kafka Streams' ``consumer.``,
+#: ``producer.`` and ``admin.`` (no librdkafka property begins with one of them).
+SCOPES = ("consumer.", "producer.", "admin.")
+
+
+def scoped(user: Mapping[str, Any], scope: str) -> dict[str, Any]:
+    """The settings of ``user`` a client of ``scope`` (one of :data:`SCOPES`) takes: those
+    without a scope, then those of its scope without the prefix (they win). A consumer-only
+    setting such as ``fetch.wait.max.ms`` then reaches no producer (whose librdkafka warns)."""
+    taken = {k: v for k, v in user.items() if not k.startswith(SCOPES)}
+    taken.update({k[len(scope) :]: v for k, v in user.items() if k.startswith(scope)})
+    return taken
+
+
 def _merge(
-    defaults: Mapping[str, Any], brokers: Brokers, user: Mapping[str, Any]
+    defaults: Mapping[str, Any], brokers: Brokers, user: Mapping[str, Any], scope: str
 ) -> dict[str, Any]:
     config: dict[str, Any] = {"logger": LIBRDKAFKA_LOGGER, **defaults}
-    config.update(user)
+    config.update(scoped(user, scope))
     config["bootstrap.servers"] = bootstrap_servers(brokers)
     return config
 
 
 def producer_config(brokers: Brokers, user: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """Merge goka's producer defaults, the user's librdkafka settings and the brokers."""
-    return _merge(PRODUCER_DEFAULTS, brokers, user or {})
+    """Merge goka's producer defaults, the user's librdkafka settings (those prefixed
+    ``producer.`` too, see :func:`scoped`) and the brokers."""
+    return _merge(PRODUCER_DEFAULTS, brokers, user or {}, "producer.")
 
 
 def consumer_config(brokers: Brokers, user: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """Merge goka's consumer defaults, the user's librdkafka settings and the brokers."""
-    config = _merge(CONSUMER_DEFAULTS, brokers, user or {})
+    """Merge goka's consumer defaults, the user's librdkafka settings (those prefixed
+    ``consumer.`` too) and the brokers."""
+    config = _merge(CONSUMER_DEFAULTS, brokers, user or {}, "consumer.")
     config.setdefault("group.id", "goka-py-unused")  # librdkafka needs one even for assign()
     return config
 
 
 def admin_config(brokers: Brokers, user: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """Merge the user's librdkafka settings and the brokers for an admin client."""
-    return _merge(CLIENT_DEFAULTS, brokers, user or {})
+    """Merge the user's librdkafka settings (those prefixed ``admin.`` too) and the brokers
+    for an admin client."""
+    return _merge(CLIENT_DEFAULTS, brokers, user or {}, "admin.")

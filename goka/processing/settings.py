@@ -186,8 +186,10 @@ class ProcessorSettings:
     snapshots_kept: int = _setting(3, "Snapshots kept per partition.", flag=int)
     snapshot_options: Mapping[str, Any] = _setting(None, """fsspec storage options for
         ``snapshot_dir`` (credentials, endpoints).""", factory=dict)  # fmt: skip
-    kafka_config: Mapping[str, Any] = _setting(None, "librdkafka settings for every client.",
-                                               factory=dict)  # fmt: skip
+    kafka_config: Mapping[str, Any] = _setting(None, """librdkafka settings for every
+        client; a key prefixed ``consumer.``, ``producer.`` or ``admin.`` goes to those
+        clients only, without its prefix (``consumer.fetch.wait.max.ms``), as Kafka Streams'
+        prefixes do.""", factory=dict)  # fmt: skip
     producer_config: Mapping[str, Any] = _setting(None, """librdkafka settings for the tasks'
         producer only (acks, compression).""", factory=dict)  # fmt: skip
     topics: TopicManagerConfig = _setting(None, """Creation settings of the group table,
