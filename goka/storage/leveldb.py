@@ -333,7 +333,7 @@ class LevelDBStorage:
     def checkpoint(self, directory: Path) -> list[CheckpointFile]:
         self._flusher.join()
         directory.mkdir(parents=True)
-        self.flush()  # a short log: a small copy, and fast reopens of the store and the copy
+        self.flush()  # a short log: a small copy, and a fast open of the copy (and of the store)
         try:
             if (files := copy_open(self.path, directory)) is not None:
                 return files
