@@ -74,8 +74,11 @@ class RangeReader:
             BrokerError: the broker did not answer.
         """
         found = self._watermarks.pop((topic, partition), None)
-        if found is not None:
-            return found
+        return self._asked(topic, partition) if found is None else found
+
+    def _asked(self, topic: str, partition: int) -> tuple[int, int]:
+        """The watermarks of ``topic``/``partition`` asked now (not an answer told or
+        prefetched before)."""
         if self._ends is None:
             self._ends = EndOffsets(self._brokers, self._kafka_config)
         return self._ends.watermarks([(topic, partition)])[(topic, partition)]
@@ -123,7 +126,7 @@ class RangeReader:
         before reading ranges again)."""
         self._assign([confluent_kafka.TopicPartition(t, p, o)
                       for p, offsets in starts.items() for t, o in offsets.items()])  # fmt: skip
-        return KafkaTail(self._consumer, starts)
+        return KafkaTail(self._consumer, starts, self._asked)
 
     def _assign(self, partitions: list[confluent_kafka.TopicPartition]) -> None:
         """Assign ``partitions``, first asking the metadata of topics new to the consumer: a

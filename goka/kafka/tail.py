@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import confluent_kafka
@@ -63,15 +63,23 @@ class KafkaTail:
     records, so it takes what is there without waiting, and waits for one record only when
     there was none. About every second it compares the high watermarks of the last fetch
     responses with how far it read: a topic that went back fails the tail (Kafka answers a
-    fetch beyond the end with an error, the embedded broker with nothing)."""
+    fetch beyond the end with an error, the embedded broker with nothing).
+
+    Those watermarks can be older than the start: librdkafka keeps a partition's last fetch
+    answer across assignments (and notes one it drops as outdated), so a consumer that
+    followed a partition up to 10 while another process read on to 15 holds 10 until its
+    first fetch from 15 is answered. An end before the position is therefore asked of the
+    broker (``asked``: ``(low, high)`` of a topic and partition, as the reader's queries
+    answer them) before the tail fails; without ``asked`` it fails at once."""
 
     #: Seconds between checks of the fetched high watermarks.
     CHECK_SECONDS = 1.0
 
     def __init__(
-        self, consumer: confluent_kafka.Consumer, starts: Mapping[int, Mapping[str, int]]
-    ) -> None:
-        self._consumer = consumer
+        self, consumer: confluent_kafka.Consumer, starts: Mapping[int, Mapping[str, int]],
+        asked: Callable[[str, int], tuple[int, int]] | None = None,
+    ) -> None:  # fmt: skip
+        self._consumer, self._asked = consumer, asked
         self._starts = {(t, p): o for p, offsets in starts.items() for t, o in offsets.items()}
         self._checked = time.monotonic()
 
@@ -89,8 +97,14 @@ class KafkaTail:
             _, high = self._consumer.get_watermark_offsets(
                 confluent_kafka.TopicPartition(topic, partition), cached=True
             )
-            if high is not None and 0 <= high < offset:
-                raise TopicRewoundError(topic, partition, offset, 0, high, reader="this processor")
+            if high is None or not 0 <= high < offset:
+                continue
+            low = 0
+            if self._asked is not None:  # (the cached end may predate the start: see above)
+                low, high = self._asked(topic, partition)
+            if high < offset:
+                raise TopicRewoundError(topic, partition, offset, low, high,
+                                        reader="this processor")  # fmt: skip
 
     def poll(self, max_rows: int, timeout: float) -> dict[int, list[Row]]:
         """Raises: BrokerError: the broker reported an error for a followed partition;
