@@ -66,10 +66,12 @@ class PartitionBoard:
     """Where tasks say what their partitions are doing (``restoring`` or ``rebuilding`` a store,
     how many of how many records, then ``running``) and the driver's monitor reads it: one
     small JSON file per partition in a directory, and one per partition's epoch (and bridge)
-    with what it committed so far. Progress is written at most every ``every`` seconds, on a
-    thread of its own (a loop's commit does not wait for the disk: a small file's write took
-    80-90 ms while the broker and LevelDB wrote, in ``bench.latency``); a change of state at
-    once. Failures to write are ignored: the board only informs.
+    with what it committed so far. Progress is written at most every ``every`` seconds (a
+    change of state at once), on a thread of its own: a loop's commit, or an epoch's start,
+    does not wait for the disk (a small file's write took 80-90 ms while the broker and
+    LevelDB wrote, in ``bench.latency``; an epoch's "running" held its first records up to 15
+    ms). The last said of each partition is written. Failures to write are ignored: the board
+    only informs.
 
     Raises:
         ConfigurationError: the URL's protocol is unknown or its package is not installed.
@@ -87,8 +89,8 @@ class PartitionBoard:
     def report(self, partition: int, state: str, records: int = 0, of: int = 0) -> None:
         """Say that ``partition`` is in ``state`` (``records`` of ``of`` read so far)."""
         if self._due(str(partition), state):
-            self._write(str(partition), {"state": state, "records": records, "of": of,
-                                     "at": time.time()})  # fmt: skip
+            self._say(str(partition), {"state": state, "records": records, "of": of,
+                                       "at": time.time()})  # fmt: skip
 
     def _write(self, name: str, entry: dict[str, Any]) -> None:
         text, path = json.dumps(entry), f"{self._path}/{name}.json"
@@ -107,13 +109,18 @@ class PartitionBoard:
         ``processed`` records so far (written at most every ``every`` seconds)."""
         name = f"{partition}.{'bridge' if bridge else 'epoch'}"
         if self._due(name, "running"):  # (stamped now: the monitor compares it with epochs' ends)
-            with self._lock:
-                self._pending[name] = {"processed": processed, "at": time.time()}
-                if self._writer is None:
-                    self._writer = threading.Thread(target=self._write_pending,
-                                                    name="goka-board", daemon=True)  # fmt: skip
-                    self._writer.start()
-                self._lock.notify_all()
+            self._say(name, {"processed": processed, "at": time.time()})
+
+    def _say(self, name: str, entry: dict[str, Any]) -> None:
+        """Have ``entry`` written as ``name`` by the writer thread (replacing one not written
+        yet)."""
+        with self._lock:
+            self._pending[name] = entry
+            if self._writer is None:
+                self._writer = threading.Thread(target=self._write_pending, name="goka-board",
+                                                daemon=True)  # fmt: skip
+                self._writer.start()
+            self._lock.notify_all()
 
     def _write_pending(self) -> None:
         while True:

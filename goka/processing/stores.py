@@ -84,7 +84,7 @@ class PartitionStores:
         url = config.board_url
         self.bridging = not ask  # (a bridge between epochs)
         self.board: PartitionBoard | None = None if url is None else worker.client(
-            ("board", url), lambda: PartitionBoard(url), lambda board: None)  # fmt: skip
+            ("board", url), lambda: PartitionBoard(url), PartitionBoard.settle)  # fmt: skip
         self.delivery: Delivery | None = None  # final results being produced (``defer``)
         self._written: Mapping[str, int] = {}  # the inputs' positions last written
         self.leases: dict[str, Lease] = {

@@ -37,6 +37,7 @@ def test_states_progress_sizes_rates_and_errors(tmp_path: Path) -> None:
     processor = FakeProcessor(board)
     board.report(0, "rebuilding", 120_000, 400_000)
     board.report(1, "running")
+    assert board.settle()
     monitor = ProcessorMonitor([processor])
     first = monitor.sample()["groups"][0]
     assert [row[4] for row in first["partitions"]] == ["rebuilding 120,000 of 400,000", "running"]

@@ -407,4 +407,5 @@ def test_recovering_partitions_say_so_on_the_board(kafka: FakeKafka, tmp_path: P
         PartitionBoard.report = original  # type: ignore[method-assign]
     assert ("rebuilding", 0, 40) in said and ("rebuilding", 40, 40) in said
     assert said[-1][0] == "running"
+    b.worker.close()  # (the board is written on a thread: a worker's close waits for it)
     assert PartitionBoard(board_url).read()[0]["state"] == "running"
