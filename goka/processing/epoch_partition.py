@@ -113,12 +113,14 @@ class Epoch:
             positions[table] = stores.recover_join(table, high, summary)
         return cls(stores, positions, summary)
 
-    def finish(self, started: float) -> PartitionSummary:
-        """Snapshot the stores if due; return the epoch's summary."""
+    def finish(self, started: float, *, wait: bool = True) -> PartitionSummary:
+        """Commit the group's offsets (``wait``: for the broker, as a processor stops; else
+        processing goes on here or elsewhere at once, and commits them on), snapshot the
+        stores if due; return the epoch's summary."""
         summary = self.summary
         summary.ends = json.dumps({t: self.positions[t] for t in self.inputs})
         summary.store_bytes = store_bytes(self.stores.store)
-        self.stores.commit_to_group(self.committed, wait=True)
+        self.stores.commit_to_group(self.committed, wait=wait)
         self.stores.snapshot(summary)
         summary.uploads = json.dumps([asdict(r) for r in self.stores.worker.reports()])
         summary.seconds = time.monotonic() - started

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,8 +18,8 @@ from goka.processing.epoch import run_epoch
 from goka.storage.base import Storage
 from goka.storage.memory import MemoryStorage
 
-from .fake_kafka import FakeKafka
-from .machines import IN, Machine, click
+from .fake_kafka import FakeKafka, ListReader
+from .machines import CLICKS, IN, Machine, click
 
 
 def _opening(machine: Machine, open_store: object) -> None:
@@ -70,3 +72,34 @@ def test_a_store_that_cannot_be_opened_fails_the_epoch_and_the_others_are_releas
     (summary,) = run_epoch(dataclasses.replace(other.config, store_timeout=0.5), other.worker,
                            {0: {IN: 0}}, 0.1)  # fmt: skip
     assert summary.partition == 0
+
+
+def test_the_group_offsets_are_waited_for_only_where_nothing_goes_on(
+    kafka: FakeKafka, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As an epoch ends at its deadline (a bridge follows) and as a bridge ends for the next
+    task, the group's offsets are committed without waiting for the broker; as a processor
+    stops, they are waited for."""
+    commits: list[tuple[str, int, bool]] = []
+    commit = ListReader.commit
+
+    def noting(self: ListReader, group: str, partition: int, offsets: Any, note: str, *,
+               wait: bool = False) -> bool:  # fmt: skip
+        commits.append((threading.current_thread().name, offsets.get(IN, -1), wait))
+        return commit(self, group, partition, offsets, note, wait=wait)
+
+    monkeypatch.setattr(ListReader, "commit", noting)
+    machine = Machine(kafka, tmp_path)
+    click(kafka, 20)
+    run_epoch(machine.config, machine.worker, {0: {IN: 0}}, 0.3, bridge=True)
+    assert commits[-1][1:] == (20, False)  # the epoch's end: its bridge goes on
+    bridged = len(commits)
+    click(kafka, 5, start=20)
+    deadline = time.monotonic() + 10
+    while kafka.end(CLICKS.table, 0) < 25 and time.monotonic() < deadline:
+        threading.Event().wait(0.01)  # the bridge processes the 5 new clicks
+    (summary,) = run_epoch(machine.config, machine.worker, {0: {IN: 20}}, 3600, lambda: True)
+    bridge_end = [c for c in commits[bridged:] if c[0] == "goka-bridge"]
+    assert bridge_end and bridge_end[-1][1:] == (25, False)  # ended for the next task here
+    assert commits[-1] == (threading.current_thread().name, 25, True)  # the processor stops
+    assert summary.processed == 5  # (what the bridge did, reported by the next task)
