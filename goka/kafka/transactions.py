@@ -32,6 +32,7 @@ from goka.errors import (
     GokaError,
     TransactionAbortedError,
 )
+from goka.kafka.config import scoped
 from goka.kafka.producer import KafkaProducer, Producer
 
 __all__ = [
@@ -201,8 +202,9 @@ def isolates_aborted(config: Mapping[str, Any], timeout: float = 30.0) -> bool:
     clients = {k: v for k, v in config.items() if k != "bootstrap.servers"}
     TopicManager(brokers, **clients).ensure_stream_exists(PROBE_TOPIC, 1, retention_ms=3_600_000)
     marker = uuid.uuid4().hex.encode()
-    writer = Transactions(config, PROBE_TOPIC, 0, timeout)  # (its own id: probes fence probes)
-    reader = confluent_kafka.Consumer({**config, "group.id": f"{PROBE_TOPIC}-reader",
+    writer = Transactions(scoped(config, "producer."), PROBE_TOPIC, 0, timeout)  # (its own
+    reader = confluent_kafka.Consumer({**scoped(config, "consumer."),  # id: probes fence probes)
+                                       "group.id": f"{PROBE_TOPIC}-reader",
                                        "isolation.level": "read_committed",
                                        "enable.auto.commit": False})  # fmt: skip
     try:

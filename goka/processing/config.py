@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from goka.group.graph import GroupGraph
+from goka.kafka.config import scoped
 from goka.processing.settings import ProcessorSettings
 
 __all__ = ["TaskConfig"]
@@ -45,7 +46,7 @@ class TaskConfig(ProcessorSettings):
         """The most bytes a produced value may have: the producer's ``message.max.bytes``
         (librdkafka's default 1,000,000) less room for the key, headers and framing (8 KiB,
         or a quarter of a smaller limit)."""
-        settings = {**self.kafka_config, **self.producer_config}
+        settings = {**scoped(self.kafka_config, "producer."), **self.producer_config}
         limit = int(settings.get("message.max.bytes", 1_000_000))
         return limit - min(MESSAGE_OVERHEAD, limit // 4)
 

@@ -28,3 +28,20 @@ def test_the_scoped_setting_wins_over_the_same_one_unscoped_and_over_goka_s_defa
     assert consumer_config("b:9092", user)["auto.offset.reset"] == "latest"
     assert producer_config("b:9092", {"producer.linger.ms": 50})["linger.ms"] == 50  # (goka's 5)
     assert producer_config("b:9092")["linger.ms"] == 5
+
+
+def test_a_processor_s_message_limit_is_its_producer_s() -> None:
+    from goka import Int64Codec, StringCodec, define_group, input, persist
+    from goka.processing.config import TaskConfig
+
+    graph = define_group("g", input("t", StringCodec(), lambda ctx, msg: None),
+                         persist(Int64Codec()))  # fmt: skip
+    limit = TaskConfig(
+        graph,
+        "b:9092",
+        kafka_config={
+            "producer.message.max.bytes": 200_000,
+            "consumer.message.max.bytes": 9_000_000,
+        },
+    )
+    assert limit.max_message_bytes == 200_000 - 8192  # (the consumer's limit is not the producer's)
