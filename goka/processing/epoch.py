@@ -166,9 +166,9 @@ def _run_epoch(
     # now are not asked about: what their last reads answered is known; nor are those whose
     # stores another process here holds: it leaves what it knew as it lets go of them
     known = take_followed(worker, group, starts)
-    held = worker.stores.held_elsewhere
+    held = worker.stores.holder
     noted = {p for p in starts if p not in known and not bridging
-             and held(config.store_path("partition", p))}  # fmt: skip
+             and held(config.store_path("partition", p)) == "elsewhere"}  # fmt: skip
     table = [config.graph.table] if config.graph.persist else []
     asking = Asking(reader, sorted({(t, p) for p, offsets in starts.items()
                                     if p not in known and p not in noted

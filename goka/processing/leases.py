@@ -4,8 +4,9 @@ other processes that ask for them (:class:`StoreHolder`, one per worker process)
 Partition stores stay open between tasks and are *leased* to one task at a time. A store is
 closed when idle for ``idle_timeout`` seconds, when the holder closes, or when another process
 on the machine asks for it: LevelDB lets one process open a directory, and Spark runs the next
-task of a partition in whichever Python worker of the executor is free.
-A process that finds a store locked asks the holder to release it: a datagram to the holder's
+task of a partition in whichever Python worker of the executor is free (in a local session an
+epoch's tasks claim the partitions their workers hold: :mod:`goka.processing.claims`). A
+process that finds a store locked asks the holder to release it: a datagram to the holder's
 inbox (a Unix socket in Linux's abstract namespace, named in ``<store>.holder``, which the
 holder removes when it closes the store) wakes its housekeeping thread at once, and a file
 ``<store>.release`` reaches holders the datagram cannot (another network namespace, another OS)
@@ -161,12 +162,13 @@ class StoreHolder:
         lease.lock.release()
         self._wake()
 
-    def held_elsewhere(self, path: Path) -> bool:
-        """Does another process hold the store at ``path`` open (its ``.holder`` file)?"""
+    def holder(self, path: Path) -> str | None:
+        """Who holds the store at ``path`` open: ``"here"`` (this process, leased or kept after a
+        task), ``"elsewhere"`` (another process: its ``.holder`` file), or None."""
         with self._lock:
             if path in self._stores:
-                return False
-        return holder_file(path).exists()
+                return "here"
+        return "elsewhere" if holder_file(path).exists() else None
 
     def _acquire(
         self,

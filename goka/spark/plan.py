@@ -23,11 +23,14 @@ class KafkaPartition(InputPartition):
 
 
 class EpochPartition(InputPartition):
-    """Some partition numbers of an epoch: ``{partition: {topic: start}}``."""
+    """Some partition numbers of an epoch: ``{partition: {topic: start}}``. Where the epoch's
+    tasks claim their shares (:mod:`goka.processing.claims`), ``shares`` are every task's
+    ``starts``, index by index, and ``starts`` only this task's first choice."""
 
-    def __init__(self, index: int, starts: dict[int, dict[str, int]], deadline_ms: int) -> None:
+    def __init__(self, index: int, starts: dict[int, dict[str, int]], deadline_ms: int,
+                 shares: list[dict[int, dict[str, int]]] | None = None) -> None:  # fmt: skip
         super().__init__(index)
-        self.starts, self.deadline_ms = starts, deadline_ms
+        self.index, self.starts, self.deadline_ms, self.shares = index, starts, deadline_ms, shares
 
 
 def epoch_starts(start: Offsets, end: Offsets) -> Offsets:

@@ -167,8 +167,11 @@ class Processor:
             start_python_workers(spark, task, min(slots, spark.sparkContext.defaultParallelism),
                                  self.graph.group)  # fmt: skip
         ticker = self._ticker(continuous)
+        # local: one process and one state_dir (local-cluster's executors each have theirs)
+        master = spark.sparkContext.master or ""
+        local = master == "local" or master.startswith("local[")
         query = start_query(spark, config, task, self._on_batch, continuous=continuous,
-                            available_now=available_now, slots=slots)  # fmt: skip
+                            available_now=available_now, slots=slots, claims=local)  # fmt: skip
         if ticker is not None and not available_now:
             ticker.start(lambda: bool(query.isActive) and not self._stopping.is_set())
         with self._lock:

@@ -25,10 +25,12 @@ def start_query(
     continuous: bool,
     available_now: bool,
     slots: int,
+    claims: bool = False,
 ) -> StreamingQuery:
     """Start ``config``'s query in ``spark``: ``task`` is the encoded task configuration
     (:func:`goka.spark.task.encode_config`); ``on_batch(frame, batch_id)`` gets each
-    micro-batch's (epoch's) summary rows; in continuous mode an epoch has ``slots`` tasks."""
+    micro-batch's (epoch's) summary rows; in continuous mode an epoch has ``slots`` tasks
+    (``claims``: all on one machine, see :mod:`goka.processing.claims`)."""
     graph = config.graph
     spark.dataSource.register(GokaKafkaSource)
     reader = (
@@ -49,6 +51,7 @@ def start_query(
             reader.option("epochs", graph.group)
             .option("epochTasks", str(slots))
             .option("epochSeconds", str(config.epoch))
+            .option("epochClaims", str(claims).lower())
         )
     writer = (
         reader.load()

@@ -37,6 +37,9 @@ Options:
         planned with it, however late each started.
     epochTasks: how many tasks an epoch has (default: one per partition); each runs some
         partition numbers. Every task of an epoch runs at once, so at most the job's task slots.
+    epochClaims: ``true``: every task of the job runs on one machine (a local session); an
+        epoch has ``epochTasks`` tasks even if some get no partitions, and each claims the
+        share of the partitions its Python worker holds (:mod:`goka.processing.claims`).
 
 Trigger.AvailableNow is supported: the query stops at the ends seen when it started.
 """
@@ -131,6 +134,7 @@ class GokaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.epochs = options.get("epochs") or None
         self.epoch_tasks = int(options.get("epochTasks", options.get("epochtasks", "0"))) or None
         self.epoch_seconds = float(options.get("epochSeconds", options.get("epochseconds", "30")))
+        self.epoch_claims = options.get("epochClaims", options.get("epochclaims")) == "true"
         self._target: Offsets | None = None
         self._end_offsets: EndOffsets | None = None
         self._committed: RangeReader | None = None
@@ -251,14 +255,21 @@ class GokaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: Offsets, end: Offsets) -> list[InputPartition]:
         if self.epochs is not None:  # every partition, from the epoch's start onwards
-            tasks = min(self.partitions_count, self.epoch_tasks or self.partitions_count)
+            tasks = self.epoch_tasks or self.partitions_count  # (claims: a task per slot, some
+            if not self.epoch_claims:  # with no partitions, so that every worker has one)
+                tasks = min(self.partitions_count, tasks)
             deadline_ms = int((time.time() + self.epoch_seconds) * 1000)  # one end for all
             begin = epoch_starts(start, end)
-            return [
-                EpochPartition(i, {p: {t: begin[t][str(p)] for t in self.topics}
-                                   for p in range(i, self.partitions_count, tasks)}, deadline_ms)
+            shares = [
+                {
+                    p: {t: begin[t][str(p)] for t in self.topics}
+                    for p in range(i, self.partitions_count, tasks)
+                }
                 for i in range(tasks)
-            ]  # fmt: skip
+            ]
+            return [EpochPartition(i, shares[i], deadline_ms,
+                                   shares if self.epoch_claims else None)
+                    for i in range(tasks)]  # fmt: skip
         planned: list[InputPartition] = []
         for p in range(self.partitions_count):
             ranges = {t: (start[t][str(p)], end[t][str(p)]) for t in self.topics}
@@ -279,7 +290,8 @@ class GokaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
             config = task.decode_config(self.task)
             if isinstance(partition, EpochPartition):
-                yield task.process_epoch(config, partition.starts, partition.deadline_ms)
+                yield task.process_epoch(config, partition.starts, partition.deadline_ms,
+                                         partition.index, partition.shares)  # fmt: skip
             else:
                 assert isinstance(partition, KafkaPartition)
                 yield task.process_ranges(config, {partition.partition: partition.ranges})

@@ -18,6 +18,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pyspark import cloudpickle
@@ -84,18 +85,37 @@ def process_ranges(
 
 
 def process_epoch(
-    config: TaskConfig, starts: Mapping[int, Mapping[str, int]], deadline_ms: int
+    config: TaskConfig,
+    starts: Mapping[int, Mapping[str, int]],
+    deadline_ms: int,
+    index: int = 0,
+    shares: Sequence[Mapping[int, Mapping[str, int]]] | None = None,
 ) -> pa.RecordBatch:
     """Process ``{partition: {topic: start}}`` continuously until ``deadline_ms`` (unix ms; at
     most ``config.epoch`` seconds: clocks may differ), and on in the background until the
     process's next task (a bridge over the gap between epochs, see
-    :mod:`goka.processing.epoch`); one summary row per partition."""
+    :mod:`goka.processing.epoch`); one summary row per partition. Given every task's
+    ``shares``, task ``index`` claims one instead (:mod:`goka.processing.claims`): a share
+    with no partitions ends at once (a bridge of this worker goes on)."""
+    from goka.processing.claims import claim_share
     from goka.processing.epoch import run_epoch
     from goka.processing.signals import StopSignal
 
+    worker = _worker(config)
+    if shares is not None:
+        holder = worker.stores.holder
+        claims = Path(config.state_dir, config.graph.group, "epoch-claims")
+        share = claim_share(claims, deadline_ms, index, [list(s) for s in shares],
+                            lambda p: holder(config.store_path("partition", p)))  # fmt: skip
+        starts = shares[share]
+        if share != index:
+            log.debug("group %s: task %d runs task %d's share, partitions %s",
+                      config.graph.group, index, share, sorted(starts))  # fmt: skip
+        if not starts:
+            return _rows([])
     stop = StopSignal(config.stop_url) if config.stop_url else lambda: False
     seconds = min(config.epoch, max(0.0, deadline_ms / 1000 - time.time()))
-    return _rows(run_epoch(config, _worker(config), starts, seconds, stop, bridge=True))
+    return _rows(run_epoch(config, worker, starts, seconds, stop, bridge=True))
 
 
 def _worker(config: TaskConfig) -> Worker:

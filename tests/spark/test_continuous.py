@@ -3,6 +3,8 @@ process records as they arrive."""
 
 from __future__ import annotations
 
+import threading
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -97,3 +99,41 @@ def test_joins_lookups_and_loops_stay_current_across_epochs(
         assert view.get("visits-de") == 1
     running.stop(within=30)
     assert processor.totals.processed == 6  # 3 visits, 3 looped
+
+
+@pytest.mark.parametrize("partitions", [4, 1])
+def test_partitions_stay_in_the_python_worker_that_holds_their_stores_from_epoch_to_epoch(
+    brokers: str, new_topic: Callable[..., str], make_processor: Any, partitions: int
+) -> None:
+    # Spark gives an epoch's task to whichever Python worker is idle first; the tasks claim the
+    # share their worker holds (goka.processing.claims), so no store changes process after
+    # the first epoch: every later epoch reuses each store where it is open (with one task
+    # per epoch the two workers took it in turns, each opening the store the other had)
+    topic = new_topic(partitions=partitions)
+    graph = define_group(f"{topic}-g", input(topic, StringCodec(), count), persist(Int64Codec()))
+    processor = make_processor(graph, mode="continuous", epoch=1.5)
+    processor.prepare_topics()
+    sent: Counter[str] = Counter()
+    done = threading.Event()
+
+    def emit() -> None:
+        seed = 0
+        while not done.wait(0.05):  # records all along, bridges between epochs included
+            seed += 1
+            sent.update(clicks(brokers, topic, 20, seed=seed))
+
+    emitter = threading.Thread(target=emit, daemon=True)
+    running = Running(processor)
+    emitter.start()
+    try:
+        wait_for(lambda: processor.totals.batches >= 5, 120, "five epochs")
+    finally:
+        done.set()
+        emitter.join(30)
+    with View(brokers, graph.table, Int64Codec()) as view:
+        view.start().wait_recovered(30)
+        wait_for(lambda: dict(view.items()) == dict(sent), 60, "every record counted")
+    running.stop(within=60)
+    stores = processor.totals.stores
+    assert set(stores) <= {"created", "reused"}, stores  # none opened in another process
+    assert stores["reused"] >= 4 * partitions, stores
