@@ -119,9 +119,22 @@ class Transactions:
         self._call("begin_transaction", self._client.begin_transaction)
         self.open = True
 
-    def commit(self, offsets: Mapping[str, int]) -> None:
-        """Commit the transaction with the group's next ``offsets`` of its inputs in this
-        partition (``{topic: offset}``), as the group's commit (Go Goka and lag tools see them).
+    def send_offsets(self, offsets: Mapping[str, int]) -> None:
+        """Add the group's next ``offsets`` of its inputs in this partition (``{topic:
+        offset}``) to the open transaction: they are committed with it, as the group's commit
+        (Go Goka and lag tools see them). May be sent while its records are in flight.
+
+        Raises: as :meth:`commit`.
+        """
+        assert self.open, "offsets without begin"
+        if offsets:
+            found = [confluent_kafka.TopicPartition(t, self.partition, o)
+                     for t, o in offsets.items()]  # fmt: skip
+            self._call("send_offsets_to_transaction", self._client.send_offsets_to_transaction,
+                       found, self._group_metadata(), self.timeout)  # fmt: skip
+
+    def commit(self, offsets: Mapping[str, int] | None = None) -> None:
+        """Commit the transaction (with ``offsets``: :meth:`send_offsets` first).
 
         Raises:
             FencedError: a newer writer took over (the transaction is aborted by the broker).
@@ -131,10 +144,7 @@ class Transactions:
         """
         assert self.open, "commit without begin"
         if offsets:
-            found = [confluent_kafka.TopicPartition(t, self.partition, o)
-                     for t, o in offsets.items()]  # fmt: skip
-            self._call("send_offsets_to_transaction", self._client.send_offsets_to_transaction,
-                       found, self._group_metadata(), self.timeout)  # fmt: skip
+            self.send_offsets(offsets)
         self._call("commit_transaction", self._client.commit_transaction, self.timeout)
         self.open = False
 

@@ -201,8 +201,7 @@ class Epoch:
         may commit at once, :func:`commit_all`.)"""
         exactly = self.stores.exactly
         assert exactly is not None
-        self.output.wait()
-        exactly.commit(self.sealed[-1].inputs)
+        exactly.commit(self.sealed[-1].inputs, self.output.wait)
 
     def settle(self, lap: Callable[[str], None] = no_lap, *, wait: bool = False,
                write: bool = False) -> None:  # fmt: skip

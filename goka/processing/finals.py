@@ -41,10 +41,11 @@ No per-result row is written: a result costs one output record.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import logging
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from goka.errors import DeliveryError
 from goka.group.edges import WindowEdge
@@ -75,13 +76,16 @@ POSITION = "p"
 Written = Mapping[str, Mapping[str, bytes | None]]
 
 
+T = TypeVar("T")
+
+
 class Transaction(Protocol):
     """The partition's transactions under exactly-once
     (:class:`~goka.processing.exactly_once.ExactlyOnce`)."""
 
     def begin(self) -> None: ...
 
-    def commit(self, positions: Mapping[str, int]) -> None: ...
+    def commit(self, positions: Mapping[str, int], acknowledged: Callable[[], T]) -> T: ...
 
 
 def delivered_key(name: str) -> str:
@@ -246,9 +250,11 @@ class Finals:
             self.producer.produce(self.timers, value, key.encode("utf-8", "surrogateescape"),
                                   on_delivery=written, partition=self.partition)  # fmt: skip
         batch.section(self.timers).update(rows)
-        self._flush(failures, "final results' watermarks")
-        if self.transaction is not None:
-            self.transaction.commit(at or {})
+        flush = functools.partial(self._flush, failures, "final results' watermarks")
+        if self.transaction is None:
+            flush()
+        else:  # (the group's offsets go while the outputs are acknowledged)
+            self.transaction.commit(at or {}, flush)
         for topic, end in ends.items():
             batch.set_offset(topic, self.partition, end)
         store.write(batch)

@@ -258,9 +258,8 @@ class PartitionStores:
             OffsetRegressionError: an offset would go back (a bug; nothing is written).
             StorageError: the write failed.
         """
-        ends = output.flush()
-        if self.exactly is not None:  # the outputs and the group's offsets, then the store
-            self.exactly.commit(positions)
+        exactly = self.exactly  # (the group's offsets go while the outputs are acknowledged)
+        ends = output.flush() if exactly is None else exactly.commit(positions, output.flush)
         lap("flush")
         self.write(changes, positions, ends, summary, wait=wait, sections=sections, lap=lap)
 

@@ -219,7 +219,7 @@ _WITHIN = 0.05
 class _Transactions(Transactions):
     kill: Kill
 
-    def commit(self, offsets: Mapping[str, int]) -> None:
+    def commit(self, offsets: Mapping[str, int] | None = None) -> None:
         if self.kill.reached("abort", within=_WITHIN):  # a commit that turned into an abort
             self.abort()
             time.sleep(60)  # (killed before)

@@ -226,17 +226,22 @@ class FakeTransactions:
         self.kafka, self.group, self.partition = kafka, group, partition
         self.token, self.open, self.commits = uuid.uuid4().hex, False, 0
         self._ends: dict[tuple[str, int], int] = {}
+        self._offsets: dict[str, int] = {}
 
     def _now(self) -> dict[tuple[str, int], int]:
         return {(t, p): len(rows) for t, parts in self.kafka.topics.items()
                 for p, rows in enumerate(parts)}  # fmt: skip
 
     def begin(self) -> None:
-        self.open, self._ends = True, self._now()
+        self.open, self._ends, self._offsets = True, self._now(), {}
 
-    def commit(self, offsets: Mapping[str, int]) -> None:
+    def send_offsets(self, offsets: Mapping[str, int]) -> None:
+        assert self.open, "offsets without begin"
+        self._offsets = dict(offsets)  # (committed with the transaction)
+
+    def commit(self, offsets: Mapping[str, int] | None = None) -> None:
         assert self.open and not len(self.producer), "committed with outputs not delivered"
-        for topic, offset in offsets.items():
+        for topic, offset in (offsets or self._offsets).items():
             self.kafka.committed[(self.group, topic, self.partition)] = (offset, "")
         for (topic, partition), end in self._now().items():
             if end > self._ends.get((topic, partition), 0):

@@ -44,7 +44,7 @@ class Meeting(FakeTransactions):
         super().__init__(*args)
         self.barrier, self.fenced = barrier, fenced
 
-    def commit(self, offsets: Mapping[str, int]) -> None:
+    def commit(self, offsets: Mapping[str, int] | None = None) -> None:
         self.barrier.wait(timeout=10)  # (BrokenBarrierError: the commits were not together)
         if self.partition == self.fenced:
             raise FencedError(self.group, self.partition, f"{self.group}-{self.partition}",

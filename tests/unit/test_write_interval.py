@@ -140,7 +140,7 @@ def test_a_failed_delivery_loses_only_what_was_held_back_and_the_next_epoch_is_e
 class _SecondFenced(FakeTransactions):
     """A transactional producer fenced at its second commit."""
 
-    def commit(self, offsets: Mapping[str, int]) -> None:
+    def commit(self, offsets: Mapping[str, int] | None = None) -> None:
         if self.commits == 1:
             raise FencedError(self.group, self.partition, f"{self.group}-{self.partition}",
                               "a newer writer")  # fmt: skip
