@@ -14,11 +14,12 @@ within ``poll_interval``. The holder closes the store if no task of its own uses
 that task ends. :func:`release_held` asks every holder of a directory's stores (a query ended).
 
 When a lease ends, the housekeeper flushes the store (:meth:`Storage.flush`; LevelDB replays
-its log when opened). A holder whose stores were asked for more often than it reused them then
-closes the store at once (a *handover*): the next task, wherever it runs, opens it in
-milliseconds instead of waiting for a busy holder to answer (its threads wait for the GIL). A
-holder whose stores are not wanted elsewhere keeps them open and warm; stores that a bridge
-leases next stay open regardless (:meth:`StoreHolder.hold`).
+its log when opened), unless it is held for the next task here (``staying``). A holder whose
+stores were asked for more often than it reused them then closes the store at once (a
+*handover*): the next task, wherever it runs, opens it in milliseconds instead of waiting for a
+busy holder to answer (its threads wait for the GIL). A holder whose stores are not wanted
+elsewhere keeps them open and warm; stores that a bridge leases next stay open regardless
+(:meth:`StoreHolder.hold`).
 """
 
 from __future__ import annotations
@@ -122,6 +123,7 @@ class StoreHolder:
         self._woken = threading.Event()
         self._handovers = 0  # requests for our stores minus reuses, within 0.._HANDOVER_MEMORY
         self._holding = False  # keep stores open after a task: a bridge follows (see hold)
+        self.staying = False  # held stores stay here from task to task (goka.processing.claims)
 
     @contextlib.contextmanager
     def lease(
@@ -163,8 +165,7 @@ class StoreHolder:
         self._wake()
 
     def holder(self, path: Path) -> str | None:
-        """Who holds the store at ``path`` open: ``"here"`` (this process, leased or kept after a
-        task), ``"elsewhere"`` (another process: its ``.holder`` file), or None."""
+        """Who holds the store at ``path``: ``"here"``, ``"elsewhere"`` (``.holder``) or None."""
         with self._lock:
             if path in self._stores:
                 return "here"
@@ -259,7 +260,9 @@ class StoreHolder:
         are wanted elsewhere more often than they are reused here."""
         if not self._take(lease):
             return  # a task took it again (it is settled when that task ends), or it closed
-        _settle(lease)
+        if not (self._holding and self.staying):  # else the next lease is this process's: no
+            _settle(lease)  # flush for an opener elsewhere (that lease would wait for it)
+        lease.settled = True
         if self._handovers > 0 and not self._holding:
             self._drop(lease)
             log.debug("handed over store %s", lease.path)

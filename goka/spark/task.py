@@ -103,6 +103,7 @@ def process_epoch(
 
     worker = _worker(config)
     if shares is not None:
+        worker.stores.staying = True  # (what a task leaves here, a task here takes next)
         holder = worker.stores.holder
         claims = Path(config.state_dir, config.graph.group, "epoch-claims")
         share = claim_share(claims, deadline_ms, index, [list(s) for s in shares],

@@ -262,6 +262,28 @@ def test_a_store_is_flushed_once_its_lease_ends_so_the_next_open_replays_no_log(
         assert dict(reopened.items()) == values
 
 
+def test_a_store_staying_for_the_next_task_here_is_not_flushed_for_others(
+    tmp_path: Path,
+) -> None:
+    # (a local epoch's tasks claim the stores their worker holds: the next lease is here, and
+    # it waited for that flush; a store asked for elsewhere is closed as it is)
+    worker = Worker()
+    worker.stores.staying = True
+    worker.hold(True)
+    values = {f"user-{i:06d}": os.urandom(40) for i in range(40_000)}  # ~2.5 MB of log
+    with worker.lease(leveldb_store, tmp_path / "p", "t") as lease:
+        lease.storage.write(WriteBatch(values))
+    wait_for(lambda: lease.settled, 10, "the housekeeper to see the idle store")
+    assert _log_bytes(tmp_path / "p") > 1 << 20  # not flushed
+    with worker.lease(leveldb_store, tmp_path / "p", "t") as again:
+        assert again is lease and dict(again.storage.items()) == values  # the same, open
+    worker.hold(False)  # (no bridge follows: flushed as before)
+    with worker.lease(leveldb_store, tmp_path / "p", "t") as lease:
+        lease.storage.write(WriteBatch({"one": b"more"}))
+    wait_for(lambda: _log_bytes(tmp_path / "p") < 64 << 10, 10, "the store flushed")
+    worker.close()
+
+
 def test_flush_leaves_a_small_log_alone(tmp_path: Path) -> None:
     with LevelDBStorage(tmp_path / "p", "t") as storage:
         storage.write(WriteBatch({"k": b"v"}))
