@@ -27,6 +27,7 @@ from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 
 from goka.errors import GokaError
+from goka.storage.manifests import process_alive
 
 __all__ = ["claim_share"]
 
@@ -50,7 +51,7 @@ def claim_share(
     prefix = f"{epoch}-"
     for claim in directory.iterdir():
         if not claim.name.startswith(prefix) or claim.name.endswith(".tmp"):
-            _forget(claim, epoch)
+            _forget(claim)
         elif _read(claim) == index:  # a retry of this task: its share again
             return int(claim.name[len(prefix) :])
 
@@ -80,21 +81,11 @@ def _read(claim: Path) -> int | None:
         return None
 
 
-def _forget(claim: Path, epoch: int) -> None:
+def _forget(claim: Path) -> None:
     """Remove a claim of another epoch (and a leftover of a task killed while claiming)."""
     if claim.name.endswith(".tmp"):
         pid = claim.name.split(".")[-2]
-        if not pid.isdigit() or int(pid) == os.getpid() or _alive(int(pid)):
+        if not pid.isdigit() or int(pid) == os.getpid() or process_alive(int(pid)):
             return
     with contextlib.suppress(FileNotFoundError):
         claim.unlink()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

@@ -28,6 +28,7 @@ __all__ = [
     "StoreSnapshot",
     "StoreState",
     "install",
+    "process_alive",
     "remove_abandoned",
     "stage",
 ]
@@ -232,11 +233,12 @@ def remove_abandoned(root: Path) -> None:
         return
     for entry in root.iterdir():
         parts = entry.name.split("-")
-        if len(parts) > 1 and parts[1].isdigit() and not _alive(int(parts[1])):
+        if len(parts) > 1 and parts[1].isdigit() and not process_alive(int(parts[1])):
             shutil.rmtree(entry, ignore_errors=True)
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Is process ``pid`` of this machine alive (a leftover of a dead one may go)?"""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
