@@ -4,14 +4,14 @@ other processes that ask for them (:class:`StoreHolder`, one per worker process)
 Partition stores stay open between tasks and are *leased* to one task at a time. A store is
 closed when idle for ``idle_timeout`` seconds, when the holder closes, or when another process
 on the machine asks for it: LevelDB lets one process open a directory, and Spark runs the next
-task of a partition in whichever Python worker of the executor is free (in a local session an
-epoch's tasks claim the partitions their workers hold: :mod:`goka.processing.claims`). A
-process that finds a store locked asks the holder to release it: a datagram to the holder's
-inbox (a Unix socket in Linux's abstract namespace, named in ``<store>.holder``, which the
-holder removes when it closes the store) wakes its housekeeping thread at once, and a file
-``<store>.release`` reaches holders the datagram cannot (another network namespace, another OS)
-within ``poll_interval``. The holder closes the store if no task of its own uses it, else when
-that task ends. :func:`release_held` asks every holder of a directory's stores (a query ended).
+task of a partition in whichever Python worker of the executor is free (see
+:mod:`goka.processing.claims`). A process that finds a store locked asks the holder to release
+it: a datagram to the holder's inbox (a Unix socket in Linux's abstract namespace, named in
+``<store>.holder``, which the holder removes when it closes the store) wakes its housekeeping
+thread at once, and a file ``<store>.release`` reaches holders the datagram cannot (another
+network namespace, another OS) within ``poll_interval``. The holder closes the store if no task
+of its own uses it, else when that task ends. :func:`release_held` asks every holder of a
+directory's stores (a query ended).
 
 When a lease ends, the housekeeper flushes the store (:meth:`Storage.flush`; LevelDB replays
 its log when opened), unless it is held for the next task here (``staying``). A holder whose
@@ -122,8 +122,7 @@ class StoreHolder:
         self._address = self._inbox.getsockname() if self._inbox is not None else None
         self._woken = threading.Event()
         self._handovers = 0  # requests for our stores minus reuses, within 0.._HANDOVER_MEMORY
-        self._holding = False  # keep stores open after a task: a bridge follows (see hold)
-        self.staying = False  # held stores stay here from task to task (goka.processing.claims)
+        self._holding = self.staying = False  # see hold; staying: goka.processing.claims
 
     @contextlib.contextmanager
     def lease(
