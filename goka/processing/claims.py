@@ -4,8 +4,8 @@ one machine (a local session): the share whose stores its Python worker holds, i
 An epoch's tasks start at once, and Spark gives each to whichever Python worker is idle first,
 not to the one that ran it before: a share that changes workers is handed over (the other
 worker's bridge ends, its stores close, LevelDB opens them again, under exactly-once a new
-transactional producer fences the old one: 15-70 ms at ``bench.latency``'s boundaries, 90 ms
-under exactly-once, while the share's records wait). With one task per epoch the workers took
+transactional producer fences the old one: 15-70 ms at ``bench.latency``'s boundaries, 86-220
+ms under exactly-once, while the share's records wait). With one task per epoch the workers took
 it in turns, so its partitions changed workers at every boundary. Instead, a local epoch has a
 task per task slot (some with an empty share), every task is given every share, and each
 *claims* one, in this order: the shares most of whose stores its own worker holds, then those
