@@ -31,6 +31,7 @@ __all__ = [
     "ProducerBuilder",
     "Timestamp",
     "delivery_error",
+    "failed_for_good",
     "positional_produce",
     "ready_in",
     "timestamp_ms",
@@ -66,6 +67,16 @@ DeliveryCallback = Callable[[KafkaErrorLike | None, DeliveredMessage], None]
 
 #: Raised by ``produce`` when a message is refused before it is queued.
 ProduceError = confluent_kafka.KafkaException
+
+
+def failed_for_good(error: ProduceError) -> bool:
+    """Was ``produce`` refused because the producer failed for good (a transactional one
+    fenced by a newer writer, say: librdkafka then refuses every message with ``_FATAL``,
+    which it does not flag as fatal itself)?"""
+    found = error.args[0] if error.args else None
+    return found is not None and (
+        found.fatal() or found.code() == confluent_kafka.KafkaError._FATAL
+    )
 
 
 class Producer(Protocol):

@@ -16,11 +16,10 @@ A closed window is kept until its result is delivered: its expiry waits for it, 
 windows whose expiry is due by then are deleted with the watermark's move.
 
 A crash between producing and moving the watermark leaves results that may be in their output
-partitions already: the next task reads each output partition from where it stood (``p<topic>
-\\0<partition>``: below any result not yet acknowledged; set before the first result and moved
-at each delivery) and produces only what it does not find there. A batch that did not commit
-moved no watermark (a rebuild leaves out its changelog rows), and its replay closes the
-windows again.
+partitions already: the next task reads each output partition from where it stood (below any
+result not yet acknowledged: :mod:`goka.processing.outbox`) and produces only what it does not
+find there. A batch that did not commit moved no watermark (a rebuild leaves out its changelog
+rows), and its replay closes the windows again.
 
 Under exactly-once (``transaction``) a delivery is one transaction of the partition's producer:
 the results, the watermarks' rows and the expired windows' deletions, with the group's offsets;
@@ -53,6 +52,8 @@ from goka.group.graph import GroupGraph
 from goka.kafka.producer import ProduceError, Producer
 from goka.kafka.reader import RecordReader
 from goka.keys import key_bytes
+from goka.processing.outbox import FINAL_ID, POSITION, position_key, produced, standing
+from goka.processing.output import send_checked
 from goka.storage import Storage, WriteBatch
 from goka.time.rows import (
     DIGITS,
@@ -66,10 +67,6 @@ from goka.time.rows import (
 __all__ = ["FINAL_ID", "Delivery", "Finals", "Written", "delivered_key"]
 
 log = logging.getLogger(__name__)
-
-#: Header naming a final result: ``<group>/<partition>/<window>/<key>@<start>-<end>``.
-FINAL_ID = "goka-final-id"
-POSITION = "p"
 
 
 #: Section rows by changelog topic (None: deleted), as a write wrote them.
@@ -91,10 +88,6 @@ class Transaction(Protocol):
 def delivered_key(name: str) -> str:
     """The timers row of window table ``name``'s delivered watermark."""
     return f"d{name}"
-
-
-def _position_key(topic: str, partition: int) -> str:
-    return f"{POSITION}{topic}\x00{partition}"
 
 
 class Finals:
@@ -132,13 +125,8 @@ class Finals:
         Raises:
             DeliveryError: the rows were not acknowledged (nothing is written).
         """
-        section = store.section(self.timers)
-        rows: dict[str, bytes | None] = {}
-        for topic in sorted({e.output for e in self.edges.values() if e.output is not None}):
-            for partition in range(self._count(topic)):
-                key = _position_key(topic, partition)
-                if section.get(key) is None:
-                    rows[key] = b"%d" % self.reader.watermarks(topic, partition)[1]
+        outputs = {e.output for e in self.edges.values() if e.output is not None}
+        rows = standing(store.section(self.timers), outputs, self._count, self.reader)
         if rows:
             self._write(store, rows, {})
 
@@ -179,7 +167,8 @@ class Finals:
                 marks[name] = (None if done is None else done.decode(), closed.decode())
         if not marks:
             return None
-        found = self._produced(section) if check else set()
+        prefix = f"{self.group}/{self.partition}/"
+        found = produced(section, self.reader, prefix, self.read_timeout) if check else set()
         if self.transaction is not None:
             self.transaction.begin()
         return Delivery(self, store, marks, found, written or {}, dict(at or {}))
@@ -243,12 +232,12 @@ class Finals:
             section = store.section(topic)
             changes = batch.section(topic)
             for row in windows:
-                self.producer.produce(topic, None, row.encode("utf-8", "surrogateescape"),
-                                      on_delivery=written, partition=self.partition)  # fmt: skip
+                send_checked(self.producer, topic, None, row.encode("utf-8", "surrogateescape"),
+                             written, None, 0, self.partition)  # fmt: skip
                 changes.update(section_rows(section.get, row, None, grace=grace))
         for key, value in rows.items():
-            self.producer.produce(self.timers, value, key.encode("utf-8", "surrogateescape"),
-                                  on_delivery=written, partition=self.partition)  # fmt: skip
+            send_checked(self.producer, self.timers, value, key.encode("utf-8", "surrogateescape"),
+                         written, None, 0, self.partition)  # fmt: skip
         batch.section(self.timers).update(rows)
         flush = functools.partial(self._flush, failures, "final results' watermarks")
         if self.transaction is None:
@@ -268,23 +257,6 @@ class Finals:
         if remaining or failures:
             raise DeliveryError(self.timers, None, f"partition {self.partition}: {what}: "
                                 f"{remaining} unacknowledged, failed: {failures[:3]}")  # fmt: skip
-
-    def _produced(self, section: Any) -> set[str]:
-        """The ids of this partition's results found in the output partitions, from where
-        each stood."""
-        mine, found = f"{self.group}/{self.partition}/".encode(), set()
-        for key, value in section.items(prefix=POSITION):
-            topic, _, partition = key[1:].rpartition("\x00")
-            start, end = int(value), self.reader.watermarks(topic, int(partition))[1]
-            if start >= end:
-                continue
-            for chunk in self.reader.read(int(partition), {topic: (start, end)},
-                                          self.read_timeout, 10_000):  # fmt: skip
-                for record in chunk:
-                    ident = dict(record[5] or ()).get(FINAL_ID)
-                    if ident is not None and ident.startswith(mine):
-                        found.add(ident.decode())
-        return found
 
     def _count(self, topic: str) -> int:
         if topic not in self._counts:
@@ -354,8 +326,13 @@ class Delivery:
             start, end = int(row[1 - tail : -DIGITS - 1]), int(row[-DIGITS:])
             sent = [named, (WINDOW_START, b"%d" % start), (WINDOW_END, b"%d" % end),
                     (FINAL_ID, ident.encode())]  # fmt: skip
-            produce(topic, raw if recode is None else recode(raw), key_bytes(row[:-tail]),
-                    on_delivery=delivered, headers=sent, timestamp=close_at)  # fmt: skip
+            value, key = raw if recode is None else recode(raw), key_bytes(row[:-tail])
+            try:
+                produce(topic, value, key, on_delivery=delivered, headers=sent,
+                        timestamp=close_at)  # fmt: skip
+            except (BufferError, ProduceError):  # a full queue waits; a refusal raises
+                send_checked(self.finals.producer, topic, value, key, delivered, sent,
+                             close_at, -1)  # fmt: skip
             self.outstanding += 1
             self.produced += 1
             if self.produced % 10_000 == 0:
@@ -383,7 +360,7 @@ class Delivery:
         }
         if finals.transaction is None:
             for (topic, partition), end in self.ends.items():
-                rows[_position_key(topic, partition)] = b"%d" % end
+                rows[position_key(topic, partition)] = b"%d" % end
         else:  # (no positions: those an at-least-once run left go)
             section = self.store.section(finals.timers)
             rows.update((key, None) for key, _ in section.items(prefix=POSITION))

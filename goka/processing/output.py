@@ -22,14 +22,20 @@ from typing import Any
 
 from goka.errors import DeliveryError, TopicRewoundError
 from goka.group.effects import EMIT, FINAL, LOOP, TABLE, TIMER, WINDOW, BatchResult
-from goka.kafka.producer import KafkaProducer, ProduceError, Producer, positional_produce
+from goka.kafka.producer import (
+    KafkaProducer,
+    ProduceError,
+    Producer,
+    failed_for_good,
+    positional_produce,
+)
 from goka.keys import key_bytes
+from goka.processing.applied import SRC_OFFSET, SRC_PARTITION, SRC_TOPIC
 from goka.processing.config import TaskConfig
-from goka.processing.recovery import SRC_OFFSET, SRC_PARTITION, SRC_TOPIC
 from goka.processing.summary import PartitionSummary
 from goka.storage import Storage
 
-__all__ = ["HELD_ROWS", "ORIGINAL_SIZE", "TRUNCATED", "Output"]
+__all__ = ["HELD_ROWS", "ORIGINAL_SIZE", "TRUNCATED", "Output", "send_checked"]
 
 log = logging.getLogger(__name__)
 
@@ -114,9 +120,10 @@ class Output:
             raise
 
     def _if_fatal(self, exc: DeliveryError) -> None:
-        """Run :meth:`on_failure` if ``exc`` is a fatal error of the producer (fenced)."""
+        """Run :meth:`on_failure` if ``exc`` is a fatal error of the producer (fenced: a
+        transactional producer's then raises :class:`~goka.errors.FencedError`)."""
         cause = exc.__cause__
-        if isinstance(cause, ProduceError) and cause.args and cause.args[0].fatal():
+        if isinstance(cause, ProduceError) and failed_for_good(cause):
             self.on_failure()
 
     def _send(self, result: BatchResult, summary: PartitionSummary) -> None:
@@ -187,7 +194,8 @@ class Output:
                     produce(topic, data, key, partition=partition, on_delivery=callback,
                             headers=headers, timestamp=timestamp)  # fmt: skip
             except (BufferError, UnicodeEncodeError, ProduceError):
-                _send(self.producer, topic, data, key, callback, headers, timestamp, partition)
+                send_checked(self.producer, topic, data, key, callback, headers, timestamp,
+                             partition)  # fmt: skip
         held.clear()
 
     def wait(self) -> None:
@@ -292,11 +300,12 @@ def _send_effects(
                     produce(topic, data, key, partition=partition, on_delivery=callback,
                             headers=provenance, timestamp=made_by[4])  # fmt: skip
             except (BufferError, UnicodeEncodeError, ProduceError):
-                _send(producer, topic, data, key, callback, provenance, made_by[4], partition)
+                send_checked(producer, topic, data, key, callback, provenance, made_by[4],
+                             partition)  # fmt: skip
         else:
             if kind in (EMIT, FINAL):
                 emitted[topic] = emitted.get(topic, 0) + 1
-            _send(producer, topic, data, key, on_delivery, headers, made_by[4], -1)
+            send_checked(producer, topic, data, key, on_delivery, headers, made_by[4], -1)
     return counts[TABLE], counts[EMIT] + counts[FINAL], counts[LOOP]
 
 
@@ -323,7 +332,8 @@ def _hold_effects(
             if kind in (EMIT, FINAL):
                 emitted[topic] = emitted.get(topic, 0) + 1
             generation.outstanding += 1
-            _send(producer, topic, data, key, generation.on_delivery, headers, made_by[4], -1)
+            send_checked(producer, topic, data, key, generation.on_delivery, headers,
+                         made_by[4], -1)  # fmt: skip
     return counts[TABLE], counts[EMIT] + counts[FINAL], counts[LOOP]
 
 
@@ -353,11 +363,11 @@ def _send_dead_letters(
                         source, partition, offset, len(value), max(room, 0))  # fmt: skip
             found += [(TRUNCATED, b"true"), (ORIGINAL_SIZE, b"%d" % len(value))]
             value = value[: max(room, 0)]
-        _send(producer, config.dlq_topic, value, key, on_delivery, found, timestamp, -1)
+        send_checked(producer, config.dlq_topic, value, key, on_delivery, found, timestamp, -1)
     return len(result.failed)
 
 
-def _send(
+def send_checked(
     producer: Producer,
     topic: str,
     value: bytes | None,
@@ -367,6 +377,12 @@ def _send(
     timestamp: int,
     partition: int,
 ) -> None:
+    """Produce one message, waiting while the producer's queue is full and encoding a key
+    that is not UTF-8 as its bytes (partition -1: the partitioner's).
+
+    Raises:
+        DeliveryError: the producer refused it (too large; the producer failed for good).
+    """
     while True:
         try:
             producer.produce(
