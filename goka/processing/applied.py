@@ -28,10 +28,36 @@ from goka.group.effects import Message
 from goka.kafka.reader import RecordReader
 from goka.storage import Storage, WriteBatch
 
-__all__ = ["STABLE_SECONDS", "Applied", "checked_watermarks", "commit", "record_before"]
+__all__ = [
+    "SRC_OFFSET",
+    "SRC_PARTITION",
+    "SRC_TOPIC",
+    "STABLE_SECONDS",
+    "Applied",
+    "checked_watermarks",
+    "commit",
+    "from_unfinished_batch",
+    "record_before",
+]
 
 #: ``{topic: (start, end)}``, end exclusive.
 Ranges = Mapping[str, tuple[int, int]]
+
+#: Headers naming where a record came from: a changelog row has the source's topic and offset
+#: (its partition is the row's; rows written before 2026-11-28 had it), a dead letter all three.
+SRC_TOPIC, SRC_PARTITION, SRC_OFFSET = "goka-src-topic", "goka-src-partition", "goka-src-offset"
+
+
+def from_unfinished_batch(headers: list[tuple[str, bytes]] | None,
+                          starts: Mapping[str, int]) -> bool:  # fmt: skip
+    """Was this changelog record written for a source offset at or beyond ``starts`` (a
+    record a store that has applied ``starts`` processes next: a replay leaves it out)?"""
+    found = dict(headers or ())
+    topic = found.get(SRC_TOPIC)
+    if topic is None:
+        return False  # not written by a goka-py processor: applied as it is
+    start = starts.get(topic.decode())
+    return start is not None and int(found.get(SRC_OFFSET, b"-1")) >= start
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ from pathlib import Path
 from goka.errors import SnapshotError, StorageError
 from goka.kafka.reader import RecordReader, Row
 from goka.keys import key_str
-from goka.processing.applied import checked_watermarks, commit
+from goka.processing.applied import checked_watermarks, commit, from_unfinished_batch
 from goka.processing.leases import Lease
 from goka.storage import WriteBatch
 from goka.storage.snapshots import Manifest, SnapshotStore, install, remove_abandoned
@@ -54,10 +54,6 @@ ORIGINS = ("reused", "opened", "caught_up", "restored", "rebuilt", "created")
 
 #: Values written per write batch while replaying a topic.
 CHUNK = 50_000
-
-#: Headers naming where a record came from: a changelog row has the source's topic and offset
-#: (its partition is the row's; rows written before 2026-11-28 had it), a dead letter all three.
-SRC_TOPIC, SRC_PARTITION, SRC_OFFSET = "goka-src-topic", "goka-src-partition", "goka-src-offset"
 
 
 @dataclass
@@ -178,20 +174,25 @@ class StoreRecovery:
         )  # fmt: skip
         return recovery
 
-    def catch_up_tail(self) -> int:
-        """Under exactly-once, for a store current for its inputs: replay what transactions
-        committed to its changelogs beyond the store's ends, and return how many records were
-        read. A crash between a commit and the store's write that moved no input offset (final
-        results delivered, timers fired on ticks) leaves them there. A changelog one past the
-        store's end holds only the commit's marker, the usual case: nothing is read."""
+    def catch_up_tail(self, inputs: list[str]) -> int:
+        """Under exactly-once, for a store current for its ``inputs``: replay what
+        transactions committed to its changelogs beyond the store's ends, and return how many
+        records were read. A crash between a commit and the store's write that moved no input
+        offset (final results delivered, timers fired on ticks) leaves them there. A
+        changelog one past the store's end holds only the commit's marker, the usual case:
+        nothing is read. Records written for input offsets the store has not applied are left
+        out, as :meth:`recover` leaves them out (their input records are processed next: a
+        group whose offsets went back, say, or an at-least-once run's unfinished commit)."""
         stored, ends, read = self.lease.storage.offsets(), {}, 0
+        applied = {t: stored.get((t, self.partition), -1) for t in inputs}
         self.stream_time = -1
         for topic in [t for t in (self.topic, *self.sections) if t is not None]:
             at = max(stored.get((topic, self.partition), 0), 0)
             high = self.reader.watermarks(topic, self.partition)[1]
             if high > at + 1:
-                read += self._replay(topic, at, high, None)[0]
-                ends[topic] = high
+                found, left_out = self._replay(topic, at, high, applied)
+                read += found
+                ends[topic] = high if left_out is None else left_out
         if ends:
             self._write(self._stream_time_row(), {}, ends)
         return read
@@ -378,17 +379,6 @@ def _apply(batch: WriteBatch, rows: list[Row], starts: Mapping[str, int] | None)
         elif key is not None:
             values[key.decode("utf-8", "surrogateescape")] = value  # goka.keys.key_str
     return skipped
-
-
-def from_unfinished_batch(headers: list[tuple[str, bytes]] | None,
-                          starts: Mapping[str, int]) -> bool:  # fmt: skip
-    """Was this group table record written for a source offset at or beyond ``starts``?"""
-    found = dict(headers or ())
-    topic = found.get(SRC_TOPIC)
-    if topic is None:
-        return False  # not written by a goka-py processor: applied as it is
-    start = starts.get(topic.decode())
-    return start is not None and int(found.get(SRC_OFFSET, b"-1")) >= start
 
 
 def _offsets_of(offsets: Mapping[tuple[str, int], int], target: Mapping[str, int],

@@ -12,9 +12,9 @@ from typing import Any
 
 from goka import Int64Codec
 from goka.group.effects import TABLE, TIMER, WINDOW, BatchResult
+from goka.processing.applied import SRC_OFFSET
 from goka.processing.config import TaskConfig
 from goka.processing.output import Output
-from goka.processing.recovery import SRC_OFFSET
 from goka.processing.summary import PartitionSummary
 from goka.storage import MemoryStorage
 from goka.tester import Tester

@@ -21,10 +21,10 @@ from goka import (
     input,
     persist,
 )
+from goka.processing.applied import SRC_OFFSET, SRC_PARTITION, SRC_TOPIC, from_unfinished_batch
 from goka.processing.builders import Builders
 from goka.processing.config import TaskConfig
 from goka.processing.output import ORIGINAL_SIZE, TRUNCATED
-from goka.processing.recovery import SRC_OFFSET, SRC_PARTITION, SRC_TOPIC, from_unfinished_batch
 from goka.storage.snapshots import SnapshotStore
 
 from .fake_kafka import FakeKafka

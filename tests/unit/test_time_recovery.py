@@ -21,7 +21,7 @@ from goka import (
     timers,
     window,
 )
-from goka.processing.recovery import SRC_TOPIC
+from goka.processing.applied import SRC_TOPIC
 from goka.tester import Tester
 from goka.time.rows import Timer
 
