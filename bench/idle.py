@@ -40,7 +40,7 @@ from bench.latency import count
 from goka import Int64Codec, StringCodec, TopicManager, define_group, input, persist
 from goka.dev import EmbeddedBroker
 from goka.kafka.config import consumer_config, producer_config
-from goka.processing.stores import GROUP_COMMIT_SECONDS
+from goka.processing.group_offsets import GROUP_COMMIT_SECONDS
 from goka.spark import Processor, build_session
 from goka.view import View
 
@@ -170,7 +170,7 @@ class Emitter:
 def relay(brokers: str, topic: str, target: str, stop: threading.Event) -> None:
     """The processor's work done by hand: a consumer of the input's partitions and a producer
     writing each key's new count to ``target``; the group's offsets committed every
-    :data:`~goka.processing.stores.GROUP_COMMIT_SECONDS`, as the processor commits them."""
+    :data:`~goka.processing.group_offsets.GROUP_COMMIT_SECONDS`, as the processor commits them."""
     consumer = confluent_kafka.Consumer({**consumer_config(brokers), "fetch.wait.max.ms": 10,
                                          "group.id": f"{target}-relay"})  # fmt: skip
     consumer.assign([confluent_kafka.TopicPartition(topic, p, 0) for p in range(PARTITIONS)])

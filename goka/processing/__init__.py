@@ -56,7 +56,9 @@ Modules, one concept each; a module imports only modules listed above it:
 * ``applied``: what a store has applied, and the only write of state with offsets.
 * ``recovery``: making a store current.
 * ``output``: producing a task's effects and checking every delivery.
+* ``outbox``: where final results may be already, under at-least-once.
 * ``finals``: windows' final results, from the store after the commit, exactly once.
+* ``group_offsets``: the group's offsets in Kafka, told after the store's (at-least-once).
 * ``stores``: one partition's stores for one task, the owner of recovery and commits.
 * ``batch``: a micro-batch (:class:`PartitionProcessor`).
 * ``epoch``: continuous epochs (:func:`run_epoch`) and the bridges between them.

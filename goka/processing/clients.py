@@ -89,15 +89,25 @@ class Clients:
         fresh.discard(found.token)
         return found
 
-    def start_transactions(self, partition: int, latest: str | None) -> None:
+    def start_transactions(self, partition: int, latest: str | None) -> bool:
         """Start the transactional producer of ``partition`` now, unless this process has
         the ``latest``, for the task about to lease its stores (:meth:`transactions` takes it
         as the latest): its start fences the writer that holds them (a bridge in another
         process), which processes on meanwhile and fails at its next commit, instead of the
-        task waiting for the start with the stores held."""
+        task waiting for the start with the stores held. Return whether one started (and
+        fenced every other writer of the partition)."""
         found = self.transactions(partition, latest)
-        if found.token != latest:
-            self._fresh().add(found.token)
+        if found.token == latest:
+            return False
+        self._fresh().add(found.token)
+        return True
+
+    def kept_transactions(self, partition: int, latest: str | None) -> Transactions | None:
+        """The transactional producer of ``partition`` this process keeps, if it is the
+        ``latest`` to have started (None: it has none, or a newer one fenced it)."""
+        key, _ = self._transactions_key(partition)
+        found: Transactions | None = self.worker.kept(key)
+        return found if found is not None and found.token == latest else None
 
     def _fresh(self) -> set[str]:
         """The tokens of producers started for a task that has not taken them yet."""

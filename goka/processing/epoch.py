@@ -23,11 +23,12 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Set
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 
 from goka.errors import FencedError, StorageCorruptError, StorageLockedError
+from goka.kafka.reader import RecordReader
 from goka.processing.clients import Clients
 from goka.processing.config import TaskConfig
 from goka.processing.epoch_partition import CommitLead, Epoch, commit_all
@@ -169,14 +170,22 @@ def _run_epoch(
     held = worker.stores.holder
     noted = {p for p in starts if p not in known and not bridging
              and held(config.store_path("partition", p)) == "elsewhere"}  # fmt: skip
-    table = [config.graph.table] if config.graph.persist else []
-    asking = Asking(reader, sorted({(t, p) for p, offsets in starts.items()
-                                    if p not in known and p not in noted
-                                    for t in [*offsets, *table]}), group)  # fmt: skip
+    # under exactly-once, a writer fences the partition's last one before it reads anything
+    # that decides where it begins: what it asks is asked after its producers started, and
+    # what it knew of a partition whose producer started now is forgotten (the writer it
+    # fenced, here or on another machine, may have committed since; what a producer kept
+    # here knew stands: a writer that started since has fenced it, and its first commit fails)
+    fence_first = config.guarantee == "exactly-once" and not bridging
+    asking = None if fence_first else _ask(reader, starts, {*known, *noted}, config)
     try:
         if not bridging:  # a bridge elsewhere processes on until this task's producers are ready
             clients.warm_up(stop)
-            start_early(config, clients, sorted(starts))
+            fenced = start_early(config, clients, sorted(starts))
+            if fence_first:
+                known = {p: k for p, k in known.items() if p not in fenced}
+                noted -= fenced
+                asking = _ask(reader, starts, {*known, *noted}, config)
+        assert asking is not None
         started = time.monotonic()
         until = started + seconds
         timeline = Timeline(f"group {config.graph.group} partitions {sorted(starts)}"
@@ -203,9 +212,18 @@ def _run_epoch(
                 ended=ended,
             )
     except BaseException:
-        asking.wait(quiet=True)  # (the reader is no longer shared with its thread)
+        if asking is not None:
+            asking.wait(quiet=True)  # (the reader is no longer shared with its thread)
         reader.prefetch([])
         raise
+
+
+def _ask(reader: RecordReader, starts: Starts, known: Set[int], config: TaskConfig) -> Asking:
+    """Ask, in a thread, what the starts of the partitions not ``known`` check: the
+    watermarks of their inputs and table, the offsets the group committed."""
+    table = [config.graph.table] if config.graph.persist else []
+    return Asking(reader, sorted({(t, p) for p, offsets in starts.items() if p not in known
+                                  for t in [*offsets, *table]}), config.graph.group)  # fmt: skip
 
 
 def _lease(config: TaskConfig, worker: Worker, partitions: list[int], stack: ExitStack, *,
@@ -308,7 +326,7 @@ def _follow(
     for epoch in epochs.values():
         epoch.commit(wait=True)
         epoch.deliver(wait=True)
-        epoch.stores.catch_up_group()  # the group's offsets as far as the store's
+        epoch.stores.group_offsets.catch_up()  # the group's offsets as far as the store's
     if handover and (deadline or bridging):
         followed(worker, config.graph.group, {p: e.positions for p, e in epochs.items()}, marks)
     ends = {p: dict(epoch.positions) for p, epoch in epochs.items()} if deadline else None

@@ -120,7 +120,7 @@ class Epoch:
         summary = self.summary
         summary.ends = json.dumps({t: self.positions[t] for t in self.inputs})
         summary.store_bytes = store_bytes(self.stores.store)
-        self.stores.commit_to_group(self.committed, wait=wait)
+        self.stores.group_offsets.commit(self.committed, wait=wait)
         self.stores.snapshot(summary)
         summary.uploads = json.dumps([asdict(r) for r in self.stores.worker.reports()])
         summary.seconds = time.monotonic() - started
@@ -191,7 +191,7 @@ class Epoch:
             self.changes, self.reached = {}, dict(self.positions)
             return True
         if not self.sealed:
-            self.stores.catch_up_group(due=True)
+            self.stores.group_offsets.catch_up(due=True)
         return False
 
     def transact(self) -> None:

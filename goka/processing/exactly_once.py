@@ -28,7 +28,7 @@ from typing import TypeVar
 
 from goka.errors import GokaError
 from goka.kafka.producer import Producer
-from goka.kafka.transactions import FencedError
+from goka.kafka.transactions import FencedError, transactional_id
 from goka.processing.clients import Clients
 from goka.processing.config import TaskConfig
 
@@ -50,17 +50,26 @@ class ExactlyOnce:
             process keeps is used while it is that one; else a new one starts, fencing the
             others, and the file names it. (A producer fenced from another machine fails the
             task with :class:`FencedError`; its retry starts a new one.)
+        start: start a new producer where this process's is not the latest (False: a bridge
+            between epochs, which goes on only with the producer it has).
 
     Raises:
-        FencedError, BrokerError: the producer could not start.
+        FencedError: a newer writer started (or, not ``start``, this process has no producer
+            that is the latest).
+        BrokerError: the producer could not start.
     """
 
     def __init__(self, clients: Clients, partition: int, inputs: Iterable[str], *,
-                 writer: Path) -> None:  # fmt: skip
+                 writer: Path, start: bool = True) -> None:  # fmt: skip
         self.clients, self.partition, self.inputs = clients, partition, frozenset(inputs)
         self.writer = writer
-        latest = writer.read_text() if writer.exists() else None
-        self.transactions = clients.transactions(partition, latest)
+        latest = _latest(writer)
+        kept = None if start else clients.kept_transactions(partition, latest)
+        if not start and kept is None:  # (a bridge never starts a writer: it would fence
+            raise FencedError(clients.config.graph.group, partition,  # the next task's)
+                              transactional_id(clients.config.graph.group, partition),
+                              "a newer writer started since this process's")  # fmt: skip
+        self.transactions = kept or clients.transactions(partition, latest)
         if self.transactions.token != latest:
             writer.parent.mkdir(parents=True, exist_ok=True)
             writing = writer.with_name(writer.name + ".new")
@@ -101,17 +110,23 @@ class ExactlyOnce:
 
     def end(self) -> None:
         """As the task ends: abort what it did not commit (a failure), so that readers are
-        not held back until the transaction times out."""
+        not held back until the transaction times out.
+
+        Raises:
+            FencedError: a newer writer fenced this one (the producer is let go): whatever
+                else the task failed with (an output refused, a flush that failed), this is
+                why, and it replaces that error.
+        """
         try:
             self._guarded(self.transactions.abort)
-        except FencedError as exc:  # (a newer writer aborted it)
-            log.debug("partition %d: %s", self.partition, exc)
+        except FencedError:
+            raise
         except GokaError as exc:
             log.warning("partition %d: transaction not aborted: %s", self.partition, exc)
 
     def failed(self) -> None:
-        """Its outputs were not delivered (fenced: :class:`FencedError`): the next task
-        makes a new producer."""
+        """Its outputs were not delivered: the producer is let go (the next task makes a new
+        one), and if a newer writer fenced it, :class:`FencedError` says so."""
         try:
             self.transactions.abort()
         except FencedError:
@@ -138,29 +153,40 @@ def _writer(config: TaskConfig, partition: int) -> Path:
     return config.store_path("partition", partition).with_suffix(".writer")
 
 
-def start_early(config: TaskConfig, clients: Clients, partitions: Iterable[int]) -> None:
+def _latest(writer: Path) -> str | None:
+    try:
+        return writer.read_text()
+    except FileNotFoundError:
+        return None
+
+
+def start_early(config: TaskConfig, clients: Clients, partitions: Iterable[int]) -> set[int]:
     """Under exactly-once, as a continuous task begins, before it leases its stores: start
     the producers of its ``partitions`` that this process does not have as the latest
     (:meth:`Clients.start_transactions <goka.processing.clients.Clients.start_transactions>`),
-    while a bridge that holds the stores processes on (it is fenced at its next commit)."""
+    while a bridge that holds the stores processes on (it is fenced at its next commit).
+    Return the partitions whose producer started now: their last writer is fenced, and what
+    it committed is final; what the task knew of them before is not (see
+    :func:`goka.processing.epoch.run_epoch`)."""
+    started: set[int] = set()
     if config.guarantee == "exactly-once":
         for partition in partitions:
-            writer = _writer(config, partition)
-            try:
-                latest: str | None = writer.read_text()
-            except FileNotFoundError:
-                latest = None
-            clients.start_transactions(partition, latest)
+            if clients.start_transactions(partition, _latest(_writer(config, partition))):
+                started.add(partition)
+    return started
 
 
-def exactly_once(config: TaskConfig, clients: Clients, partition: int,
-                 stack: ExitStack) -> ExactlyOnce | None:  # fmt: skip
+def exactly_once(config: TaskConfig, clients: Clients, partition: int, stack: ExitStack, *,
+                 start: bool = True) -> ExactlyOnce | None:  # fmt: skip
     """A task's transactions of ``partition`` under exactly-once (None: at-least-once), ended
-    with ``stack``; made before the store recovers, so that a transaction a crashed writer
-    left open is aborted before the changelog is read (see :class:`ExactlyOnce`)."""
+    with ``stack``; made before the store recovers and before anything that decides where
+    the task begins is read (the group's offsets, the changelogs' ends): a new producer fences
+    the partition's last writer and aborts what it left open, so what is read then is final
+    (see :class:`ExactlyOnce`; ``start``: its argument)."""
     if config.guarantee != "exactly-once":
         return None
     writer = _writer(config, partition)
-    found = ExactlyOnce(clients, partition, config.graph.input_topics(), writer=writer)
+    found = ExactlyOnce(clients, partition, config.graph.input_topics(), writer=writer,
+                        start=start)  # fmt: skip
     stack.callback(found.end)
     return found

@@ -11,9 +11,7 @@ then the group's offsets; at most every ``snapshot_interval``, a snapshot is sta
 
 from __future__ import annotations
 
-import json
 import logging
-import time
 from collections.abc import Callable, Mapping
 from contextlib import ExitStack
 from pathlib import Path
@@ -26,6 +24,7 @@ from goka.processing.clients import Clients
 from goka.processing.config import TaskConfig
 from goka.processing.exactly_once import exactly_once
 from goka.processing.finals import Delivery, Finals, Written
+from goka.processing.group_offsets import GroupOffsets
 from goka.processing.leases import Lease
 from goka.processing.output import Output
 from goka.processing.recovery import StoreRecovery, checked_watermarks
@@ -38,16 +37,9 @@ from goka.storage import Storage, WriteBatch
 from goka.storage.snapshots import Manifest
 from goka.time.pending_rows import PendingRows, section_graces
 
-__all__ = ["GROUP_COMMIT_SECONDS", "IDLE_GROUP_COMMIT_SECONDS", "PartitionStores"]
+__all__ = ["PartitionStores"]
 
 log = logging.getLogger(__name__)
-
-#: How often at most a partition's commits also commit the group's offsets to Kafka (the
-#: store's offsets are the truth; the group's are for lag tools, tasks and Go processors):
-#: a commit interval of 0.1 s does not send ten OffsetCommits a second per partition. A
-#: partition that caught up (a commit found nothing new) commits them once
-#: :data:`IDLE_GROUP_COMMIT_SECONDS` passed: lag tools (and the benches) see it caught up then.
-GROUP_COMMIT_SECONDS, IDLE_GROUP_COMMIT_SECONDS = 1.0, 0.25
 
 
 class PartitionStores:
@@ -79,8 +71,6 @@ class PartitionStores:
         self.root = Path(config.state_dir) / self.graph.group
         self._inputs = frozenset(self.graph.input_topics())
         self._manifests: list[Manifest] | None = None
-        self._group_at = -GROUP_COMMIT_SECONDS  # when the group's offsets were committed
-        self._group_behind: Mapping[str, int] | None = None  # committed to the store only
         url = config.board_url
         self.bridging = not ask  # (a bridge between epochs)
         self.board: PartitionBoard | None = None if url is None else worker.client(
@@ -94,7 +84,12 @@ class PartitionStores:
             self.leases[f"join-{table}"] = stack.enter_context(
                 self._lease(f"join-{table}", table, ask)
             )
-        self.exactly = exactly_once(config, self.clients, partition, stack)
+        self.exactly = exactly_once(config, self.clients, partition, stack, start=ask)
+        #: the group's offsets in Kafka (under exactly-once, in each commit's transaction)
+        self.group_offsets = GroupOffsets(
+            self.clients.reader, self.graph.group, partition, self._inputs,
+            transactional=self.exactly is not None,
+        )  # fmt: skip
         exactly = self.exactly
         self.finals = (  # (exactly-once: each delivery one transaction)
             Finals(self.graph, partition, self.clients.producer() if exactly is None else
@@ -141,7 +136,7 @@ class PartitionStores:
                                                                       records, of)  # fmt: skip
         done = recovery.recover(target, unfinished=True)
         if self.exactly is not None and done.origin in ("reused", "opened"):
-            done.records += recovery.catch_up_tail()  # (see its docstring)
+            done.records += recovery.catch_up_tail(list(starts))  # (see its docstring)
         if self.board is not None:
             self.board.report(self.partition, "running")
         applied = {t: o for t, o in self.applied(list(starts)).offsets.items() if o >= 0}
@@ -290,23 +285,8 @@ class PartitionStores:
         delivered = self._deliver(positions, summary, check=False, written=rows,
                                   defer=defer and self.exactly is None)  # fmt: skip
         lap("finals")
-        if delivered or self.exactly is not None:  # (the offsets went: first, or in the commit)
-            return
-        if wait or time.monotonic() - self._group_at >= GROUP_COMMIT_SECONDS:
-            self.commit_to_group(positions, wait=wait)
-            lap("group_commit")
-        else:
-            self._group_behind = dict(positions)
-
-    def catch_up_group(self, *, due: bool = False) -> None:
-        """Commit the group's offsets the store is ahead of (held back by
-        :data:`GROUP_COMMIT_SECONDS`): as a task ends, or (``due``: a partition whose
-        records stopped coming, its lag goes to 0) once :data:`IDLE_GROUP_COMMIT_SECONDS`
-        passed."""
-        if self._group_behind is None:
-            return
-        if not due or time.monotonic() - self._group_at >= IDLE_GROUP_COMMIT_SECONDS:
-            self.commit_to_group(self._group_behind)
+        if not delivered and self.group_offsets.written(positions, wait=wait):  # (delivered:
+            lap("group_commit")  # the offsets went first)
 
     def _deliver(self, positions: Mapping[str, int], summary: PartitionSummary, *,
                  check: bool, defer: bool = False,
@@ -319,7 +299,7 @@ class PartitionStores:
         next commit or task)."""
         if self.finals is None or self.delivery is not None or not self.finals.pending(self.store):
             return False
-        if self.exactly is None and not self.commit_to_group(positions, wait=True):
+        if self.exactly is None and not self.group_offsets.commit(positions, wait=True):
             return False  # (exactly-once: the offsets are committed, and go with the results)
         delivery = self.finals.begin(self.store, check=check, written=written, at=positions)
         if delivery is not None and defer:
@@ -347,18 +327,6 @@ class PartitionStores:
         summary.emits += delivery.finish()
         self._deliver(self._written, summary, check=False, defer=True)
         return True
-
-    def commit_to_group(self, positions: Mapping[str, int], *, wait: bool = False) -> bool:
-        """Tell Kafka how far the group got in its inputs and loop (asynchronously, as Go Goka
-        does; not in joined tables, which no group consumes): for lag tools, for tasks, which
-        begin there, and for a Go processor taking the group over. At the end of a batch or
-        epoch, ``wait`` for the broker: a stopped processor has left its offsets. Return
-        False if a commit ``wait``-ed for failed."""
-        self._group_at, self._group_behind = time.monotonic(), None
-        note = json.dumps({"time": round(time.time(), 3)})
-        inputs = {t: o for t, o in positions.items() if t in self._inputs}
-        return self.clients.reader().commit(self.graph.group, self.partition, inputs, note,
-                                            wait=wait)  # fmt: skip
 
     def snapshot(self, summary: PartitionSummary, *, quick: bool = False) -> None:
         """Stage a snapshot of the stores for the worker to upload, if one is due (at most

@@ -83,6 +83,12 @@ class Worker:
                 return client
             return found[0]  # type: ignore[no-any-return]
 
+    def kept(self, key: Hashable) -> Any:
+        """The client kept under ``key`` (None: none is)."""
+        with self._lock:
+            found = self._clients.get(key)
+            return None if found is None else found[0]
+
     def discard(self, key: Hashable) -> None:
         """Forget the client kept under ``key`` without closing it (it failed: the next
         :meth:`client` builds a new one; the old one is released when garbage-collected)."""

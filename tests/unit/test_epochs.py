@@ -486,9 +486,9 @@ def test_stores_stay_open_for_the_bridge_and_the_next_epoch_where_they_were_hand
 def test_a_partition_that_caught_up_commits_the_groups_offsets_soon_not_a_second_later(
     kafka: FakeKafka, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import goka.processing.stores as stores
+    import goka.processing.group_offsets as offsets
 
-    monkeypatch.setattr(stores, "GROUP_COMMIT_SECONDS", 60.0)  # only the idle catch-up commits
+    monkeypatch.setattr(offsets, "GROUP_COMMIT_SECONDS", 60.0)  # only the idle catch-up commits
     group, sent = ("counts", IN, 0), []
 
     def feed() -> None:  # 10 records; 10 more once the first commit told the group (at once)
