@@ -36,7 +36,7 @@ from goka.kafka.config import scoped
 from goka.kafka.producer import KafkaProducer, Producer
 
 __all__ = [
-    "PROBE_TOPIC",
+    "FENCED_CODES",
     "RETRY_BACKOFF_MS",
     "TRANSACTION_TIMEOUT_MS",
     "FencedError",
@@ -44,6 +44,7 @@ __all__ = [
     "Transactions",
     "check_transactions",
     "isolates_aborted",
+    "probe_topic",
     "transactional_id",
 ]
 
@@ -69,6 +70,9 @@ def transactional_id(group: str, partition: int) -> str:
     return f"{group}-{partition}"
 
 
+_transactional_id = transactional_id  # (a parameter of Transactions has its name)
+
+
 class Transactions:
     """A transactional producer for one group partition (see the module docstring).
 
@@ -82,6 +86,7 @@ class Transactions:
         timeout: seconds :meth:`commit`, :meth:`abort` and the start may wait for the broker.
         transaction_timeout_ms: how long a transaction may stay open (the broker aborts it
             and fences this writer after that).
+        transactional_id: its id, if not the group partition's (a probe's).
 
     Raises:
         ConfigurationError: librdkafka refused a setting.
@@ -91,10 +96,10 @@ class Transactions:
 
     def __init__(
         self, config: Mapping[str, Any], group: str, partition: int, timeout: float = 30.0, *,
-        transaction_timeout_ms: int = TRANSACTION_TIMEOUT_MS,
+        transaction_timeout_ms: int = TRANSACTION_TIMEOUT_MS, transactional_id: str = "",
     ) -> None:  # fmt: skip
         self.group, self.partition, self.timeout = group, partition, timeout
-        self.id = transactional_id(group, partition)
+        self.id = transactional_id or _transactional_id(group, partition)
         settings = {"retry.backoff.ms": RETRY_BACKOFF_MS, **config, "transactional.id": self.id,
                     "enable.idempotence": True,
                     "transaction.timeout.ms": transaction_timeout_ms}  # fmt: skip
@@ -174,32 +179,43 @@ class Transactions:
             log.info("%s: not aborted at close: %s", self.id, exc)
 
     def _call(self, what: str, call: Any, *args: Any) -> None:
+        """``call(*args)``, librdkafka's errors raised as goka's: a fenced producer's as
+        :class:`FencedError`; one that needs an abort is aborted (an abort that fails raises
+        as it does)."""
         try:
             call(*args)
         except confluent_kafka.KafkaException as exc:
             error = exc.args[0]
-            code = error.code()
-            if code in (confluent_kafka.KafkaError._FENCED,
-                        confluent_kafka.KafkaError.PRODUCER_FENCED,
-                        confluent_kafka.KafkaError.INVALID_PRODUCER_EPOCH):  # fmt: skip
+            if error.code() in FENCED_CODES:
                 self.open = False
                 raise FencedError(self.group, self.partition, self.id, error.str()) from exc
             if error.txn_requires_abort():
                 self.open = False
-                self._client.abort_transaction(self.timeout)
+                self._call("abort_transaction", self._client.abort_transaction, self.timeout)
                 raise TransactionAbortedError(f"{self.id}: {what} failed, transaction "
                                               f"aborted: {error.str()}") from exc  # fmt: skip
             raise BrokerError(f"{self.id}: {what} failed: {error.str()}") from exc
 
 
-#: The topic :func:`isolates_aborted` writes its probe to (one partition, kept an hour).
-PROBE_TOPIC = "goka-transactions-check"
+#: What librdkafka says where a newer writer of the transactional id took over (or the broker
+#: aborted a transaction open past its timeout, which bumps the producer's epoch too).
+FENCED_CODES = (confluent_kafka.KafkaError._FENCED, confluent_kafka.KafkaError.PRODUCER_FENCED,
+                confluent_kafka.KafkaError.INVALID_PRODUCER_EPOCH)  # fmt: skip
 
 
-def isolates_aborted(config: Mapping[str, Any], timeout: float = 30.0) -> bool:
+def probe_topic(group: str) -> str:
+    """The topic :func:`isolates_aborted` writes its probe to for ``group`` (one partition,
+    kept an hour): named for the group, as its transactional ids are, so that ACLs granted on
+    the prefix ``<group>-`` cover it."""
+    return f"{group}-transactions-check"
+
+
+def isolates_aborted(config: Mapping[str, Any], group: str, timeout: float = 30.0) -> bool:
     """Does the cluster hide aborted transactions from ``read_committed`` readers? Found out,
     not assumed from the broker's name: one aborted and one committed record are written to
-    :data:`PROBE_TOPIC` (made if missing), then read back committed from before them.
+    :func:`probe_topic` (made if missing), then read back committed from before them. The
+    probe's transactional id is its own (``<group>-transactions-check-<random>``): probes
+    of processors starting at once do not fence each other, nor any writer of the group.
 
     ``config``: librdkafka settings with ``bootstrap.servers``.
 
@@ -208,53 +224,55 @@ def isolates_aborted(config: Mapping[str, Any], timeout: float = 30.0) -> bool:
     """
     from goka.topic_manager import TopicManager  # (the topic manager imports the clients)
 
-    brokers = config["bootstrap.servers"]
+    brokers, topic = config["bootstrap.servers"], probe_topic(group)
     clients = {k: v for k, v in config.items() if k != "bootstrap.servers"}
-    TopicManager(brokers, **clients).ensure_stream_exists(PROBE_TOPIC, 1, retention_ms=3_600_000)
-    marker = uuid.uuid4().hex.encode()
-    writer = Transactions(scoped(config, "producer."), PROBE_TOPIC, 0, timeout)  # (its own
-    reader = confluent_kafka.Consumer({**scoped(config, "consumer."),  # id: probes fence probes)
-                                       "group.id": f"{PROBE_TOPIC}-reader",
+    TopicManager(brokers, **clients).ensure_stream_exists(topic, 1, retention_ms=3_600_000)
+    marker = uuid.uuid4().hex
+    writer = Transactions(scoped(config, "producer."), group, 0, timeout,
+                          transactional_id=f"{topic}-{marker[:12]}")  # fmt: skip
+    reader = confluent_kafka.Consumer({**scoped(config, "consumer."), "group.id": topic,
                                        "isolation.level": "read_committed",
                                        "enable.auto.commit": False})  # fmt: skip
     try:
         start = reader.get_watermark_offsets(
-            confluent_kafka.TopicPartition(PROBE_TOPIC, 0), timeout=timeout, cached=False
+            confluent_kafka.TopicPartition(topic, 0), timeout=timeout, cached=False
         )[1]
         for commit, value in ((False, b"aborted"), (True, b"committed")):
             writer.begin()
             writer.producer.produce(
-                PROBE_TOPIC, value, marker, partition=0, on_delivery=lambda error, message: None
-            )
+                topic, value, marker.encode(), partition=0,
+                on_delivery=lambda error, message: None,
+            )  # fmt: skip
             writer.producer.flush(timeout)
             writer.commit({}) if commit else writer.abort()
-        reader.assign([confluent_kafka.TopicPartition(PROBE_TOPIC, 0, max(start, 0))])
+        reader.assign([confluent_kafka.TopicPartition(topic, 0, max(start, 0))])
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             for message in reader.consume(100, 0.5):
-                if message.error() is None and message.key() == marker:
+                if message.error() is None and message.key() == marker.encode():
                     return message.value() != b"aborted"  # (the committed one comes after)
-        raise BrokerError(f"the probe written to {PROBE_TOPIC!r} at {brokers} was not read back "
+        raise BrokerError(f"the probe written to {topic!r} at {brokers} was not read back "
                           f"in {timeout:g}s")  # fmt: skip
     finally:
         reader.close()
         writer.close()
 
 
-_ISOLATING: dict[str, bool] = {}  # brokers -> found by the probe, in this process
+_ISOLATING: dict[str, bool] = {}  # brokers -> found by a probe, in this process
 
 
 def check_transactions(group: str, brokers: str, kafka_config: Mapping[str, Any]) -> None:
     """Raise unless the brokers hide aborted transactions from ``read_committed`` readers,
-    which ``guarantee="exactly-once"`` stands on (probed once per process: see
-    :func:`isolates_aborted`).
+    which ``guarantee="exactly-once"`` stands on (probed once per process and brokers, with
+    the first group's probe: see :func:`isolates_aborted`).
 
     Raises:
         ConfigurationError: they do not (Tansu, say).
         BrokerError: the probe could not be written or read.
     """
     if brokers not in _ISOLATING:
-        _ISOLATING[brokers] = isolates_aborted({**kafka_config, "bootstrap.servers": brokers})
+        _ISOLATING[brokers] = isolates_aborted({**kafka_config, "bootstrap.servers": brokers},
+                                               group)  # fmt: skip
     if not _ISOLATING[brokers]:
         raise ConfigurationError(
             f"group {group!r}: guarantee='exactly-once' needs brokers that hide aborted "

@@ -97,13 +97,17 @@ class PartitionProcessor:
             rest = self._ordered(messages, inputs)
             at = {t: r[0] for t, r in applied.todo(planned).items() if t in inputs}
             after = record_before(at)
+            sliced = _Slices(self.config.guarantee == "exactly-once")
             while True:
-                result, after = engine.process(rest, after=after), None
+                began = time.monotonic()
+                result, after = engine.process(sliced.next(rest), after=after), None
+                sliced.took(time.monotonic() - began, result.consumed)
                 stores.take(result, output, summary, pending)
                 done, rest = rest[: result.consumed], rest[result.consumed :]
                 if not rest and not engine.backlog:
                     break
-                for message in done:  # what fired hit the budget: commit, then go on
+                for message in done:  # what fired hit the budget, or a transaction's slice
+                    # is done: commit, then go on
                     at[message[0]] = message[1] + 1
                 stores.commit(output, result.changes(), at, summary,
                               sections=None if pending is None else pending.rows)  # fmt: skip
@@ -145,3 +149,27 @@ class PartitionProcessor:
             deferred_finals=True, window_cache=self.config.window_cache,
             whole_commits=self.config.guarantee == "exactly-once", **sections,
         )  # fmt: skip
+
+
+#: Under exactly-once, about how long a micro-batch processes records before it commits what
+#: it did (one transaction): a backlog is not one transaction, which the broker aborts once
+#: it has been open for ``transaction.timeout.ms`` (60 s, :mod:`goka.kafka.transactions`),
+#: and whose outputs a crash would all repeat. Its first slice has :data:`FIRST_SLICE`
+#: records, the next ones as many as the time allows at the speed seen (at most ``CHUNK``).
+TRANSACTION_SECONDS, FIRST_SLICE = 5.0, 1_000
+
+
+class _Slices:
+    """The records a micro-batch processes before its next commit: all of them, or, under
+    exactly-once (``sliced``), slices of about :data:`TRANSACTION_SECONDS`."""
+
+    def __init__(self, sliced: bool) -> None:
+        self.sliced, self.size = sliced, FIRST_SLICE
+
+    def next(self, rest: list[Message]) -> list[Message]:
+        return rest[: self.size] if self.sliced and len(rest) > self.size else rest
+
+    def took(self, seconds: float, records: int) -> None:
+        if self.sliced and records:
+            per_record = max(1e-7, seconds / records)
+            self.size = int(min(CHUNK, max(FIRST_SLICE, TRANSACTION_SECONDS / per_record)))

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from goka.errors import ConfigurationError
 from goka.group.engine import POLICIES, ErrorPolicy
+from goka.kafka.config import scoped
 from goka.time.window_cache import WINDOW_CACHE
 
 if TYPE_CHECKING:  # imported when first built: the command line declares its flags from here
@@ -274,6 +275,43 @@ def _check(s: ProcessorSettings) -> None:
     if s.log_format not in ("text", "json"):
         raise ConfigurationError(f"log_format must be text or json, got {s.log_format!r}")
     _check_starting_offsets(s.starting_offsets)
+    if s.guarantee == "exactly-once":
+        _check_exactly_once(s)
+
+
+#: Under exactly-once, the longest commit interval: a quarter of the transactions' timeout
+#: (``goka.kafka.transactions.TRANSACTION_TIMEOUT_MS``, 60 s), after which the broker aborts
+#: a transaction and fences its writer.
+MOST_EXACTLY_ONCE_COMMIT_INTERVAL = 15.0
+
+
+def _check_exactly_once(s: ProcessorSettings) -> None:
+    """Raise for settings that exactly-once cannot keep its promise with: a reader that
+    would apply aborted changelog rows, a producer that is not its own partition's
+    transactional one, commits further apart than a transaction may stay open."""
+    consumer, producer = scoped(s.kafka_config, "consumer."), {
+        **scoped(s.kafka_config, "producer."), **s.producer_config}  # fmt: skip
+    level = str(consumer.get("isolation.level", "read_committed"))
+    if level != "read_committed":
+        raise ConfigurationError(
+            f"guarantee='exactly-once' reads committed records only, but kafka_config sets "
+            f"isolation.level={level!r}: a task would apply the changelog rows of aborted "
+            f"transactions to its store; remove the setting"
+        )
+    if "transactional.id" in producer:
+        raise ConfigurationError(
+            "guarantee='exactly-once' gives each group partition a transactional id of its "
+            "own (<group>-<partition>): remove transactional.id from the producer's settings"
+        )
+    if str(producer.get("enable.idempotence", True)).lower() in ("false", "0"):
+        raise ConfigurationError("guarantee='exactly-once' needs an idempotent producer: "
+                                 "remove enable.idempotence=false")  # fmt: skip
+    if s.commit_interval > MOST_EXACTLY_ONCE_COMMIT_INTERVAL:
+        raise ConfigurationError(
+            f"under guarantee='exactly-once' commit_interval must be at most "
+            f"{MOST_EXACTLY_ONCE_COMMIT_INTERVAL:g} s (a transaction open for 60 s is aborted "
+            f"by the broker), got {s.commit_interval:g}"
+        )
 
 
 def _check_starting_offsets(starting: str) -> None:

@@ -121,12 +121,12 @@ def test_the_probe_finds_whether_aborted_records_are_hidden(
     brokers: str, request: pytest.FixtureRequest
 ) -> None:
     kind = request.config.getoption("--broker")
-    assert isolates_aborted({"bootstrap.servers": brokers}) is (kind == "kafka")
+    assert isolates_aborted({"bootstrap.servers": brokers}, "probing-g") is (kind == "kafka")
     # settings scoped to one kind of client reach only those (a consumer's made the probe's
     # transactional producer refuse to start: an exactly-once processor never began)
     scoped = {"bootstrap.servers": brokers, "consumer.fetch.wait.max.ms": 10,
               "producer.linger.ms": 1}  # fmt: skip
-    assert isolates_aborted(scoped) is (kind == "kafka")
+    assert isolates_aborted(scoped, "probing-g") is (kind == "kafka")
 
 
 @pytest.mark.smoke

@@ -17,6 +17,7 @@ import pytest
 from goka.errors import FencedError
 from goka.processing.builders import leveldb_store
 from goka.processing.epoch import run_epoch
+from goka.processing.settings import MOST_EXACTLY_ONCE_COMMIT_INTERVAL
 
 from .fake_kafka import FakeKafka
 from .machines import (
@@ -100,12 +101,14 @@ def test_an_epoch_under_exactly_once_commits_at_once_as_it_caught_up(
     kafka: FakeKafka, tmp_path: Path, guarantee: str
 ) -> None:
     """Records that waited across an epoch boundary are seen (read committed) as soon as the
-    next epoch's task caught up with them, not a commit interval later (here an hour); under
-    at-least-once its outputs are seen as they are produced, and it commits on its cadence."""
+    next epoch's task caught up with them, not a commit interval later (here the longest
+    exactly-once allows, 15 s); under at-least-once its outputs are seen as they are produced,
+    and it commits on its cadence."""
     click(kafka, 30)
     seen: list[dict[tuple[str, str, int], tuple[int, str]]] = []
     script = Script(kafka, lambda: None, lambda: seen.append(dict(kafka.committed)))
-    machine = Machine(kafka, tmp_path, commit_interval=HOUR, epoch=2 * HOUR)
+    machine = Machine(kafka, tmp_path, commit_interval=MOST_EXACTLY_ONCE_COMMIT_INTERVAL,
+                      epoch=2 * HOUR)  # fmt: skip
     if guarantee == "exactly-once":
         machine = exactly_once(machine)
     epoch(machine, {IN: 0}, script.done)
