@@ -12,7 +12,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from goka.errors import ConfigurationError
-from goka.kafka.transactions import FencedError, Transactions, isolates_aborted
+from goka.kafka.transactions import FencedError, Transactions, isolates_aborted, probe_topic
 
 from ..helpers import wait_for
 
@@ -127,6 +127,23 @@ def test_the_probe_finds_whether_aborted_records_are_hidden(
     scoped = {"bootstrap.servers": brokers, "consumer.fetch.wait.max.ms": 10,
               "producer.linger.ms": 1}  # fmt: skip
     assert isolates_aborted(scoped, "probing-g") is (kind == "kafka")
+
+
+def test_probes_of_processors_starting_at_once_do_not_fence_each_other(
+    brokers: str, new_topic: Callable[..., str]
+) -> None:
+    """Each probe has a transactional id of its own, under ``<group>-``: two processors of a
+    group starting at once both find the brokers isolating (one probe id for every processor
+    made the later start fence the other's probe, and the first failed naming a group of
+    goka's own)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    group = f"{new_topic()}-g"
+    with ThreadPoolExecutor(4) as pool:
+        found = list(pool.map(lambda _: isolates_aborted({"bootstrap.servers": brokers}, group),
+                              range(4)))  # fmt: skip
+    assert found == [True] * 4
+    assert probe_topic(group) == f"{group}-transactions-check"
 
 
 @pytest.mark.smoke

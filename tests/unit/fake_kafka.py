@@ -36,6 +36,24 @@ class FakeKafka:
     producers: list[RecordingProducer] = field(default_factory=list)
     capacity: int | None = None  # a producer's queue: produce() raises BufferError when full
     refused: int = 0  # how often it did
+    # transactions with producer epochs (tests/unit/fencing.py): the latest epoch of each
+    # transactional id, the rows read_committed readers do not see (open or aborted
+    # transactions'), and the offsets committed outside any transaction
+    epochs: dict[str, int] = field(default_factory=dict)
+    hidden: dict[tuple[str, int, int], str] = field(default_factory=dict)
+    plain_commits: list[tuple[str, int, dict[str, int]]] = field(default_factory=list)
+
+    def stable_end(self, topic: str, partition: int) -> int:
+        """Where a ``read_committed`` reader of the partition stops: before the first row of
+        an open transaction (the last stable offset), else its end."""
+        opened = [o for (t, p, o), state in self.hidden.items()
+                  if state == "open" and (t, p) == (topic, partition)]  # fmt: skip
+        return min(opened, default=self.end(topic, partition))
+
+    def visible(self, row: Row, partition: int) -> bool:
+        """Does a ``read_committed`` reader get ``row`` (not a marker, not of an open or
+        aborted transaction)?"""
+        return row[5] is not CONTROL and (row[0], partition, row[1]) not in self.hidden
 
     def topic(self, name: str) -> list[list[Row]]:
         return self.topics.setdefault(name, [[] for _ in range(self.partitions)])
@@ -148,11 +166,16 @@ class ListReader:
     def read(self, partition: int, ranges: Mapping[str, tuple[int, int]], timeout: float,
              chunk: int) -> Iterator[list[Row]]:  # fmt: skip
         for topic, (start, end) in ranges.items():
-            rows = self.kafka.rows(topic, partition)
-            if end > len(rows):
-                raise BrokerError(f"{topic} partition {partition} ends at {len(rows)}, not {end}")
+            rows, stable = (
+                self.kafka.rows(topic, partition),
+                self.kafka.stable_end(topic, partition),
+            )
+            if end > stable:  # (Kafka's read_committed reader would wait for the transaction)
+                raise BrokerError(f"{topic} partition {partition} is stable up to {stable} "
+                                  f"(ends at {len(rows)}), not {end}")  # fmt: skip
+            visible = self.kafka.visible
             for low in range(start, end, chunk):
-                yield [r for r in rows[low : min(end, low + chunk)] if r[5] is not CONTROL]
+                yield [r for r in rows[low : min(end, low + chunk)] if visible(r, partition)]
 
     def prefetch(self, partitions: list[tuple[str, int]], group: str | None = None) -> None:
         self.kafka.prefetched.append((sorted(partitions), group))
@@ -173,7 +196,7 @@ class ListReader:
         self._committed.update(committed or {})
 
     def _now(self, topic: str, partition: int) -> tuple[int, int]:
-        return self.kafka.low.get((topic, partition), 0), self.kafka.end(topic, partition)
+        return self.kafka.low.get((topic, partition), 0), self.kafka.stable_end(topic, partition)
 
     def tail(self, starts: Mapping[int, Mapping[str, int]]) -> ListTail:
         return ListTail(self.kafka, {p: dict(offsets) for p, offsets in starts.items()})
@@ -187,6 +210,7 @@ class ListReader:
         *,
         wait: bool = False,
     ) -> bool:
+        self.kafka.plain_commits.append((group, partition, dict(offsets)))
         for topic, offset in offsets.items():
             self.kafka.committed[(group, topic, partition)] = (offset, note)
         return True
@@ -217,12 +241,13 @@ class ListTail:
         for hook in list(self.kafka.on_poll):
             hook()
         rows: dict[int, list[Row]] = {}
-        left = max_rows
+        left, visible = max_rows, self.kafka.visible
         for partition, offsets in self.positions.items():
             for topic, start in offsets.items():
-                found = self.kafka.rows(topic, partition)[start : start + left]
+                stable = self.kafka.stable_end(topic, partition)
+                found = self.kafka.rows(topic, partition)[start : min(stable, start + left)]
                 if found:
-                    rows.setdefault(partition, []).extend(found)
+                    rows.setdefault(partition, []).extend(r for r in found if visible(r, partition))
                     offsets[topic] = start + len(found)
                     left -= len(found)
         return rows

@@ -96,3 +96,29 @@ def test_the_command_line_offers_the_declared_settings() -> None:
     declared = {s.name for s in settings()}
     assert {n for n in flags if n in declared} == {s.name for s in cli_settings()} | set(OWN_FLAGS)
     assert set(CLI_MODES) == set(MODES)
+
+
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        ({"kafka_config": {"isolation.level": "read_uncommitted"}}, "isolation.level"),
+        ({"kafka_config": {"consumer.isolation.level": "read_uncommitted"}}, "isolation.level"),
+        ({"kafka_config": {"producer.transactional.id": "mine"}}, "transactional id of its own"),
+        ({"producer_config": {"enable.idempotence": False}}, "idempotent producer"),
+        ({"commit_interval": 20.0, "epoch": 60.0}, "commit_interval must be at most 15 s"),
+    ],
+)
+def test_settings_exactly_once_cannot_keep_its_promise_with_are_refused_at_declaration(
+    given: dict[str, object], said: str
+) -> None:
+    with pytest.raises(ConfigurationError, match=said):
+        ProcessorSettings(guarantee="exactly-once", **given)  # type: ignore[arg-type]
+    ProcessorSettings(guarantee="at-least-once", **given)  # type: ignore[arg-type]  # (fine)
+
+
+def test_the_longest_exactly_once_commit_interval_is_a_quarter_of_the_transaction_timeout() -> None:
+    from goka.kafka.transactions import TRANSACTION_TIMEOUT_MS
+    from goka.processing.settings import MOST_EXACTLY_ONCE_COMMIT_INTERVAL
+
+    assert MOST_EXACTLY_ONCE_COMMIT_INTERVAL == TRANSACTION_TIMEOUT_MS / 1000 / 4
+    ProcessorSettings(guarantee="exactly-once", kafka_config={"isolation.level": "read_committed"})
