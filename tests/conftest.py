@@ -27,6 +27,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 #: The tests that play ``--crash-sequences``.
 SERIES = ("test_a_series_of_generated_sequences_ends_exact",
+          "test_a_series_of_overlapping_writers_ends_exactly_once",
           "test_killed_timed_groups_end_with_exact_windows_and_final_results_once",
           "test_killed_sink_jobs_end_with_exact_tables")  # fmt: skip
 

@@ -155,7 +155,7 @@ class PartitionProcessor:
 #: it did (one transaction): a backlog is not one transaction, which the broker aborts once
 #: it has been open for ``transaction.timeout.ms`` (60 s, :mod:`goka.kafka.transactions`),
 #: and whose outputs a crash would all repeat. Its first slice has :data:`FIRST_SLICE`
-#: records, the next ones as many as the time allows at the speed seen (at most ``CHUNK``).
+#: records, the next ones as many as the time allows at the speed seen.
 TRANSACTION_SECONDS, FIRST_SLICE = 5.0, 1_000
 
 
@@ -172,4 +172,4 @@ class _Slices:
     def took(self, seconds: float, records: int) -> None:
         if self.sliced and records:
             per_record = max(1e-7, seconds / records)
-            self.size = int(min(CHUNK, max(FIRST_SLICE, TRANSACTION_SECONDS / per_record)))
+            self.size = int(max(FIRST_SLICE, TRANSACTION_SECONDS / per_record))

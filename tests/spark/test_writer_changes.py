@@ -1,0 +1,54 @@
+"""Exactly once while partitions change writers: generated sequences of processors of one
+group whose runs overlap (``tests/spark/writers.py``), read back committed.
+
+``make test`` plays a short sequence for each pair of modes; ``pytest tests/spark/test_writer_changes.py
+--crash-sequences 30 --crash-seed S`` plays a series from seed ``S`` and prints one line per
+sequence (its seed, how each writer started and ended, the writers fenced, the duplicate
+outputs), as ``make test-slow`` does with its own seeds."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from .writers import generate, play
+
+pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow]
+
+#: The mode pairs ``make test`` plays: the first writer's, then the second's, which starts
+#: while the first runs (the first ends a few seconds after the second's first producer).
+PAIRS = (("available-now", "continuous"), ("continuous", "continuous"),
+         ("micro-batch", "continuous"), ("continuous", "micro-batch"),
+         ("continuous", "available-now"))  # fmt: skip
+
+
+@pytest.mark.parametrize("modes", PAIRS, ids=["-".join(m) for m in PAIRS])
+def test_overlapping_writers_end_exactly_once(
+    modes: tuple[str, str], brokers: str, new_topic: Callable[..., str],
+    tmp_path: Path, request: pytest.FixtureRequest,
+) -> None:  # fmt: skip
+    seed = 1000 * request.config.getoption("--crash-seed") + PAIRS.index(modes)
+    sequence = generate(seed, modes)
+    outcome = play(sequence, brokers, new_topic, tmp_path)
+    print(f"\n{outcome.line(sequence)}")
+
+
+def test_a_series_of_overlapping_writers_ends_exactly_once(
+    brokers: str, new_topic: Callable[..., str], tmp_path_factory: pytest.TempPathFactory,
+    request: pytest.FixtureRequest,
+) -> None:  # fmt: skip
+    count = request.config.getoption("--crash-sequences")
+    if not count:
+        pytest.skip("a long series: run with --crash-sequences N")
+    first = request.config.getoption("--crash-seed")
+    fenced, killed = [], []
+    for seed in range(first, first + count):
+        sequence = generate(seed)
+        outcome = play(sequence, brokers, new_topic, tmp_path_factory.mktemp(f"seed{seed}"))
+        print(f"\n{outcome.line(sequence)}", flush=True)
+        fenced.append(outcome.fenced)
+        killed.append(outcome.killed)
+    print(f"\n{count} sequences of writer changes, every one exact: seeds {first}.."
+          f"{first + count - 1}; writers fenced per sequence {fenced}; killed {killed}")  # fmt: skip
