@@ -175,24 +175,26 @@ class RangeReader:
         return True
 
     def committed(
-        self, group: str, partition: int, topics: list[str]
+        self, group: str, partition: int, topics: list[str], *, timeout: float = 30.0
     ) -> dict[str, tuple[int, str]]:
-        """Raises: BrokerError: the group coordinator did not answer."""
+        """Raises: BrokerError: the group coordinator did not answer (in ``timeout`` seconds:
+        it holds offsets a transaction sent back until the transaction ends)."""
         keys = [(group, t, partition) for t in topics]
         if keys and all(k in self._committed for k in keys):  # prefetched
             found = {k[1]: self._committed.pop(k) for k in keys}
         else:
-            asked = self._ask_committed(group, [(t, partition) for t in topics])
+            asked = self._ask_committed(group, [(t, partition) for t in topics], timeout)
             found = {t: offset for (t, _), offset in asked.items()}
         return {t: offset for t, offset in found.items() if offset is not None}
 
     def _ask_committed(
-        self, group: str, partitions: list[tuple[str, int]]
+        self, group: str, partitions: list[tuple[str, int]], timeout: float = 30.0
     ) -> dict[tuple[str, int], tuple[int, str] | None]:
-        """The committed ``(offset, note)`` of ``group`` in each partition (None: none)."""
+        """The committed ``(offset, note)`` of ``group`` in each partition (None: none), as
+        committed: offsets that an open transaction sent are waited for (read_committed)."""
         try:
             found = self._group(group).committed(
-                [confluent_kafka.TopicPartition(t, p) for t, p in partitions], timeout=30
+                [confluent_kafka.TopicPartition(t, p) for t, p in partitions], timeout=timeout
             )
         except confluent_kafka.KafkaException as exc:
             raise BrokerError(

@@ -64,9 +64,10 @@ class RecordReader(Protocol):
         ...
 
     def committed(
-        self, group: str, partition: int, topics: list[str]
+        self, group: str, partition: int, topics: list[str], *, timeout: float = 30.0
     ) -> dict[str, tuple[int, str]]:
-        """The committed ``{topic: (offset, note)}`` of ``group`` (topics without one left out)."""
+        """The committed ``{topic: (offset, note)}`` of ``group`` (topics without one left out),
+        waiting at most ``timeout`` seconds for the offsets an open transaction sent."""
         ...
 
     def close(self) -> None:

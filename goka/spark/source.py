@@ -79,6 +79,12 @@ __all__ = ["EPOCH", "GokaKafkaSource", "GokaStreamReader", "kafka_options"]
 CHUNK = 50_000
 log = logging.getLogger(__name__)
 
+#: How long planning waits for the group's committed offsets. Offsets an open transaction sent
+#: are held back until it ends: a killed exactly-once processor's until its successor's task
+#: fences it (or its timeout, 60 s), so waiting for them would hold that task back. Planning
+#: without them is safe: a task begins where the group committed, asked after its fence.
+PLAN_SECONDS = 2.0
+
 
 def kafka_options(options: Mapping[str, str]) -> dict[str, str]:
     """The ``kafka.``-prefixed options, without the prefix."""
@@ -196,8 +202,11 @@ class GokaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         reader = RangeReader(self.brokers, self.kafka)
         try:
             for p in range(self.partitions_count):
-                committed = reader.committed(self.group, p, self.topics)
+                committed = reader.committed(self.group, p, self.topics, timeout=PLAN_SECONDS)
                 found.update(((t, p), offset) for t, (offset, _) in committed.items())
+        except BrokerError as exc:  # the tasks begin where the group committed anyway
+            log.warning("%s: starting from the earliest offsets where the group's are not "
+                        "known: %s", self.group, exc)  # fmt: skip
         finally:
             reader.close()
         log.info("%s: starting from the group's committed offsets %s", self.group, found)
@@ -245,7 +254,8 @@ class GokaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         end: dict[str, Any] = {t: dict(start[t]) for t in self.topics}
         try:
             for p in range(self.partitions_count):
-                found = self._committed.committed(self.epochs, p, self.topics)
+                found = self._committed.committed(self.epochs, p, self.topics,
+                                                  timeout=PLAN_SECONDS)  # fmt: skip
                 for topic, (offset, _) in found.items():
                     end[topic][str(p)] = max(end[topic][str(p)], offset)
         except BrokerError as exc:  # the tasks begin where the group committed anyway

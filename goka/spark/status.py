@@ -23,6 +23,9 @@ log = logging.getLogger(__name__)
 
 #: Seconds an answer serves every caller (the metrics and the monitor page).
 _FRESH = 0.1
+#: How long a status read waits for offsets an open transaction sent (a killed exactly-once
+#: processor's are held back until its successor fences it): a read that fails says so.
+_COMMITTED_SECONDS = 2.0
 
 
 class PartitionStatus:
@@ -108,7 +111,7 @@ class PartitionStatus:
         high = ends.high([(t, p) for t in topics for p in range(partitions)])
         found = []
         for p in range(partitions):
-            committed = reader.committed(self.graph.group, p, topics)
+            committed = reader.committed(self.graph.group, p, topics, timeout=_COMMITTED_SECONDS)
             for topic in topics:
                 offset, note = committed.get(topic, (None, ""))
                 lag = high[(topic, p)] - offset if offset is not None else None

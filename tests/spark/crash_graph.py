@@ -1,12 +1,25 @@
 """The click-count graph on topics named by the environment, for processor subprocesses."""
 
+import functools
 import os
 
 from examples.click_count.group import count
-from goka import Int64Codec, StringCodec, define_group, input, persist
+from goka import Int64Codec, StringCodec, define_group, input, output, persist
+from tests.spark.crash import count_and_tell
+
+TOPIC = os.environ.get("GOKA_TEST_TOPIC", "crash-clicks")
 
 graph = define_group(
     os.environ.get("GOKA_TEST_GROUP", "crash"),
-    input(os.environ.get("GOKA_TEST_TOPIC", "crash-clicks"), StringCodec(), count),
+    input(TOPIC, StringCodec(), count),
     persist(Int64Codec()),
+)
+
+#: The same count telling, for every click, which input record it was (``<topic>-told``): an
+#: output per record, read back committed by the writer-change tests.
+told = define_group(
+    os.environ.get("GOKA_TEST_GROUP", "crash"),
+    input(TOPIC, StringCodec(), functools.partial(count_and_tell, f"{TOPIC}-told")),
+    persist(Int64Codec()),
+    output(f"{TOPIC}-told", StringCodec()),
 )

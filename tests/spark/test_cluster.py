@@ -5,7 +5,9 @@ partitions moving between executors are restored from snapshots, not rebuilt fro
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import subprocess
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -14,13 +16,16 @@ from pathlib import Path
 import pytest
 
 import goka.cli
-from goka import Int64Codec, JsonCodec
+from goka import Int64Codec, JsonCodec, TopicManager
 from goka.spark.standalone import StandaloneCluster
 from goka.view import View
 
 from ..helpers import produce, wait_for
+from .crash import kill_session
 from .fixtures import clicks
+from .model import Flow, told, told_topic
 from .timed import events, finals_of, read_topic, reference, timed_graph
+from .truth import committed
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
@@ -105,3 +110,88 @@ def test_windows_and_timers_of_moved_partitions_are_restored_from_snapshots(
     assert finals_of(read_topic(brokers, f"{topic}-finals")) == want
     quiet = Counter(r.value for r in expected.messages("quiet-" + topic))
     assert Counter(v for _, v, _ in read_topic(brokers, "quiet-" + topic)) == quiet
+
+
+def _executors(app: str) -> list[int]:
+    """The process ids of application ``app``'s executor JVMs."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                line = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"CoarseGrainedExecutorBackend" in b" ".join(line) and app.encode() in line:
+                found.append(int(entry.name))
+    return found
+
+
+def _app_id(log: Path) -> str:
+    found = re.search(r"app-\d{14}-\d{4}", log.read_text())
+    return found.group(0) if found else ""
+
+
+@pytest.mark.longrun  # (make test-slow, about 2 minutes)
+def test_a_driver_killed_and_a_new_application_at_once_stay_exactly_once(
+    cluster: StandaloneCluster, brokers: str, new_topic: Callable[..., str], tmp_path: Path
+) -> None:
+    """An exactly-once continuous application's driver is SIGKILLed while clicks flow, and a
+    new application of the group is submitted at once on the same checkpoint: its executors
+    (new disks: stores rebuilt or restored) take the partitions over while the old executors
+    may still run their tasks; then one of the new executors is SIGKILLed (its worker starts
+    another, its tasks run again). Read committed, every click is told once and the table
+    equals the clicks sent."""
+    topic = new_topic(partitions=4)
+    group = f"{topic}-g"
+    TopicManager(brokers).ensure_stream_exists(told_topic(topic), 4)
+    sent = clicks(brokers, topic, 2_000)
+    flow = Flow(brokers, topic, 300, 40, seed=5)
+    env = {**cluster.env, "PYTHONPATH": str(ROOT), "GOKA_TEST_GROUP": group,
+           "GOKA_TEST_TOPIC": topic, "GOKA_LOG_LEVEL": "WARNING"}  # fmt: skip
+    command = cluster.spark_submit(
+        goka.cli.__file__, "processor", "run", "tests.spark.crash_graph:told",
+        "--brokers", brokers, "--state-dir", "goka-state",
+        "--checkpoint-dir", str(tmp_path / "checkpoint"), "--mode", "continuous",
+        "--epoch", "5", "--guarantee", "exactly-once", "--snapshot-interval", "2",
+        "--http-port", "0", "--create-topics",
+    )  # fmt: skip
+
+    def submit(name: str) -> subprocess.Popen[str]:
+        with (tmp_path / f"{name}.log").open("w") as log:
+            return subprocess.Popen(command, env=env, cwd=tmp_path, text=True, stdout=log,
+                                    stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+
+    def done() -> int:
+        return committed(brokers, group, topic, 4)
+
+    runs = [submit("first")]
+    try:
+        wait_for(lambda: done() > 1_000, 180, "the first application's commits")
+        kill_session(runs[0].pid)  # the driver (spark-submit's JVM and Python); not executors
+        runs[0].wait(60)
+        runs.append(submit("second"))
+        at_kill = done()
+        wait_for(lambda: done() > at_kill + 1_000, 180, "the second application's commits")
+        app = _app_id(tmp_path / "second.log") or _app_id(tmp_path / "first.log")
+        executors = _executors(app)
+        assert executors, f"no executor of {app} found"
+        os.kill(executors[0], signal.SIGKILL)  # its worker starts another
+        at_loss = done()
+        wait_for(lambda: done() > at_loss + 1_000, 180, "commits after an executor was lost")
+        sent += flow.stop()
+        total = sum(sent.values())
+        wait_for(lambda: done() == total, 180, "every click committed")
+        runs[1].send_signal(signal.SIGTERM)  # (spark-submit's JVM: it exits 143 once its
+        code = runs[1].wait(120)  # shutdown hook stopped the session)
+        assert code in (0, 143), (tmp_path / "second.log").read_text()[-4000:]
+    finally:
+        for run in runs:
+            if run.poll() is None:
+                kill_session(run.pid)
+                run.wait(60)
+        flow.stop()
+    duplicates, wrong_places = told(brokers, topic, 4)
+    assert (duplicates, wrong_places) == (0, 0)
+    with View(brokers, f"{group}-table", Int64Codec()) as view:
+        view.wait_recovered(60)
+        assert dict(view.items()) == dict(sent)

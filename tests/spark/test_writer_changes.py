@@ -1,10 +1,10 @@
 """Exactly once while partitions change writers: generated sequences of processors of one
 group whose runs overlap (``tests/spark/writers.py``), read back committed.
 
-``make test`` plays a short sequence for each pair of modes; ``pytest tests/spark/test_writer_changes.py
---crash-sequences 30 --crash-seed S`` plays a series from seed ``S`` and prints one line per
-sequence (its seed, how each writer started and ended, the writers fenced, the duplicate
-outputs), as ``make test-slow`` does with its own seeds."""
+``make test`` plays a short sequence for each pair of modes; ``make test-slow`` plays a
+series of 30 drawn sequences (``pytest tests/spark/test_writer_changes.py -m longrun
+--crash-sequences N --crash-seed S``: N from seed S) and prints one line per sequence (its
+seed, how each writer started and ended, the writers fenced, the duplicate outputs)."""
 
 from __future__ import annotations
 
@@ -35,13 +35,17 @@ def test_overlapping_writers_end_exactly_once(
     print(f"\n{outcome.line(sequence)}")
 
 
+#: The sequences ``make test-slow`` plays (about 90 s each).
+SLOW_SEQUENCES = 30
+
+
+@pytest.mark.longrun  # (make test-slow: about 45 minutes)
+@pytest.mark.timeout(SLOW_SEQUENCES * 300)
 def test_a_series_of_overlapping_writers_ends_exactly_once(
     brokers: str, new_topic: Callable[..., str], tmp_path_factory: pytest.TempPathFactory,
     request: pytest.FixtureRequest,
 ) -> None:  # fmt: skip
-    count = request.config.getoption("--crash-sequences")
-    if not count:
-        pytest.skip("a long series: run with --crash-sequences N")
+    count = request.config.getoption("--crash-sequences") or SLOW_SEQUENCES
     first = request.config.getoption("--crash-seed")
     fenced, killed = [], []
     for seed in range(first, first + count):

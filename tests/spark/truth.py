@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from goka import Int64Codec
+from goka.errors import BrokerError
 from goka.kafka.consumer import read_to_end
 from goka.kafka.offsets import EndOffsets
 from goka.kafka.ranges import RangeReader
@@ -97,11 +98,15 @@ def committed(brokers: str, group: str, topic: str, partitions: int) -> int:
 
 
 def committed_by_partition(brokers: str, group: str, topic: str, partitions: int) -> list[int]:
-    """The group's committed offset of each partition of ``topic`` (0 for none)."""
+    """The group's committed offset of each partition of ``topic`` (0 for none; -1 while an
+    open transaction holds its offsets back: a killed exactly-once processor's, until a new
+    writer fences it)."""
     reader = RangeReader(brokers)
     try:
-        return [reader.committed(group, p, [topic]).get(topic, (0, ""))[0]
+        return [reader.committed(group, p, [topic], timeout=5).get(topic, (0, ""))[0]
                 for p in range(partitions)]  # fmt: skip
+    except BrokerError:
+        return [-1] * partitions
     finally:
         reader.close()
 

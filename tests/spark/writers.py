@@ -40,7 +40,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from confluent_kafka import IsolationLevel
@@ -109,8 +109,8 @@ def generate(seed: int, modes: tuple[str, ...] = ()) -> WriterSequence:
     rng = random.Random(seed)
     partitions, backlog = rng.choice((2, 3)), rng.randint(1500, 6000)
     users, live = rng.randint(50, 300), rng.choice((0, 300, 1000))
-    if modes:
-        backlog, live = rng.randint(1000, 2500), rng.choice((300, 1000))
+    if modes:  # (short: a flow the last run catches up with in seconds)
+        backlog, live = rng.randint(1000, 2500), 300
     writers: list[Writer] = []
     deployment = "a"
     for number in range(len(modes) or rng.choice((2, 2, 3))):
@@ -122,9 +122,10 @@ def generate(seed: int, modes: tuple[str, ...] = ()) -> WriterSequence:
             end = rng.choice(("kill", "itself"))
         after = round(rng.uniform(1.0, 5.0 if modes else 15.0), 1)
         writers.append(Writer(run, deployment, rng.choice(STARTS), end, after))
-    last_mode = "available-now" if modes else None
-    last = Writer(_run(rng, writers[-1].run, last_mode), rng.choice(("a", "b")), "later",
-                  "itself", 0.0)  # fmt: skip
+    last = Writer(_run(rng, writers[-1].run, "available-now" if modes else None),
+                  rng.choice(("a", "b")), "later", "itself", 0.0)  # fmt: skip
+    if modes:  # (one batch)
+        last = replace(last, run=replace(last.run, max_offsets=None))
     return WriterSequence(seed, partitions, backlog, users, live, tuple(writers), last)
 
 

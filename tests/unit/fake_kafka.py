@@ -216,7 +216,7 @@ class ListReader:
         return True
 
     def committed(
-        self, group: str, partition: int, topics: list[str]
+        self, group: str, partition: int, topics: list[str], *, timeout: float = 30.0
     ) -> dict[str, tuple[int, str]]:
         keys = [(group, t, partition) for t in topics]
         if keys and all(k in self._committed for k in keys):
