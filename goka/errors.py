@@ -14,7 +14,10 @@ Every error the library raises on purpose derives from :class:`GokaError`::
     │   ├── BrokerNotFoundError   the embedded broker binary is missing
     │   ├── TopicError            a topic is missing, misconfigured or not co-partitioned
     │   │   └── TopicRewoundError a topic ends before, or starts after, what was read of it
-    │   └── DeliveryError         a produced message was not acknowledged
+    │   ├── DeliveryError         a produced message was not acknowledged
+    │   └── TransactionError      a transaction failed (its writer goes on from its last commit)
+    │       └── TransactionAbortedError   it was aborted: none of it is read committed
+    ├── FencedError               a newer writer of the group partition took it over
     ├── EmitterClosedError        emit() after close()
     ├── ViewError                 a view stopped: its table topic cannot be followed
     ├── ViewNotReadyError         a read before the view recovered
@@ -64,6 +67,7 @@ __all__ = [
     "TopicError",
     "TopicRewoundError",
     "TransactionAbortedError",
+    "TransactionError",
     "UsageError",
     "ViewError",
     "ViewNotReadyError",
@@ -372,6 +376,13 @@ class FencedError(GokaError):
         self.group, self.partition, self.transactional_id = group, partition, transactional_id
 
 
-class TransactionAbortedError(BrokerError):
+class TransactionError(BrokerError):
+    """A transaction failed, the partition's writer still the latest (a broker or coordinator
+    lost, say): what it wrote is aborted or, where the coordinator did not answer, settled by
+    the next start of the partition's producer; the task goes on from its last commit (its
+    store and the group's committed offsets), with a new producer."""
+
+
+class TransactionAbortedError(TransactionError):
     """A transaction could not commit and was aborted: nothing it wrote is visible to
     ``read_committed`` readers; the task begins again from its store."""

@@ -31,6 +31,7 @@ from goka.errors import (
     FencedError,
     GokaError,
     TransactionAbortedError,
+    TransactionError,
 )
 from goka.kafka.config import scoped
 from goka.kafka.producer import KafkaProducer, Producer
@@ -91,7 +92,7 @@ class Transactions:
     Raises:
         ConfigurationError: librdkafka refused a setting.
         FencedError: a newer writer of the partition started meanwhile.
-        BrokerError: the transaction coordinator did not answer in ``timeout`` seconds.
+        TransactionError: the transaction coordinator did not answer in ``timeout`` seconds.
     """
 
     def __init__(
@@ -144,8 +145,9 @@ class Transactions:
         Raises:
             FencedError: a newer writer took over (the transaction is aborted by the broker).
             TransactionAbortedError: it could not commit (it was aborted here).
-            BrokerError: the coordinator did not answer in time (the state is unknown: the
-                task must stop; the next writer's start aborts or completes it).
+            TransactionError: the coordinator did not answer in time (the state is unknown:
+                the task must not write its store; the next start of the partition's producer
+                aborts or completes it).
         """
         assert self.open, "commit without begin"
         if offsets:
@@ -194,7 +196,7 @@ class Transactions:
                 self._call("abort_transaction", self._client.abort_transaction, self.timeout)
                 raise TransactionAbortedError(f"{self.id}: {what} failed, transaction "
                                               f"aborted: {error.str()}") from exc  # fmt: skip
-            raise BrokerError(f"{self.id}: {what} failed: {error.str()}") from exc
+            raise TransactionError(f"{self.id}: {what} failed: {error.str()}") from exc
 
 
 #: What librdkafka says where a newer writer of the transactional id took over (or the broker

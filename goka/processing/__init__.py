@@ -52,6 +52,7 @@ Modules, one concept each; a module imports only modules listed above it:
 * ``uploads``: snapshot uploads in the background.
 * ``worker``: a worker process's shared resources (clients, stores, uploads, bridges).
 * ``clients``: a group's clients, built from its builders, kept by the worker.
+* ``exactly_once``: each commit one Kafka transaction; a new writer fences the last one.
 * ``summary``: what a task did, one row per partition.
 * ``applied``: what a store has applied, and the only write of state with offsets.
 * ``recovery``: making a store current.

@@ -23,11 +23,12 @@ from contextlib import ExitStack
 from dataclasses import asdict
 from typing import Any
 
-from goka.errors import StorageCorruptError
+from goka.errors import StorageCorruptError, TransactionError
 from goka.group.effects import Message
 from goka.group.engine import Engine
 from goka.processing.applied import record_before
 from goka.processing.config import TaskConfig
+from goka.processing.exactly_once import RETRY_SECONDS, TRANSACTION_RETRIES
 from goka.processing.recovery import CHUNK
 from goka.processing.stores import PartitionStores
 from goka.processing.summary import PartitionSummary, store_bytes
@@ -57,21 +58,34 @@ class PartitionProcessor:
 
         A store found damaged while in use (a checksum failed) was moved aside by its lease:
         the batch runs once more on a store rebuilt from the snapshot and the table's tail
-        (nothing was committed; outputs already produced are produced again).
+        (nothing was committed; outputs already produced are produced again). A transaction
+        that failed (:class:`~goka.errors.TransactionError`) leaves the store at the batch's
+        last commit: the batch runs again from there, at most ``TRANSACTION_RETRIES`` times.
 
         Raises:
             ProcessingError: a message failed under the ``fail`` policy.
             DeliveryError: an output was refused or not acknowledged (nothing is committed).
             StorageError, BrokerError: a store or the broker failed (nothing is committed).
         """
-        try:
-            return self._process(ranges)
-        except StorageCorruptError as exc:
-            log.warning("group %s partition %d: batch run again on a rebuilt store: %s",
-                        self.graph.group, self.partition, exc)  # fmt: skip
-            summary = self._process(ranges)
-            summary.corrupt_stores += 1
-            return summary
+        corrupt = failed = 0
+        while True:
+            try:
+                summary = self._process(ranges)
+                summary.corrupt_stores += corrupt
+                return summary
+            except StorageCorruptError as exc:
+                if corrupt:
+                    raise
+                corrupt += 1
+                log.warning("group %s partition %d: batch run again on a rebuilt store: %s",
+                            self.graph.group, self.partition, exc)  # fmt: skip
+            except TransactionError as exc:
+                failed += 1
+                if failed > TRANSACTION_RETRIES:
+                    raise
+                log.warning("group %s partition %d: batch run again from its last commit: %s",
+                            self.graph.group, self.partition, exc)  # fmt: skip
+                time.sleep(RETRY_SECONDS)  # (what failed may take a moment to settle)
 
     def _process(self, ranges: Mapping[str, tuple[int, int]]) -> PartitionSummary:
         started = time.monotonic()

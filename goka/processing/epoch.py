@@ -27,12 +27,17 @@ from collections.abc import Callable, Mapping, Set
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 
-from goka.errors import FencedError, StorageCorruptError, StorageLockedError
+from goka.errors import (
+    FencedError,
+    StorageCorruptError,
+    StorageLockedError,
+    TransactionError,
+)
 from goka.kafka.reader import RecordReader
 from goka.processing.clients import Clients
 from goka.processing.config import TaskConfig
 from goka.processing.epoch_partition import CommitLead, Epoch, commit_all
-from goka.processing.exactly_once import start_early
+from goka.processing.exactly_once import RETRY_SECONDS, TRANSACTION_RETRIES, start_early
 from goka.processing.recovery import CHUNK
 from goka.processing.starts import (
     Asking,
@@ -74,7 +79,9 @@ def run_epoch(
 ) -> list[PartitionSummary]:
     """Process partitions continuously (see :func:`_run_epoch`); a store found damaged in use
     was moved aside by its lease, and the epoch goes on for the time left on rebuilt stores
-    (from what was committed).
+    (from what was committed); a transaction that failed (a broker lost: :class:`~goka.errors.
+    TransactionError`) leaves the partitions' stores at their last commit, and the epoch goes
+    on from there with new producers, at most :data:`TRANSACTION_RETRIES` times.
 
     Args:
         bridge: if the epoch reaches its deadline, the worker goes on until its next task
@@ -82,13 +89,26 @@ def run_epoch(
     """
     worker.end_bridge(hold=bridge)  # stores stay open for a bridge (or the next epoch here)
     until = time.monotonic() + seconds
-    try:
-        summaries, ends = _run_epoch(config, worker, starts, seconds, stop, handover=bridge)
-    except StorageCorruptError as exc:
-        log.warning("group %s: epoch goes on with a rebuilt store: %s", config.graph.group, exc)
+    corrupt = failed = 0
+    while True:
         left = max(0.0, until - time.monotonic())
-        summaries, ends = _run_epoch(config, worker, starts, left, stop, handover=bridge)
-        summaries[0].corrupt_stores += 1
+        try:
+            summaries, ends = _run_epoch(config, worker, starts, left, stop, handover=bridge)
+            break
+        except StorageCorruptError as exc:
+            if corrupt:
+                raise
+            corrupt += 1
+            log.warning("group %s: epoch goes on with a rebuilt store: %s", config.graph.group,
+                        exc)  # fmt: skip
+        except TransactionError as exc:
+            failed += 1
+            if failed > TRANSACTION_RETRIES:
+                raise
+            log.warning("group %s: epoch goes on from its last commit: %s", config.graph.group,
+                        exc)  # fmt: skip
+            time.sleep(min(RETRY_SECONDS, left))  # (what failed may take a moment to settle)
+    summaries[0].corrupt_stores += corrupt
     by_partition = {s.partition: s for s in summaries}
     for carried in worker.take_carried(config.graph.group):
         by_partition.get(carried.partition, summaries[0]).absorb(carried)

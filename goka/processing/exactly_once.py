@@ -32,10 +32,21 @@ from goka.kafka.transactions import FencedError, transactional_id
 from goka.processing.clients import Clients
 from goka.processing.config import TaskConfig
 
-__all__ = ["ExactlyOnce", "exactly_once", "start_early"]
+__all__ = [
+    "RETRY_SECONDS",
+    "TRANSACTION_RETRIES",
+    "ExactlyOnce",
+    "exactly_once",
+    "start_early",
+]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+#: How often an epoch or a micro-batch goes on from its last commit after a transaction failed
+#: (:class:`~goka.errors.TransactionError`), and the pause before it does (a broker lost: the
+#: leaders and coordinators it had move meanwhile).
+TRANSACTION_RETRIES, RETRY_SECONDS = 10, 1.0
 
 
 class ExactlyOnce:

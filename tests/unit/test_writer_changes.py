@@ -15,7 +15,7 @@ import confluent_kafka
 import pytest
 
 from goka import Context, Int64Codec, StringCodec, define_group, input, output, persist
-from goka.errors import BrokerError, FencedError
+from goka.errors import BrokerError, FencedError, TransactionAbortedError
 from goka.group.effects import EMIT, BatchResult
 from goka.kafka.transactions import Transactions
 from goka.processing import batch
@@ -240,3 +240,40 @@ def test_an_abort_that_fails_as_a_call_fails_raises_gokas_error() -> None:
     with pytest.raises(BrokerError, match="abort_transaction failed"):
         transactions.commit()
     assert not transactions.open
+
+
+@pytest.mark.parametrize("mode", ["epoch", "batch"])
+def test_work_goes_on_from_the_last_commit_after_a_transaction_failed(
+    kafka: FakeKafka, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
+    """A broker lost under a transaction (its group coordinator moved: librdkafka's abortable
+    error) aborts it; the epoch or batch goes on from its last commit with a new producer,
+    instead of stopping the processor: every record told once, the table exact."""
+    from goka.processing import epoch as epochs
+
+    monkeypatch.setattr(epochs, "RETRY_SECONDS", 0.0)
+    monkeypatch.setattr(batch, "RETRY_SECONDS", 0.0)
+    failures = [TransactionAbortedError("tells-0: send_offsets_to_transaction failed, "
+                                        "transaction aborted: Not coordinator")]  # fmt: skip
+
+    class Failing(EpochTransactions):
+        def send_offsets(self, offsets: Any) -> None:
+            if self.commits and failures:  # (its second commit)
+                self.abort()
+                raise failures.pop()
+            super().send_offsets(offsets)
+
+    machine = fencing(Machine(kafka, tmp_path / "a", TELLS, commit_interval=0))
+    with_builders(machine, transactions=lambda *args: Failing(kafka, *args))
+    if mode == "epoch":
+        sent = Counter[str]()
+        script = Script(kafka, lambda: sent.update(click(kafka, 10)), lambda: None,
+                        lambda: sent.update(click(kafka, 10, start=10)), lambda: None)  # fmt: skip
+        epoch(machine, {IN: 0}, script.done)
+    else:
+        monkeypatch.setattr(batch, "TRANSACTION_SECONDS", 0.0)  # (commits of 1,000 records)
+        sent = click(kafka, 2_500)
+        machine.run(0, {IN: (0, 2_500)})
+    assert not failures  # (it failed once)
+    assert sum(told(kafka).values()) == sum(sent.values()) == len(told(kafka))
+    assert counts(kafka) == dict(sent)
