@@ -18,9 +18,10 @@ producer paused past it is fenced by the broker too.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import confluent_kafka
@@ -53,6 +54,10 @@ log = logging.getLogger(__name__)
 
 #: How long the broker lets a transaction stay open before it aborts it and fences its writer.
 TRANSACTION_TIMEOUT_MS = 60_000
+#: How long the group's offsets may take to join a transaction (a coordinator found and
+#: asked; seconds when it moved), and how much longer the call may take before the producer is
+#: given up (see :meth:`Transactions._within`).
+OFFSETS_SECONDS, CALL_GRACE_SECONDS = 10.0, 2.0
 #: librdkafka's wait before it asks again, 100 ms by default: the first write of a transaction
 #: that follows a commit is answered CONCURRENT_TRANSACTIONS while the broker writes the last
 #: one's markers, and the default wait made a commit take 110 ms at the median (5 ms: 20 ms).
@@ -136,8 +141,42 @@ class Transactions:
         if offsets:
             found = [confluent_kafka.TopicPartition(t, self.partition, o)
                      for t, o in offsets.items()]  # fmt: skip
-            self._call("send_offsets_to_transaction", self._client.send_offsets_to_transaction,
-                       found, self._group_metadata(), self.timeout)  # fmt: skip
+            metadata, send = self._group_metadata(), self._client.send_offsets_to_transaction
+            wait = min(self.timeout, OFFSETS_SECONDS)
+            self._call("send_offsets_to_transaction", self._within,
+                       lambda: send(found, metadata, wait), wait)  # fmt: skip
+
+    def _within(self, call: Callable[[], object], seconds: float) -> None:
+        """``call()`` on a thread of its own, waited for at most ``seconds`` (and a little):
+        librdkafka's ``send_offsets_to_transaction`` ignores its timeout while the group's
+        coordinator is lost (confluentinc/librdkafka#5456, #5511: it blocked an epoch for
+        minutes in the failover test). Past it, the producer is given up: the task goes on
+        from its last commit with a new one, whose start fences this one.
+
+        Raises:
+            TransactionError: no answer in time.
+        """
+        outcome: list[BaseException | None] = []
+
+        def run() -> None:
+            try:
+                call()
+                outcome.append(None)
+            except BaseException as exc:  # raised below, on the caller's thread
+                outcome.append(exc)
+
+        # a daemon thread: one that librdkafka never lets go must not hold the process's exit
+        caller = threading.Thread(target=run, name=f"goka-txn-{self.id}", daemon=True)
+        caller.start()
+        caller.join(seconds + CALL_GRACE_SECONDS)
+        if not outcome:
+            self.open = False
+            raise TransactionError(
+                f"{self.id}: no answer from the group's coordinator in "
+                f"{seconds + CALL_GRACE_SECONDS:g}s: the producer is given up"
+            )
+        if outcome[0] is not None:
+            raise outcome[0]
 
     def commit(self, offsets: Mapping[str, int] | None = None) -> None:
         """Commit the transaction (with ``offsets``: :meth:`send_offsets` first).

@@ -15,7 +15,7 @@ import confluent_kafka
 import pytest
 
 from goka import Context, Int64Codec, StringCodec, define_group, input, output, persist
-from goka.errors import BrokerError, FencedError, TransactionAbortedError
+from goka.errors import BrokerError, FencedError, TransactionAbortedError, TransactionError
 from goka.group.effects import EMIT, BatchResult
 from goka.kafka.transactions import Transactions
 from goka.processing import batch
@@ -277,3 +277,30 @@ def test_work_goes_on_from_the_last_commit_after_a_transaction_failed(
     assert not failures  # (it failed once)
     assert sum(told(kafka).values()) == sum(sent.values()) == len(told(kafka))
     assert counts(kafka) == dict(sent)
+
+
+def test_offsets_the_coordinator_never_takes_give_the_producer_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """librdkafka's ``send_offsets_to_transaction`` ignores its timeout while the group's
+    coordinator is lost (confluentinc/librdkafka#5456): it held an epoch for minutes in the
+    failover test. The call is given up after its timeout and a grace, as a TransactionError
+    (the task goes on from its last commit with a new producer)."""
+    import goka.kafka.transactions as module
+
+    monkeypatch.setattr(module, "OFFSETS_SECONDS", 0.05)
+    monkeypatch.setattr(module, "CALL_GRACE_SECONDS", 0.05)
+    never = threading.Event()
+
+    class Client:
+        def send_offsets_to_transaction(self, *args: Any) -> None:
+            never.wait()  # (the coordinator lost: no answer, whatever the timeout says)
+
+    transactions = Transactions.__new__(Transactions)
+    transactions.group, transactions.partition, transactions.id = "g", 0, "g-0"
+    transactions.timeout, transactions.open, transactions._client = 30.0, True, Client()
+    transactions._metadata = object()
+    with pytest.raises(TransactionError, match="no answer from the group's coordinator"):
+        transactions.send_offsets({"in": 7})
+    assert not transactions.open
+    never.set()
