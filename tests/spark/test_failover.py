@@ -255,11 +255,11 @@ def test_every_broker_lost_in_turn_under_exactly_once_ends_exactly_once(
             wait_for(lambda: watch.arrivals, timeout=120, what="the first committed count")
             time.sleep(PHASES[0])  # (steady processing before the first loss)
             for name in (topic, f"{group}-table", seen):
-                for p, node in KafkaAdmin(brokers).leaders(name).items():
-                    roles.setdefault(node, set()).add(f"{name}[{p}]")
-            for p in range(4):
-                node = _coordinator(cluster, "__transaction_state", f"{group}-{p}")
-                roles.setdefault(node, set()).add(f"transactions of {group}-{p}")
+                for partition, node in KafkaAdmin(brokers).leaders(name).items():
+                    roles.setdefault(node, set()).add(f"{name}[{partition}]")
+            for partition in range(4):
+                node = _coordinator(cluster, "__transaction_state", f"{group}-{partition}")
+                roles.setdefault(node, set()).add(f"transactions of {group}-{partition}")
             roles.setdefault(_coordinator(cluster, "__consumer_offsets", group),
                              set()).add("group coordinator")  # fmt: skip
             first_kill = time.monotonic()
