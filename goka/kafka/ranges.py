@@ -200,6 +200,11 @@ class RangeReader:
             raise BrokerError(
                 f"cannot read the committed offsets of group {group!r}: {exc}"
             ) from exc
+        failed = [tp for tp in found if tp.error is not None]
+        if failed:  # (an offset not read is not "none committed": a task would begin behind)
+            raise BrokerError(f"cannot read the committed offsets of group {group!r} in "
+                              f"{failed[0].topic} partition {failed[0].partition}: "
+                              f"{failed[0].error}")  # fmt: skip
         return {(tp.topic, tp.partition): (tp.offset, tp.metadata or "") if tp.offset >= 0
                 else None for tp in found}  # fmt: skip
 

@@ -235,6 +235,9 @@ class Transactions:
                 self._call("abort_transaction", self._client.abort_transaction, self.timeout)
                 raise TransactionAbortedError(f"{self.id}: {what} failed, transaction "
                                               f"aborted: {error.str()}") from exc  # fmt: skip
+            self.open = False  # (its outcome is settled by the next start of the producer)
+            if error.fatal():  # (not fenced: refused for good, authorization say; no retry)
+                raise BrokerError(f"{self.id}: {what} failed for good: {error.str()}") from exc
             raise TransactionError(f"{self.id}: {what} failed: {error.str()}") from exc
 
 

@@ -28,7 +28,7 @@ from goka.group.effects import Message
 from goka.group.engine import Engine
 from goka.processing.applied import record_before
 from goka.processing.config import TaskConfig
-from goka.processing.exactly_once import RETRY_SECONDS, TRANSACTION_RETRIES
+from goka.processing.exactly_once import retrying
 from goka.processing.recovery import CHUNK
 from goka.processing.stores import PartitionStores
 from goka.processing.summary import PartitionSummary, store_bytes
@@ -60,14 +60,15 @@ class PartitionProcessor:
         the batch runs once more on a store rebuilt from the snapshot and the table's tail
         (nothing was committed; outputs already produced are produced again). A transaction
         that failed (:class:`~goka.errors.TransactionError`) leaves the store at the batch's
-        last commit: the batch runs again from there, at most ``TRANSACTION_RETRIES`` times.
+        last commit: the batch runs again from there (:func:`~goka.processing.exactly_once.
+        retrying`).
 
         Raises:
             ProcessingError: a message failed under the ``fail`` policy.
             DeliveryError: an output was refused or not acknowledged (nothing is committed).
             StorageError, BrokerError: a store or the broker failed (nothing is committed).
         """
-        corrupt = failed = 0
+        corrupt, failures = 0, list[float]()
         while True:
             try:
                 summary = self._process(ranges)
@@ -80,12 +81,10 @@ class PartitionProcessor:
                 log.warning("group %s partition %d: batch run again on a rebuilt store: %s",
                             self.graph.group, self.partition, exc)  # fmt: skip
             except TransactionError as exc:
-                failed += 1
-                if failed > TRANSACTION_RETRIES:
-                    raise
+                pause = retrying(failures, exc, lambda: False)
                 log.warning("group %s partition %d: batch run again from its last commit: %s",
                             self.graph.group, self.partition, exc)  # fmt: skip
-                time.sleep(RETRY_SECONDS)  # (what failed may take a moment to settle)
+                time.sleep(pause)  # (what failed may take a moment to settle)
 
     def _process(self, ranges: Mapping[str, tuple[int, int]]) -> PartitionSummary:
         started = time.monotonic()

@@ -37,7 +37,7 @@ from goka.kafka.reader import RecordReader
 from goka.processing.clients import Clients
 from goka.processing.config import TaskConfig
 from goka.processing.epoch_partition import CommitLead, Epoch, commit_all
-from goka.processing.exactly_once import RETRY_SECONDS, TRANSACTION_RETRIES, start_early
+from goka.processing.exactly_once import retrying, start_early
 from goka.processing.recovery import CHUNK
 from goka.processing.starts import (
     Asking,
@@ -81,7 +81,7 @@ def run_epoch(
     was moved aside by its lease, and the epoch goes on for the time left on rebuilt stores
     (from what was committed); a transaction that failed (a broker lost: :class:`~goka.errors.
     TransactionError`) leaves the partitions' stores at their last commit, and the epoch goes
-    on from there with new producers, at most :data:`TRANSACTION_RETRIES` times.
+    on from there with new producers (:func:`~goka.processing.exactly_once.retrying`).
 
     Args:
         bridge: if the epoch reaches its deadline, the worker goes on until its next task
@@ -89,7 +89,7 @@ def run_epoch(
     """
     worker.end_bridge(hold=bridge)  # stores stay open for a bridge (or the next epoch here)
     until = time.monotonic() + seconds
-    corrupt = failed = 0
+    corrupt, failures = 0, list[float]()
     while True:
         left = max(0.0, until - time.monotonic())
         try:
@@ -102,12 +102,10 @@ def run_epoch(
             log.warning("group %s: epoch goes on with a rebuilt store: %s", config.graph.group,
                         exc)  # fmt: skip
         except TransactionError as exc:
-            failed += 1
-            if failed > TRANSACTION_RETRIES:
-                raise
+            pause = retrying(failures, exc, stop)
             log.warning("group %s: epoch goes on from its last commit: %s", config.graph.group,
                         exc)  # fmt: skip
-            time.sleep(min(RETRY_SECONDS, left))  # (what failed may take a moment to settle)
+            time.sleep(min(pause, left))  # (what failed may take a moment to settle)
     summaries[0].corrupt_stores += corrupt
     by_partition = {s.partition: s for s in summaries}
     for carried in worker.take_carried(config.graph.group):

@@ -29,6 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 
+from goka.errors import FencedError
 from goka.group.effects import Message
 from goka.group.engine import Engine
 from goka.processing.applied import record_before
@@ -306,8 +307,8 @@ def commit_all(epochs: Sequence[Epoch], lap: Callable[[str], None] = no_lap,
     for epoch, future in running:
         if future.exception() is None:
             epoch.settle(lap, wait=True)
-    if errors:
-        raise errors[0]
+    if errors:  # a fenced partition says why, whatever else failed (nothing is retried then)
+        raise next((e for e in errors if isinstance(e, FencedError)), errors[0])
 
 
 class CommitLead:

@@ -21,22 +21,25 @@ changelogs' committed tails (:meth:`~goka.processing.recovery.StoreRecovery.catc
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import ExitStack
 from pathlib import Path
 from typing import TypeVar
 
-from goka.errors import GokaError
+from goka.errors import GokaError, TransactionError
 from goka.kafka.producer import Producer
 from goka.kafka.transactions import FencedError, transactional_id
 from goka.processing.clients import Clients
 from goka.processing.config import TaskConfig
 
 __all__ = [
+    "RETRY_FOR_SECONDS",
     "RETRY_SECONDS",
     "TRANSACTION_RETRIES",
     "ExactlyOnce",
     "exactly_once",
+    "retrying",
     "start_early",
 ]
 
@@ -44,9 +47,20 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 #: How often an epoch or a micro-batch goes on from its last commit after a transaction failed
-#: (:class:`~goka.errors.TransactionError`), and the pause before it does (a broker lost: the
-#: leaders and coordinators it had move meanwhile).
-TRANSACTION_RETRIES, RETRY_SECONDS = 10, 1.0
+#: (:class:`~goka.errors.TransactionError`), the pause before it does (a broker lost: the
+#: leaders and coordinators it had move meanwhile), and for how long after the first failure.
+TRANSACTION_RETRIES, RETRY_SECONDS, RETRY_FOR_SECONDS = 10, 1.0, 120.0
+
+
+def retrying(failures: list[float], exc: TransactionError, stop: Callable[[], bool]) -> float:
+    """Note one more failure ``exc`` in ``failures`` (monotonic times) and return the pause
+    before the work goes on from its last commit; raise ``exc`` once it failed too often or
+    for too long (see :data:`TRANSACTION_RETRIES`), or the processor stops."""
+    now = time.monotonic()
+    failures.append(now)
+    if len(failures) > TRANSACTION_RETRIES or now - failures[0] > RETRY_FOR_SECONDS or stop():
+        raise exc
+    return RETRY_SECONDS
 
 
 class ExactlyOnce:
@@ -81,13 +95,13 @@ class ExactlyOnce:
                               transactional_id(clients.config.graph.group, partition),
                               "a newer writer started since this process's")  # fmt: skip
         self.transactions = kept or clients.transactions(partition, latest)
+        if self.transactions.open:  # a task of this process ended without its commit (a
+            self._guarded(self.transactions.abort)  # producer that fails it is let go)
         if self.transactions.token != latest:
             writer.parent.mkdir(parents=True, exist_ok=True)
             writing = writer.with_name(writer.name + ".new")
             writing.write_text(self.transactions.token)
             writing.replace(writer)
-        if self.transactions.open:  # a task of this process ended without its commit
-            self.transactions.abort()
 
     @property
     def producer(self) -> Producer:

@@ -202,11 +202,13 @@ class GokaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         reader = RangeReader(self.brokers, self.kafka)
         try:
             for p in range(self.partitions_count):
-                committed = reader.committed(self.group, p, self.topics, timeout=PLAN_SECONDS)
+                try:
+                    committed = reader.committed(self.group, p, self.topics, timeout=PLAN_SECONDS)
+                except BrokerError as exc:  # the tasks begin where the group committed anyway
+                    log.warning("%s: partition %d starts from its earliest offsets, the group's "
+                                "are not known: %s", self.group, p, exc)  # fmt: skip
+                    continue
                 found.update(((t, p), offset) for t, (offset, _) in committed.items())
-        except BrokerError as exc:  # the tasks begin where the group committed anyway
-            log.warning("%s: starting from the earliest offsets where the group's are not "
-                        "known: %s", self.group, exc)  # fmt: skip
         finally:
             reader.close()
         log.info("%s: starting from the group's committed offsets %s", self.group, found)

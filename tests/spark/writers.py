@@ -211,6 +211,7 @@ class _Running:
         self.started, self.wall_started = time.monotonic(), time.time()
         self.state = deployments.state()
         self.signalled: str | None = None
+        self.hung = False
         self.ender: threading.Thread | None = None
 
     def alive(self) -> bool:
@@ -236,18 +237,25 @@ class _Running:
             self.process.send_signal(signal.SIGTERM)
 
     def wait(self, seconds: float) -> None:
+        """Wait until it exited; one still running after ``seconds`` is killed, and, if it was
+        stopped (SIGTERM) rather than left to end, called hung (:meth:`verdict` fails)."""
         try:
             self.process.wait(timeout=seconds)
         except subprocess.TimeoutExpired:
+            self.hung = self.signalled == "stop"
             self.signalled = "kill"
             kill_session(self.process.pid)
             self.process.wait(timeout=60)
 
     def verdict(self) -> tuple[str, bool]:
         """How it ended, and whether it was fenced; fail if it stopped by itself with any
-        other error."""
+        other error (the last error it printed must be the FencedError), or hung."""
         code, said = self.process.returncode, self.log.read_text()
-        fenced = FENCED.search(said)
+        if self.hung:
+            raise AssertionError(f"writer {self.number} ({self.writer.describe()}) did not stop "
+                                 f"within 120 s of SIGTERM:\n{said[-5000:]}")  # fmt: skip
+        errors = re.findall(r"^\S*(?:Error|Failed): (\w+Error): (.*)$", said, re.MULTILINE)
+        fenced = FENCED.search(errors[-1][1]) if errors and errors[-1][0] == "FencedError" else None
         if fenced and fenced.group(1) != fenced.group(2):
             raise AssertionError(f"writer {self.number}: fenced error names two partitions: "
                                  f"{fenced.group(0)}")  # fmt: skip

@@ -48,6 +48,12 @@ def fencing(machine: Machine, **kwargs: Any) -> Machine:
     return with_builders(machine, transactions=epoch_transactions(machine.kafka, **kwargs))
 
 
+def kept(machine: Machine, token: str) -> Any:
+    """The transactional producer of partition 0 named ``token`` that the machine's worker
+    keeps (None: it keeps none by that name)."""
+    return Clients(machine.config, machine.worker).kept_transactions(0, token)
+
+
 def told(kafka: FakeKafka) -> Counter[str]:
     """How often a read_committed reader finds each input record told."""
     return Counter((row[3] or b"").decode() for p, rows in enumerate(kafka.topic("seen"))
@@ -132,14 +138,16 @@ def test_a_writer_fenced_while_it_runs_stops_with_fenced_error_and_writes_nothin
         click(kafka, 10, start=10)
 
     script = Script(kafka, lambda: click(kafka, 10), lambda: None, newer_writer, lambda: None)
+    writer = machine.config.store_path("partition", 0).with_suffix(".writer")
+    tokens: list[str] = []
+    kafka.on_poll.append(lambda: tokens.append(writer.read_text()) if writer.exists() else None)
     with pytest.raises(FencedError, match="partition 0: fenced by a newer writer"):
         epoch(machine, {IN: 0}, script.done)
     fenced_at = kafka.events.index("init tells-0 epoch 2")
     assert "write clicks 10" in kafka.events[:fenced_at]  # committed before
     assert [e for e in kafka.events[fenced_at:] if e.startswith("write")] == []  # none after
-    writer = machine.config.store_path("partition", 0).with_suffix(".writer")
     assert not writer.exists()
-    assert Clients(machine.config, machine.worker).kept_transactions(0, None) is None
+    assert tokens and kept(machine, tokens[-1]) is None  # the fenced producer was let go
     assert sum(told(kafka).values()) == 10  # the fenced commit's outputs are never seen
 
 
@@ -159,9 +167,11 @@ def test_a_producer_refusing_every_message_after_it_was_fenced_raises_fenced_err
     out = Output(producer, 0, machine.config, MemoryStorage(TELLS.table), exactly.failed)
     made_by = (IN, 3, b"u1", b"/page", 0, None)
     result = BatchResult(effects=[(EMIT, "seen", "u1", b"0 3", None, made_by)])
+    token = exactly.transactions.token
+    assert kept(machine, token) is exactly.transactions
     with pytest.raises(FencedError):
         out.send(result, PartitionSummary(0))
-    assert Clients(machine.config, machine.worker).kept_transactions(0, None) is None
+    assert kept(machine, token) is None  # the fenced producer was let go
 
 
 def test_a_bridge_never_starts_a_producer(kafka: FakeKafka, tmp_path: Path) -> None:
@@ -249,10 +259,9 @@ def test_work_goes_on_from_the_last_commit_after_a_transaction_failed(
     """A broker lost under a transaction (its group coordinator moved: librdkafka's abortable
     error) aborts it; the epoch or batch goes on from its last commit with a new producer,
     instead of stopping the processor: every record told once, the table exact."""
-    from goka.processing import epoch as epochs
+    from goka.processing import exactly_once
 
-    monkeypatch.setattr(epochs, "RETRY_SECONDS", 0.0)
-    monkeypatch.setattr(batch, "RETRY_SECONDS", 0.0)
+    monkeypatch.setattr(exactly_once, "RETRY_SECONDS", 0.0)
     failures = [TransactionAbortedError("tells-0: send_offsets_to_transaction failed, "
                                         "transaction aborted: Not coordinator")]  # fmt: skip
 
