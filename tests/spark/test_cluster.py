@@ -83,6 +83,7 @@ def test_click_count_on_a_standalone_cluster_restores_moved_partitions(
         assert dict(view.items()) == dict(sent)
 
 
+@pytest.mark.longrun  # (make test-slow, 4 minutes: make test keeps the writer changes)
 def test_windows_and_timers_of_moved_partitions_are_restored_from_snapshots(
     cluster: StandaloneCluster, brokers: str, new_topic: Callable[..., str], tmp_path: Path
 ) -> None:

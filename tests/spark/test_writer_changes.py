@@ -1,8 +1,8 @@
 """Exactly once while partitions change writers: generated sequences of processors of one
 group whose runs overlap (``tests/spark/writers.py``), read back committed.
 
-``make test`` plays a short sequence for each pair of modes; ``make test-slow`` plays a
-series of 30 drawn sequences (``pytest tests/spark/test_writer_changes.py -m longrun
+``make test`` plays a short sequence for two pairs of modes, ``make test-slow`` one for each
+other pair and a series of 30 drawn sequences (``pytest tests/spark/test_writer_changes.py -m longrun
 --crash-sequences N --crash-seed S``: N from seed S) and prints one line per sequence (its
 seed, how each writer started and ended, the writers fenced, the duplicate outputs)."""
 
@@ -17,14 +17,18 @@ from .writers import generate, play
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow]
 
-#: The mode pairs ``make test`` plays: the first writer's, then the second's, which starts
-#: while the first runs (the first ends a few seconds after the second's first producer).
+#: The mode pairs played: the first writer's, then the second's, which starts while the first
+#: runs (the first ends a few seconds after the second's first producer). ``make test`` plays
+#: the first two (the overlap first seen duplicating outputs, and two epochs' writers), about
+#: 100 s each; ``make test-slow`` the others.
 PAIRS = (("available-now", "continuous"), ("continuous", "continuous"),
          ("micro-batch", "continuous"), ("continuous", "micro-batch"),
          ("continuous", "available-now"))  # fmt: skip
+SUITE = [pytest.param(m, id="-".join(m), marks=[pytest.mark.longrun] if i > 1 else [])
+         for i, m in enumerate(PAIRS)]  # fmt: skip
 
 
-@pytest.mark.parametrize("modes", PAIRS, ids=["-".join(m) for m in PAIRS])
+@pytest.mark.parametrize("modes", SUITE)
 def test_overlapping_writers_end_exactly_once(
     modes: tuple[str, str], brokers: str, new_topic: Callable[..., str],
     tmp_path: Path, request: pytest.FixtureRequest,
