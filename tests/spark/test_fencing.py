@@ -16,9 +16,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from confluent_kafka import IsolationLevel
-from confluent_kafka import TopicPartition as ConfluentPartition
-from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from goka import StringCodec
 from goka.emitter import Emitter
@@ -27,7 +24,7 @@ from goka.topic_manager import TopicManager
 from ..helpers import produce, wait_for
 from .crash import signal_session
 from .told import CLICKS, PARTITIONS, ROOT, USERS, inputs_of, run_told, told_of
-from .truth import committed, committed_by_partition
+from .truth import committed, committed_by_partition, open_transaction
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow]
 
@@ -92,20 +89,6 @@ def test_a_second_processor_of_the_group_is_fenced_or_fences(
     assert table == counts
 
 
-def _open_transactions(brokers: str, topic: str) -> bool:
-    """Does ``topic`` end later for a read_uncommitted reader than for a read_committed one
-    (a transaction is open)?"""
-    admin = AdminClient({"bootstrap.servers": brokers})
-    parts = [ConfluentPartition(topic, p) for p in range(PARTITIONS)]
-
-    def ends(level: IsolationLevel) -> list[int]:
-        found = admin.list_offsets({tp: OffsetSpec.latest() for tp in parts},
-                                   isolation_level=level)  # fmt: skip
-        return [found[tp].result().offset for tp in parts]
-
-    return ends(IsolationLevel.READ_UNCOMMITTED) != ends(IsolationLevel.READ_COMMITTED)
-
-
 @pytest.mark.longrun  # (make test-slow: make test stays within its 15 minutes)
 def test_a_processor_paused_past_its_transaction_timeout_is_fenced_as_it_resumes(
     brokers: str, new_topic: Callable[..., str], tmp_path: Path
@@ -148,11 +131,11 @@ def test_a_processor_paused_past_its_transaction_timeout_is_fenced_as_it_resumes
                                env={**os.environ, "PYTHONPATH": str(ROOT)})  # fmt: skip
     try:
         wait_for(lambda: min(done()) > 100, timeout=120, what="commits of every partition")
-        wait_for(lambda: _open_transactions(brokers, f"{topic}-seen"), timeout=30,
+        wait_for(lambda: open_transaction(brokers, f"{topic}-seen", PARTITIONS), timeout=30,
                  what="a transaction open")  # fmt: skip
         signal_session(run.pid, signal.SIGSTOP)
         try:  # the broker aborts what is open past its timeout (it checks every 10 s)
-            wait_for(lambda: not _open_transactions(brokers, f"{topic}-seen"), timeout=60,
+            wait_for(lambda: not open_transaction(brokers, f"{topic}-seen", PARTITIONS), timeout=60,
                      what="the broker aborting the paused processor's transactions")  # fmt: skip
             paused_at = done()
         finally:

@@ -12,6 +12,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from confluent_kafka import IsolationLevel
+from confluent_kafka import TopicPartition as ConfluentPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
+
 from goka import Int64Codec
 from goka.errors import BrokerError
 from goka.kafka.consumer import read_to_end
@@ -20,7 +24,7 @@ from goka.kafka.ranges import RangeReader
 from goka.storage import LevelDBStorage
 from goka.view import View
 
-__all__ = ["Seen", "committed", "ends", "seen", "stores"]
+__all__ = ["Seen", "committed", "ends", "open_transaction", "seen", "stores"]
 
 
 def table_topic(brokers: str, table: str) -> tuple[dict[str, int], int]:
@@ -118,3 +122,17 @@ def ends(brokers: str, topic: str, partitions: int) -> int:
         return sum(offsets.high([(topic, p) for p in range(partitions)]).values())
     finally:
         offsets.close()
+
+
+def open_transaction(brokers: str, topic: str, partitions: int) -> bool:
+    """Does ``topic`` end later for a read_uncommitted reader than for a read_committed one
+    (a transaction is open)?"""
+    admin = AdminClient({"bootstrap.servers": brokers})
+    parts = [ConfluentPartition(topic, p) for p in range(partitions)]
+
+    def ends_at(level: IsolationLevel) -> list[int]:
+        found = admin.list_offsets({tp: OffsetSpec.latest() for tp in parts},
+                                   isolation_level=level)  # fmt: skip
+        return [found[tp].result().offset for tp in parts]
+
+    return ends_at(IsolationLevel.READ_UNCOMMITTED) != ends_at(IsolationLevel.READ_COMMITTED)

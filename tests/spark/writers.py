@@ -43,17 +43,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from confluent_kafka import IsolationLevel
-from confluent_kafka import TopicPartition as ConfluentPartition
-from confluent_kafka.admin import AdminClient, OffsetSpec
-
 from goka import StringCodec
 from goka.topic_manager import TopicManager
 
 from ..helpers import produce, wait_for
 from .crash import kill_session
 from .model import ROOT, Flow, Player, Run, told, told_topic
-from .truth import committed, ends, seen
+from .truth import committed, ends, open_transaction, seen
 
 __all__ = ["WriterSequence", "generate", "play"]
 
@@ -267,20 +263,6 @@ class _Running:
             return "fenced", True
         raise AssertionError(f"writer {self.number} ({self.writer.describe()}) exited with "
                              f"{code}, not fenced:\n{said[-5000:]}")  # fmt: skip
-
-
-def open_transaction(brokers: str, topic: str, partitions: int) -> bool:
-    """Does ``topic`` end later for a read_uncommitted reader than for a read_committed one
-    (a transaction is open)?"""
-    admin = AdminClient({"bootstrap.servers": brokers})
-    parts = [ConfluentPartition(topic, p) for p in range(partitions)]
-
-    def ends_at(level: IsolationLevel) -> list[int]:
-        found = admin.list_offsets({tp: OffsetSpec.latest() for tp in parts},
-                                   isolation_level=level)  # fmt: skip
-        return [found[tp].result().offset for tp in parts]
-
-    return ends_at(IsolationLevel.READ_UNCOMMITTED) != ends_at(IsolationLevel.READ_COMMITTED)
 
 
 def _started(previous: _Running, how: str, brokers: str, group: str, topic: str,
