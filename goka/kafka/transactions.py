@@ -40,6 +40,7 @@ from goka.kafka.producer import KafkaProducer, Producer
 __all__ = [
     "FENCED_CODES",
     "RETRY_BACKOFF_MS",
+    "TRANSACTION_SECONDS",
     "TRANSACTION_TIMEOUT_MS",
     "FencedError",
     "TransactionAbortedError",
@@ -54,6 +55,10 @@ log = logging.getLogger(__name__)
 
 #: How long the broker lets a transaction stay open before it aborts it and fences its writer.
 TRANSACTION_TIMEOUT_MS = 60_000
+#: About how long goka keeps a transaction open when it has much to write (a micro-batch's
+#: backlog, the final results of a window boundary): well below the timeout, and what a crash
+#: makes it write again.
+TRANSACTION_SECONDS = 5.0
 #: How long the group's offsets may take to join a transaction (a coordinator found and
 #: asked; seconds when it moved), and how much longer the call may take before the producer is
 #: given up (see :meth:`Transactions._within`).

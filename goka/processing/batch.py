@@ -26,6 +26,7 @@ from typing import Any
 from goka.errors import StorageCorruptError, TransactionError
 from goka.group.effects import Message
 from goka.group.engine import Engine
+from goka.kafka.transactions import TRANSACTION_SECONDS
 from goka.processing.applied import record_before
 from goka.processing.config import TaskConfig
 from goka.processing.exactly_once import retrying
@@ -164,12 +165,13 @@ class PartitionProcessor:
         )  # fmt: skip
 
 
-#: Under exactly-once, about how long a micro-batch processes records before it commits what
-#: it did (one transaction): a backlog is not one transaction, which the broker aborts once
-#: it has been open for ``transaction.timeout.ms`` (60 s, :mod:`goka.kafka.transactions`),
-#: and whose outputs a crash would all repeat. Its first slice has :data:`FIRST_SLICE`
-#: records, the next ones as many as the time allows at the speed seen.
-TRANSACTION_SECONDS, FIRST_SLICE = 5.0, 1_000
+#: Under exactly-once a micro-batch commits what it did (one transaction) about every
+#: ``TRANSACTION_SECONDS`` of processing: a backlog is not one transaction, which the broker
+#: aborts once it has been open for ``transaction.timeout.ms`` (60 s,
+#: :mod:`goka.kafka.transactions`), and whose outputs a crash would all repeat. Its first
+#: slice has :data:`FIRST_SLICE` records, the next ones as many as the time allows at the
+#: speed seen.
+FIRST_SLICE = 1_000
 
 
 class _Slices:

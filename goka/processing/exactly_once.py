@@ -12,7 +12,7 @@ the store and begins where the group committed (:meth:`PartitionStores.begin
 
 Each key of a changelog is written once per commit, with its last value
 (:mod:`goka.processing.output`). Windows' final results are delivered after the commit that
-made them due, each delivery one transaction with the watermarks' rows
+made them due, in transactions of their own, each with its watermarks' rows
 (:mod:`goka.processing.finals`): nothing is read back. A crash between a transaction's commit
 and the store's write that moved no input offset is found by the next task, which replays the
 changelogs' committed tails (:meth:`~goka.processing.recovery.StoreRecovery.catch_up_tail`).

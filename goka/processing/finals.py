@@ -21,13 +21,16 @@ result not yet acknowledged: :mod:`goka.processing.outbox`) and produces only wh
 find there. A batch that did not commit moved no watermark (a rebuild leaves out its changelog
 rows), and its replay closes the windows again.
 
-Under exactly-once (``transaction``) a delivery is one transaction of the partition's producer:
+Under exactly-once (``transaction``) a delivery is transactions of the partition's producer:
 the results, the watermarks' rows and the expired windows' deletions, with the group's offsets;
-the store is written after it commits. Readers see all of it or none, so nothing is read back
-and no output position is kept (those an at-least-once run left are read back once, then
-deleted); a crash after the commit leaves the store behind the timers changelog, which the next
-task replays (:meth:`~goka.processing.recovery.StoreRecovery.catch_up_tail`). Deliveries are
-then produced at once in every mode, between two commits of the loop.
+the store is written after each one commits. A window boundary may close millions of windows:
+a transaction holds about ``TRANSACTION_SECONDS`` of results (:mod:`goka.kafka.transactions`),
+and its watermarks stand at the last window whose result it holds. Readers see all of a
+transaction or none, so nothing is read back and no output position is kept (those an
+at-least-once run left are read back once, then deleted); a crash after a commit leaves the
+store behind the timers changelog, which the next task replays
+(:meth:`~goka.processing.recovery.StoreRecovery.catch_up_tail`). Deliveries are then produced
+at once in every mode, between two commits of the loop.
 
 A continuous epoch does not stop for them: a window boundary closes a window per key, and
 their results are produced a few per turn of its loop (:class:`Delivery`), records processed
@@ -43,6 +46,7 @@ from __future__ import annotations
 import functools
 import heapq
 import logging
+import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Protocol, TypeVar
 
@@ -51,6 +55,7 @@ from goka.group.edges import WindowEdge
 from goka.group.graph import GroupGraph
 from goka.kafka.producer import ProduceError, Producer
 from goka.kafka.reader import RecordReader
+from goka.kafka.transactions import TRANSACTION_SECONDS
 from goka.keys import key_bytes
 from goka.processing.outbox import FINAL_ID, POSITION, position_key, produced, standing
 from goka.processing.output import send_checked
@@ -74,6 +79,10 @@ Written = Mapping[str, Mapping[str, bytes | None]]
 
 
 T = TypeVar("T")
+
+#: Under exactly-once, how many results a delivery produces between two looks at the time its
+#: transaction has been open (see :data:`~goka.kafka.transactions.TRANSACTION_SECONDS`).
+SLICE_CHECK = 10_000
 
 
 class Transaction(Protocol):
@@ -278,6 +287,7 @@ class Delivery:
         self.ends: dict[tuple[str, int], int] = {}
         self.outstanding = self.produced = self.total = 0
         self.expired: dict[str, list[str]] = {}
+        self.last: dict[str, str] = {}  # by table: the close index row of the last result
         section = store.section(finals.timers)
         self.stream_time = int(section.get(stream_time_key(finals.partition)) or b"-1")
         self.tables = {name: finals._table(store, name, written) for name in marks}
@@ -309,8 +319,9 @@ class Delivery:
             self.tables,
         )
         stream_time, delivered, tail = self.stream_time, self._delivered, 2 * DIGITS + 2
-        count = 0
+        last, count = self.last, 0
         for name, index in rows:  # the hot loop: a row per result
+            last[name] = index
             retention, read, recode, topic, named = tables[name]
             row = index[1 + DIGITS :]
             raw = read("w" + row)
@@ -353,18 +364,12 @@ class Delivery:
                 stays).
         """
         finals = self.finals
+        if finals.transaction is not None:  # transactions of about TRANSACTION_SECONDS
+            while not self._slice():
+                self._move(dict(self.last))
+                finals.transaction.begin()
         self.step()
-        finals._flush(self.failures, "final results")  # the watermarks move only once they are in
-        rows: dict[str, bytes | None] = {
-            delivered_key(n): c.encode() for n, (_, c) in self.marks.items()
-        }
-        if finals.transaction is None:
-            for (topic, partition), end in self.ends.items():
-                rows[position_key(topic, partition)] = b"%d" % end
-        else:  # (no positions: those an at-least-once run left go)
-            section = self.store.section(finals.timers)
-            rows.update((key, None) for key, _ in section.items(prefix=POSITION))
-        finals._write(self.store, rows, self.expired, self.at)
+        self._move({n: closed for n, (_, closed) in self.marks.items()})
         produced, total = self.produced, self.total
         if self.found and produced < total:
             log.info("group %s partition %d: %d final results were produced before a stop, "
@@ -372,3 +377,27 @@ class Delivery:
                      produced)  # fmt: skip
         finals.delivered += produced
         return produced
+
+    def _slice(self) -> bool:
+        """Produce results for about ``TRANSACTION_SECONDS``; return whether all are."""
+        began = time.monotonic()
+        while not self.step(SLICE_CHECK):
+            if time.monotonic() - began >= TRANSACTION_SECONDS:
+                return False
+        return True
+
+    def _move(self, marks: Mapping[str, str]) -> None:
+        """Once every result produced is acknowledged, move the delivered watermarks to
+        ``marks`` (by table: a close index row) and delete the windows due to expire (under
+        exactly-once: commit the transaction)."""
+        finals = self.finals
+        finals._flush(self.failures, "final results")  # the watermarks move only once they are in
+        rows: dict[str, bytes | None] = {delivered_key(n): c.encode() for n, c in marks.items()}
+        if finals.transaction is None:
+            for (topic, partition), end in self.ends.items():
+                rows[position_key(topic, partition)] = b"%d" % end
+        else:  # (no positions: those an at-least-once run left go)
+            section = self.store.section(finals.timers)
+            rows.update((key, None) for key, _ in section.items(prefix=POSITION))
+        finals._write(self.store, rows, self.expired, self.at)
+        self.expired = {}

@@ -3,7 +3,7 @@
 timers section, where each output partition stood (``p<topic>\\0<partition>``, moved at each
 delivery); a task that begins after a crash reads each output partition from there and
 produces only the results it does not find (each names itself in the header
-:data:`FINAL_ID`). Under exactly-once a delivery is one transaction: nothing is read back.
+:data:`FINAL_ID`). Under exactly-once a delivery is committed in transactions: nothing is read back.
 """
 
 from __future__ import annotations

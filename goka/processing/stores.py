@@ -91,7 +91,7 @@ class PartitionStores:
             transactional=self.exactly is not None,
         )  # fmt: skip
         exactly = self.exactly
-        self.finals = (  # (exactly-once: each delivery one transaction)
+        self.finals = (  # (exactly-once: deliveries in transactions)
             Finals(self.graph, partition, self.clients.producer() if exactly is None else
                    exactly.producer, self.clients.reader(), flush_timeout=config.flush_timeout,
                    read_timeout=config.broker_timeout, transaction=exactly)

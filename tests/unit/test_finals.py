@@ -315,3 +315,59 @@ def test_an_epoch_produces_the_results_of_a_window_boundary_over_turns_processin
     assert windows(kafka, graph) == {
         (k, w.start, w.end): v for k in keys for w, v in tester.windows(graph.group, "minute", k)
     }
+
+
+def test_under_exactly_once_a_window_boundary_goes_out_in_transactions_each_moving_the_watermark(
+    kafka: FakeKafka, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A window boundary that closes a window per key is not one transaction (the broker
+    aborts one open for 60 s): about every ``TRANSACTION_SECONDS`` (0 here: every
+    ``SLICE_CHECK`` results) a commit, its watermark at its last result. A writer that stops
+    after the first leaves the rest to the next one, which produces only those: read committed,
+    each result once, the window table as the tester's."""
+    from goka.partitioner import partition_for
+    from goka.processing import finals as finals_module
+
+    from .fake_transactions import epoch_transactions
+
+    keys = [k for k in (f"user-{i}" for i in range(5_000)) if partition_for(k.encode(), 2) == 0]
+    events = [(k, {"t": 1 * SECOND}) for k in keys[:2_500]] + [("u", {"t": 70 * SECOND})]
+    for key, event in events:
+        kafka.append(IN, key, json.dumps(event).encode(), partition=0, timestamp=1)
+    graph = graph_of(0)
+    monkeypatch.setattr(finals_module, "SLICE_CHECK", 1_000)
+    monkeypatch.setattr(finals_module, "TRANSACTION_SECONDS", 0.0)
+    real, moves = Finals._write, []
+
+    def stop_at_the_second(self: Finals, store: Any, rows: Any, expired: Any,
+                           at: Any = None) -> None:  # fmt: skip
+        if any(k.startswith("d") for k in rows):
+            moves.append(1)
+            if len(moves) == 2:
+                raise DeliveryError(graph.group.timers, None, "stopped in the second slice")
+        real(self, store, rows, expired, at)
+
+    def fencing(machine: Machine) -> Machine:
+        return with_builders(exactly_once(machine), transactions=epoch_transactions(kafka))
+
+    def committed() -> Counter[tuple[str, int, int]]:
+        return Counter((r[2].decode(), int(dict(r[5])[WINDOW_START]), int(r[3]))
+                       for r in kafka.rows(FINALS, 0) if kafka.visible(r, 0))  # fmt: skip
+
+    monkeypatch.setattr(Finals, "_write", stop_at_the_second)
+    with pytest.raises((DeliveryError, ProcessingError)):
+        fencing(Machine(kafka, tmp_path / "a", graph)).run(0, {IN: (0, len(events))})
+    assert sum(committed().values()) == 1_000  # the first slice's, its watermark with them
+    moves.clear()
+    monkeypatch.setattr(Finals, "_write", lambda *a: moves.append(1) or real(*a))
+    fencing(Machine(kafka, tmp_path / "b", graph)).run(0, {IN: (0, len(events))})
+    tester = Tester(graph, partitions=2, now=0)
+    for key, event in events:
+        tester.consume(IN, key, event)
+    assert len(wanted(tester)) == 2_500 and committed() == wanted(tester)
+    assert len(moves) == 2  # slices of 1,000 and 500
+    assert windows(kafka, graph) == {
+        (k, w.start, w.end): v
+        for k, _ in events
+        for w, v in tester.windows(graph.group, "minute", k)
+    }
