@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -40,7 +41,10 @@ class StandaloneCluster:
     Args:
         workers: how many workers (each runs one executor per application).
         cores: cores per worker.
-        memory: memory per worker (Spark syntax, ``1g``).
+        memory: memory per worker and application (Spark syntax, ``1g``).
+        applications: how many applications may hold executors at once (each worker offers
+            ``cores`` and ``memory`` that many times; an application takes ``cores`` and
+            ``memory`` of each worker).
         directory: logs and the workers' work directories (each executor's own disk).
         python_path: added to the executors' ``PYTHONPATH`` (where your graphs live).
         start_timeout: seconds to wait for the workers to register.
@@ -52,11 +56,16 @@ class StandaloneCluster:
         *,
         cores: int = 1,
         memory: str = "1g",
+        applications: int = 1,
         directory: str | Path | None = None,
         python_path: str | Path | None = None,
         start_timeout: float = 120.0,
     ) -> None:
         self.workers, self.cores, self.memory = workers, cores, memory
+        if applications < 1:
+            raise ConfigurationError(f"applications={applications}: at least 1")
+        self.applications = applications
+        _times(memory, applications)  # (a memory Spark cannot read fails here)
         self.directory = Path(directory or tempfile.mkdtemp(prefix="goka-spark-cluster-"))
         self.python_path = str(python_path or Path.cwd())
         self.start_timeout = start_timeout
@@ -124,7 +133,8 @@ class StandaloneCluster:
             work = self.directory / f"worker-{n}"
             self._spawn(f"worker-{n}", [
                 spark_class, f"{deploy}.worker.Worker", "--host", "127.0.0.1",
-                "--cores", str(self.cores), "--memory", self.memory,
+                "--cores", str(self.cores * self.applications),
+                "--memory", _times(self.memory, self.applications),
                 "--webui-port", str(_free_port()), "--work-dir", str(work), self.master,
             ])  # fmt: skip
         deadline = time.monotonic() + self.start_timeout
@@ -178,3 +188,16 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def _times(memory: str, times: int) -> str:
+    """``times`` as much ``memory`` (Spark syntax: ``512m`` twice is ``1024m``).
+
+    Raises:
+        ConfigurationError: ``memory`` is not a whole number with a unit.
+    """
+    found = re.fullmatch(r"(\d+)([kmgt]b?)?", memory.strip().lower())
+    if found is None:
+        raise ConfigurationError(f"worker memory {memory!r}: expected a whole number and a "
+                                 f"unit, such as 1g or 512m")  # fmt: skip
+    return f"{int(found.group(1)) * times}{found.group(2) or ''}"

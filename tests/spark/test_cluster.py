@@ -113,6 +113,91 @@ def test_windows_and_timers_of_moved_partitions_are_restored_from_snapshots(
     assert Counter(v for _, v, _ in read_topic(brokers, "quiet-" + topic)) == quiet
 
 
+@pytest.fixture(scope="module")
+def roomy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneCluster]:
+    """A cluster on which two applications hold executors at once."""
+    directory = tmp_path_factory.mktemp("roomy")
+    with StandaloneCluster(2, applications=2, directory=directory, python_path=ROOT) as started:
+        yield started
+
+
+@pytest.mark.longrun  # (make test-slow, about 3 minutes)
+def test_a_paused_drivers_executors_writing_on_are_fenced_by_a_new_application(
+    roomy: StandaloneCluster, brokers: str, new_topic: Callable[..., str], tmp_path: Path
+) -> None:
+    """A driver paused (SIGSTOP: a long GC pause, a host cut off) leaves its executors
+    running their tasks: an exactly-once continuous application of 10-minute epochs goes on
+    processing and committing as a zombie. A new application of the group is submitted on the
+    same checkpoint meanwhile, on the same workers (other disks): its tasks' producers fence
+    the old ones, whose tasks stop with FencedError at their next commit. Then the paused
+    driver is killed. Read committed, every click is told once and the table equals the
+    clicks sent."""
+    topic = new_topic(partitions=4)
+    group = f"{topic}-g"
+    TopicManager(brokers).ensure_stream_exists(told_topic(topic), 4)
+    sent = clicks(brokers, topic, 2_000)
+    flow = Flow(brokers, topic, 300, 40, seed=6)
+
+    def done() -> int:
+        return committed(brokers, group, topic, 4)
+
+    def apps() -> set[str]:
+        return {p.name for p in roomy.directory.glob("worker-*/app-*")}
+
+    runs = [_submit_told(roomy, brokers, topic, tmp_path, "paused", epoch=600)]
+    try:
+        wait_for(lambda: done() > 1_000, 180, "the first application's commits")
+        (old,) = apps()
+        os.killpg(runs[0].pid, signal.SIGSTOP)  # spark-submit's JVM and the Python driver
+        at_pause = done()
+        wait_for(lambda: done() > at_pause + 300, 60, "the paused driver's executors committing")
+        print(f"committed at the pause {at_pause}, by the zombies before the second "
+              f"application {done() - at_pause}")  # fmt: skip
+        runs.append(_submit_told(roomy, brokers, topic, tmp_path, "second", epoch=5))
+        logs = list(roomy.directory.glob(f"worker-*/{old}/*/stderr"))
+        assert logs, f"no executor log of {old}"
+        wait_for(lambda: sum("FencedError" in p.read_text() for p in logs) >= 2, 180,
+                 "the old executors' tasks fenced")  # fmt: skip
+        kill_session(runs[0].pid)  # (SIGKILL reaches stopped processes)
+        runs[0].wait(60)
+        sent += flow.stop()
+        total = sum(sent.values())
+        wait_for(lambda: done() == total, 180, "every click committed")
+        runs[1].send_signal(signal.SIGTERM)
+        code = runs[1].wait(120)
+        assert code in (0, 143), (tmp_path / "second.log").read_text()[-4000:]
+    finally:
+        for run in runs:
+            if run.poll() is None:
+                kill_session(run.pid)
+                run.wait(60)
+        flow.stop()
+    duplicates, wrong_places = told(brokers, topic, 4)
+    assert (duplicates, wrong_places) == (0, 0)
+    with View(brokers, f"{group}-table", Int64Codec()) as view:
+        view.wait_recovered(60)
+        assert dict(view.items()) == dict(sent)
+
+
+def _submit_told(cluster: StandaloneCluster, brokers: str, topic: str, workdir: Path, name: str,
+                 *, epoch: float) -> subprocess.Popen[str]:  # fmt: skip
+    """Submit the group that tells every click (``tests.spark.crash_graph:told``) as an
+    exactly-once continuous application (its log: ``<name>.log``), on the checkpoint
+    ``workdir/checkpoint``, in a session of its own."""
+    env = {**cluster.env, "PYTHONPATH": str(ROOT), "GOKA_TEST_GROUP": f"{topic}-g",
+           "GOKA_TEST_TOPIC": topic, "GOKA_LOG_LEVEL": "WARNING"}  # fmt: skip
+    command = cluster.spark_submit(
+        goka.cli.__file__, "processor", "run", "tests.spark.crash_graph:told",
+        "--brokers", brokers, "--state-dir", "goka-state",
+        "--checkpoint-dir", str(workdir / "checkpoint"), "--mode", "continuous",
+        "--epoch", f"{epoch:g}", "--guarantee", "exactly-once", "--snapshot-interval", "2",
+        "--http-port", "0", "--create-topics",
+    )  # fmt: skip
+    with (workdir / f"{name}.log").open("w") as log:
+        return subprocess.Popen(command, env=env, cwd=workdir, text=True, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+
+
 def _executors(app: str) -> list[int]:
     """The process ids of application ``app``'s executor JVMs."""
     found = []
@@ -147,20 +232,9 @@ def test_a_driver_killed_and_a_new_application_at_once_stay_exactly_once(
     TopicManager(brokers).ensure_stream_exists(told_topic(topic), 4)
     sent = clicks(brokers, topic, 2_000)
     flow = Flow(brokers, topic, 300, 40, seed=5)
-    env = {**cluster.env, "PYTHONPATH": str(ROOT), "GOKA_TEST_GROUP": group,
-           "GOKA_TEST_TOPIC": topic, "GOKA_LOG_LEVEL": "WARNING"}  # fmt: skip
-    command = cluster.spark_submit(
-        goka.cli.__file__, "processor", "run", "tests.spark.crash_graph:told",
-        "--brokers", brokers, "--state-dir", "goka-state",
-        "--checkpoint-dir", str(tmp_path / "checkpoint"), "--mode", "continuous",
-        "--epoch", "5", "--guarantee", "exactly-once", "--snapshot-interval", "2",
-        "--http-port", "0", "--create-topics",
-    )  # fmt: skip
 
     def submit(name: str) -> subprocess.Popen[str]:
-        with (tmp_path / f"{name}.log").open("w") as log:
-            return subprocess.Popen(command, env=env, cwd=tmp_path, text=True, stdout=log,
-                                    stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+        return _submit_told(cluster, brokers, topic, tmp_path, name, epoch=5)
 
     def done() -> int:
         return committed(brokers, group, topic, 4)
