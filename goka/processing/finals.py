@@ -28,17 +28,14 @@ a transaction holds about ``TRANSACTION_SECONDS`` of results (:mod:`goka.kafka.t
 and its watermarks stand at the last window whose result it holds. Readers see all of a
 transaction or none, so nothing is read back and no output position is kept (those an
 at-least-once run left are read back once, then deleted); a crash after a commit leaves the
-store behind the timers changelog, which the next task replays
-(:meth:`~goka.processing.recovery.StoreRecovery.catch_up_tail`). Deliveries are then produced
-at once in every mode, between two commits of the loop.
+store behind the timers changelog, which the next task replays (``catch_up_tail``).
+Deliveries are then produced at once in every mode, between two commits of the loop.
 
-A continuous epoch does not stop for them: a window boundary closes a window per key, and
-their results are produced a few per turn of its loop (:class:`Delivery`), records processed
-and commits written meanwhile; the windows those commits close wait for the next delivery,
-which begins once this one's watermark moved. A micro-batch, and a task's beginning, produce
-them at once.
-
-No per-result row is written: a result costs one output record.
+At-least-once, a continuous epoch does not stop for them: their results are produced a few
+per turn of its loop (:class:`Delivery`), records processed and commits written meanwhile;
+the windows those commits close wait for the next delivery, which begins once this one's
+watermark moved. A micro-batch, and a task's beginning, produce them at once. No per-result
+row is written: a result costs one output record.
 """
 
 from __future__ import annotations
@@ -80,8 +77,7 @@ Written = Mapping[str, Mapping[str, bytes | None]]
 
 T = TypeVar("T")
 
-#: Under exactly-once, how many results a delivery produces between two looks at the time its
-#: transaction has been open (see :data:`~goka.kafka.transactions.TRANSACTION_SECONDS`).
+#: Under exactly-once: results a delivery produces between two looks at the clock.
 SLICE_CHECK = 10_000
 
 
