@@ -161,20 +161,35 @@ def test_a_paused_drivers_executors_writing_on_are_fenced_by_a_new_application(
         kill_session(runs[0].pid)  # (SIGKILL reaches stopped processes)
         runs[0].wait(60)
         sent += flow.stop()
-        total = sum(sent.values())
-        wait_for(lambda: done() == total, 180, "every click committed")
-        runs[1].send_signal(signal.SIGTERM)
-        code = runs[1].wait(120)
-        assert code in (0, 143), (tmp_path / "second.log").read_text()[-4000:]
+        _stop_once_all_committed(runs[1], done, sum(sent.values()), tmp_path / "second.log")
     finally:
-        for run in runs:
-            if run.poll() is None:
-                kill_session(run.pid)
-                run.wait(60)
-        flow.stop()
+        _kill_all(runs, flow)
+    _told_once(brokers, topic, sent)
+
+
+def _stop_once_all_committed(run: subprocess.Popen[str], done: Callable[[], int], total: int,
+                             log: Path) -> None:  # fmt: skip
+    """Wait until the group committed ``total`` clicks, then stop application ``run``
+    (SIGTERM to spark-submit's JVM: it exits 143 once its shutdown hook stopped the session)."""
+    wait_for(lambda: done() == total, 180, "every click committed")
+    run.send_signal(signal.SIGTERM)
+    code = run.wait(120)
+    assert code in (0, 143), log.read_text()[-4000:]
+
+
+def _kill_all(runs: list[subprocess.Popen[str]], flow: Flow) -> None:
+    for run in runs:
+        if run.poll() is None:
+            kill_session(run.pid)
+            run.wait(60)
+    flow.stop()
+
+
+def _told_once(brokers: str, topic: str, sent: Counter[str]) -> None:
+    """Read committed, every click is told once and the group's table equals ``sent``."""
     duplicates, wrong_places = told(brokers, topic, 4)
     assert (duplicates, wrong_places) == (0, 0)
-    with View(brokers, f"{group}-table", Int64Codec()) as view:
+    with View(brokers, f"{topic}-g-table", Int64Codec()) as view:
         view.wait_recovered(60)
         assert dict(view.items()) == dict(sent)
 
@@ -254,19 +269,7 @@ def test_a_driver_killed_and_a_new_application_at_once_stay_exactly_once(
         at_loss = done()
         wait_for(lambda: done() > at_loss + 1_000, 180, "commits after an executor was lost")
         sent += flow.stop()
-        total = sum(sent.values())
-        wait_for(lambda: done() == total, 180, "every click committed")
-        runs[1].send_signal(signal.SIGTERM)  # (spark-submit's JVM: it exits 143 once its
-        code = runs[1].wait(120)  # shutdown hook stopped the session)
-        assert code in (0, 143), (tmp_path / "second.log").read_text()[-4000:]
+        _stop_once_all_committed(runs[1], done, sum(sent.values()), tmp_path / "second.log")
     finally:
-        for run in runs:
-            if run.poll() is None:
-                kill_session(run.pid)
-                run.wait(60)
-        flow.stop()
-    duplicates, wrong_places = told(brokers, topic, 4)
-    assert (duplicates, wrong_places) == (0, 0)
-    with View(brokers, f"{group}-table", Int64Codec()) as view:
-        view.wait_recovered(60)
-        assert dict(view.items()) == dict(sent)
+        _kill_all(runs, flow)
+    _told_once(brokers, topic, sent)
