@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import functools
 import heapq
+import itertools
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -303,20 +304,18 @@ class Delivery:
         return self._rows is None and self.outstanding == 0
 
     def step(self, budget: int | None = None) -> bool:
-        """Produce up to ``budget`` more results (None: all of them); return whether all are
-        produced."""
+        """Go through up to ``budget`` more closed windows (None: all of them), producing
+        their results; return whether all are produced."""
         rows = self._rows
         if rows is None:
             return True
         produce, poll = self.finals.producer.produce, self.finals.producer.poll
-        prefix, found, tables = (
-            f"{self.finals.group}/{self.finals.partition}/",
-            self.found,
-            self.tables,
-        )
+        prefix = f"{self.finals.group}/{self.finals.partition}/"
+        found, tables = self.found, self.tables
         stream_time, delivered, tail = self.stream_time, self._delivered, 2 * DIGITS + 2
-        last, count = self.last, 0
-        for name, index in rows:  # the hot loop: a row per result
+        last, taken = self.last, 0
+        for name, index in rows if budget is None else itertools.islice(rows, budget):
+            taken += 1  # (the hot loop: a row per result)
             last[name] = index
             retention, read, recode, topic, named = tables[name]
             row = index[1 + DIGITS :]
@@ -344,9 +343,8 @@ class Delivery:
             self.produced += 1
             if self.produced % 10_000 == 0:
                 poll(0)
-            count += 1
-            if budget is not None and count >= budget:
-                return False
+        if budget is not None and taken == budget:
+            return False  # (perhaps more)
         self._rows = None
         return True
 
@@ -362,10 +360,10 @@ class Delivery:
         finals = self.finals
         if finals.transaction is not None:  # transactions of about TRANSACTION_SECONDS
             while not self._slice():
-                self._move(dict(self.last))
+                self._move(dict(self.last), last=False)
                 finals.transaction.begin()
         self.step()
-        self._move({n: closed for n, (_, closed) in self.marks.items()})
+        self._move({n: closed for n, (_, closed) in self.marks.items()}, last=True)
         produced, total = self.produced, self.total
         if self.found and produced < total:
             log.info("group %s partition %d: %d final results were produced before a stop, "
@@ -382,17 +380,17 @@ class Delivery:
                 return False
         return True
 
-    def _move(self, marks: Mapping[str, str]) -> None:
+    def _move(self, marks: Mapping[str, str], *, last: bool) -> None:
         """Once every result produced is acknowledged, move the delivered watermarks to
-        ``marks`` (by table: a close index row) and delete the windows due to expire (under
-        exactly-once: commit the transaction)."""
+        ``marks`` (by table) and delete the windows due to expire (exactly-once: commit; the
+        ``last`` commit deletes the output positions an at-least-once run left)."""
         finals = self.finals
         finals._flush(self.failures, "final results")  # the watermarks move only once they are in
         rows: dict[str, bytes | None] = {delivered_key(n): c.encode() for n, c in marks.items()}
         if finals.transaction is None:
             for (topic, partition), end in self.ends.items():
                 rows[position_key(topic, partition)] = b"%d" % end
-        else:  # (no positions: those an at-least-once run left go)
+        elif last:  # (no positions: those an at-least-once run left go)
             section = self.store.section(finals.timers)
             rows.update((key, None) for key, _ in section.items(prefix=POSITION))
         finals._write(self.store, rows, self.expired, self.at)

@@ -371,3 +371,54 @@ def test_under_exactly_once_a_window_boundary_goes_out_in_transactions_each_movi
         for k, _ in events
         for w, v in tester.windows(graph.group, "minute", k)
     }
+
+
+def test_results_an_at_least_once_run_left_out_are_found_until_the_last_slice_commits(
+    kafka: FakeKafka, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An at-least-once run produced a boundary's results and stopped before its watermark
+    moved; the group goes on under exactly-once, whose first slice commits, the second
+    fails. The output positions the at-least-once run left (which tell which results are out
+    already) stay until the delivery's last commit: the next task produces none again (it
+    did produce those after the first slice's watermark when the first commit deleted them)."""
+    from goka.partitioner import partition_for
+    from goka.processing import finals as finals_module
+
+    from .fake_transactions import epoch_transactions
+
+    keys = [k for k in (f"user-{i}" for i in range(5_000)) if partition_for(k.encode(), 2) == 0]
+    events = [(k, {"t": 1 * SECOND}) for k in keys[:2_500]] + [("u", {"t": 70 * SECOND})]
+    for key, event in events:
+        kafka.append(IN, key, json.dumps(event).encode(), partition=0, timestamp=1)
+    graph, real, moves = graph_of(0), Finals._write, []
+    monkeypatch.setattr(finals_module, "SLICE_CHECK", 1_000)
+    monkeypatch.setattr(finals_module, "TRANSACTION_SECONDS", 0.0)
+
+    def failing(at_move: int) -> Callable[..., None]:
+        def write(self: Finals, store: Any, rows: Any, expired: Any, at: Any = None) -> None:
+            if any(k.startswith("d") for k in rows):
+                moves.append(1)
+                if len(moves) == at_move:
+                    raise DeliveryError(graph.group.timers, None, "stopped")
+            real(self, store, rows, expired, at)
+
+        return write
+
+    monkeypatch.setattr(Finals, "_write", failing(1))  # at-least-once: every result out
+    with pytest.raises((DeliveryError, ProcessingError)):
+        Machine(kafka, tmp_path / "a", graph).run(0, {IN: (0, len(events))})
+    assert sum(finals(kafka).values()) == 2_500
+    moves.clear()
+    monkeypatch.setattr(Finals, "_write", failing(2))  # exactly-once: the second slice fails
+    once = exactly_once(Machine(kafka, tmp_path / "a", graph))
+    with pytest.raises((DeliveryError, ProcessingError)):
+        with_builders(once, transactions=epoch_transactions(kafka)).run(0, {IN: (0, len(events))})
+    monkeypatch.setattr(Finals, "_write", real)
+    last = exactly_once(Machine(kafka, tmp_path / "b", graph))
+    with_builders(last, transactions=epoch_transactions(kafka)).run(0, {IN: (0, len(events))})
+    tester = Tester(graph, partitions=2, now=0)
+    for key, event in events:
+        tester.consume(IN, key, event)
+    committed = Counter((r[2].decode(), int(dict(r[5])[WINDOW_START]), int(r[3]))
+                        for r in kafka.rows(FINALS, 0) if kafka.visible(r, 0))  # fmt: skip
+    assert len(wanted(tester)) == 2_500 and committed == wanted(tester)
