@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pyspark.sql.datasource import InputPartition
 
-__all__ = ["EPOCH", "EpochPartition", "KafkaPartition", "Offsets", "epoch_starts", "limit"]
+__all__ = ["EPOCH", "EpochPartition", "KafkaPartition", "Offsets", "limit", "planned_as_epoch"]
 
 #: The key of the epoch counter in the offsets of an epochs source.
 EPOCH = "~epoch"
@@ -33,13 +33,15 @@ class EpochPartition(InputPartition):
         self.index, self.starts, self.deadline_ms, self.shares = index, starts, deadline_ms, shares
 
 
-def epoch_starts(start: Offsets, end: Offsets) -> Offsets:
-    """Where an epoch's tasks begin: an epoch planned as one ends where the group's commits
-    were (processed: the source's ``_next_epoch`` marks it with :data:`EPOCH`); a batch
-    planned by a micro-batch run that a continuous run replays after a crash ends where that
-    batch would have ended, which nothing may have processed: it begins at its start. (Tasks
-    then begin where the group committed if that is further.)"""
-    return end if EPOCH in end else start
+def planned_as_epoch(end: Offsets) -> bool:
+    """Was the batch ending at ``end`` planned as an epoch? The source's ``_next_epoch`` marks
+    those with :data:`EPOCH`: such a batch ends where the group's commits were, and its tasks
+    begin there. A batch a micro-batch run planned, which a continuous run replays after a
+    crash, ends where that batch would have ended, which nothing may have processed: it is
+    processed as that batch, to its end. (As an epoch its tasks would end at their deadline,
+    perhaps before that end, and the next epoch, planned from it, would begin past records
+    nobody processed.)"""
+    return EPOCH in end
 
 
 def limit(start: Offsets, end: Offsets, budget: int) -> Offsets:
@@ -48,7 +50,9 @@ def limit(start: Offsets, end: Offsets, budget: int) -> Offsets:
     total = sum(available.values())
     if total <= budget:
         return end
-    limited = {t: dict(start[t]) for t in end}  # not ``start``'s epoch counter: see epoch_starts
+    limited = {
+        t: dict(start[t]) for t in end
+    }  # not ``start``'s epoch counter: see planned_as_epoch
     left = budget
     for (t, p), count in sorted(available.items(), key=lambda item: -item[1]):
         take = min(count, max(1, budget * count // total), left)

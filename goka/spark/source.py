@@ -61,7 +61,14 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from goka.errors import BrokerError, ConfigurationError, TopicError, TopicRewoundError
-from goka.spark.plan import EPOCH, EpochPartition, KafkaPartition, Offsets, epoch_starts, limit
+from goka.spark.plan import (
+    EPOCH,
+    EpochPartition,
+    KafkaPartition,
+    Offsets,
+    limit,
+    planned_as_epoch,
+)
 from goka.spark.rows import SCHEMA, range_rows, record_rows
 
 if TYPE_CHECKING:
@@ -266,12 +273,14 @@ class GokaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return end
 
     def partitions(self, start: Offsets, end: Offsets) -> list[InputPartition]:
-        if self.epochs is not None:  # every partition, from the epoch's start onwards
+        if self.epochs is not None and planned_as_epoch(end):  # every partition, from the
+            # epoch's start (``end``: the group's commits) onwards; a micro-batch run's plan
+            # replayed after a crash is processed below, as the batch it was planned as
             tasks = self.epoch_tasks or self.partitions_count  # (claims: a task per slot, some
             if not self.epoch_claims:  # with no partitions, so that every worker has one)
                 tasks = min(self.partitions_count, tasks)
             deadline_ms = int((time.time() + self.epoch_seconds) * 1000)  # one end for all
-            begin = epoch_starts(start, end)
+            begin = end
             shares = [
                 {
                     p: {t: begin[t][str(p)] for t in self.topics}

@@ -384,6 +384,30 @@ def told(brokers: str, topic: str, partitions: int) -> tuple[int, int]:
     return sum(found.values()) - len(found), len(inputs - set(found)) + len(set(found) - inputs)
 
 
+def untold(brokers: str, topic: str, partitions: int) -> str:
+    """Which input records a ``read_committed`` reader of :func:`told_topic` finds no output
+    for, as offset ranges by partition (``"0: 1200-1799"``)."""
+    found = {row[3] for rows in topic_rows(brokers, told_topic(topic), partitions).values()
+             for row in rows}  # fmt: skip
+    ranges: list[str] = []
+    for p, rows in sorted(topic_rows(brokers, topic, partitions).items()):
+        missing = [row[1] for row in rows if b"%d %d" % (p, row[1]) not in found]
+        for first, last in _runs(missing):
+            ranges.append(f"{p}: {first}-{last}")
+    return ", ".join(ranges)
+
+
+def _runs(offsets: list[int]) -> list[tuple[int, int]]:
+    """``offsets`` (ascending) as runs of consecutive ones: ``(first, last)``."""
+    found: list[tuple[int, int]] = []
+    for offset in offsets:
+        if found and found[-1][1] == offset - 1:
+            found[-1] = (found[-1][0], offset)
+        else:
+            found.append((offset, offset))
+    return found
+
+
 def play(sequence: Sequence, brokers: str, new_topic: Callable[..., str], work: Path) -> Outcome:
     """Play ``sequence``; fail unless the table topic, the partition stores and a view all
     equal the truth afterwards, and a ``read_committed`` reader finds every click told (once,

@@ -48,7 +48,7 @@ from goka.topic_manager import TopicManager
 
 from ..helpers import produce, wait_for
 from .crash import kill_session
-from .model import ROOT, Flow, Player, Run, told, told_topic
+from .model import ROOT, Flow, Player, Run, told, told_topic, untold
 from .truth import committed, ends, open_transaction, seen
 
 __all__ = ["WriterSequence", "generate", "play"]
@@ -336,7 +336,10 @@ def play(sequence: WriterSequence, brokers: str, new_topic: Callable[..., str],
     outcome.duplicates, wrong_places = told(brokers, topic, sequence.partitions)
     wrong = state.wrong(sent)
     if wrong_places:
-        wrong.append(f"{wrong_places} input records told never, or not input records")
+        wrong.append(
+            f"{wrong_places} input records told never, or not input records; "
+            f"never told: {untold(brokers, topic, sequence.partitions)[:2000]}"
+        )
     if outcome.duplicates:
         wrong.append(f"{outcome.duplicates} outputs repeated under exactly-once")
     assert not wrong, f"{outcome.line(sequence)}\n" + "\n".join(wrong)

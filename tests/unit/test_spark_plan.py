@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from goka.spark.plan import EPOCH, epoch_starts, limit
+from goka.spark.plan import EPOCH, limit, planned_as_epoch
 
 
-def test_an_epoch_begins_at_its_plan_s_end_only_if_it_was_planned_as_an_epoch() -> None:
-    start = {"clicks": {"0": 805, "1": 40}}
-    planned_as_epoch = {"clicks": {"0": 838, "1": 40}, EPOCH: {"n": 7}}  # the group's commits
-    planned_as_batch = {"clicks": {"0": 838, "1": 90}}  # where a micro-batch would have ended
-    assert epoch_starts(start, planned_as_epoch) is planned_as_epoch
-    assert epoch_starts(start, planned_as_batch) is start  # replayed by a continuous run
+def test_only_a_plan_made_as_an_epoch_is_run_as_one() -> None:
+    planned_as_an_epoch = {"clicks": {"0": 838, "1": 40}, EPOCH: {"n": 7}}  # the group's commits
+    planned_as_a_batch = {"clicks": {"0": 838, "1": 90}}  # where a micro-batch would have ended
+    assert planned_as_epoch(planned_as_an_epoch)
+    assert not planned_as_epoch(planned_as_a_batch)  # replayed by a continuous run: a batch
 
 
 def test_a_rate_limit_is_shared_in_proportion_and_reaches_every_partition_with_records() -> None:
@@ -28,9 +27,10 @@ def test_a_rate_limit_is_shared_in_proportion_and_reaches_every_partition_with_r
 def test_a_rate_limited_batch_after_an_epoch_is_not_planned_as_an_epoch() -> None:
     """A micro-batch run after a continuous one starts from an epoch's offsets (with its
     counter); the batch it plans must not look like an epoch, or a continuous run replaying
-    it after a crash would begin at its end, skipping records nobody processed."""
+    it after a crash would run it as an epoch: its tasks would end at their deadline, and the
+    next epoch begin at its end, skipping records nobody processed."""
     start = {"clicks": {"0": 100, "1": 40}, EPOCH: {"n": 3}}
     end = {"clicks": {"0": 900, "1": 800}}
     limited = limit(start, end, 100)
     assert EPOCH not in limited
-    assert epoch_starts(start, limited) is start
+    assert not planned_as_epoch(limited)
