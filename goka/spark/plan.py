@@ -50,9 +50,8 @@ def limit(start: Offsets, end: Offsets, budget: int) -> Offsets:
     total = sum(available.values())
     if total <= budget:
         return end
-    limited = {
-        t: dict(start[t]) for t in end
-    }  # not ``start``'s epoch counter: see planned_as_epoch
+    # (not ``start``'s epoch counter: see planned_as_epoch)
+    limited = {t: dict(start[t]) for t in end}
     left = budget
     for (t, p), count in sorted(available.items(), key=lambda item: -item[1]):
         take = min(count, max(1, budget * count // total), left)

@@ -280,10 +280,9 @@ class GokaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if not self.epoch_claims:  # with no partitions, so that every worker has one)
                 tasks = min(self.partitions_count, tasks)
             deadline_ms = int((time.time() + self.epoch_seconds) * 1000)  # one end for all
-            begin = end
             shares = [
                 {
-                    p: {t: begin[t][str(p)] for t in self.topics}
+                    p: {t: end[t][str(p)] for t in self.topics}
                     for p in range(i, self.partitions_count, tasks)
                 }
                 for i in range(tasks)

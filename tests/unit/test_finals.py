@@ -317,6 +317,63 @@ def test_an_epoch_produces_the_results_of_a_window_boundary_over_turns_processin
     }
 
 
+_WRITE = Finals._write
+
+#: The results of a window boundary under exactly-once: events of 2,500 keys of partition 0 in
+#: one minute, then one that closes their windows.
+BOUNDARY = 2_500
+
+
+def boundary(kafka: FakeKafka, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, Any]]:
+    """Append the boundary's events to partition 0 and make each delivery's transactions
+    hold 1,000 results (``TRANSACTION_SECONDS`` 0: a commit every ``SLICE_CHECK``)."""
+    from goka.partitioner import partition_for
+    from goka.processing import finals as finals_module
+
+    keys = [k for k in (f"user-{i}" for i in range(5_000)) if partition_for(k.encode(), 2) == 0]
+    events = [(k, {"t": 1 * SECOND}) for k in keys[:BOUNDARY]] + [("u", {"t": 70 * SECOND})]
+    for key, event in events:
+        kafka.append(IN, key, json.dumps(event).encode(), partition=0, timestamp=1)
+    monkeypatch.setattr(finals_module, "SLICE_CHECK", 1_000)
+    monkeypatch.setattr(finals_module, "TRANSACTION_SECONDS", 0.0)
+    return events
+
+
+def stopping_at(graph: GroupGraph, moves: list[int], at_move: int) -> Callable[..., None]:
+    """``Finals._write`` counting the watermarks' moves in ``moves``, failing the
+    ``at_move``-th (then writing as ``Finals._write`` does)."""
+    real = _WRITE
+
+    def write(self: Finals, store: Any, rows: Any, expired: Any, at: Any = None) -> None:
+        if any(k.startswith("d") for k in rows):
+            moves.append(1)
+            if len(moves) == at_move:
+                raise DeliveryError(graph.group.timers, None, f"stopped at move {at_move}")
+        real(self, store, rows, expired, at)
+
+    return write
+
+
+def fencing(kafka: FakeKafka, machine: Machine) -> Machine:
+    """``machine`` under exactly-once, its producers with epochs."""
+    from .fake_transactions import epoch_transactions
+
+    return with_builders(exactly_once(machine), transactions=epoch_transactions(kafka))
+
+
+def committed_finals(kafka: FakeKafka) -> Counter[tuple[str, int, int]]:
+    """The final results a read_committed reader finds in partition 0."""
+    return Counter((r[2].decode(), int(dict(r[5])[WINDOW_START]), int(r[3]))
+                   for r in kafka.rows(FINALS, 0) if kafka.visible(r, 0))  # fmt: skip
+
+
+def fed_tester(graph: GroupGraph, events: list[tuple[str, Any]]) -> Tester:
+    tester = Tester(graph, partitions=2, now=0)
+    for key, event in events:
+        tester.consume(IN, key, event)
+    return tester
+
+
 def test_under_exactly_once_a_window_boundary_goes_out_in_transactions_each_moving_the_watermark(
     kafka: FakeKafka, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -325,46 +382,17 @@ def test_under_exactly_once_a_window_boundary_goes_out_in_transactions_each_movi
     ``SLICE_CHECK`` results) a commit, its watermark at its last result. A writer that stops
     after the first leaves the rest to the next one, which produces only those: read committed,
     each result once, the window table as the tester's."""
-    from goka.partitioner import partition_for
-    from goka.processing import finals as finals_module
-
-    from .fake_transactions import epoch_transactions
-
-    keys = [k for k in (f"user-{i}" for i in range(5_000)) if partition_for(k.encode(), 2) == 0]
-    events = [(k, {"t": 1 * SECOND}) for k in keys[:2_500]] + [("u", {"t": 70 * SECOND})]
-    for key, event in events:
-        kafka.append(IN, key, json.dumps(event).encode(), partition=0, timestamp=1)
-    graph = graph_of(0)
-    monkeypatch.setattr(finals_module, "SLICE_CHECK", 1_000)
-    monkeypatch.setattr(finals_module, "TRANSACTION_SECONDS", 0.0)
-    real, moves = Finals._write, []
-
-    def stop_at_the_second(self: Finals, store: Any, rows: Any, expired: Any,
-                           at: Any = None) -> None:  # fmt: skip
-        if any(k.startswith("d") for k in rows):
-            moves.append(1)
-            if len(moves) == 2:
-                raise DeliveryError(graph.group.timers, None, "stopped in the second slice")
-        real(self, store, rows, expired, at)
-
-    def fencing(machine: Machine) -> Machine:
-        return with_builders(exactly_once(machine), transactions=epoch_transactions(kafka))
-
-    def committed() -> Counter[tuple[str, int, int]]:
-        return Counter((r[2].decode(), int(dict(r[5])[WINDOW_START]), int(r[3]))
-                       for r in kafka.rows(FINALS, 0) if kafka.visible(r, 0))  # fmt: skip
-
-    monkeypatch.setattr(Finals, "_write", stop_at_the_second)
+    events, graph, moves = boundary(kafka, monkeypatch), graph_of(0), []
+    real = Finals._write
+    monkeypatch.setattr(Finals, "_write", stopping_at(graph, moves, 2))
     with pytest.raises((DeliveryError, ProcessingError)):
-        fencing(Machine(kafka, tmp_path / "a", graph)).run(0, {IN: (0, len(events))})
-    assert sum(committed().values()) == 1_000  # the first slice's, its watermark with them
+        fencing(kafka, Machine(kafka, tmp_path / "a", graph)).run(0, {IN: (0, len(events))})
+    assert sum(committed_finals(kafka).values()) == 1_000  # the first slice's, and its watermark
     moves.clear()
     monkeypatch.setattr(Finals, "_write", lambda *a: moves.append(1) or real(*a))
-    fencing(Machine(kafka, tmp_path / "b", graph)).run(0, {IN: (0, len(events))})
-    tester = Tester(graph, partitions=2, now=0)
-    for key, event in events:
-        tester.consume(IN, key, event)
-    assert len(wanted(tester)) == 2_500 and committed() == wanted(tester)
+    fencing(kafka, Machine(kafka, tmp_path / "b", graph)).run(0, {IN: (0, len(events))})
+    tester = fed_tester(graph, events)
+    assert len(wanted(tester)) == BOUNDARY and committed_finals(kafka) == wanted(tester)
     assert len(moves) == 2  # slices of 1,000 and 500
     assert windows(kafka, graph) == {
         (k, w.start, w.end): v
@@ -381,44 +409,17 @@ def test_results_an_at_least_once_run_left_out_are_found_until_the_last_slice_co
     fails. The output positions the at-least-once run left (which tell which results are out
     already) stay until the delivery's last commit: the next task produces none again (it
     did produce those after the first slice's watermark when the first commit deleted them)."""
-    from goka.partitioner import partition_for
-    from goka.processing import finals as finals_module
-
-    from .fake_transactions import epoch_transactions
-
-    keys = [k for k in (f"user-{i}" for i in range(5_000)) if partition_for(k.encode(), 2) == 0]
-    events = [(k, {"t": 1 * SECOND}) for k in keys[:2_500]] + [("u", {"t": 70 * SECOND})]
-    for key, event in events:
-        kafka.append(IN, key, json.dumps(event).encode(), partition=0, timestamp=1)
-    graph, real, moves = graph_of(0), Finals._write, []
-    monkeypatch.setattr(finals_module, "SLICE_CHECK", 1_000)
-    monkeypatch.setattr(finals_module, "TRANSACTION_SECONDS", 0.0)
-
-    def failing(at_move: int) -> Callable[..., None]:
-        def write(self: Finals, store: Any, rows: Any, expired: Any, at: Any = None) -> None:
-            if any(k.startswith("d") for k in rows):
-                moves.append(1)
-                if len(moves) == at_move:
-                    raise DeliveryError(graph.group.timers, None, "stopped")
-            real(self, store, rows, expired, at)
-
-        return write
-
-    monkeypatch.setattr(Finals, "_write", failing(1))  # at-least-once: every result out
+    events, graph, moves = boundary(kafka, monkeypatch), graph_of(0), []
+    real = Finals._write
+    monkeypatch.setattr(Finals, "_write", stopping_at(graph, moves, 1))  # every result out
     with pytest.raises((DeliveryError, ProcessingError)):
         Machine(kafka, tmp_path / "a", graph).run(0, {IN: (0, len(events))})
-    assert sum(finals(kafka).values()) == 2_500
+    assert sum(finals(kafka).values()) == BOUNDARY
     moves.clear()
-    monkeypatch.setattr(Finals, "_write", failing(2))  # exactly-once: the second slice fails
-    once = exactly_once(Machine(kafka, tmp_path / "a", graph))
+    monkeypatch.setattr(Finals, "_write", stopping_at(graph, moves, 2))  # the second slice fails
     with pytest.raises((DeliveryError, ProcessingError)):
-        with_builders(once, transactions=epoch_transactions(kafka)).run(0, {IN: (0, len(events))})
+        fencing(kafka, Machine(kafka, tmp_path / "a", graph)).run(0, {IN: (0, len(events))})
     monkeypatch.setattr(Finals, "_write", real)
-    last = exactly_once(Machine(kafka, tmp_path / "b", graph))
-    with_builders(last, transactions=epoch_transactions(kafka)).run(0, {IN: (0, len(events))})
-    tester = Tester(graph, partitions=2, now=0)
-    for key, event in events:
-        tester.consume(IN, key, event)
-    committed = Counter((r[2].decode(), int(dict(r[5])[WINDOW_START]), int(r[3]))
-                        for r in kafka.rows(FINALS, 0) if kafka.visible(r, 0))  # fmt: skip
-    assert len(wanted(tester)) == 2_500 and committed == wanted(tester)
+    fencing(kafka, Machine(kafka, tmp_path / "b", graph)).run(0, {IN: (0, len(events))})
+    tester = fed_tester(graph, events)
+    assert len(wanted(tester)) == BOUNDARY and committed_finals(kafka) == wanted(tester)
