@@ -15,6 +15,7 @@ import contextlib
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -72,6 +73,7 @@ class StandaloneCluster:
         self.master = ""
         self._ui = 0
         self._processes: list[subprocess.Popen[bytes]] = []
+        self._workers: dict[int, subprocess.Popen[bytes]] = {}
 
     @property
     def env(self) -> dict[str, str]:
@@ -130,15 +132,46 @@ class StandaloneCluster:
             "--webui-port", str(self._ui),
         ])  # fmt: skip
         for n in range(1, self.workers + 1):
-            work = self.directory / f"worker-{n}"
-            self._spawn(f"worker-{n}", [
-                spark_class, f"{deploy}.worker.Worker", "--host", "127.0.0.1",
-                "--cores", str(self.cores * self.applications),
-                "--memory", _times(self.memory, self.applications),
-                "--webui-port", str(_free_port()), "--work-dir", str(work), self.master,
-            ])  # fmt: skip
+            self._spawn_worker(n)
+        self._await_workers(self.workers)
+        return self
+
+    def kill_worker(self, number: int) -> None:
+        """SIGKILL worker ``number`` (from 1) with its executors and their Python workers, as
+        when its machine is lost; the master learns it at once (its connection drops)."""
+        process = self._workers.pop(number)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        self._processes.remove(process)
+        self._await_workers(len(self._workers))
+
+    def start_worker(self, number: int) -> None:
+        """Start worker ``number`` again, its work directory as it was left (its machine back):
+        wait until it registered.
+
+        Raises:
+            ConfigurationError: it still runs, or did not register in time.
+        """
+        if number in self._workers:
+            raise ConfigurationError(f"worker {number} still runs: kill_worker({number}) first")
+        self._spawn_worker(number)
+        self._await_workers(len(self._workers))
+
+    def _spawn_worker(self, number: int) -> None:
+        spark_class = str(SPARK_HOME / "bin" / "spark-class")
+        self._workers[number] = self._spawn(f"worker-{number}", [
+            spark_class, "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
+            "--cores", str(self.cores * self.applications),
+            "--memory", _times(self.memory, self.applications),
+            "--webui-port", str(_free_port()),
+            "--work-dir", str(self.directory / f"worker-{number}"), self.master,
+        ])  # fmt: skip
+
+    def _await_workers(self, count: int) -> None:
+        """Wait until the master counts ``count`` workers alive."""
         deadline = time.monotonic() + self.start_timeout
-        while self.alive_workers() < self.workers:
+        while self.alive_workers() != count:
             if time.monotonic() > deadline:
                 self.stop()
                 raise ConfigurationError(
@@ -146,14 +179,15 @@ class StandaloneCluster:
                     f"logs in {self.directory}"
                 )
             time.sleep(0.2)
-        return self
 
-    def _spawn(self, name: str, command: list[str]) -> None:
-        with (self.directory / f"{name}.log").open("w") as log:
-            self._processes.append(subprocess.Popen(
+    def _spawn(self, name: str, command: list[str]) -> subprocess.Popen[bytes]:
+        with (self.directory / f"{name}.log").open("a") as log:
+            process = subprocess.Popen(
                 command, env=self.env, stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True,
-            ))  # fmt: skip
+            )  # fmt: skip
+        self._processes.append(process)
+        return process
 
     def alive_workers(self) -> int:
         """Workers registered with the master (0 while it starts)."""
@@ -170,7 +204,7 @@ class StandaloneCluster:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, 9)
             process.wait()
-        self._processes = []
+        self._processes, self._workers = [], {}
 
     def __enter__(self) -> StandaloneCluster:
         return self.start()

@@ -273,3 +273,47 @@ def test_a_driver_killed_and_a_new_application_at_once_stay_exactly_once(
     finally:
         _kill_all(runs, flow)
     _told_once(brokers, topic, sent)
+
+
+@pytest.mark.longrun  # (make test-slow, about 2 minutes)
+def test_a_worker_lost_and_back_stays_exactly_once(
+    cluster: StandaloneCluster, brokers: str, new_topic: Callable[..., str], tmp_path: Path
+) -> None:
+    """A worker is SIGKILLed with its executor (its machine lost) while an exactly-once
+    continuous application runs and clicks flow: the lost executor's tasks run again on the
+    other worker's, alone. The worker comes back (a new daemon, its disk as it was left) and
+    the master starts a new executor of the application on it. Read committed, every click is
+    told once and the table equals the clicks sent."""
+    topic = new_topic(partitions=4)
+    group = f"{topic}-g"
+    TopicManager(brokers).ensure_stream_exists(told_topic(topic), 4)
+    sent = clicks(brokers, topic, 2_000)
+    flow = Flow(brokers, topic, 300, 40, seed=7)
+
+    def done() -> int:
+        return committed(brokers, group, topic, 4)
+
+    def apps() -> set[str]:
+        return {p.name for p in cluster.directory.glob("worker-*/app-*")}
+
+    def executors_on_first() -> int:
+        return len(list((cluster.directory / "worker-1").glob(f"{app}/*/stderr")))
+
+    before = apps()
+    runs = [_submit_told(cluster, brokers, topic, tmp_path, "app", epoch=5)]
+    try:
+        wait_for(lambda: done() > 1_000, 180, "the application's commits")
+        (app,) = apps() - before
+        assert executors_on_first() == 1
+        cluster.kill_worker(1)
+        at_loss = done()
+        wait_for(lambda: done() > at_loss + 1_000, 180, "commits on the other worker alone")
+        cluster.start_worker(1)
+        wait_for(lambda: executors_on_first() == 2, 120, "an executor on the worker back")
+        at_return = done()
+        wait_for(lambda: done() > at_return + 1_000, 180, "commits with the worker back")
+        sent += flow.stop()
+        _stop_once_all_committed(runs[0], done, sum(sent.values()), tmp_path / "app.log")
+    finally:
+        _kill_all(runs, flow)
+    _told_once(brokers, topic, sent)
