@@ -1,13 +1,15 @@
 """Exactly once while partitions change writers: generated sequences of processors of one
 group whose runs overlap (``tests/spark/writers.py``), read back committed.
 
-``make test`` plays a short sequence for two pairs of modes, ``make test-slow`` one for each
-other pair and a series of 30 drawn sequences (``pytest tests/spark/test_writer_changes.py -m longrun
+``make test`` plays a short chain of six writers in which every pair of modes changes writers
+once, ``make test-slow`` a short sequence for each pair on its own and a series of 30 drawn
+sequences (``pytest tests/spark/test_writer_changes.py -m longrun
 --crash-sequences N --crash-seed S``: N from seed S) and prints one line per sequence (its
 seed, how each writer started and ended, the writers fenced, the duplicate outputs)."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,17 +20,28 @@ from .writers import generate, play
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow]
 
 #: The mode pairs played: the first writer's, then the second's, which starts while the first
-#: runs (the first ends a few seconds after the second's first producer). ``make test`` plays
-#: the first two (the overlap first seen duplicating outputs, and two epochs' writers), about
-#: 100 s each; ``make test-slow`` the others.
+#: runs (the first ends a few seconds after the second's first producer).
 PAIRS = (("available-now", "continuous"), ("continuous", "continuous"),
-         ("micro-batch", "continuous"), ("continuous", "micro-batch"),
+         ("continuous", "micro-batch"), ("micro-batch", "continuous"),
          ("continuous", "available-now"))  # fmt: skip
-SUITE = [pytest.param(m, id="-".join(m), marks=[pytest.mark.longrun] if i > 1 else [])
-         for i, m in enumerate(PAIRS)]  # fmt: skip
+#: ``make test``'s chain: each writer starts while the one before it runs, so each pair of
+#: :data:`PAIRS` changes writers once, in one sequence (about 2 minutes; five pairs on their
+#: own take twice as long).
+CHAIN = ("available-now", "continuous", "continuous", "micro-batch", "continuous",
+         "available-now")  # fmt: skip
 
 
-@pytest.mark.parametrize("modes", SUITE)
+def test_a_chain_of_writers_changing_in_every_pair_of_modes_ends_exactly_once(
+    brokers: str, new_topic: Callable[..., str], tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    assert sorted(itertools.pairwise(CHAIN)) == sorted(PAIRS)
+    sequence = generate(1000 * request.config.getoption("--crash-seed") + len(PAIRS), CHAIN)
+    outcome = play(sequence, brokers, new_topic, tmp_path)
+    print(f"\n{outcome.line(sequence)}")
+
+
+@pytest.mark.longrun  # (make test-slow: about 100 s each)
+@pytest.mark.parametrize("modes", PAIRS, ids="-".join)
 def test_overlapping_writers_end_exactly_once(
     modes: tuple[str, str], brokers: str, new_topic: Callable[..., str],
     tmp_path: Path, request: pytest.FixtureRequest,

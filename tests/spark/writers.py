@@ -16,8 +16,8 @@ left to end by itself (an ``available-now`` run ends caught up; a writer that lo
 partitions to a newer one stops with :class:`~goka.errors.FencedError`; a streaming one is
 stopped after :data:`ITSELF_SECONDS`). At most two writers run at once; clicks flow
 meanwhile (a backlog, and drawn, a live flow of up to 1,000 a second). The suite's short
-sequences (``generate(seed, modes)``) are a pair of writers in the modes given, each killed
-or stopped (or, available-now, left to end) within 5 s of the fence.
+sequences (``generate(seed, modes)``) are writers in the modes given (a pair, or a chain of
+them), each killed or stopped (or, available-now, left to end) within 5 s of the fence.
 
 A last run then catches up alone. Afterwards a ``read_committed`` reader must find every
 input record told exactly once, the table topic, the last run's stores and a view must equal
@@ -100,8 +100,8 @@ class WriterSequence:
 
 def generate(seed: int, modes: tuple[str, ...] = ()) -> WriterSequence:
     """A random sequence of writer changes (see the module docstring); ``modes``: its writers'
-    modes (the suite's short sequences: a pair of them, each ending a few seconds after the
-    next one's first producer started)."""
+    modes (the suite's short sequences: a pair or a chain of them, each ending a few seconds
+    after the next one's first producer started)."""
     rng = random.Random(seed)
     partitions, backlog = rng.choice((2, 3)), rng.randint(1500, 6000)
     users, live = rng.randint(50, 300), rng.choice((0, 300, 1000))
