@@ -113,9 +113,8 @@ class PartitionProcessor:
             after = record_before(at)
             sliced = _Slices(self.config.guarantee == "exactly-once")
             while True:
-                began = time.monotonic()
+                began = time.monotonic()  # (a slice's time: processing, producing, commit)
                 result, after = engine.process(sliced.next(rest), after=after), None
-                sliced.took(time.monotonic() - began, result.consumed)
                 stores.take(result, output, summary, pending)
                 done, rest = rest[: result.consumed], rest[result.consumed :]
                 if not rest and not engine.backlog:
@@ -128,6 +127,7 @@ class PartitionProcessor:
                 if pending is not None:
                     pending.clear()
                 engine.committed()
+                sliced.took(time.monotonic() - began, result.consumed)
             positions = {t: ends[t] for t in inputs}
             stores.commit(output, result.changes(), positions, summary, wait=True,
                           sections=None if pending is None else pending.rows)  # fmt: skip

@@ -101,8 +101,7 @@ class EpochTransactions:
             raise FencedError(self.group, self.partition, self.id,
                               f"epoch {self.epoch} < {self.kafka.epochs[self.id]}")  # fmt: skip
 
-    def begin(self) -> None:
-        self._check()
+    def begin(self) -> None:  # (local, as librdkafka's: a fenced producer learns it later)
         self.open, self._offsets, self._wrote = True, {}, set()
 
     def send_offsets(self, offsets: Mapping[str, int]) -> None:
