@@ -121,6 +121,85 @@ def roomy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneCluste
         yield started
 
 
+class _Told:
+    """The group that tells every click (``tests.spark.crash_graph:told``) on ``cluster``,
+    submitted as exactly-once continuous applications (:meth:`submit`): a topic of 4
+    partitions holding 2,000 clicks, and 300 a second flowing. Leaving the ``with`` kills the
+    applications still running and stops the flow; then :meth:`told_once` checks."""
+
+    def __init__(self, cluster: StandaloneCluster, brokers: str, new_topic: Callable[..., str],
+                 workdir: Path, seed: int) -> None:  # fmt: skip
+        self.cluster, self.brokers, self.workdir = cluster, brokers, workdir
+        self.topic = new_topic(partitions=4)
+        self.group = f"{self.topic}-g"
+        TopicManager(brokers).ensure_stream_exists(told_topic(self.topic), 4)
+        self.sent = clicks(brokers, self.topic, 2_000)
+        self.flow = Flow(brokers, self.topic, 300, 40, seed=seed)
+        self.runs: list[subprocess.Popen[str]] = []
+
+    def __enter__(self) -> _Told:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for run in self.runs:
+            if run.poll() is None:
+                kill_session(run.pid)
+                run.wait(60)
+        self.flow.stop()
+
+    def done(self) -> int:
+        """The clicks the group committed."""
+        return committed(self.brokers, self.group, self.topic, 4)
+
+    def more(self, clicks: int, what: str) -> None:
+        """Wait until the group committed ``clicks`` more than now."""
+        at = self.done()
+        wait_for(lambda: self.done() > at + clicks, 180, what)
+
+    def apps(self) -> set[str]:
+        """The applications that ran executors on the cluster."""
+        return {p.name for p in self.cluster.directory.glob("worker-*/app-*")}
+
+    def submit(self, name: str, *, epoch: float) -> subprocess.Popen[str]:
+        """Submit an application (its log: ``<name>.log``) on the checkpoint
+        ``workdir/checkpoint``, in a session of its own."""
+        env = {**self.cluster.env, "PYTHONPATH": str(ROOT), "GOKA_TEST_GROUP": self.group,
+               "GOKA_TEST_TOPIC": self.topic, "GOKA_LOG_LEVEL": "WARNING"}  # fmt: skip
+        command = self.cluster.spark_submit(
+            goka.cli.__file__, "processor", "run", "tests.spark.crash_graph:told",
+            "--brokers", self.brokers, "--state-dir", "goka-state",
+            "--checkpoint-dir", str(self.workdir / "checkpoint"), "--mode", "continuous",
+            "--epoch", f"{epoch:g}", "--guarantee", "exactly-once", "--snapshot-interval", "2",
+            "--http-port", "0", "--create-topics",
+        )  # fmt: skip
+        with (self.workdir / f"{name}.log").open("w") as log:
+            self.runs.append(subprocess.Popen(
+                command, env=env, cwd=self.workdir, text=True, stdout=log,
+                stderr=subprocess.STDOUT, start_new_session=True,
+            ))  # fmt: skip
+        return self.runs[-1]
+
+    def stop_once_all_committed(self, run: subprocess.Popen[str], name: str) -> None:
+        """Stop the flow; once the group committed every click, stop application ``run``
+        (SIGTERM to spark-submit's JVM: it exits 143 once its shutdown hook stopped the
+        session)."""
+        self.sent += self.flow.stop()
+        total = sum(self.sent.values())
+        wait_for(lambda: self.done() == total, 180, "every click committed")
+        run.send_signal(signal.SIGTERM)
+        code = run.wait(120)
+        assert code in (0, 143), (self.workdir / f"{name}.log").read_text()[-4000:]
+
+    def told_once(self) -> None:
+        """Read committed, every click is told once and the group's table equals the clicks
+        sent."""
+        duplicates, wrong_places = told(self.brokers, self.topic, 4)
+        assert (duplicates, wrong_places) == (0, 0)
+        with View(self.brokers, f"{self.group}-table", Int64Codec()) as view:
+            view.wait_recovered(60)
+            assert dict(view.items()) == dict(self.sent)
+
+
 @pytest.mark.longrun  # (make test-slow, about 3 minutes)
 def test_a_paused_drivers_executors_writing_on_are_fenced_by_a_new_application(
     roomy: StandaloneCluster, brokers: str, new_topic: Callable[..., str], tmp_path: Path
@@ -132,85 +211,24 @@ def test_a_paused_drivers_executors_writing_on_are_fenced_by_a_new_application(
     the old ones, whose tasks stop with FencedError at their next commit. Then the paused
     driver is killed. Read committed, every click is told once and the table equals the
     clicks sent."""
-    topic = new_topic(partitions=4)
-    group = f"{topic}-g"
-    TopicManager(brokers).ensure_stream_exists(told_topic(topic), 4)
-    sent = clicks(brokers, topic, 2_000)
-    flow = Flow(brokers, topic, 300, 40, seed=6)
-
-    def done() -> int:
-        return committed(brokers, group, topic, 4)
-
-    def apps() -> set[str]:
-        return {p.name for p in roomy.directory.glob("worker-*/app-*")}
-
-    runs = [_submit_told(roomy, brokers, topic, tmp_path, "paused", epoch=600)]
-    try:
-        wait_for(lambda: done() > 1_000, 180, "the first application's commits")
-        (old,) = apps()
-        os.killpg(runs[0].pid, signal.SIGSTOP)  # spark-submit's JVM and the Python driver
-        at_pause = done()
-        wait_for(lambda: done() > at_pause + 300, 60, "the paused driver's executors committing")
+    with _Told(roomy, brokers, new_topic, tmp_path, seed=6) as group:
+        paused = group.submit("paused", epoch=600)
+        wait_for(lambda: group.done() > 1_000, 180, "the first application's commits")
+        (old,) = group.apps()
+        os.killpg(paused.pid, signal.SIGSTOP)  # spark-submit's JVM and the Python driver
+        at_pause = group.done()
+        group.more(300, "the paused driver's executors committing")
         print(f"committed at the pause {at_pause}, by the zombies before the second "
-              f"application {done() - at_pause}")  # fmt: skip
-        runs.append(_submit_told(roomy, brokers, topic, tmp_path, "second", epoch=5))
+              f"application {group.done() - at_pause}")  # fmt: skip
+        second = group.submit("second", epoch=5)
         logs = list(roomy.directory.glob(f"worker-*/{old}/*/stderr"))
         assert logs, f"no executor log of {old}"
         wait_for(lambda: sum("FencedError" in p.read_text() for p in logs) >= 2, 180,
                  "the old executors' tasks fenced")  # fmt: skip
-        kill_session(runs[0].pid)  # (SIGKILL reaches stopped processes)
-        runs[0].wait(60)
-        sent += flow.stop()
-        _stop_once_all_committed(runs[1], done, sum(sent.values()), tmp_path / "second.log")
-    finally:
-        _kill_all(runs, flow)
-    _told_once(brokers, topic, sent)
-
-
-def _stop_once_all_committed(run: subprocess.Popen[str], done: Callable[[], int], total: int,
-                             log: Path) -> None:  # fmt: skip
-    """Wait until the group committed ``total`` clicks, then stop application ``run``
-    (SIGTERM to spark-submit's JVM: it exits 143 once its shutdown hook stopped the session)."""
-    wait_for(lambda: done() == total, 180, "every click committed")
-    run.send_signal(signal.SIGTERM)
-    code = run.wait(120)
-    assert code in (0, 143), log.read_text()[-4000:]
-
-
-def _kill_all(runs: list[subprocess.Popen[str]], flow: Flow) -> None:
-    for run in runs:
-        if run.poll() is None:
-            kill_session(run.pid)
-            run.wait(60)
-    flow.stop()
-
-
-def _told_once(brokers: str, topic: str, sent: Counter[str]) -> None:
-    """Read committed, every click is told once and the group's table equals ``sent``."""
-    duplicates, wrong_places = told(brokers, topic, 4)
-    assert (duplicates, wrong_places) == (0, 0)
-    with View(brokers, f"{topic}-g-table", Int64Codec()) as view:
-        view.wait_recovered(60)
-        assert dict(view.items()) == dict(sent)
-
-
-def _submit_told(cluster: StandaloneCluster, brokers: str, topic: str, workdir: Path, name: str,
-                 *, epoch: float) -> subprocess.Popen[str]:  # fmt: skip
-    """Submit the group that tells every click (``tests.spark.crash_graph:told``) as an
-    exactly-once continuous application (its log: ``<name>.log``), on the checkpoint
-    ``workdir/checkpoint``, in a session of its own."""
-    env = {**cluster.env, "PYTHONPATH": str(ROOT), "GOKA_TEST_GROUP": f"{topic}-g",
-           "GOKA_TEST_TOPIC": topic, "GOKA_LOG_LEVEL": "WARNING"}  # fmt: skip
-    command = cluster.spark_submit(
-        goka.cli.__file__, "processor", "run", "tests.spark.crash_graph:told",
-        "--brokers", brokers, "--state-dir", "goka-state",
-        "--checkpoint-dir", str(workdir / "checkpoint"), "--mode", "continuous",
-        "--epoch", f"{epoch:g}", "--guarantee", "exactly-once", "--snapshot-interval", "2",
-        "--http-port", "0", "--create-topics",
-    )  # fmt: skip
-    with (workdir / f"{name}.log").open("w") as log:
-        return subprocess.Popen(command, env=env, cwd=workdir, text=True, stdout=log,
-                                stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+        kill_session(paused.pid)  # (SIGKILL reaches stopped processes)
+        paused.wait(60)
+        group.stop_once_all_committed(second, "second")
+    group.told_once()
 
 
 def _executors(app: str) -> list[int]:
@@ -227,11 +245,6 @@ def _executors(app: str) -> list[int]:
     return found
 
 
-def _app_id(log: Path) -> str:
-    found = re.search(r"app-\d{14}-\d{4}", log.read_text())
-    return found.group(0) if found else ""
-
-
 @pytest.mark.longrun  # (make test-slow, about 2 minutes)
 def test_a_driver_killed_and_a_new_application_at_once_stay_exactly_once(
     cluster: StandaloneCluster, brokers: str, new_topic: Callable[..., str], tmp_path: Path
@@ -242,37 +255,21 @@ def test_a_driver_killed_and_a_new_application_at_once_stay_exactly_once(
     may still run their tasks; then one of the new executors is SIGKILLed (its worker starts
     another, its tasks run again). Read committed, every click is told once and the table
     equals the clicks sent."""
-    topic = new_topic(partitions=4)
-    group = f"{topic}-g"
-    TopicManager(brokers).ensure_stream_exists(told_topic(topic), 4)
-    sent = clicks(brokers, topic, 2_000)
-    flow = Flow(brokers, topic, 300, 40, seed=5)
-
-    def submit(name: str) -> subprocess.Popen[str]:
-        return _submit_told(cluster, brokers, topic, tmp_path, name, epoch=5)
-
-    def done() -> int:
-        return committed(brokers, group, topic, 4)
-
-    runs = [submit("first")]
-    try:
-        wait_for(lambda: done() > 1_000, 180, "the first application's commits")
-        kill_session(runs[0].pid)  # the driver (spark-submit's JVM and Python); not executors
-        runs[0].wait(60)
-        runs.append(submit("second"))
-        at_kill = done()
-        wait_for(lambda: done() > at_kill + 1_000, 180, "the second application's commits")
-        app = _app_id(tmp_path / "second.log") or _app_id(tmp_path / "first.log")
+    with _Told(cluster, brokers, new_topic, tmp_path, seed=5) as group:
+        first = group.submit("first", epoch=5)
+        wait_for(lambda: group.done() > 1_000, 180, "the first application's commits")
+        kill_session(first.pid)  # the driver (spark-submit's JVM and Python); not executors
+        first.wait(60)
+        before = group.apps()
+        second = group.submit("second", epoch=5)
+        group.more(1_000, "the second application's commits")
+        (app,) = group.apps() - before
         executors = _executors(app)
         assert executors, f"no executor of {app} found"
         os.kill(executors[0], signal.SIGKILL)  # its worker starts another
-        at_loss = done()
-        wait_for(lambda: done() > at_loss + 1_000, 180, "commits after an executor was lost")
-        sent += flow.stop()
-        _stop_once_all_committed(runs[1], done, sum(sent.values()), tmp_path / "second.log")
-    finally:
-        _kill_all(runs, flow)
-    _told_once(brokers, topic, sent)
+        group.more(1_000, "commits after an executor was lost")
+        group.stop_once_all_committed(second, "second")
+    group.told_once()
 
 
 @pytest.mark.longrun  # (make test-slow, about 2 minutes)
@@ -284,36 +281,20 @@ def test_a_worker_lost_and_back_stays_exactly_once(
     other worker's, alone. The worker comes back (a new daemon, its disk as it was left) and
     the master starts a new executor of the application on it. Read committed, every click is
     told once and the table equals the clicks sent."""
-    topic = new_topic(partitions=4)
-    group = f"{topic}-g"
-    TopicManager(brokers).ensure_stream_exists(told_topic(topic), 4)
-    sent = clicks(brokers, topic, 2_000)
-    flow = Flow(brokers, topic, 300, 40, seed=7)
+    with _Told(cluster, brokers, new_topic, tmp_path, seed=7) as group:
+        before = group.apps()
+        run = group.submit("app", epoch=5)
+        wait_for(lambda: group.done() > 1_000, 180, "the application's commits")
+        (app,) = group.apps() - before
 
-    def done() -> int:
-        return committed(brokers, group, topic, 4)
+        def executors_on_first() -> int:
+            return len(list((cluster.directory / "worker-1").glob(f"{app}/*/stderr")))
 
-    def apps() -> set[str]:
-        return {p.name for p in cluster.directory.glob("worker-*/app-*")}
-
-    def executors_on_first() -> int:
-        return len(list((cluster.directory / "worker-1").glob(f"{app}/*/stderr")))
-
-    before = apps()
-    runs = [_submit_told(cluster, brokers, topic, tmp_path, "app", epoch=5)]
-    try:
-        wait_for(lambda: done() > 1_000, 180, "the application's commits")
-        (app,) = apps() - before
         assert executors_on_first() == 1
         cluster.kill_worker(1)
-        at_loss = done()
-        wait_for(lambda: done() > at_loss + 1_000, 180, "commits on the other worker alone")
+        group.more(1_000, "commits on the other worker alone")
         cluster.start_worker(1)
         wait_for(lambda: executors_on_first() == 2, 120, "an executor on the worker back")
-        at_return = done()
-        wait_for(lambda: done() > at_return + 1_000, 180, "commits with the worker back")
-        sent += flow.stop()
-        _stop_once_all_committed(runs[0], done, sum(sent.values()), tmp_path / "app.log")
-    finally:
-        _kill_all(runs, flow)
-    _told_once(brokers, topic, sent)
+        group.more(1_000, "commits with the worker back")
+        group.stop_once_all_committed(run, "app")
+    group.told_once()
