@@ -169,9 +169,9 @@ class PartitionProcessor:
 #: ``TRANSACTION_SECONDS`` (processing, producing and committing a slice): a backlog is not
 #: one transaction, which the broker aborts once it has been open for
 #: ``transaction.timeout.ms`` (60 s, :mod:`goka.kafka.transactions`), and whose outputs a
-#: crash would all repeat. Its first
-#: slice has :data:`FIRST_SLICE` records, the next ones as many as the time allows at the
-#: speed seen (a slow commit, large outputs or a slow broker, makes slices small).
+#: crash would all repeat. Its first slice has :data:`FIRST_SLICE` records, the next ones
+#: as many as the time allows at the speed seen (a slow commit, large outputs or a slow
+#: broker, makes slices small).
 FIRST_SLICE = 1_000
 
 
