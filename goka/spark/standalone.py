@@ -34,6 +34,7 @@ from goka.errors import ConfigurationError
 __all__ = ["StandaloneCluster"]
 
 SPARK_HOME = Path(pyspark.__file__).parent
+_SPARK_CLASS = str(SPARK_HOME / "bin" / "spark-class")
 
 
 class StandaloneCluster:
@@ -126,10 +127,9 @@ class StandaloneCluster:
         """
         port, self._ui = _free_port(), _free_port()
         self.master = f"spark://127.0.0.1:{port}"
-        spark_class, deploy = str(SPARK_HOME / "bin" / "spark-class"), "org.apache.spark.deploy"
         self._spawn("master", [
-            spark_class, f"{deploy}.master.Master", "--host", "127.0.0.1", "--port", str(port),
-            "--webui-port", str(self._ui),
+            _SPARK_CLASS, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+            "--port", str(port), "--webui-port", str(self._ui),
         ])  # fmt: skip
         for n in range(1, self.workers + 1):
             self._spawn_worker(n)
@@ -140,9 +140,7 @@ class StandaloneCluster:
         """SIGKILL worker ``number`` (from 1) with its executors and their Python workers, as
         when its machine is lost; the master learns it at once (its connection drops)."""
         process = self._workers.pop(number)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
+        _kill(process)
         self._processes.remove(process)
         self._await_workers(len(self._workers))
 
@@ -159,9 +157,8 @@ class StandaloneCluster:
         self._await_workers(len(self._workers))
 
     def _spawn_worker(self, number: int) -> None:
-        spark_class = str(SPARK_HOME / "bin" / "spark-class")
         self._workers[number] = self._spawn(f"worker-{number}", [
-            spark_class, "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
+            _SPARK_CLASS, "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
             "--cores", str(self.cores * self.applications),
             "--memory", _times(self.memory, self.applications),
             "--webui-port", str(_free_port()),
@@ -201,9 +198,7 @@ class StandaloneCluster:
     def stop(self) -> None:
         """Kill the master and workers (and their executors). Idempotent."""
         for process in self._processes:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, 9)
-            process.wait()
+            _kill(process)
         self._processes, self._workers = [], {}
 
     def __enter__(self) -> StandaloneCluster:
@@ -216,6 +211,13 @@ class StandaloneCluster:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+def _kill(process: subprocess.Popen[bytes]) -> None:
+    """SIGKILL ``process`` and its process group (what it started); wait until it exited."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
 
 
 def _free_port() -> int:

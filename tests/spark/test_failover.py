@@ -72,14 +72,15 @@ class Clicks(threading.Thread):
 
 class TableWatch(threading.Thread):
     """Follows a table topic, read committed; remembers when each user's count first reached
-    each value, and when each record arrived."""
+    each value, and when each record arrived. ``told``: the topic is a told group's output
+    instead, and each value's first arrival (wall clock) is remembered."""
 
-    def __init__(self, brokers: str, topic: str = TABLE) -> None:
+    def __init__(self, brokers: str, topic: str = TABLE, *, told: bool = False) -> None:
         super().__init__(daemon=True)
-        self.stop, self.topic = threading.Event(), topic
+        self.stop, self.topic, self.told = threading.Event(), topic, told
         self.reached: dict[tuple[str, int], float] = {}
         self.arrivals: list[tuple[float, int]] = []  # (when, partition)
-        self.values: dict[bytes, float] = {}  # each value's first arrival (wall clock)
+        self.values: dict[bytes, float] = {}  # (told)
         self._consumer = confluent_kafka.Consumer(
             consumer_config(brokers, {"group.id": "failover-watch", "fetch.wait.max.ms": 20})
         )
@@ -92,8 +93,8 @@ class TableWatch(threading.Thread):
                     continue
                 now = time.monotonic()
                 self.arrivals.append((now, msg.partition()))
-                self.values.setdefault(msg.value(), time.time())
-                if self.topic.endswith("-told"):
+                if self.told:
+                    self.values.setdefault(msg.value(), time.time())
                     continue
                 user, value = msg.key().decode(), int(msg.value())
                 self.reached.setdefault((user, value), now)
@@ -264,7 +265,7 @@ def test_every_broker_lost_in_turn_under_exactly_once_ends_exactly_once(
         ], tmp_path, env)  # fmt: skip
         processor.first_line()
         watch, clicks = TableWatch(brokers, f"{group}-table"), Clicks(brokers, topic)
-        outputs = TableWatch(brokers, seen)  # (when each click's told output is seen)
+        outputs = TableWatch(brokers, seen, told=True)  # (when each click's output is seen)
         watch.start()
         outputs.start()
         clicks.start()
