@@ -66,7 +66,7 @@ image: $(STAMP)
 # Two workers, a file each at a time: the suite mostly waits (brokers, Spark, processes), and
 # each worker has its own broker and SparkSession (8.5 min instead of 13.5 here)
 test: $(STAMP) $(CDS) $(BROWSER) $(POSTGRES) $(WAL2JSON) $(BUILDAH) kafka-libs
-	$(PY) -m pytest -n 2 --dist loadfile -m 'not longrun'
+	$(PY) -m pytest -n 2 --dist loadfile --no-loadscope-reorder -m 'not longrun'
 	$(PY) -m pytest -m 'smoke and not longrun' --broker tansu -p no:cacheprovider
 
 test-fast: $(STAMP)

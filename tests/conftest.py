@@ -5,8 +5,12 @@ from hypothesis import settings
 
 import goka.emitter
 
+#: No deadline for a generated example: make test's two workers keep this machine's two cores
+#: busy, and an example that takes 285 ms there is slow, not wrong (a timeout still ends a hang).
+settings.register_profile("suite", deadline=None)
+settings.load_profile("suite")
 #: ``pytest --hypothesis-profile search``: generated tests search ten times longer (minutes).
-settings.register_profile("search", max_examples=1_000)
+settings.register_profile("search", max_examples=1_000, deadline=None)
 
 pytest_plugins = [
     "goka.dev.pytest_plugin",
@@ -33,11 +37,21 @@ SERIES = ("test_a_series_of_generated_sequences_ends_exact",
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """A crash series takes up to a few minutes a sequence (or trial): give it the time."""
+    """A crash series takes up to a few minutes a sequence (or trial): give it the time. The
+    files marked ``cost`` come first, costliest first, the rest in their order: make test's
+    workers (``--dist loadfile --no-loadscope-reorder``) take files in this order, and a
+    two-minute file started last would leave one worker idle for its time."""
     sequences = config.getoption("--crash-sequences")
     for item in items:
         if sequences and item.name in SERIES:
             item.add_marker(pytest.mark.timeout(600 * sequences))
+    items.sort(key=_cost, reverse=True)  # (stable: each file's tests keep their order)
+
+
+def _cost(item: pytest.Item) -> float:
+    """The seconds its file's ``pytest.mark.cost`` says it costs make test (0: unmarked)."""
+    marker = item.get_closest_marker("cost")
+    return float(marker.args[0]) if marker is not None else 0.0
 
 
 @pytest.fixture(params=["c", "python"])

@@ -34,7 +34,8 @@ from ..helpers import produce
 from ..spark.crash import crash_seeds, kill_session, run_killable
 from .records import last_values
 
-pytestmark = [pytest.mark.postgres, pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow]
+pytestmark = [pytest.mark.postgres, pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow,
+              pytest.mark.cost(75)]  # fmt: skip
 
 ROOT = Path(__file__).resolve().parents[2]
 POINTS = ("copy", "before-commit", "after-commit", "outside")

@@ -23,7 +23,8 @@ from goka.spark.sink import SinkJob
 from ..helpers import produce
 from .records import last_values
 
-pytestmark = [pytest.mark.postgres, pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow]
+pytestmark = [pytest.mark.postgres, pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow,
+              pytest.mark.cost(65)]  # fmt: skip
 
 
 def items(n: int, seed: int) -> list[tuple[str, Any]]:

@@ -15,7 +15,7 @@ from goka.kafka.consumer import read_to_end
 
 from .rewinds import without
 
-pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.cost(60), pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow]
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ from goka.kafka.consumer import read_to_end
 
 from ..helpers import GRPC_BUSY, wait_for
 
-pytestmark = pytest.mark.kafka
+pytestmark = [pytest.mark.cost(100), pytest.mark.kafka]
 
 pytest_plugins = ["pytester"]
 

@@ -30,9 +30,9 @@ from .rewinds import without
 
 #: (the first test builds both images: on a machine whose build cache is cold, the base image
 #: (debootstrap), Java and every package, several minutes beside the rest of the suite; with the
-#: cache, about a minute)
+#: cache, about a minute: the costliest file on a fresh machine, handed to a worker first)
 pytestmark = [pytest.mark.slow, pytest.mark.kafka, pytest.mark.spark, pytest.mark.postgres,
-              pytest.mark.timeout(900)]  # fmt: skip
+              pytest.mark.timeout(900), pytest.mark.cost(300)]  # fmt: skip
 UID = 10001  # the image's user (Dockerfile: useradd --uid)
 TABLE = f"{GROUP}-table"
 GRACE = {"processor": 60.0, "view": 30.0, "sink": 60.0}  # seconds from SIGTERM to exit

@@ -18,7 +18,7 @@ from goka.view import View
 
 from ..helpers import http_status, produce, wait_for
 
-pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow]
+pytestmark = [pytest.mark.cost(70), pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
 
 

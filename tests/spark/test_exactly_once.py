@@ -5,7 +5,7 @@ continuous; then a run on the same state catches up (the generated sequences of
 ``test_crash.py`` kill at every point, modes and machines switched). A
 ``read_committed`` reader of the output finds every input record exactly once, and the table
 equals the counts of the input. The same kill under at-least-once repeats outputs: what the
-check finds there is what exactly-once removes. Fencing: ``test_fencing.py``."""
+check finds there is what exactly-once removes (that control runs in make test-slow). Fencing: ``test_fencing.py``."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from goka.topic_manager import TopicManager
 from ..helpers import produce
 from .told import CLICKS, PARTITIONS, USERS, inputs_of, killed_then_caught_up
 
-pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow]
+pytestmark = [pytest.mark.cost(85), pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow]
 
 
 @pytest.mark.parametrize(("mode", "kill"), [  # (more: test_crash.py's sequences)
@@ -55,6 +55,7 @@ def _uncommitted(brokers: str, topic: str) -> int:
         reader.close()
 
 
+@pytest.mark.longrun  # (the control of the tests above, 40 s: make test-slow)
 def test_the_same_kill_under_at_least_once_tells_records_again(
     brokers: str, new_topic: Callable[..., str], tmp_path: Path
 ) -> None:

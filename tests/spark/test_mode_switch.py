@@ -32,7 +32,7 @@ from .fixtures import clicks
 from .model import Run, Sequence, play
 from .truth import committed, seen, view_of
 
-pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow]
+pytestmark = [pytest.mark.cost(115), pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
 PARTITIONS, BACKLOG, LATER = 4, 20_000, 2_000
 

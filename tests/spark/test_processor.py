@@ -36,7 +36,7 @@ from ..helpers import produce, wait_for
 from .fixtures import clicks, count, table_of
 from .truth import stores
 
-pytestmark = [pytest.mark.spark, pytest.mark.kafka]
+pytestmark = [pytest.mark.cost(75), pytest.mark.spark, pytest.mark.kafka]
 
 
 @pytest.mark.smoke

@@ -27,7 +27,7 @@ from .timed import (
     timed_graph,
 )
 
-pytestmark = [pytest.mark.spark, pytest.mark.kafka]
+pytestmark = [pytest.mark.cost(65), pytest.mark.spark, pytest.mark.kafka]
 
 
 @pytest.mark.smoke

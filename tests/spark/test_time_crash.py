@@ -32,7 +32,7 @@ from ..helpers import produce
 from .crash import run_killable
 from .timed import events, finals_of, read_topic, reference, timed_graph
 
-pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow]
+pytestmark = [pytest.mark.cost(130), pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -17,7 +17,7 @@ import pytest
 
 from .writers import generate, play
 
-pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow]
+pytestmark = [pytest.mark.cost(120), pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow]
 
 #: The mode pairs played: the first writer's, then the second's, which starts while the first
 #: runs (the first ends a few seconds after the second's first producer).
