@@ -49,8 +49,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def _cost(item: pytest.Item) -> float:
-    """The seconds its file's ``pytest.mark.cost`` says it costs make test (0: unmarked)."""
-    marker = item.get_closest_marker("cost")
+    """The seconds its file's ``pytest.mark.cost`` says it costs make test (0: unmarked; a
+    file's marker, so that a file is never split)."""
+    module = item.getparent(pytest.Module)
+    marker = module.get_closest_marker("cost") if module is not None else None
     return float(marker.args[0]) if marker is not None else 0.0
 
 

@@ -58,14 +58,19 @@ class KeyOrder:
         self._finished: set[int] = set()  # finished, not yet released
 
     def admit(self, key: Hashable) -> int:
-        """Admit the next record of the partition (offset order), of key ``key``; its number."""
-        number, self._next = self._next, self._next + 1
-        waiting = self._keys.get(key)
+        """Admit the next record of the partition (offset order), of key ``key``; its number.
+
+        Raises:
+            TypeError: the key is not hashable (nothing admitted).
+        """
+        waiting = self._keys.get(key)  # (first: an unhashable key raises before a number
+        number = self._next  # is taken, which would hold back every later release)
         if waiting is None:
             waiting = self._keys[key] = deque()
             heapq.heappush(self._ready, number)
         waiting.append(number)
         self._key_of[number] = key
+        self._next += 1
         return number
 
     def start(self) -> list[int]:
@@ -118,5 +123,12 @@ class KeyOrder:
 
     @property
     def pending(self) -> int:
-        """How many admitted records are not released yet (waiting, running or finished)."""
+        """How many admitted records are not released yet (waiting, running or finished):
+        the caller bounds it (stops admitting), as ``limit`` bounds only those running; a
+        slow record holds back the release of every later one."""
         return self._next - self._released
+
+    @property
+    def idle(self) -> bool:
+        """Is every admitted record released (nothing kept for any)?"""
+        return not (self._keys or self._key_of or self._ready or self._running or self._finished)

@@ -5,7 +5,8 @@ continuous; then a run on the same state catches up (the generated sequences of
 ``test_crash.py`` kill at every point, modes and machines switched). A
 ``read_committed`` reader of the output finds every input record exactly once, and the table
 equals the counts of the input. The same kill under at-least-once repeats outputs: what the
-check finds there is what exactly-once removes (that control runs in make test-slow). Fencing: ``test_fencing.py``."""
+check finds there is what exactly-once removes (that control runs in make test-slow).
+Fencing: ``test_fencing.py``."""
 
 from __future__ import annotations
 

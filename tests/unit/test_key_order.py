@@ -35,7 +35,12 @@ def test_records_start_in_key_order_within_the_limit_and_leave_in_offset_order(
             order.finish(number)
             running.remove(number)
             finished.add(number)
-        for number in order.start():
+        starting = order.start()
+        assert starting == sorted(starting)  # oldest first: none that may start is passed
+        assert all(n in started or n in starting or n > max(starting, default=-1)
+                   or any(keys[m] == keys[n] and m not in finished for m in range(n))
+                   for n in range(admitted))  # fmt: skip
+        for number in starting:
             assert number < admitted
             assert all(n in finished for n in range(number) if keys[n] == keys[number])
             assert number not in started
@@ -52,6 +57,20 @@ def test_records_start_in_key_order_within_the_limit_and_leave_in_offset_order(
             released.append(number)
         assert order.released == len(released)
         assert order.pending == admitted - len(released)
+    assert order.idle  # nothing kept for the records released
+
+
+def test_an_unhashable_key_is_refused_without_holding_back_the_records_after_it() -> None:
+    order = KeyOrder(2)
+    order.admit("a")
+    with pytest.raises(TypeError):
+        order.admit(["not", "hashable"])
+    assert order.admit("b") == 1
+    assert order.start() == [0, 1]
+    order.finish(1)
+    order.finish(0)
+    assert order.release() == [0, 1]
+    assert order.idle
 
 
 def test_a_hot_key_holds_back_only_itself() -> None:
