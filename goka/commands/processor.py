@@ -61,6 +61,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
             type=setting.flag or str, choices=setting.choices)  # fmt: skip
     add(run, "--grace", "seconds a stop waits for the running epoch to commit",
         default=10.0, type=float)  # fmt: skip
+    add(run, "--concurrency", "records of a partition in flight at once, a key's one after "
+        "another, for callbacks that wait on the network (unless given: the graph's)",
+        type=int)  # fmt: skip
     add_http(run, 9100)
     add(run, "--tls-cert", "PEM certificate chain: the HTTP port serves HTTPS")
     add(run, "--tls-key", "PEM private key of the certificate")
@@ -106,12 +109,14 @@ def _session(args: argparse.Namespace) -> Any:
 def _processors(args: argparse.Namespace) -> list[Any]:
     import os
 
-    from goka.group.graph import load_graph
+    from goka.group.graph import load_graph, with_concurrency
 
     specs = args.graphs or [s for s in os.environ.get("GOKA_GRAPHS", "").split(",") if s]
     if not specs:
         raise UsageError("no group graph: pass module:attribute (or set GOKA_GRAPHS)")
     graphs = [load_graph(spec) for spec in specs]
+    if args.concurrency is not None:
+        graphs = [with_concurrency(g, args.concurrency) for g in graphs]
     groups = Counter(g.group for g in graphs)
     if any(n > 1 for n in groups.values()):
         raise UsageError(f"a group is given twice: {sorted(g for g, n in groups.items() if n > 1)}")

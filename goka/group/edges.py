@@ -313,11 +313,13 @@ def window(
                       output, late, merge)  # fmt: skip
 
 
-def check_callback(where: str, callback: object, names: tuple[str, ...] = ("ctx", "msg")) -> None:
-    """Fail unless ``callback`` is a plain callable accepting the positionals ``names``."""
+def check_callback(where: str, callback: object, names: tuple[str, ...] = ("ctx", "msg"), *,
+                   awaitable: bool = False) -> None:  # fmt: skip
+    """Fail unless ``callback`` is a callable accepting the positionals ``names`` (a plain
+    one, or, if ``awaitable``, also an ``async def``)."""
     if not callable(callback):
         raise GraphError(f"{where}: callback must be callable, got {callback!r}")
-    if inspect.iscoroutinefunction(callback):
+    if inspect.iscoroutinefunction(callback) and not awaitable:
         raise GraphError(f"{where}: callback {callable_name(callback)} is async; use a def")
     try:
         inspect.signature(callback).bind(*([None] * len(names)))

@@ -9,6 +9,7 @@ drivers share this code, so they cannot drift apart.
 from __future__ import annotations
 
 import gc
+import inspect
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from time import time_ns
@@ -22,6 +23,7 @@ from goka.errors import (
     ProcessingError,
     StorageError,
 )
+from goka.group.concurrent import Records, run_concurrently
 from goka.group.context import Context
 from goka.group.effects import MISSING, NOT_SAVED, BatchResult, Effect, Message
 from goka.group.firing import TimedProcessing
@@ -127,6 +129,10 @@ class Engine(TimedProcessing):
         if graph.loop:
             self._routes[graph.loop_topic] = _route(graph.loop)
             self._codecs[graph.loop_topic] = graph.loop.codec
+        #: records in flight together, or async callbacks (goka.group.concurrent)
+        self._concurrent = graph.concurrency > 1 or any(
+            inspect.iscoroutinefunction(c) for _, c in self._routes.values()
+        )  # fmt: skip
         self.time: PartitionTime | None = None
         if graph.timed:
             windows = windows or {}
@@ -178,6 +184,10 @@ class Engine(TimedProcessing):
                 self._process_timed(messages, result, after)
                 if self.time is not None:
                     result.windows = self.time.window_changes()
+            elif self._concurrent:
+                run_concurrently(Records(self.graph.concurrency, self.context, self.cache,
+                                         self.effects, self._routes, self.nil_handling,
+                                         self._failed), messages, result)  # fmt: skip
             elif self.on_error == "fail":
                 self._process(messages, result)
             else:
@@ -275,11 +285,13 @@ class Engine(TimedProcessing):
 
     def _failed(
         self, exc: Exception, message: Message, mark: int, result: BatchResult,
-        reason: str | None = None,
+        reason: str | None = None, *, context: Context[Any] | None = None,
     ) -> None:  # fmt: skip
+        """Handle ``message``'s failure ``exc`` as the policy says (its effects from ``mark``
+        on dropped, its key's state restored from ``context``, the engine's by default)."""
         if isinstance(exc, StorageError):  # the store failed, not the message: no policy
             raise exc
-        ctx = self.context
+        ctx = self.context if context is None else context
         error = ProcessingError(
             reason or self._describe(exc, message),
             group=self.graph.group, topic=message[0], partition=self.partition,

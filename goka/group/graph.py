@@ -15,10 +15,11 @@ from __future__ import annotations
 import datetime as dt
 import importlib
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from goka.errors import ConfigurationError, GraphError
+from goka.group.concurrent import check_awaited, check_concurrency
 from goka.group.edges import (
     TOPIC,
     Callback,
@@ -90,6 +91,7 @@ class GroupGraph:
     windows: Mapping[str, WindowEdge] = field(default_factory=dict)
     timers: Edge | None = None
     max_future: int | None = DEFAULT_MAX_FUTURE
+    concurrency: int = 1
 
     @property
     def ttl(self) -> tuple[int, str] | None:
@@ -167,6 +169,7 @@ def define_group(
     *edges: Edge | Iterable[Edge],
     nil_handling: NilHandling = "ignore",
     max_future: dt.timedelta | int | None = DEFAULT_MAX_FUTURE,
+    concurrency: int = 1,
 ) -> GroupGraph:
     """Declare and validate a processor group.
 
@@ -190,7 +193,9 @@ def define_group(
        ``set_value`` and ``loopback``).
     6. Join and lookup tables differ from the group's own table (read it with ``value``).
     7. Every edge has a codec with ``encode`` and ``decode``.
-    8. Callbacks are plain callables accepting ``(ctx, msg)``, not coroutine functions.
+    8. Callbacks are callables accepting ``(ctx, msg)``: input and loop callbacks may be
+       ``async def`` (rule 14), the others (timers, a window's ``late`` and ``merge``) are
+       plain.
     9. Topic names use only ``A-Z a-z 0-9 . _ -`` and are at most 249 characters.
     10. ``nil_handling`` is one of ``ignore``, ``process``, ``decode``.
     11. At most one ``timers`` edge; window names are unique; windows, timers and a TTL need
@@ -199,6 +204,12 @@ def define_group(
         (where the dead letters go is the processor's setting).
     13. ``max_future`` (a record's event time may be at most this far ahead of the wall
         clock; None: no bound) is not negative.
+    14. ``concurrency`` (the most records of a partition in flight at once, records of a key
+        one after another; see :mod:`goka.group.concurrent`) is a whole number of at least
+        1. Input and loop callbacks may be ``async def`` (awaited on an event loop) at any
+        concurrency; above 1, plain ones run on a pool of that many threads. Not yet for a
+        group that keeps time (windows, timers, a TTL) or reads event times: there,
+        callbacks are plain and concurrency is 1.
 
     A record whose event time cannot be had (its extractor raises or returns something else
     than a datetime or milliseconds, it is negative, or beyond ``max_future``) fails like a
@@ -231,11 +242,32 @@ def define_group(
     future = None if max_future is None else duration_ms(max_future, "max_future")
     if future is not None and future < 0:
         raise GraphError(f"group {group!r}: max_future must not be negative, got {future} ms")
-    return GroupGraph(
+    graph = GroupGraph(
         name, by_kind["input"], by_kind["output"], by_kind["join"], by_kind["lookup"],
         single.get("loop"), single.get("persist"), nil_handling, windows, single.get("timers"),
-        future,
+        future, check_concurrency(name, concurrency),
     )  # fmt: skip
+    _check_awaited(graph)
+    return graph
+
+
+def _check_awaited(graph: GroupGraph) -> None:
+    """Rule 14's second half (see :func:`goka.group.concurrent.check_awaited`)."""
+    custom = [t for t, e in graph.inputs.items() if getattr(e, "event_time", "record") != "record"]
+    edges = [*graph.inputs.values(), *([graph.loop] if graph.loop else [])]
+    check_awaited(graph.group, graph.concurrency, graph.timed, custom,
+                  [(e.kind, e.topic or "", e.callback) for e in edges])  # fmt: skip
+
+
+def with_concurrency(graph: GroupGraph, concurrency: int) -> GroupGraph:
+    """``graph`` with another ``concurrency`` (``goka processor run --concurrency``).
+
+    Raises:
+        GraphError: as :func:`define_group` (rule 14).
+    """
+    changed = replace(graph, concurrency=check_concurrency(graph.group, concurrency))
+    _check_awaited(changed)
+    return changed
 
 
 def load_graph(spec: str) -> GroupGraph:
@@ -292,7 +324,7 @@ def _check_edge(group: Group, edge: Edge) -> None:
                              and callable(getattr(codec, "decode", None))):  # fmt: skip
         raise GraphError(f"{where}: needs a codec with encode() and decode(), got {codec!r}")
     if edge.kind in ("input", "loop"):
-        check_callback(where, edge.callback)
+        check_callback(where, edge.callback, awaitable=True)  # (_check_awaited: where not)
     if edge.kind == "timers":
         check_callback(where, edge.callback, ("ctx", "timer"))
 

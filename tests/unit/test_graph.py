@@ -18,6 +18,7 @@ from goka import (
     loop,
     output,
     persist,
+    timers,
 )
 
 
@@ -161,12 +162,13 @@ def test_rule_8_loop_callbacks_are_checked_too() -> None:
         define_group("g", input("a", S, cb), loop(S, lambda: None))
 
 
-def test_rule_8_async_callbacks_are_refused() -> None:
+def test_rule_8_async_callbacks_are_refused_where_they_are_not_awaited() -> None:
     async def handler(ctx: Any, msg: Any) -> None:
         pass
 
     with pytest.raises(GraphError, match="callback .*handler is async; use a def"):
-        define_group("g", input("a", S, handler))
+        define_group("g", input("a", S, cb), persist(S), timers(handler))  # type: ignore[arg-type]
+    assert define_group("g", input("a", S, handler)).concurrency == 1  # (an input's: awaited)
 
 
 @pytest.mark.parametrize("topic", ["", "with space", "a/b", "x" * 250])

@@ -1,0 +1,203 @@
+"""A group's ``concurrency`` and async callbacks (goka.group.concurrent): records in flight
+together give what running them one at a time gives (the same effects in the same order,
+the same records skipped), with more than one and at most ``concurrency`` in flight."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from goka import (
+    GraphError,
+    Hopping,
+    Int64Codec,
+    StringCodec,
+    define_group,
+    input,
+    output,
+    persist,
+    window,
+)
+from goka.errors import ProcessingError
+from goka.group.context import Context
+from goka.group.effects import Message
+from goka.group.engine import Engine
+from goka.group.graph import with_concurrency
+
+
+def msg(offset: int, key: str) -> Message:
+    return ("in", offset, key.encode(), str(offset).encode(), 1_700_000_000_000, None)
+
+
+class InFlight:
+    """Counts the callbacks running at once (from any thread)."""
+
+    def __init__(self) -> None:
+        self.now = self.most = 0
+        self.lock = threading.Lock()
+
+    def enter(self) -> None:
+        with self.lock:
+            self.now += 1
+            self.most = max(self.most, self.now)
+
+    def leave(self) -> None:
+        with self.lock:
+            self.now -= 1
+
+
+def _apply(ctx: Context[int], value: str) -> None:
+    """What every variant does once its wait is over: count, emit what it saw, fail some."""
+    seen = ctx.value() or 0
+    ctx.set_value(seen + 1)
+    ctx.emit("out", ctx.key, f"{value}:{seen}")
+    if int(value) % 7 == 3:
+        raise RuntimeError(f"record {value} fails")
+
+
+def graph_of(callback: Callable[..., Any], concurrency: int) -> Any:
+    return define_group("conc", input("in", StringCodec(), callback), persist(Int64Codec()),
+                        output("out", StringCodec()), concurrency=concurrency)  # fmt: skip
+
+
+def reference(messages: list[Message], on_error: str) -> Any:
+    """One record at a time with a plain callback: what concurrency must not change."""
+    return Engine(graph_of(_apply, 1), 0, store={}.get, on_error=on_error).process(messages)  # type: ignore[arg-type]
+
+
+def _messages(seed: int, count: int = 300) -> list[Message]:
+    rng = random.Random(seed)
+    keys = ["hot"] * 6 + [f"k{i}" for i in range(30)]
+    return [msg(offset, rng.choice(keys)) for offset in range(count)]
+
+
+def _same(result: Any, expected: Any) -> None:
+    assert [e[:4] for e in result.effects] == [e[:4] for e in expected.effects]
+    assert [(e.offset, e.key, str(e.__cause__)) for e, _ in result.failed] == [
+        (e.offset, e.key, str(e.__cause__)) for e, _ in expected.failed
+    ]  # (each failure names its own callback)
+
+
+@pytest.mark.parametrize("concurrency", [2, 16, 64])
+@pytest.mark.parametrize("on_error", ["skip", "dead_letter"])
+def test_async_records_in_flight_give_what_one_at_a_time_gives(concurrency: int,
+                                                               on_error: str) -> None:  # fmt: skip
+    rng, flight = random.Random(concurrency), InFlight()
+
+    async def awaits(ctx: Context[int], value: str) -> None:
+        flight.enter()
+        try:
+            await asyncio.sleep(rng.random() / 1000)  # (completions in another order)
+        finally:
+            flight.leave()
+        _apply(ctx, value)
+
+    messages = _messages(concurrency)
+    engine = Engine(graph_of(awaits, concurrency), 0, store={}.get, on_error=on_error)  # type: ignore[arg-type]
+    result = engine.process(messages)
+    _same(result, reference(messages, on_error))
+    assert 1 < flight.most <= concurrency
+    assert result.failed  # (the check above compared skipped records too)
+
+
+def test_plain_callbacks_run_on_threads_in_key_order() -> None:
+    flight = InFlight()
+
+    def blocks(ctx: Context[int], value: str) -> None:
+        flight.enter()
+        try:
+            time.sleep(0.001)  # (a blocking client)
+        finally:
+            flight.leave()
+        _apply(ctx, value)
+
+    messages = _messages(5, count=200)
+    result = Engine(graph_of(blocks, 8), 0, store={}.get, on_error="skip").process(messages)
+    _same(result, reference(messages, "skip"))
+    assert 1 < flight.most <= 8
+
+
+def test_an_async_callback_without_concurrency_runs_one_record_at_a_time() -> None:
+    flight = InFlight()
+
+    async def awaits(ctx: Context[int], value: str) -> None:
+        flight.enter()
+        await asyncio.sleep(0)
+        flight.leave()
+        _apply(ctx, value)
+
+    messages = _messages(7, count=50)
+    result = Engine(graph_of(awaits, 1), 0, store={}.get, on_error="skip").process(messages)
+    _same(result, reference(messages, "skip"))
+    assert flight.most == 1
+
+
+def test_under_fail_the_first_failed_record_is_raised_and_nothing_is_left_running() -> None:
+    started = threading.active_count()
+    cancelled: list[int] = []
+
+    async def awaits(ctx: Context[int], value: str) -> None:
+        try:
+            await asyncio.sleep(0.05 if int(value) > 3 else 0)
+        except asyncio.CancelledError:
+            cancelled.append(int(value))
+            raise
+        _apply(ctx, value)
+
+    engine = Engine(graph_of(awaits, 8), 0, store={}.get)
+    with pytest.raises(ProcessingError, match="record 3 fails") as info:
+        engine.process([msg(offset, f"k{offset}") for offset in range(12)])
+    assert info.value.offset == 3
+    assert cancelled  # the records still waiting were cancelled, not left running
+    assert threading.active_count() == started
+
+
+def test_a_call_from_a_running_event_loop_works() -> None:
+    async def awaits(ctx: Context[int], value: str) -> None:
+        await asyncio.sleep(0)
+        _apply(ctx, value)
+
+    messages = _messages(9, count=40)
+
+    async def caller() -> Any:  # (a user's async test driving an engine, or the tester)
+        return Engine(graph_of(awaits, 4), 0, store={}.get, on_error="skip").process(messages)
+
+    _same(asyncio.run(caller()), reference(messages, "skip"))
+
+
+@pytest.mark.parametrize("concurrency", [0, -1, 1.5, True, "4", None])
+def test_concurrency_is_a_whole_number_of_at_least_one(concurrency: object) -> None:
+    with pytest.raises(GraphError, match="concurrency must be a whole number of at least 1"):
+        graph_of(_apply, concurrency)  # type: ignore[arg-type]
+
+
+def test_groups_that_keep_time_run_one_plain_callback_at_a_time_for_now() -> None:
+    async def awaits(ctx: Context[int], value: str) -> None:
+        pass
+
+    timed = (persist(Int64Codec()), window("w", Hopping(60_000, 10_000), Int64Codec()))
+    with pytest.raises(GraphError, match="keeps time .* concurrency above 1 is not available"):
+        define_group("t", input("in", StringCodec(), _apply), *timed, concurrency=2)
+    with pytest.raises(GraphError, match="callback .*awaits of input edge in is async"):
+        define_group("t", input("in", StringCodec(), awaits), *timed)
+    with pytest.raises(GraphError, match="reads event times"):
+        define_group("t", input("in", StringCodec(), _apply, event_time=lambda v: 0),
+                     concurrency=2)  # fmt: skip
+
+
+def test_the_command_line_s_concurrency_is_checked_as_the_graph_s() -> None:
+    graph = graph_of(_apply, 1)
+    assert with_concurrency(graph, 32).concurrency == 32
+    assert graph.concurrency == 1  # (a new graph: graphs are immutable)
+    with pytest.raises(GraphError, match="concurrency must be a whole number"):
+        with_concurrency(graph, 0)
+    timed = define_group("t", input("in", StringCodec(), _apply), persist(Int64Codec()),
+                         window("w", Hopping(60_000, 10_000), Int64Codec()))  # fmt: skip
+    with pytest.raises(GraphError, match="concurrency above 1 is not available"):
+        with_concurrency(timed, 8)
