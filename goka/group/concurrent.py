@@ -4,9 +4,9 @@ A callback that waits on the network (an HTTP service, a database) holds its par
 when records run one at a time. With ``define_group(..., concurrency=N)`` the engine runs up
 to N records of the messages it is given at once, as :class:`~goka.group.key_order.KeyOrder`
 allows: a record starts once every earlier record of its key has finished (so it sees their
-state), a busy key holds back only its own records. ``async def`` callbacks are awaited on an
-event loop of the call; plain ones run on a pool of N threads (at concurrency 1, in the
-loop's thread).
+state), a busy key holds back only its own records. ``async def`` callbacks are awaited on the
+process's callback loop (a thread of its own, so asyncio clients may be kept from call to
+call); plain ones run on a pool of N threads (at concurrency 1, in the loop's thread).
 
 What comes out is what running the records one at a time in offset order would give, per
 key: each record has a context of its own, and the effects of a record (state, emits,
@@ -42,12 +42,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from goka.errors import GraphError
-from goka.group.edges import callable_name
+from goka.group.edges import awaited, callable_name
 from goka.group.effects import MISSING, NOT_SAVED, BatchResult, Message
 from goka.group.key_order import KeyOrder
 from goka.keys import decode_text
 
-__all__ = ["Records", "check_awaited", "check_concurrency", "run_concurrently"]
+__all__ = [
+    "Records", "await_on_loop", "awaited_now", "callback_loop", "check_awaited",
+    "check_concurrency", "run_concurrently",
+]  # fmt: skip
 
 
 def check_concurrency(group: str, concurrency: object) -> int:
@@ -79,7 +82,7 @@ def check_awaited(group: str, concurrency: int, timed: bool, custom: Sequence[st
         raise GraphError(f"group {group!r} {what}: concurrency above 1 is not available "
                          f"for it yet, got {concurrency}")  # fmt: skip
     for kind, topic, callback in callbacks:
-        if inspect.iscoroutinefunction(callback):
+        if awaited(callback):
             raise GraphError(f"group {group!r} {what}: callback {callable_name(callback)} of "
                              f"{kind} edge {topic} is async; use a def (async callbacks are "
                              "not available for such a group yet)")  # fmt: skip
@@ -89,8 +92,9 @@ def check_awaited(group: str, concurrency: int, timed: bool, custom: Sequence[st
 class Records:
     """What :func:`run_concurrently` uses of an engine: its group's ``concurrency``, its
     context (copied for each record), the batch's state ``cache`` and ``effects``, its
-    ``routes`` (``(decode, callback)`` by topic), its ``nil_handling`` and its ``failed``
-    (a record's failure under the policy: ``failed(exc, message, mark, result, context=)``)."""
+    ``routes`` (``(decode, callback)`` by topic), its ``nil_handling``, its ``failed`` (a
+    record's failure under the policy: ``failed(exc, message, mark, result, context=)``) and
+    its ``fatal`` (does a failure end the call: no record after it starts)."""
 
     concurrency: int
     context: Any
@@ -99,6 +103,7 @@ class Records:
     routes: Mapping[str, tuple[Callable[[bytes], Any], Callable[..., Any]]]
     nil_handling: str
     failed: Callable[..., None]
+    fatal: Callable[[Exception], bool]
 
 
 def run_concurrently(engine: Records, messages: Sequence[Message], result: BatchResult) -> None:
@@ -106,29 +111,66 @@ def run_concurrently(engine: Records, messages: Sequence[Message], result: Batch
     (see the module docstring); their effects go to ``engine.effects`` in offset order, the
     records skipped to ``result.failed``.
 
+    The records are awaited on the process's callback loop (:func:`callback_loop`), which
+    outlives the call: an asyncio client made by a callback may be kept for the next ones.
+    The calling thread waits (a callback must not wait on an event loop it runs).
+
     Raises:
         ProcessingError: as :meth:`Engine.process <goka.group.engine.Engine.process>`.
     """
-    work = _Call(engine, messages, result)
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:  # (the common case: no loop runs in this thread)
-        asyncio.run(work.run())
-        return
-    # called from a coroutine (a user's async test driving the tester): a thread of its own
-    failure: list[BaseException] = []
+    await_on_loop(_Call(engine, messages, result).run())
 
-    def run() -> None:
+
+def awaited_now(returned: Any) -> None:
+    """What a callback returned, if it can be awaited (a ``def`` returning a coroutine, as a
+    decorator's wrapper does): awaited on the callback loop, the caller waiting; else
+    ignored."""
+    if inspect.isawaitable(returned):
+        await_on_loop(returned)
+
+
+def await_on_loop(awaitable: Any) -> Any:
+    """Await ``awaitable`` on :func:`callback_loop`, the calling thread waiting; its result.
+
+    Raises:
+        BaseException: what it raised (a ``KeyboardInterrupt`` or ``SystemExit`` too).
+    """
+
+    async def carried() -> Any:
         try:
-            asyncio.run(work.run())
-        except BaseException as exc:  # (raised in the caller's thread below)
-            failure.append(exc)
+            return await awaitable
+        except (KeyboardInterrupt, SystemExit) as exc:
+            raise _Escaped(exc) from exc
 
-    thread = threading.Thread(target=run, name="goka-concurrent")
-    thread.start()
-    thread.join()
-    if failure:
-        raise failure[0]
+    try:
+        return asyncio.run_coroutine_threadsafe(carried(), callback_loop()).result()
+    except _Escaped as escaped:
+        raise escaped.inner from None
+
+
+_loop: asyncio.AbstractEventLoop | None = None
+_loop_lock = threading.Lock()
+
+
+def callback_loop() -> asyncio.AbstractEventLoop:
+    """The process's event loop of callbacks, on a daemon thread of its own (started once):
+    every engine's records in flight are awaited there, call after call."""
+    global _loop
+    with _loop_lock:
+        if _loop is None:
+            loop = asyncio.new_event_loop()
+            threading.Thread(target=loop.run_forever, name="goka-callbacks", daemon=True).start()
+            _loop = loop
+        return _loop
+
+
+class _Escaped(Exception):
+    """A callback's ``BaseException`` (not an ``Exception``) carried out of the loop, which
+    it would stop."""
+
+    def __init__(self, inner: BaseException) -> None:
+        super().__init__(repr(inner))
+        self.inner = inner
 
 
 class _Call:
@@ -145,15 +187,16 @@ class _Call:
     async def run(self) -> None:
         engine, order = self.engine, self.order
         plain = engine.concurrency > 1 and not all(
-            inspect.iscoroutinefunction(c) for _, c in engine.routes.values()
+            awaited(c) for _, c in engine.routes.values()
         )  # fmt: skip
         pool = ThreadPoolExecutor(engine.concurrency, "goka-callback") if plain else None
         running: dict[asyncio.Task[None], int] = {}
         contexts: dict[int, Any] = {}
         failures: dict[int, Exception] = {}
+        halt: int | None = None  # the first record whose failure ends the call (none start after)
         try:
             while not order.idle:
-                for number in order.start():
+                for number in order.start(before=halt):
                     ctx = contexts[number] = self._context(self.messages[number])
                     task = asyncio.create_task(self._call(ctx, self.messages[number], pool))
                     running[task] = number
@@ -162,9 +205,11 @@ class _Call:
                     number = running.pop(task)
                     failure = task.exception()
                     if failure is not None:
-                        if not isinstance(failure, Exception):
+                        if not isinstance(failure, Exception) or isinstance(failure, _Escaped):
                             raise failure
                         failures[number] = failure
+                        if engine.fatal(failure) and (halt is None or number < halt):
+                            halt = number
                         self._undo(contexts[number])  # (before the key's next record starts)
                     order.finish(number)
                 for number in order.release():
@@ -193,16 +238,22 @@ class _Call:
         return ctx
 
     async def _call(self, ctx: Any, message: Message, pool: ThreadPoolExecutor | None) -> None:
-        decode, callback = self.engine.routes[message[0]]
-        raw = message[3]
-        nil = self.engine.nil_handling
-        value = decode(raw) if raw is not None else (None if nil == "process" else decode(b""))
-        if inspect.iscoroutinefunction(callback):
-            await callback(ctx, value)
-        elif pool is not None:
-            await asyncio.get_running_loop().run_in_executor(pool, callback, ctx, value)
-        else:
-            callback(ctx, value)
+        """Decode the record and run its callback: awaited if async (or if what it returns
+        can be awaited), on the pool if plain and there is one."""
+        try:
+            decode, callback = self.engine.routes[message[0]]
+            raw = message[3]
+            nil = self.engine.nil_handling
+            value = decode(raw) if raw is not None else (None if nil == "process" else decode(b""))
+            if pool is not None and not awaited(callback):
+                returned = await asyncio.get_running_loop().run_in_executor(
+                    pool, callback, ctx, value)  # fmt: skip
+            else:
+                returned = callback(ctx, value)
+            if inspect.isawaitable(returned):
+                await returned
+        except (KeyboardInterrupt, SystemExit) as exc:
+            raise _Escaped(exc) from exc
 
     def _undo(self, ctx: Any) -> None:
         """Restore the state a failed record changed (the skip and dead-letter policies), once:

@@ -319,7 +319,7 @@ def check_callback(where: str, callback: object, names: tuple[str, ...] = ("ctx"
     one, or, if ``awaitable``, also an ``async def``)."""
     if not callable(callback):
         raise GraphError(f"{where}: callback must be callable, got {callback!r}")
-    if inspect.iscoroutinefunction(callback) and not awaitable:
+    if awaited(callback) and not awaitable:
         raise GraphError(f"{where}: callback {callable_name(callback)} is async; use a def")
     try:
         inspect.signature(callback).bind(*([None] * len(names)))
@@ -329,6 +329,13 @@ def check_callback(where: str, callback: object, names: tuple[str, ...] = ("ctx"
         ) from None
     except ValueError:  # builtins without signatures: accept, they fail loudly when called
         pass
+
+
+def awaited(callback: object) -> bool:
+    """Is ``callback`` an ``async def`` (or an object whose ``__call__`` is)?"""
+    if inspect.iscoroutinefunction(callback):
+        return True
+    return inspect.iscoroutinefunction(inspect.getattr_static(type(callback), "__call__", None))
 
 
 def callable_name(callback: object) -> str:

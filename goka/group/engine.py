@@ -9,7 +9,6 @@ drivers share this code, so they cannot drift apart.
 from __future__ import annotations
 
 import gc
-import inspect
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from time import time_ns
@@ -23,8 +22,9 @@ from goka.errors import (
     ProcessingError,
     StorageError,
 )
-from goka.group.concurrent import Records, run_concurrently
+from goka.group.concurrent import Records, awaited_now, run_concurrently
 from goka.group.context import Context
+from goka.group.edges import awaited
 from goka.group.effects import MISSING, NOT_SAVED, BatchResult, Effect, Message
 from goka.group.firing import TimedProcessing
 from goka.group.graph import Callback, Edge, GroupGraph
@@ -131,7 +131,7 @@ class Engine(TimedProcessing):
             self._codecs[graph.loop_topic] = graph.loop.codec
         #: records in flight together, or async callbacks (goka.group.concurrent)
         self._concurrent = graph.concurrency > 1 or any(
-            inspect.iscoroutinefunction(c) for _, c in self._routes.values()
+            awaited(c) for _, c in self._routes.values()
         )  # fmt: skip
         self.time: PartitionTime | None = None
         if graph.timed:
@@ -176,7 +176,8 @@ class Engine(TimedProcessing):
         result = BatchResult(self.effects, processed=len(messages), consumed=len(messages))
         if self.time is not None:  # the sections as committed now (after the last batch)
             self.time.begin(self.effects)
-        pause_gc = self.pause_gc and gc.isenabled()
+        pause_gc = self.pause_gc and gc.isenabled() and not self._concurrent  # (it would pause
+        # every thread's collection while records wait on the network)
         if pause_gc:
             gc.disable()
         try:
@@ -187,7 +188,7 @@ class Engine(TimedProcessing):
             elif self._concurrent:
                 run_concurrently(Records(self.graph.concurrency, self.context, self.cache,
                                          self.effects, self._routes, self.nil_handling,
-                                         self._failed), messages, result)  # fmt: skip
+                                         self._failed, self._fatal), messages, result)  # fmt: skip
             elif self.on_error == "fail":
                 self._process(messages, result)
             else:
@@ -257,9 +258,11 @@ class Engine(TimedProcessing):
                 ctx.key = text(raw_key) if raw_key is not None else ""
                 decode, callback = routes[message[0]]
                 if raw_value is not None:
-                    callback(ctx, decode(raw_value))
+                    out = callback(ctx, decode(raw_value))
                 else:
-                    callback(ctx, None if nil == "process" else decode(b""))
+                    out = callback(ctx, None if nil == "process" else decode(b""))
+                if out is not None:  # (a def that returned a coroutine: awaited)
+                    awaited_now(out)
             except Exception as exc:
                 self._failed(exc, message, 0, result)
 
@@ -277,9 +280,11 @@ class Engine(TimedProcessing):
                 ctx.key = text(raw_key) if raw_key is not None else ""
                 decode, callback = routes[message[0]]
                 if raw_value is not None:
-                    callback(ctx, decode(raw_value))
+                    out = callback(ctx, decode(raw_value))
                 else:
-                    callback(ctx, None if nil == "process" else decode(b""))
+                    out = callback(ctx, None if nil == "process" else decode(b""))
+                if out is not None:  # (a def that returned a coroutine: awaited)
+                    awaited_now(out)
             except Exception as exc:
                 self._failed(exc, message, mark, result)
 
@@ -297,13 +302,18 @@ class Engine(TimedProcessing):
             group=self.graph.group, topic=message[0], partition=self.partition,
             offset=message[1], key=None if message[2] is None else key_str(message[2]),
         )  # fmt: skip
-        if isinstance(exc, Abort) or self.on_error == "fail":
+        if self._fatal(exc):
             raise error from (exc.__cause__ if isinstance(exc, Abort) else exc)
         error.__cause__ = exc
         del self.effects[mark:]
         if ctx._saved is not NOT_SAVED:
             _restore(self.cache, ctx.key, ctx._saved)
         result.failed.append((error, message))
+
+    def _fatal(self, exc: Exception) -> bool:
+        """Does ``exc`` end the call (``ctx.fail()``, a store's failure, the ``fail`` policy)
+        rather than skip its record?"""
+        return isinstance(exc, Abort | StorageError) or self.on_error == "fail"
 
     def _describe(self, exc: Exception, message: Message) -> str:
         """Say where ``message`` failed, replaying its (deterministic) decoding to find out."""

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from goka.errors import ProcessingError
+from goka.group.concurrent import awaited_now
 from goka.group.effects import FINAL, NOT_SAVED, TABLE, BatchResult, Effect, Message
 from goka.keys import decode_text, key_bytes, key_str
 from goka.time.event_time import iso_ms
@@ -155,7 +156,9 @@ class TimedProcessing:
                 ctx._value = value
                 if time is not None and at > time.stream_time:
                     time.stream_time = at
-                callback(ctx, value)
+                out = callback(ctx, value)
+                if out is not None:  # (a def that returned a coroutine: awaited)
+                    awaited_now(out)
             except Exception as exc:
                 if time is not None:
                     time.rollback()

@@ -73,10 +73,15 @@ class KeyOrder:
         self._next += 1
         return number
 
-    def start(self) -> list[int]:
-        """The records that may start now, oldest first (each is then in flight)."""
+    def start(self, before: int | None = None) -> list[int]:
+        """The records that may start now, oldest first (each is then in flight); only those
+        numbered below ``before`` if given (a failure ends the call there)."""
         started = []
-        while self._ready and len(self._running) < self.limit:
+        while (
+            self._ready
+            and len(self._running) < self.limit
+            and (before is None or self._ready[0] < before)
+        ):
             number = heapq.heappop(self._ready)
             self._running.add(number)
             started.append(number)
