@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import inspect
+import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -148,20 +149,21 @@ def await_on_loop(awaitable: Any) -> Any:
         raise escaped.inner from None
 
 
-_loop: asyncio.AbstractEventLoop | None = None
+_loop: tuple[int, asyncio.AbstractEventLoop] | None = None  # (the process that runs it)
 _loop_lock = threading.Lock()
 
 
 def callback_loop() -> asyncio.AbstractEventLoop:
-    """The process's event loop of callbacks, on a daemon thread of its own (started once):
-    every engine's records in flight are awaited there, call after call."""
+    """The process's event loop of callbacks, on a daemon thread of its own (started once,
+    and again in a forked child, which has the parent's loop but not its thread): every
+    engine's records in flight are awaited there, call after call."""
     global _loop
     with _loop_lock:
-        if _loop is None:
+        if _loop is None or _loop[0] != os.getpid():
             loop = asyncio.new_event_loop()
             threading.Thread(target=loop.run_forever, name="goka-callbacks", daemon=True).start()
-            _loop = loop
-        return _loop
+            _loop = (os.getpid(), loop)
+        return _loop[1]
 
 
 class _Escaped(Exception):

@@ -5,6 +5,7 @@ the same records skipped), with more than one and at most ``concurrency`` in fli
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
 import random
 import threading
 import time
@@ -296,3 +297,17 @@ def test_the_command_line_s_concurrency_is_checked_as_the_graph_s() -> None:
                          window("w", Hopping(60_000, 10_000), Int64Codec()))  # fmt: skip
     with pytest.raises(GraphError, match="concurrency above 1 is not available"):
         with_concurrency(timed, 8)
+
+
+def test_a_forked_child_runs_its_records_on_a_loop_of_its_own() -> None:
+    async def awaits(ctx: Context[int], value: str) -> None:
+        await asyncio.sleep(0)
+        _apply(ctx, value)
+
+    engine = Engine(graph_of(awaits, 4), 0, store={}.get, on_error="skip")
+    engine.process(_messages(1, 10))  # the parent's loop runs
+    child = multiprocessing.get_context("fork").Process(
+        target=lambda: engine.process(_messages(2, 10)))  # fmt: skip
+    child.start()
+    child.join(60)
+    assert child.exitcode == 0  # (not stuck on the parent's loop, whose thread it lacks)
