@@ -44,7 +44,7 @@ from typing import Any
 
 from goka.errors import GraphError
 from goka.group.edges import awaited, callable_name
-from goka.group.effects import MISSING, NOT_SAVED, BatchResult, Message
+from goka.group.effects import NOT_SAVED, BatchResult, Message, restore
 from goka.group.key_order import KeyOrder
 from goka.keys import decode_text
 
@@ -182,15 +182,16 @@ class _Call:
         self.engine, self.result = engine, result
         nil = engine.nil_handling
         self.messages = [m for m in messages if m[3] is not None or nil != "ignore"]
+        self.keys = [decode_text(m[2]) if m[2] is not None else "" for m in self.messages]
         self.order = KeyOrder(engine.concurrency)
-        for message in self.messages:
-            self.order.admit(decode_text(message[2]) if message[2] is not None else "")
+        for key in self.keys:
+            self.order.admit(key)
+        #: each input's callback: async (awaited on the loop) or plain
+        self.awaits = {topic: awaited(c) for topic, (_, c) in engine.routes.items()}
 
     async def run(self) -> None:
         engine, order = self.engine, self.order
-        plain = engine.concurrency > 1 and not all(
-            awaited(c) for _, c in engine.routes.values()
-        )  # fmt: skip
+        plain = engine.concurrency > 1 and not all(self.awaits.values())
         pool = ThreadPoolExecutor(engine.concurrency, "goka-callback") if plain else None
         running: dict[asyncio.Task[None], int] = {}
         contexts: dict[int, Any] = {}
@@ -199,7 +200,7 @@ class _Call:
         try:
             while not order.idle:
                 for number in order.start(before=halt):
-                    ctx = contexts[number] = self._context(self.messages[number])
+                    ctx = contexts[number] = self._context(number)
                     task = asyncio.create_task(self._call(ctx, self.messages[number], pool))
                     running[task] = number
                 done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
@@ -230,13 +231,12 @@ class _Call:
             if pool is not None:
                 pool.shutdown(wait=True, cancel_futures=True)
 
-    def _context(self, message: Message) -> Any:
-        """A context of the record's own: its message, key and effects (state is shared:
-        a key has one record in flight)."""
+    def _context(self, number: int) -> Any:
+        """A context of record ``number``'s own: its message, key and effects (state is
+        shared: a key has one record in flight)."""
         ctx = copy.copy(self.engine.context)
         ctx._bind(self.engine.cache, [])
-        ctx._message, ctx._saved = message, NOT_SAVED
-        ctx.key = decode_text(message[2]) if message[2] is not None else ""
+        ctx._message, ctx._saved, ctx.key = self.messages[number], NOT_SAVED, self.keys[number]
         return ctx
 
     async def _call(self, ctx: Any, message: Message, pool: ThreadPoolExecutor | None) -> None:
@@ -247,7 +247,7 @@ class _Call:
             raw = message[3]
             nil = self.engine.nil_handling
             value = decode(raw) if raw is not None else (None if nil == "process" else decode(b""))
-            if pool is not None and not awaited(callback):
+            if pool is not None and not self.awaits.get(message[0], True):
                 returned = await asyncio.get_running_loop().run_in_executor(
                     pool, callback, ctx, value)  # fmt: skip
             else:
@@ -260,9 +260,6 @@ class _Call:
     def _undo(self, ctx: Any) -> None:
         """Restore the state a failed record changed (the skip and dead-letter policies), once:
         its key's next record may change it after this."""
-        saved, cache = ctx._saved, self.engine.cache
-        if saved is MISSING:
-            cache.pop(ctx.key, None)
-        elif saved is not NOT_SAVED:
-            cache[ctx.key] = saved
+        if ctx._saved is not NOT_SAVED:
+            restore(self.engine.cache, ctx.key, ctx._saved)
         ctx._saved = NOT_SAVED

@@ -17,7 +17,7 @@ from goka.errors import ProcessingError
 
 __all__ = [
     "EMIT", "FINAL", "LOOP", "MISSING", "NOT_SAVED", "TABLE", "TIMER", "WINDOW", "BatchResult",
-    "Effect", "Headers", "Message",
+    "Effect", "Headers", "Message", "restore",
 ]  # fmt: skip
 
 #: Headers of a message, as a list of (name, value) pairs; emit() also takes a dict.
@@ -26,6 +26,16 @@ Headers = list[tuple[str, bytes]]
 #: A key the state cache does not hold; a message whose callback saved nothing.
 MISSING: Any = object()
 NOT_SAVED: Any = object()
+
+
+def restore(cache: dict[str, Any], key: str, saved: Any) -> None:
+    """Put back the state ``key`` had before a failed message changed it (``saved``:
+    ``MISSING`` if the cache held none)."""
+    if saved is MISSING:
+        cache.pop(key, None)
+    else:
+        cache[key] = saved
+
 
 #: Kinds of effects (see the module docstring).
 TABLE, EMIT, LOOP, TIMER, WINDOW, FINAL = 0, 1, 2, 3, 4, 5

@@ -25,7 +25,7 @@ from goka.errors import (
 from goka.group.concurrent import Records, awaited_now, run_concurrently
 from goka.group.context import Context
 from goka.group.edges import awaited
-from goka.group.effects import MISSING, NOT_SAVED, BatchResult, Effect, Message
+from goka.group.effects import NOT_SAVED, BatchResult, Effect, Message, restore
 from goka.group.firing import TimedProcessing
 from goka.group.graph import Callback, Edge, GroupGraph
 from goka.keys import decode_text, key_str
@@ -307,7 +307,7 @@ class Engine(TimedProcessing):
         error.__cause__ = exc
         del self.effects[mark:]
         if ctx._saved is not NOT_SAVED:
-            _restore(self.cache, ctx.key, ctx._saved)
+            restore(self.cache, ctx.key, ctx._saved)
         result.failed.append((error, message))
 
     def _fatal(self, exc: Exception) -> bool:
@@ -363,10 +363,3 @@ def _wall_ms() -> int:
 def _route(edge: Edge) -> tuple[Callable[[bytes], Any], Callback]:
     assert edge.callback is not None  # define_group checked it
     return getattr(edge.codec, "fast_decode", edge.codec.decode), edge.callback
-
-
-def _restore(mapping: dict[str, Any], key: str, previous: Any) -> None:
-    if previous is MISSING:
-        mapping.pop(key, None)
-    else:
-        mapping[key] = previous
