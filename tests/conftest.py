@@ -27,6 +27,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      "sequences")  # fmt: skip
     parser.addoption("--crash-seed", type=int, default=1,
                      help="seed of the first sequence of the crash series")  # fmt: skip
+    parser.addoption("--crash-concurrency", type=int, default=1,
+                     help="the concurrency of the crash series' group (its count awaits at "
+                     "random above 1)")  # fmt: skip
 
 
 #: The tests that play ``--crash-sequences``.

@@ -8,6 +8,7 @@ process of its session: driver, JVM, Python daemon and workers) at a named point
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import os
 import random
@@ -43,6 +44,16 @@ def count_and_tell(seen: str, ctx: Context[int], page: Any) -> None:
     """Count the click, and say which record it was on ``seen`` (an output per record: what
     a crash repeats, or, under exactly-once, does not)."""
     ctx.set_value((ctx.value() or 0) + 1)
+    ctx.emit(seen, ctx.key, f"{ctx.partition} {ctx.offset}")
+
+
+async def count_and_tell_later(seen: str, ctx: Context[int], page: Any) -> None:
+    """:func:`count_and_tell` for a group with ``concurrency``: it reads the key's count,
+    awaits a random few milliseconds (records finish out of offset order, and a count read
+    before another record of the key finished would be written back short), then counts."""
+    count = ctx.value() or 0
+    await asyncio.sleep(random.random() * 0.004)
+    ctx.set_value(count + 1)
     ctx.emit(seen, ctx.key, f"{ctx.partition} {ctx.offset}")
 
 

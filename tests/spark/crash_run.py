@@ -8,6 +8,7 @@ as one JSON line when it ends.
     python -m tests.spark.crash_run BROKERS TOPIC GROUP STATE CHECKPOINT [--mode MODE]
         [--max-offsets N] [--epoch S] [--trigger S] [--commit-interval S]
         [--snapshot-interval S] [--guarantee G] [--tell TOPIC] [--transaction-timeout-ms MS]
+        [--concurrency N]
         [--kill POINT --nth N --marker FILE]
 """
 
@@ -22,7 +23,7 @@ import signal
 from examples.click_count.group import count
 from goka import Int64Codec, StringCodec, define_group, input, output, persist
 from goka.spark import Processor
-from tests.spark.crash import POINTS, Kill, builders, count_and_tell
+from tests.spark.crash import POINTS, Kill, builders, count_and_tell, count_and_tell_later
 
 
 def main() -> None:
@@ -39,6 +40,12 @@ def main() -> None:
     parser.add_argument("--guarantee", default="at-least-once")
     parser.add_argument("--tell", default="", help="emit each click's place to this topic")
     parser.add_argument("--transaction-timeout-ms", type=int, default=None)
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        default=1,
+        help="records of a partition in flight (the count awaits at random)",
+    )
     parser.add_argument("--log-level", default=None, help="of the driver and the workers")
     parser.add_argument("--kill", choices=POINTS)
     parser.add_argument("--nth", type=int, default=1)
@@ -48,9 +55,10 @@ def main() -> None:
         logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: "
                             "%(message)s")  # fmt: skip
     told = [output(args.tell, StringCodec())] if args.tell else []
-    callback = functools.partial(count_and_tell, args.tell) if args.tell else count
+    tell = count_and_tell_later if args.concurrency > 1 else count_and_tell
+    callback = functools.partial(tell, args.tell) if args.tell else count
     graph = define_group(args.group, input(args.topic, StringCodec(), callback),
-                         persist(Int64Codec()), *told)  # fmt: skip
+                         persist(Int64Codec()), *told, concurrency=args.concurrency)  # fmt: skip
     kill = Kill(args.kill, args.nth, args.marker) if args.kill else None
     processor = Processor(
         graph, args.brokers, state_dir=args.state, checkpoint_dir=args.checkpoint,

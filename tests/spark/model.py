@@ -119,18 +119,21 @@ class Sequence:
     live: int  # clicks per second while the killed runs run (0: none)
     runs: tuple[Run, ...]
     guarantee: str = "at-least-once"
+    concurrency: int = 1  # records of a partition in flight (above 1: the count awaits)
 
     def describe(self) -> str:
         flow = f", {self.live}/s live" if self.live else ""
-        return (f"seed {self.seed}: {self.guarantee}, {self.partitions} partitions, "
+        many = f", concurrency {self.concurrency}" if self.concurrency > 1 else ""
+        return (f"seed {self.seed}: {self.guarantee}{many}, {self.partitions} partitions, "
                 f"{self.backlog} clicks of {self.users} users{flow}")  # fmt: skip
 
 
 def generate(seed: int, first_kills: tuple[str, ...] = (), *, most_kills: int = 3,
-             guarantee: str | None = None) -> Sequence:  # fmt: skip
+             guarantee: str | None = None, concurrency: int = 1) -> Sequence:  # fmt: skip
     """A random sequence (see the module docstring) of one to ``most_kills`` killed runs, and
     one more before a kill during a restore; ``first_kills`` fix where its first runs are
-    killed and ``guarantee`` its guarantee (a short series covers the kill points this way)."""
+    killed and ``guarantee`` its guarantee (a short series covers the kill points this way);
+    ``concurrency`` is the group's."""
     rng = random.Random(seed)
     partitions, backlog = rng.choice((2, 3)), rng.randint(800, 3000)
     users, live = rng.randint(50, 300), rng.choice((0, 0, 150, 300))
@@ -149,7 +152,7 @@ def generate(seed: int, first_kills: tuple[str, ...] = (), *, most_kills: int = 
             runs.append(replace(upload, nth=rng.randint(4, 6)))
         runs.append(_run(rng, kill, runs[-1] if runs else None, backlog, live))
     runs.append(_run(rng, None, runs[-1], backlog, live))
-    return Sequence(seed, partitions, backlog, users, live, tuple(runs), guarantee)
+    return Sequence(seed, partitions, backlog, users, live, tuple(runs), guarantee, concurrency)
 
 
 def _run(rng: random.Random, kill: str | None, previous: Run | None, backlog: int,
@@ -260,7 +263,8 @@ class Player:
         return [sys.executable, "-m", "tests.spark.crash_run", self.brokers, self.topic,
                 self.group, str(self.state()), str(self.work / "checkpoint"), "--marker",
                 str(marker), "--guarantee", self.sequence.guarantee, "--tell",
-                told_topic(self.topic), *run.args()]  # fmt: skip
+                told_topic(self.topic), "--concurrency", str(self.sequence.concurrency),
+                *run.args()]  # fmt: skip
 
     def start(self, run: Run, number: int) -> tuple[subprocess.Popen[str], Path]:
         self.machine += run.new_machine
@@ -397,6 +401,24 @@ def untold(brokers: str, topic: str, partitions: int) -> str:
     return ", ".join(ranges)
 
 
+def out_of_order(brokers: str, topic: str, partitions: int) -> list[str]:
+    """The keys whose outputs on :func:`told_topic`, read committed, tell their input records
+    out of offset order: a key's records are told in its input order, each the first time
+    (an at-least-once replay tells some again, after them)."""
+    wrong: list[str] = []
+    for rows in topic_rows(brokers, told_topic(topic), partitions).values():
+        told_by_key: dict[bytes, list[tuple[int, int]]] = {}
+        for row in rows:
+            partition, offset = map(int, row[3].split())
+            places = told_by_key.setdefault(row[2], [])
+            if (partition, offset) not in places:
+                places.append((partition, offset))
+        for key, places in told_by_key.items():
+            if places != sorted(places) or len({p for p, _ in places}) > 1:
+                wrong.append(f"{key.decode()}: told {places[:12]}")
+    return wrong
+
+
 def _runs(offsets: list[int]) -> list[tuple[int, int]]:
     """``offsets`` (ascending) as runs of consecutive ones: ``(first, last)``."""
     found: list[tuple[int, int]] = []
@@ -438,6 +460,9 @@ def play(sequence: Sequence, brokers: str, new_topic: Callable[..., str], work: 
     wrong = state.wrong(sent)
     if wrong_places:
         wrong.append(f"{wrong_places} input records told never, or not input records")
+    unordered = out_of_order(brokers, topic, sequence.partitions)
+    if unordered:
+        wrong.append(f"{len(unordered)} keys told out of their input order: {unordered[:3]}")
     if sequence.guarantee == "exactly-once" and outcome.duplicates:
         wrong.append(f"{outcome.duplicates} outputs repeated under exactly-once")
     assert not wrong, f"{outcome.line(sequence)}\n" + "\n".join(wrong)
