@@ -51,6 +51,7 @@ if TYPE_CHECKING:  # imported where first used (goka._lazy): one module does not
         Abort,
         BrokerError,
         BrokerNotFoundError,
+        CallbackTimeout,
         CodecError,
         ConfigurationError,
         ContextError,
@@ -93,6 +94,7 @@ if TYPE_CHECKING:  # imported where first used (goka._lazy): one module does not
         timers,
         window,
     )
+    from goka.group.retries import Retry
     from goka.keys import key_bytes, key_str
     from goka.time.open_windows import Windows
     from goka.time.rows import Timer
@@ -106,6 +108,7 @@ __all__ = [
     "BrokerNotFoundError",
     "BytesCodec",
     "Calendar",
+    "CallbackTimeout",
     "Codec",
     "CodecError",
     "ConfigurationError",
@@ -130,6 +133,7 @@ __all__ = [
     "ProcessingError",
     "ProcessorFailed",
     "ProtobufCodec",
+    "Retry",
     "Session",
     "SnapshotError",
     "StorageCorruptError",
@@ -185,6 +189,7 @@ __getattr__, __dir__ = lazy_exports(
         "goka.errors": (
             "Abort",
             "BrokerError",
+            "CallbackTimeout",
             "BrokerNotFoundError",
             "CodecError",
             "ConfigurationError",
@@ -210,6 +215,7 @@ __getattr__, __dir__ = lazy_exports(
             "ViewNotReadyError",
             "ViewUnreachableError",
         ),
+        "goka.group.retries": ("Retry",),
         "goka.group.graph": (
             "Group",
             "GroupGraph",

@@ -263,6 +263,11 @@ class ProcessorFailed(GokaError):
         self.cause = cause
 
 
+class CallbackTimeout(GokaError, TimeoutError):
+    """A callback's try took longer than its group's ``timeout`` and was cut (then tried
+    again as the group's ``retry`` says, else handled by the ``on_error`` policy)."""
+
+
 class StorageError(GokaError):
     """Local state storage failed, is corrupt, or belongs to another table."""
 

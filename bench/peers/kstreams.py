@@ -2,24 +2,22 @@
 ``org.apache.kafka:kafka-streams`` at the development broker's version) built once into a cache,
 and run as a child JVM on a topic of the broker.
 
-The build resolves the pom's dependencies with ``mvn dependency:copy-dependencies`` (no other
-Maven plugin is fetched) and compiles the source with ``javac``, into
-``$XDG_CACHE_HOME/goka-py/kstreams-peer/<hash of the sources>/``: later runs need neither Maven
-nor the network. What the program runs and prints is in its javadoc.
+It is built as :mod:`bench.peers.java` builds peers (into
+``$XDG_CACHE_HOME/goka-py/kstreams-peer/``). What the program runs and prints is in its
+javadoc.
 """
 
 from __future__ import annotations
 
-import hashlib
 import re
-import shutil
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from goka.dev.kafka import KAFKA_VERSION, cache_root, fill_cache, find_java
-from goka.errors import BrokerNotFoundError
+from bench.peers import java
+from bench.peers.java import PeerUnavailable
+from goka.dev.kafka import KAFKA_VERSION, find_java
 
 SOURCES = Path(__file__).resolve().parent / "kstreams"
 MAIN = "dev.goka.peers.KStreamsPeer"
@@ -28,21 +26,6 @@ _DROPPED = re.compile(r"Skipping record for expired window\. topic=\[(?P<topic>[
                       r"partition=\[(?P<partition>\d+)\] offset=\[(?P<offset>\d+)\] "
                       r"timestamp=\[(?P<timestamp>-?\d+)\] window=\[(?P<start>-?\d+),"
                       r"(?P<end>-?\d+)\)")  # fmt: skip
-
-
-class PeerUnavailable(RuntimeError):
-    """Kafka Streams cannot be built here: what is missing and what to install."""
-
-
-def _sources() -> list[Path]:
-    return sorted(p for p in SOURCES.rglob("*") if p.is_file())
-
-
-def _cache() -> Path:
-    digest = hashlib.sha256()
-    for path in _sources():
-        digest.update(str(path.relative_to(SOURCES)).encode() + b"\0" + path.read_bytes())
-    return cache_root() / "kstreams-peer" / digest.hexdigest()[:16]
 
 
 def version() -> str:
@@ -54,43 +37,18 @@ def version() -> str:
 
 
 def build() -> Path:
-    """The built peer's folder (``libs/``, ``classes/``), built if its sources changed.
+    """The built peer's folder (:func:`bench.peers.java.build`).
 
     Raises:
-        PeerUnavailable: no ``mvn`` or ``javac``, or Maven could not resolve the pom.
+        PeerUnavailable: no ``mvn`` or ``javac``, Maven could not resolve the pom, or the pom
+            names another Kafka version than the broker's.
     """
-    built = _cache()
-    if built.is_dir():
-        return built
     if version() != KAFKA_VERSION:
         raise PeerUnavailable(
             f"bench/peers/kstreams/pom.xml names kafka-streams {version()}, the broker is "
             f"{KAFKA_VERSION}: keep them equal"
         )
-    try:
-        java = Path(find_java())
-    except BrokerNotFoundError as missing:
-        raise PeerUnavailable(str(missing)) from missing
-    javac = java.with_name("javac") if java.with_name("javac").exists() else shutil.which("javac")
-    mvn = shutil.which("mvn")
-    if mvn is None or javac is None:
-        missing = "Maven (apt-get install maven)" if mvn is None else "a JDK's javac"
-        raise PeerUnavailable(f"building the Kafka Streams peer needs {missing}")
-
-    def make(work: Path) -> None:
-        fetch = [mvn, "-q", "-B", "-f", str(SOURCES / "pom.xml"), "dependency:copy-dependencies",
-                 f"-DoutputDirectory={work / 'libs'}", "-DincludeScope=runtime"]  # fmt: skip
-        compile_ = [str(javac), "-d", str(work / "classes"), "-cp", str(work / "libs" / "*"),
-                    *map(str, SOURCES.rglob("*.java"))]  # fmt: skip
-        for command in (fetch, compile_):
-            done = subprocess.run(command, capture_output=True, text=True, timeout=900,
-                                  check=False)  # fmt: skip
-            if done.returncode != 0:
-                tail = "\n".join((done.stdout + done.stderr).splitlines()[-25:])
-                raise PeerUnavailable(f"building the Kafka Streams peer failed "
-                                      f"({' '.join(command[:4])} ...):\n{tail}")  # fmt: skip
-
-    return fill_cache(built, make)
+    return java.build(SOURCES, "kstreams-peer", "the Kafka Streams peer")
 
 
 @dataclass(frozen=True)
@@ -142,7 +100,7 @@ def run(bootstrap: str, input: str, *, app: str, topology: str, expect: int,
                      "state": state, "topology": topology, "guarantee": guarantee,
                      "expect": expect, "timeout_s": int(timeout), **settings}  # fmt: skip
         command = [find_java(), "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
-                   "-cp", f"{built / 'classes'}:{built / 'libs' / '*'}", MAIN,
+                   "-cp", java.classpath(built), MAIN,
                    *(f"{k}={v}" for k, v in arguments.items())]  # fmt: skip
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout + 180,
                               check=False)  # fmt: skip

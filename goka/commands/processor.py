@@ -109,7 +109,8 @@ def _session(args: argparse.Namespace) -> Any:
 def _processors(args: argparse.Namespace) -> list[Any]:
     import os
 
-    from goka.group.graph import load_graph, with_concurrency
+    from goka.group.concurrent import with_concurrency
+    from goka.group.graph import load_graph
 
     specs = args.graphs or [s for s in os.environ.get("GOKA_GRAPHS", "").split(",") if s]
     if not specs:

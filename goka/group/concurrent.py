@@ -35,23 +35,27 @@ from __future__ import annotations
 import asyncio
 import copy
 import inspect
+import logging
 import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from goka.errors import GraphError
+from goka.errors import Abort, CallbackTimeout, GraphError, StorageError
 from goka.group.edges import awaited, callable_name
 from goka.group.effects import NOT_SAVED, BatchResult, Message, restore
 from goka.group.key_order import KeyOrder
+from goka.group.retries import Retry, Steps
 from goka.keys import decode_text
 
 __all__ = [
     "Records", "await_on_loop", "awaited_now", "callback_loop", "check_awaited",
-    "check_concurrency", "run_concurrently",
+    "check_concurrency", "run_concurrently", "with_concurrency",
 ]  # fmt: skip
+
+log = logging.getLogger(__name__)
 
 
 def check_concurrency(group: str, concurrency: object) -> int:
@@ -66,27 +70,44 @@ def check_concurrency(group: str, concurrency: object) -> int:
     return concurrency
 
 
-def check_awaited(group: str, concurrency: int, timed: bool, custom: Sequence[str],
-                  callbacks: Sequence[tuple[str, str, Any]]) -> None:  # fmt: skip
-    """A group that keeps time (``timed``) or reads event times (its inputs ``custom``) has
-    plain callbacks (``(edge kind, topic, callback)``) and concurrency 1: key-ordered
-    concurrency does not order its timers and windows yet.
+def check_awaited(graph: Any) -> None:
+    """A group (a :class:`~goka.group.graph.GroupGraph`) that keeps time or reads event times
+    has plain input and loop callbacks, concurrency 1, no ``retry`` and no ``timeout``:
+    key-ordered concurrency does not order its timers and windows yet.
 
     Raises:
         GraphError: it has not.
     """
-    if not (timed or custom):
+    custom = [t for t, e in graph.inputs.items() if getattr(e, "event_time", "record") != "record"]
+    if not (graph.timed or custom):
         return
-    what = "keeps time (windows, timers or a TTL)" if timed else (
-        f"reads event times (inputs {list(custom)})")  # fmt: skip
-    if concurrency > 1:
+    group = graph.group
+    what = "keeps time (windows, timers or a TTL)" if graph.timed else (
+        f"reads event times (inputs {custom})")  # fmt: skip
+    if graph.concurrency > 1:
         raise GraphError(f"group {group!r} {what}: concurrency above 1 is not available "
-                         f"for it yet, got {concurrency}")  # fmt: skip
-    for kind, topic, callback in callbacks:
-        if awaited(callback):
-            raise GraphError(f"group {group!r} {what}: callback {callable_name(callback)} of "
-                             f"{kind} edge {topic} is async; use a def (async callbacks are "
-                             "not available for such a group yet)")  # fmt: skip
+                         f"for it yet, got {graph.concurrency}")  # fmt: skip
+    for name in ("retry", "timeout"):
+        if getattr(graph, name) is not None:
+            raise GraphError(f"group {group!r} {what}: {name} is not available for it yet, "
+                             f"got {getattr(graph, name)!r}")  # fmt: skip
+    for edge in [*graph.inputs.values(), *([graph.loop] if graph.loop else [])]:
+        if awaited(edge.callback):
+            raise GraphError(f"group {group!r} {what}: callback {callable_name(edge.callback)} "
+                             f"of {edge.kind} edge {edge.topic} is async; use a def (async "
+                             "callbacks are not available for such a group yet)")  # fmt: skip
+
+
+def with_concurrency(graph: Any, concurrency: int) -> Any:
+    """``graph`` (a :class:`~goka.group.graph.GroupGraph`) with another ``concurrency``
+    (``goka processor run --concurrency``).
+
+    Raises:
+        GraphError: as :func:`~goka.group.graph.define_group` (rule 14).
+    """
+    changed = replace(graph, concurrency=check_concurrency(graph.group, concurrency))
+    check_awaited(changed)
+    return changed
 
 
 @dataclass(frozen=True)
@@ -94,8 +115,9 @@ class Records:
     """What :func:`run_concurrently` uses of an engine: its group's ``concurrency``, its
     context (copied for each record), the batch's state ``cache`` and ``effects``, its
     ``routes`` (``(decode, callback)`` by topic), its ``nil_handling``, its ``failed`` (a
-    record's failure under the policy: ``failed(exc, message, mark, result, context=)``) and
-    its ``fatal`` (does a failure end the call: no record after it starts)."""
+    record's failure under the policy: ``failed(exc, message, mark, result, context=)``), its
+    ``fatal`` (does a failure end the call: no record after it starts), and the group's
+    ``retry`` and ``timeout``."""
 
     concurrency: int
     context: Any
@@ -105,6 +127,9 @@ class Records:
     nil_handling: str
     failed: Callable[..., None]
     fatal: Callable[[Exception], bool]
+    retry: Retry | None = None
+    timeout: float | None = None
+    group: str = ""
 
 
 def run_concurrently(engine: Records, messages: Sequence[Message], result: BatchResult) -> None:
@@ -188,21 +213,24 @@ class _Call:
             self.order.admit(key)
         #: each input's callback: async (awaited on the loop) or plain
         self.awaits = {topic: awaited(c) for topic, (_, c) in engine.routes.items()}
+        self.contexts: dict[int, Any] = {}  # of the records in flight and finished, unreleased
 
     async def run(self) -> None:
         engine, order = self.engine, self.order
-        plain = engine.concurrency > 1 and not all(self.awaits.values())
+        # plain callbacks run on threads above concurrency 1, and wherever a timeout may cut
+        # them (the loop's own thread cannot be cut)
+        threads = engine.concurrency > 1 or engine.timeout is not None
+        plain = threads and not all(self.awaits.values())
         pool = ThreadPoolExecutor(engine.concurrency, "goka-callback") if plain else None
         running: dict[asyncio.Task[None], int] = {}
-        contexts: dict[int, Any] = {}
+        contexts = self.contexts
         failures: dict[int, Exception] = {}
         halt: int | None = None  # the first record whose failure ends the call (none start after)
         try:
             while not order.idle:
                 for number in order.start(before=halt):
-                    ctx = contexts[number] = self._context(number)
-                    task = asyncio.create_task(self._call(ctx, self.messages[number], pool))
-                    running[task] = number
+                    contexts[number] = self._context(number)
+                    running[asyncio.create_task(self._tries(number, pool))] = number
                 done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
                 for task in done:
                     number = running.pop(task)
@@ -228,8 +256,8 @@ class _Call:
                 task.cancel()
             if running:
                 await asyncio.gather(*running, return_exceptions=True)
-            if pool is not None:
-                pool.shutdown(wait=True, cancel_futures=True)
+            if pool is not None:  # (a thread a timeout cut is not waited for)
+                pool.shutdown(wait=engine.timeout is None, cancel_futures=True)
 
     def _context(self, number: int) -> Any:
         """A context of record ``number``'s own: its message, key and effects (state is
@@ -237,25 +265,90 @@ class _Call:
         ctx = copy.copy(self.engine.context)
         ctx._bind(self.engine.cache, [])
         ctx._message, ctx._saved, ctx.key = self.messages[number], NOT_SAVED, self.keys[number]
+        if self.engine.retry is not None:  # a try's changes are undone before the next try
+            ctx._undo = True
         return ctx
 
-    async def _call(self, ctx: Any, message: Message, pool: ThreadPoolExecutor | None) -> None:
+    async def _tries(self, number: int, pool: ThreadPoolExecutor | None) -> None:
+        """Run record ``number``'s callback, tried again as the group's ``retry`` says (each
+        try from the key's state before the record, with effects of its own)."""
+        retry, tries = self.engine.retry, 0
+        while True:
+            tries += 1
+            try:
+                await self._call(number, pool)
+                return
+            except _Escaped:
+                raise
+            except Exception as exc:
+                if (retry is None or tries >= retry.attempts or not isinstance(exc, retry.on)
+                        or isinstance(exc, Abort | StorageError)):  # fmt: skip
+                    raise
+                self._undo(self.contexts[number])
+                self.contexts[number] = self._context(number)
+                await asyncio.sleep(retry.delay(tries))
+
+    async def _call(self, number: int, pool: ThreadPoolExecutor | None) -> None:
         """Decode the record and run its callback: awaited if async (or if what it returns
-        can be awaited), on the pool if plain and there is one."""
+        can be awaited), on the pool if plain and there is one; cut by the timeout."""
+        ctx, message = self.contexts[number], self.messages[number]
+        timeout = self.engine.timeout
         try:
             decode, callback = self.engine.routes[message[0]]
             raw = message[3]
             nil = self.engine.nil_handling
             value = decode(raw) if raw is not None else (None if nil == "process" else decode(b""))
             if pool is not None and not self.awaits.get(message[0], True):
-                returned = await asyncio.get_running_loop().run_in_executor(
-                    pool, callback, ctx, value)  # fmt: skip
+                future = asyncio.get_running_loop().run_in_executor(pool, callback, ctx, value)
+                try:
+                    returned = await asyncio.wait_for(future, timeout)
+                except TimeoutError:
+                    ctx._bind({}, [])  # what the thread does from now on goes nowhere
+                    raise self._timed_out(number, callback) from None
+                if inspect.isawaitable(returned):
+                    await self._awaited(number, callback, returned)
             else:
-                returned = callback(ctx, value)
-            if inspect.isawaitable(returned):
-                await returned
+                await self._awaited(number, callback, callback(ctx, value))
         except (KeyboardInterrupt, SystemExit) as exc:
             raise _Escaped(exc) from exc
+
+    async def _awaited(self, number: int, callback: Any, returned: Any) -> None:
+        """Await what a callback returned (if it can be), each step timed, cut by the
+        timeout."""
+        if inspect.iscoroutine(returned):
+            returned = Steps(returned, lambda took: self._slow(number, callback, took))
+        elif not inspect.isawaitable(returned):
+            return
+        if self.engine.timeout is None:
+            await returned
+            return
+        try:
+            await asyncio.wait_for(returned, self.engine.timeout)
+        except TimeoutError:
+            raise self._timed_out(number, callback) from None
+
+    def _timed_out(self, number: int, callback: Any) -> CallbackTimeout:
+        topic, offset = self.messages[number][:2]
+        where = f"{topic}/{self.engine.context.partition}/{offset}"
+        return CallbackTimeout(
+            f"group {self.engine.group!r}: callback {callable_name(callback)} took longer than "
+            f"its timeout of {self.engine.timeout:g} s for the record at {where} (key "
+            f"{self.keys[number]!r}): cut")  # fmt: skip
+
+    def _slow(self, number: int, callback: Any, took: float) -> None:
+        """Warn, once per callback in this process, of a step that held the loop."""
+        name = callable_name(callback)
+        if name in _slow_warned:
+            return
+        _slow_warned.add(name)
+        message = self.messages[number]
+        log.warning(
+            "group %r: async callback %s ran %.3f s without awaiting, at key %r (%s/%s/%s): "
+            "every record in flight waited meanwhile. A blocking call inside an async def "
+            "(time.sleep, requests, a database driver without asyncio) holds the event loop: "
+            "await an asyncio client, or make the callback a def (run on a thread pool). "
+            "Warned once.", self.engine.group, name, took, self.keys[number], message[0],
+            self.engine.context.partition, message[1])  # fmt: skip
 
     def _undo(self, ctx: Any) -> None:
         """Restore the state a failed record changed (the skip and dead-letter policies), once:
@@ -263,3 +356,6 @@ class _Call:
         if ctx._saved is not NOT_SAVED:
             restore(self.engine.cache, ctx.key, ctx._saved)
         ctx._saved = NOT_SAVED
+
+
+_slow_warned: set[str] = set()

@@ -130,9 +130,9 @@ class Engine(TimedProcessing):
             self._routes[graph.loop_topic] = _route(graph.loop)
             self._codecs[graph.loop_topic] = graph.loop.codec
         #: records in flight together, or async callbacks (goka.group.concurrent)
-        self._concurrent = graph.concurrency > 1 or any(
-            awaited(c) for _, c in self._routes.values()
-        )  # fmt: skip
+        self._concurrent = (graph.concurrency > 1 or graph.retry is not None
+                            or graph.timeout is not None
+                            or any(awaited(c) for _, c in self._routes.values()))  # fmt: skip
         self.time: PartitionTime | None = None
         if graph.timed:
             windows = windows or {}
@@ -188,7 +188,9 @@ class Engine(TimedProcessing):
             elif self._concurrent:
                 run_concurrently(Records(self.graph.concurrency, self.context, self.cache,
                                          self.effects, self._routes, self.nil_handling,
-                                         self._failed, self._fatal), messages, result)  # fmt: skip
+                                         self._failed, self._fatal, self.graph.retry,
+                                         self.graph.timeout, self.graph.group),
+                                 messages, result)  # fmt: skip
             elif self.on_error == "fail":
                 self._process(messages, result)
             else:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import datetime as dt
 import importlib
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Literal
 
 from goka.errors import ConfigurationError, GraphError
@@ -41,6 +41,7 @@ from goka.group.edges import (
     timers,
     window,
 )
+from goka.group.retries import Retry, check_retry, check_timeout
 from goka.time.specs import duration_ms
 
 __all__ = [
@@ -92,6 +93,8 @@ class GroupGraph:
     timers: Edge | None = None
     max_future: int | None = DEFAULT_MAX_FUTURE
     concurrency: int = 1
+    retry: Retry | None = None
+    timeout: float | None = None  # a callback try's longest, in seconds
 
     @property
     def ttl(self) -> tuple[int, str] | None:
@@ -170,6 +173,8 @@ def define_group(
     nil_handling: NilHandling = "ignore",
     max_future: dt.timedelta | int | None = DEFAULT_MAX_FUTURE,
     concurrency: int = 1,
+    retry: Retry | None = None,
+    timeout: float | dt.timedelta | None = None,
 ) -> GroupGraph:
     """Declare and validate a processor group.
 
@@ -210,6 +215,13 @@ def define_group(
         concurrency; above 1, plain ones run on a pool of that many threads. Not yet for a
         group that keeps time (windows, timers, a TTL) or reads event times: there,
         callbacks are plain and concurrency is 1.
+    15. ``retry`` is None or a :class:`~goka.group.concurrent.Retry` (at least one attempt,
+        backoffs not negative, a multiplier of at least 1, ``on`` Exception classes): a
+        record whose callback fails is tried again, holding back only its key. ``timeout``
+        (None, or positive seconds or a timedelta) cuts a callback's try that takes longer
+        (an async one is cancelled; a plain one is left running on its thread, what it does
+        after the cut discarded) with :class:`~goka.errors.CallbackTimeout`. Neither is
+        available yet for a group that keeps time or reads event times.
 
     A record whose event time cannot be had (its extractor raises or returns something else
     than a datetime or milliseconds, it is negative, or beyond ``max_future``) fails like a
@@ -245,29 +257,11 @@ def define_group(
     graph = GroupGraph(
         name, by_kind["input"], by_kind["output"], by_kind["join"], by_kind["lookup"],
         single.get("loop"), single.get("persist"), nil_handling, windows, single.get("timers"),
-        future, check_concurrency(name, concurrency),
+        future, check_concurrency(name, concurrency), check_retry(name, retry),
+        check_timeout(name, timeout),
     )  # fmt: skip
-    _check_awaited(graph)
+    check_awaited(graph)
     return graph
-
-
-def _check_awaited(graph: GroupGraph) -> None:
-    """Rule 14's second half (see :func:`goka.group.concurrent.check_awaited`)."""
-    custom = [t for t, e in graph.inputs.items() if getattr(e, "event_time", "record") != "record"]
-    edges = [*graph.inputs.values(), *([graph.loop] if graph.loop else [])]
-    check_awaited(graph.group, graph.concurrency, graph.timed, custom,
-                  [(e.kind, e.topic or "", e.callback) for e in edges])  # fmt: skip
-
-
-def with_concurrency(graph: GroupGraph, concurrency: int) -> GroupGraph:
-    """``graph`` with another ``concurrency`` (``goka processor run --concurrency``).
-
-    Raises:
-        GraphError: as :func:`define_group` (rule 14).
-    """
-    changed = replace(graph, concurrency=check_concurrency(graph.group, concurrency))
-    _check_awaited(changed)
-    return changed
 
 
 def load_graph(spec: str) -> GroupGraph:
@@ -324,7 +318,7 @@ def _check_edge(group: Group, edge: Edge) -> None:
                              and callable(getattr(codec, "decode", None))):  # fmt: skip
         raise GraphError(f"{where}: needs a codec with encode() and decode(), got {codec!r}")
     if edge.kind in ("input", "loop"):
-        check_callback(where, edge.callback, awaitable=True)  # (_check_awaited: where not)
+        check_callback(where, edge.callback, awaitable=True)  # (check_awaited: where not)
     if edge.kind == "timers":
         check_callback(where, edge.callback, ("ctx", "timer"))
 

@@ -43,3 +43,31 @@ def test_loopback_example(
     with contextlib.nullcontext(without(kafka_broker, make_broker, *topics)) as broker:
         counts, sent = run(broker.bootstrap, tmp_path, spark)
     assert counts == dict(sent)
+
+
+def test_enrichment_example(
+    spark: Any, tmp_path: Path, kafka_broker: EmbeddedBroker,
+    make_broker: Callable[..., EmbeddedBroker],
+) -> None:  # fmt: skip
+    """Orders enriched through the HTTP service with 32 in flight: every user's count and
+    country exact, each user's orders enriched in their order, and the service had more than
+    one request in flight."""
+    import json
+    import urllib.request
+
+    from examples.enrichment import service
+    from examples.enrichment.group import ENRICHED, ORDERS, GROUP
+    from examples.enrichment.run import run
+
+    topics = (ORDERS, ENRICHED, f"{GROUP}-table")
+    with (contextlib.nullcontext(without(kafka_broker, make_broker, *topics)) as broker,
+          service.running() as url):  # fmt: skip
+        table, enriched, sent = run(broker.bootstrap, tmp_path, url, spark)
+        with urllib.request.urlopen(f"{url}/stats", timeout=10) as answer:
+            most = json.load(answer)["most_in_flight"]
+    assert table == {u: {"orders": n, "country": service.country_of(u)} for u, n in sent.items()}
+    for user in sent:
+        mine = [order for key, order in enriched if key == user]
+        assert [o["nth"] for o in mine] == list(range(1, sent[user] + 1))
+        assert [o["order"] for o in mine] == sorted(o["order"] for o in mine)
+    assert most > 1

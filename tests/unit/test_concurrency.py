@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import random
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -18,6 +19,7 @@ from goka import (
     GraphError,
     Hopping,
     Int64Codec,
+    Retry,
     StringCodec,
     define_group,
     input,
@@ -26,10 +28,10 @@ from goka import (
     window,
 )
 from goka.errors import ProcessingError
+from goka.group.concurrent import with_concurrency
 from goka.group.context import Context
-from goka.group.effects import Message
+from goka.group.effects import EMIT, Message
 from goka.group.engine import Engine
-from goka.group.graph import with_concurrency
 
 
 def msg(offset: int, key: str) -> Message:
@@ -311,3 +313,174 @@ def test_a_forked_child_runs_its_records_on_a_loop_of_its_own() -> None:
     child.start()
     child.join(60)
     assert child.exitcode == 0  # (not stuck on the parent's loop, whose thread it lacks)
+
+
+# -- retries, timeouts, a blocked loop ------------------------------------------------------------
+
+
+def emitted(result: Any) -> list[bytes | None]:
+    return [e[3] for e in result.effects if e[0] == EMIT]
+
+
+def retried_graph(callback: Callable[..., Any], **settings: Any) -> Any:
+    return define_group("conc", input("in", StringCodec(), callback), persist(Int64Codec()),
+                        output("out", StringCodec()), **settings)  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", ["async", "plain"])
+@pytest.mark.parametrize("concurrency", [1, 8])
+def test_a_failing_record_is_tried_again_from_its_state_before_and_only_its_key_waits(
+    kind: str, concurrency: int,
+) -> None:  # fmt: skip
+    """Each of the first two tries of a flaky record counts and emits, then fails: the third
+    succeeds, and only its effects remain (the count and emit happen once). Other keys' records
+    finish during the backoff (at concurrency 8)."""
+    tries: dict[int, int] = {}
+    finished: list[int] = []
+    lock = threading.Lock()
+
+    def attempt(ctx: Context[int], value: str) -> None:
+        offset = int(value)
+        ctx.set_value((ctx.value() or 0) + 1)
+        ctx.emit("out", ctx.key, f"{value}:{ctx.value()}")
+        with lock:
+            tries[offset] = tries.get(offset, 0) + 1
+            if offset == 3 and tries[offset] < 3:
+                raise ConnectionError("the service is down")
+            finished.append(offset)
+
+    async def attempt_async(ctx: Context[int], value: str) -> None:
+        await asyncio.sleep(0)
+        attempt(ctx, value)
+
+    retry = Retry(attempts=3, backoff=0.05, max_backoff=0.05, on=(ConnectionError,))
+    graph = retried_graph(attempt_async if kind == "async" else attempt, retry=retry,
+                          concurrency=concurrency)  # fmt: skip
+    messages = [msg(o, "flaky" if o in (3, 5) else f"k{o}") for o in range(12)]
+    result = Engine(graph, 0, store={}.get, on_error="fail").process(messages)
+    assert tries[3] == 3 and result.failed == []
+    assert emitted(result) == [f"{o}:{2 if o == 5 else 1}".encode() for o in range(12)]
+    assert finished.index(5) > finished.index(3)  # the key waited for its retried record
+    if concurrency > 1:  # the others did not
+        assert finished.index(3) > finished.index(11)
+
+
+def test_tries_spent_the_policy_handles_the_last_failure() -> None:
+    calls = []
+
+    def always(ctx: Context[int], value: str) -> None:
+        calls.append(value)
+        raise ConnectionError(f"down for {value}")
+
+    graph = retried_graph(always, retry=Retry(attempts=2, backoff=0), concurrency=4)
+    result = Engine(graph, 0, store={}.get, on_error="skip").process([msg(0, "a"), msg(1, "b")])
+    assert sorted(calls) == ["0", "0", "1", "1"]
+    assert [m[1] for _, m in result.failed] == [0, 1]
+    assert "down for 0" in str(result.failed[0][0].__cause__)
+    with pytest.raises(ProcessingError, match="down for 0"):
+        Engine(graph, 0, store={}.get, on_error="fail").process([msg(0, "a")])
+
+
+def test_ctx_fail_is_never_tried_again() -> None:
+    calls = []
+
+    def fails(ctx: Context[int], value: str) -> None:
+        calls.append(value)
+        ctx.fail("bad record")
+
+    graph = retried_graph(fails, retry=Retry(attempts=5, backoff=0), concurrency=2)
+    with pytest.raises(ProcessingError, match="bad record"):
+        Engine(graph, 0, store={}.get, on_error="skip").process([msg(0, "a")])
+    assert calls == ["0"]
+
+
+@pytest.mark.parametrize("kind", ["async", "plain"])
+def test_a_callback_that_never_returns_is_cut_by_the_timeout_and_the_policy_handles_it(
+    kind: str,
+) -> None:  # fmt: skip
+    """Record 1 hangs (until released at the end): cut after 0.2 s, skipped, its key's state
+    as before it; what the cut plain thread does afterwards is discarded; the others done."""
+    release = threading.Event()
+
+    def hang(ctx: Context[int], value: str) -> None:
+        if value == "1":
+            release.wait(30)
+            ctx.set_value(1000)  # after the cut: goes nowhere
+            ctx.emit("out", ctx.key, "late")
+            return
+        ctx.set_value((ctx.value() or 0) + 1)
+        ctx.emit("out", ctx.key, value)
+
+    async def hang_async(ctx: Context[int], value: str) -> None:
+        if value == "1":
+            await asyncio.sleep(30)
+        hang(ctx, value)
+
+    graph = retried_graph(hang_async if kind == "async" else hang, timeout=0.2, concurrency=4)
+    engine = Engine(graph, 0, store={}.get, on_error="skip")
+    began = time.monotonic()
+    result = engine.process([msg(0, "a"), msg(1, "a"), msg(2, "a"), msg(3, "b")])
+    assert time.monotonic() - began < 5
+    assert [m[1] for _, m in result.failed] == [1]
+    assert "took longer than its timeout of 0.2 s" in str(result.failed[0][0].__cause__)
+    assert "in/0/1 (key 'a')" in str(result.failed[0][0].__cause__)
+    release.set()
+    time.sleep(0.2)  # let the cut thread write where it now writes (nowhere)
+    assert emitted(result) == [b"0", b"2", b"3"]
+    assert result.changes()["a"] == Int64Codec().encode(2)
+
+
+def test_a_timed_out_try_is_tried_again() -> None:
+    tries = []
+
+    async def slow_once(ctx: Context[int], value: str) -> None:
+        tries.append(value)
+        if len(tries) == 1:
+            await asyncio.sleep(30)
+        ctx.emit("out", ctx.key, value)
+
+    graph = retried_graph(slow_once, timeout=0.1, retry=Retry(attempts=2, backoff=0))
+    result = Engine(graph, 0, store={}.get, on_error="fail").process([msg(0, "a")])
+    assert tries == ["0", "0"]
+    assert emitted(result) == [b"0"]
+
+
+def test_a_blocking_call_inside_an_async_callback_is_warned_about_once_with_its_key(
+    caplog: pytest.LogCaptureFixture,
+) -> None:  # fmt: skip
+    async def blocks(ctx: Context[int], value: str) -> None:
+        await asyncio.sleep(0)
+        if ctx.key == "slow":
+            time.sleep(0.15)  # a blocking call: every record in flight waits
+        ctx.emit("out", ctx.key, value)
+
+    graph = retried_graph(blocks, concurrency=4)
+    with caplog.at_level("WARNING", logger="goka.group.concurrent"):
+        Engine(graph, 0, store={}.get).process([msg(0, "a"), msg(1, "slow"), msg(2, "slow")])
+    warned = [r.getMessage() for r in caplog.records if "without awaiting" in r.getMessage()]
+    assert len(warned) == 1, warned
+    assert "at key 'slow' (in/0/1)" in warned[0] and "blocks" in warned[0]
+
+
+@pytest.mark.parametrize(("settings", "message"), [
+    ({"retry": Retry(attempts=0)}, "attempts must be a whole number of at least 1"),
+    ({"retry": Retry(backoff=-1.0)}, "backoff must be a number of at least 0"),
+    ({"retry": Retry(multiplier=0.5)}, "multiplier must be a number of at least 1"),
+    ({"retry": Retry(backoff=5, max_backoff=1)}, "max_backoff (1) is below backoff (5)"),
+    ({"retry": Retry(on=(KeyError, 3))}, "on must be a non-empty tuple of Exception classes"),
+    ({"retry": 3}, "retry must be a goka.Retry"),
+    ({"timeout": 0}, "timeout must be a positive number"),
+    ({"timeout": float("inf")}, "timeout must be a positive number"),
+])  # fmt: skip
+def test_invalid_retries_and_timeouts_fail_at_declaration(settings: dict[str, Any],
+                                                         message: str) -> None:  # fmt: skip
+    with pytest.raises(GraphError, match=re.escape(message)):
+        retried_graph(_apply, **settings)
+
+
+def test_groups_that_keep_time_have_no_retry_or_timeout_yet() -> None:
+    counted = window("per-min", Hopping(size=60_000, advance=60_000), Int64Codec())
+    for settings in ({"retry": Retry()}, {"timeout": 1.0}):
+        with pytest.raises(GraphError, match="not available for it yet"):
+            define_group("timed", input("in", StringCodec(), _apply), persist(Int64Codec()),
+                         counted, **settings)  # fmt: skip

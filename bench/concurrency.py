@@ -1,0 +1,282 @@
+"""Key-ordered concurrency: a group whose callback waits on the network, beside
+confluentinc/parallel-consumer (``KEY`` ordering) on the same broker, input and service.
+
+100,000 records over 10,000 keys, 4 partitions. For each record the callback awaits a loopback
+HTTP service that answers after 10 ms (``bench/peers/slowhttp``, a Go program: the service
+costs the machine little of its two cores), then counts the key and emits the count:
+
+* goka-py: ``async def`` callback with aiohttp, the count in the group's table, in continuous
+  mode on a local SparkSession (``local[2]``), at ``concurrency`` 64 (and 1: the floor, on
+  fewer records, since it runs at about 4 x 100 records/s);
+* parallel-consumer 0.5.3.3 (:mod:`bench.peers.parallel_consumer`): ``KEY`` ordering,
+  ``maxConcurrency`` 64, a blocking ``java.net.http`` call per record on its worker threads,
+  the count in memory, the output produced through it; offsets committed by its consumer
+  (at least once, as goka-py's default).
+
+Both are timed from their output topics (``LogAppendTime``: the broker's clock): records/s
+from the first output to the last. The ideal is 4 x 64 / 10 ms = 25,600 records/s; what the
+machine allows is shown beside it: one Python process awaiting the service alone (aiohttp, 256
+requests in flight, no Kafka).
+
+Then a hot key (``--hot-runs``): 10% of the records on one key, the rest as before; the other
+keys' records/s (their outputs' first to last) against the uniform run's, for both.
+
+    python -m bench.concurrency [--runs 3] [--messages 100000] [--hot-runs 1]
+
+It ends with ``concurrency: goka/parallel-consumer min X median Y max Z`` (the runs at 64).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import functools
+import hashlib
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import confluent_kafka
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from bench.common import add_broker, start_broker, summary
+from bench.peers import parallel_consumer
+from bench.processor import goka_continuous
+from goka import Context, Int64Codec, StringCodec, define_group, input, output, persist
+from goka.dev.kafka import cache_root, fill_cache
+from goka.group.graph import GroupGraph
+from goka.kafka.config import producer_config
+from goka.spark import build_session
+
+PARTITIONS = 4
+KEYS = 10_000
+DELAY_MS = 10
+CONCURRENCY = 64
+HOT = "hot-key"
+SERVICE = Path(__file__).resolve().parent / "peers" / "slowhttp"
+
+
+def service_binary() -> Path:
+    """The slow service (``bench/peers/slowhttp``), built with ``go build`` into the cache
+    once for its sources."""
+    digest = hashlib.sha256()
+    for path in sorted(SERVICE.iterdir()):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+
+    def make(work: Path) -> None:
+        go = shutil.which("go")
+        if go is None:
+            raise RuntimeError("bench.concurrency needs the Go toolchain (`go` on PATH)")
+        subprocess.run([go, "build", "-o", str(work / "slowhttp"), "."], cwd=SERVICE,
+                       check=True, timeout=600)  # fmt: skip
+
+    return fill_cache(cache_root() / "slowhttp" / digest.hexdigest()[:16], make) / "slowhttp"
+
+
+@contextmanager
+def slow_service(delay_ms: int = DELAY_MS) -> Iterator[str]:
+    """The service running on a loopback port: its ``/score`` URL."""
+    process = subprocess.Popen([str(service_binary()), "-delay", f"{delay_ms}ms"],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert process.stdout is not None
+        port = int(process.stdout.readline().split()[1])
+        yield f"http://127.0.0.1:{port}/score"
+    finally:
+        assert process.stdin is not None
+        process.stdin.close()
+        process.wait(10)
+
+
+def service_stats(url: str) -> dict[str, int]:
+    """What the service counted: ``answered``, ``most_in_flight``."""
+    import urllib.request
+
+    with urllib.request.urlopen(url.replace("/score", "/stats"), timeout=10) as answer:
+        return {k: int(v) for k, v in (p.split("=") for p in answer.read().decode().split())}
+
+
+def fill(brokers: str, topic: str, messages: int, hot: float = 0.0, seed: int = 7) -> None:
+    """``messages`` records over :data:`KEYS` keys; a share ``hot`` of them on :data:`HOT`."""
+    _create(brokers, topic)
+    producer = confluent_kafka.Producer(producer_config(brokers, {"linger.ms": 20}))
+    rng = random.Random(seed)
+    for _ in range(messages):
+        key = HOT if rng.random() < hot else f"user-{rng.randrange(KEYS)}"
+        while True:
+            try:
+                producer.produce(topic, b"/page", key)
+                break
+            except BufferError:
+                producer.poll(0.01)
+    assert producer.flush(120) == 0
+
+
+def _create(brokers: str, topic: str, **config: str) -> None:
+    admin = AdminClient({"bootstrap.servers": brokers})
+    for future in admin.create_topics([NewTopic(topic, PARTITIONS, 1, config=config)]).values():
+        future.result(30)
+
+
+def output_topic(brokers: str, topic: str) -> str:
+    """A new output topic whose records carry the broker's append time."""
+    _create(brokers, topic, **{"message.timestamp.type": "LogAppendTime"})
+    return topic
+
+
+def output_times(brokers: str, topic: str, expect: int) -> list[tuple[bytes, int]]:
+    """``(key, append time in ms)`` of the first ``expect`` records of ``topic``, read
+    committed (waits for them, up to two minutes)."""
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": brokers, "group.id": "bench-read",
+                                         "enable.auto.commit": False,
+                                         "isolation.level": "read_committed"})  # fmt: skip
+    consumer.assign([confluent_kafka.TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+    found: list[tuple[bytes, int]] = []
+    deadline = time.monotonic() + 120
+    try:
+        while len(found) < expect and time.monotonic() < deadline:
+            for message in consumer.consume(10_000, 0.5):
+                if message.error() is None:
+                    found.append((message.key(), message.timestamp()[1]))
+    finally:
+        consumer.close()
+    assert len(found) >= expect, f"{topic}: {len(found)} of {expect} outputs"
+    return found
+
+
+def rate(times: list[tuple[bytes, int]], but: bytes | None = None) -> float:
+    """Records/s from the first output to the last (of the keys other than ``but``)."""
+    stamps = [t for key, t in times if key != but]
+    return len(stamps) * 1000 / max(1, max(stamps) - min(stamps))
+
+
+_sessions: dict[int, aiohttp.ClientSession] = {}
+
+
+async def score(url: str, out: str, ctx: Context[int], page: Any) -> None:
+    """The callback: ask the service about the key, then count it and emit the count."""
+    loop = id(asyncio.get_running_loop())
+    session = _sessions.get(loop)
+    if session is None:  # one per worker process's callback loop, kept across records
+        session = _sessions[loop] = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=512))
+    async with session.get(url, params={"key": ctx.key}) as answer:
+        answer.raise_for_status()
+        await answer.read()
+    count = (ctx.value() or 0) + 1
+    ctx.set_value(count)
+    ctx.emit(out, ctx.key, str(count))
+
+
+def group(topic: str, url: str, out: str, concurrency: int) -> GroupGraph:
+    return define_group(f"{topic}-g{time.monotonic_ns()}",
+                        input(topic, StringCodec(), functools.partial(score, url, out)),
+                        persist(Int64Codec()), output(out, StringCodec()),
+                        concurrency=concurrency)  # fmt: skip
+
+
+def goka_rate(spark: object, brokers: str, topic: str, url: str, messages: int,
+              concurrency: int, hot: bool = False) -> tuple[float, float]:  # fmt: skip
+    """goka-py's records/s (all keys, the keys but the hot one) from its outputs."""
+    out = output_topic(brokers, f"{topic}-goka-{concurrency}-{time.monotonic_ns()}")
+    goka_continuous(spark, brokers, topic, messages, graph=group(topic, url, out, concurrency))
+    times = output_times(brokers, out, messages)
+    return rate(times), rate(times, HOT.encode() if hot else None)
+
+
+def peer_rate(brokers: str, topic: str, url: str, messages: int, concurrency: int,
+              hot: bool = False) -> tuple[float, float]:  # fmt: skip
+    """parallel-consumer's records/s (all keys, the keys but the hot one) from its outputs."""
+    out = output_topic(brokers, f"{topic}-pc-{concurrency}-{time.monotonic_ns()}")
+    parallel_consumer.run(brokers, topic, out, group=f"{topic}-pc{time.monotonic_ns()}",
+                          url=url, concurrency=concurrency, expect=messages)  # fmt: skip
+    times = output_times(brokers, out, messages)
+    return rate(times), rate(times, HOT.encode() if hot else None)
+
+
+def machine_rate(url: str, requests: int = 20_000, in_flight: int = 256) -> float:
+    """Requests/s one Python process gets from the service alone (aiohttp, no Kafka)."""
+
+    async def main() -> float:
+        gate = asyncio.Semaphore(in_flight)
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=512)) as session:
+
+            async def one(n: int) -> None:
+                async with gate, session.get(url, params={"key": f"k{n}"}) as answer:
+                    await answer.read()
+
+            began = time.perf_counter()
+            await asyncio.gather(*(one(n) for n in range(requests)))
+            return requests / (time.perf_counter() - began)
+
+    return asyncio.run(main())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--messages", type=int, default=100_000)
+    parser.add_argument("--floor-messages", type=int, default=4_000,
+                        help="records of the concurrency 1 run")  # fmt: skip
+    parser.add_argument("--hot-runs", type=int, default=1)
+    add_broker(parser)
+    args = parser.parse_args()
+    os.environ.setdefault("PYTHONPATH", str(Path(__file__).resolve().parent.parent))
+    ideal = PARTITIONS * CONCURRENCY * 1000 / DELAY_MS
+    with start_broker(args.broker) as broker, slow_service() as url:
+        brokers = broker.bootstrap
+        parallel_consumer.build()
+        spark = build_session("bench-concurrency", "local[2]")
+        alone = machine_rate(url)
+        print(f"ideal {ideal:,.0f} records/s; the service alone from one Python process "
+              f"(aiohttp, 256 in flight): {alone:,.0f} requests/s", flush=True)  # fmt: skip
+        floor_topic = f"bench-conc-floor-{time.monotonic_ns()}"
+        fill(brokers, floor_topic, args.floor_messages)
+        floor, _ = goka_rate(spark, brokers, floor_topic, url, args.floor_messages, 1)
+        print(f"goka-py concurrency 1: {floor:,.0f} records/s "
+              f"(the floor: {PARTITIONS} x {1000 // DELAY_MS} = "
+              f"{PARTITIONS * 1000 // DELAY_MS})", flush=True)  # fmt: skip
+        topic = f"bench-conc-{time.monotonic_ns()}"
+        fill(brokers, topic, args.messages)
+        gokas, peers, ratios = [], [], []
+        for run in range(args.runs):
+            goka, _ = goka_rate(spark, brokers, topic, url, args.messages, CONCURRENCY)
+            peer, _ = peer_rate(brokers, topic, url, args.messages, CONCURRENCY)
+            gokas.append(goka)
+            peers.append(peer)
+            ratios.append(goka / peer)
+            print(f"run {run}: concurrency {CONCURRENCY}: goka-py {goka:,.0f} records/s "
+                  f"({goka / ideal:.0%} of ideal, {goka / alone:.0%} of the service alone), "
+                  f"parallel-consumer {peer:,.0f} records/s; ratio {goka / peer:.2f}",
+                  flush=True)  # fmt: skip
+        print(f"goka-py {CONCURRENCY}: {summary(gokas)} records/s; "
+              f"of ideal {summary([g / ideal for g in gokas])}")  # fmt: skip
+        print(f"parallel-consumer {CONCURRENCY}: {summary(peers)} records/s")
+        if args.hot_runs:
+            hot_topic = f"bench-conc-hot-{time.monotonic_ns()}"
+            fill(brokers, hot_topic, args.messages, hot=0.1)
+            for run in range(args.hot_runs):
+                _, goka_others = goka_rate(spark, brokers, hot_topic, url, args.messages,
+                                           CONCURRENCY, hot=True)  # fmt: skip
+                _, peer_others = peer_rate(brokers, hot_topic, url, args.messages,
+                                           CONCURRENCY, hot=True)  # fmt: skip
+                print(f"hot run {run}: 10% on one key, the other keys: goka-py "
+                      f"{goka_others:,.0f} records/s ({goka_others / statistics.median(gokas) - 1:+.0%} "
+                      f"against uniform), parallel-consumer {peer_others:,.0f} records/s "
+                      f"({peer_others / statistics.median(peers) - 1:+.0%})", flush=True)  # fmt: skip
+        print(f"service: {service_stats(url)}")
+        spark.stop()  # type: ignore[attr-defined]
+    print(f"concurrency: goka/parallel-consumer {summary(ratios)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,3 @@
+module goka-py/bench/slowhttp
+
+go 1.21

@@ -1,0 +1,58 @@
+// A loopback HTTP service that answers every request after a fixed delay: the network call of
+// bench.concurrency's callbacks (goka-py's and parallel-consumer's alike). Standard library only.
+//
+//	slowhttp -delay 10ms
+//
+// It listens on 127.0.0.1 on a free port and prints `listening <port>` once. GET /score?key=K
+// answers `K <n>` (n: requests answered so far) after the delay; GET /stats answers
+// `answered=<n> most_in_flight=<m>`. It runs until its standard input closes.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"sync/atomic"
+	"time"
+)
+
+func main() {
+	delay := flag.Duration("delay", 10*time.Millisecond, "how long each answer waits")
+	flag.Parse()
+	var answered, inFlight, most atomic.Int64
+	mux := http.NewServeMux()
+	mux.HandleFunc("/score", func(w http.ResponseWriter, r *http.Request) {
+		now := inFlight.Add(1)
+		for {
+			seen := most.Load()
+			if now <= seen || most.CompareAndSwap(seen, now) {
+				break
+			}
+		}
+		time.Sleep(*delay)
+		inFlight.Add(-1)
+		n := answered.Add(1)
+		fmt.Fprintf(w, "%s %d", r.URL.Query().Get("key"), n)
+	})
+	mux.HandleFunc("/stats", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "answered=%d most_in_flight=%d", answered.Load(), most.Load())
+	})
+	listener, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	fmt.Printf("listening %d\n", listener.Addr().(*net.TCPAddr).Port)
+	go func() {
+		io.Copy(io.Discard, os.Stdin)
+		os.Exit(0)
+	}()
+	server := &http.Server{Handler: mux, MaxHeaderBytes: 1 << 14}
+	if err := server.Serve(listener); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}

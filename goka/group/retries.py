@@ -1,0 +1,128 @@
+"""Retries, timeouts and slow steps of a group's input and loop callbacks (used by
+:mod:`goka.group.concurrent`): :class:`Retry` and the ``timeout`` as ``define_group`` checks
+them, and :class:`Steps`, which times each step of an async callback to find the blocking
+call that holds the event loop (and every record in flight) back."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import time
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+from typing import Any
+
+from goka.errors import GraphError
+
+__all__ = ["SLOW_STEP_SECONDS", "Retry", "Steps", "check_retry", "check_timeout"]
+
+#: A step of an async callback (what runs between two of its awaits) longer than this holds
+#: every record in flight back: a blocking call inside ``async def``, warned about once.
+SLOW_STEP_SECONDS = 0.1
+
+
+@dataclass(frozen=True)
+class Retry:
+    """Per-record retries of a group's input and loop callbacks
+    (``define_group(..., retry=Retry(...))``).
+
+    A record whose callback raises one of ``on`` (or is cut by the group's ``timeout``) is
+    tried again, up to ``attempts`` tries in all: after ``backoff`` seconds, then each wait
+    ``multiplier`` times the last, at most ``max_backoff``. Each try starts from the key's
+    state before the record; what earlier tries emitted is dropped. Only the record's key waits
+    meanwhile: other keys' records go on (up to the group's ``concurrency``). When the tries are
+    spent, the processor's ``on_error`` policy handles the last failure. ``ctx.fail()`` and a
+    store's failure are never tried again.
+    """
+
+    attempts: int = 3
+    backoff: float = 0.1
+    multiplier: float = 2.0
+    max_backoff: float = 10.0
+    on: tuple[type[Exception], ...] = (Exception,)
+
+    def delay(self, tries: int) -> float:
+        """Seconds to wait after the ``tries``-th failed try."""
+        return float(min(self.max_backoff, self.backoff * self.multiplier ** (tries - 1)))
+
+
+def check_retry(group: str, retry: object) -> Retry | None:
+    """``retry`` if it is None or a valid :class:`Retry`.
+
+    Raises:
+        GraphError: it is not.
+    """
+    if retry is None:
+        return None
+    if not isinstance(retry, Retry):
+        raise GraphError(f"group {group!r}: retry must be a goka.Retry, got {retry!r}")
+    wrong = []
+    if isinstance(retry.attempts, bool) or not isinstance(retry.attempts, int) or (
+            retry.attempts < 1):  # fmt: skip
+        wrong.append(f"attempts must be a whole number of at least 1, got {retry.attempts!r}")
+    for name, least in (("backoff", 0.0), ("multiplier", 1.0), ("max_backoff", 0.0)):
+        value = getattr(retry, name)
+        if not isinstance(value, int | float) or isinstance(value, bool) or not (
+                math.isfinite(value) and value >= least):  # fmt: skip
+            wrong.append(f"{name} must be a number of at least {least:g}, got {value!r}")
+    if not wrong and retry.max_backoff < retry.backoff:
+        wrong.append(f"max_backoff ({retry.max_backoff:g}) is below backoff ({retry.backoff:g})")
+    on = retry.on
+    if not isinstance(on, tuple) or not on or not all(
+            isinstance(c, type) and issubclass(c, Exception) for c in on):  # fmt: skip
+        wrong.append(f"on must be a non-empty tuple of Exception classes, got {on!r}")
+    if wrong:
+        raise GraphError(f"group {group!r}: retry: {'; '.join(wrong)}")
+    return retry
+
+
+def check_timeout(group: str, timeout: object) -> float | None:
+    """``timeout`` (a callback's longest try: seconds or a timedelta) in seconds, or None.
+
+    Raises:
+        GraphError: it is not positive and finite.
+    """
+    if timeout is None:
+        return None
+    seconds = timeout.total_seconds() if isinstance(timeout, dt.timedelta) else timeout
+    if not isinstance(seconds, int | float) or isinstance(seconds, bool) or not (
+            math.isfinite(seconds) and seconds > 0):  # fmt: skip
+        raise GraphError(f"group {group!r}: timeout must be a positive number of seconds or "
+                         f"a timedelta, got {timeout!r}")  # fmt: skip
+    return float(seconds)
+
+
+class Steps:
+    """Awaits a coroutine, timing each step (what runs between two of its awaits): one that
+    holds the loop :data:`SLOW_STEP_SECONDS` or longer is reported to ``slow``."""
+
+    __slots__ = ("coro", "slow")
+
+    def __init__(self, coro: Any, slow: Callable[[float], None]) -> None:
+        self.coro, self.slow = coro, slow
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        coro, slow, limit, clock = self.coro, self.slow, SLOW_STEP_SECONDS, time.perf_counter
+        value: Any = None
+        error: BaseException | None = None
+        while True:
+            began = clock()
+            try:
+                yielded = coro.send(value) if error is None else coro.throw(error)
+            except StopIteration as stop:
+                if clock() - began >= limit:
+                    slow(clock() - began)
+                return stop.value
+            except BaseException:
+                if clock() - began >= limit:
+                    slow(clock() - began)
+                raise
+            if clock() - began >= limit:
+                slow(clock() - began)
+            try:
+                value, error = (yield yielded), None
+            except GeneratorExit:
+                coro.close()
+                raise
+            except BaseException as exc:  # (thrown in: a cancellation, a timeout's)
+                value, error = None, exc
