@@ -38,6 +38,7 @@ import inspect
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -45,7 +46,7 @@ from typing import Any
 
 from goka.errors import Abort, CallbackTimeout, GraphError, StorageError
 from goka.group.edges import awaited, callable_name
-from goka.group.effects import NOT_SAVED, BatchResult, Message, restore
+from goka.group.effects import NOT_SAVED, BatchResult, Flight, Message, restore
 from goka.group.key_order import KeyOrder
 from goka.group.retries import Retry, Steps
 from goka.keys import decode_text
@@ -209,8 +210,14 @@ class _Call:
         self.messages = [m for m in messages if m[3] is not None or nil != "ignore"]
         self.keys = [decode_text(m[2]) if m[2] is not None else "" for m in self.messages]
         self.order = KeyOrder(engine.concurrency)
-        for key in self.keys:
+        waited: dict[str, int] = {}
+        seen: set[str] = set()
+        for key in self.keys:  # each record after its key's first waits for the one before
             self.order.admit(key)
+            if key in seen:
+                waited[key] = waited.get(key, 0) + 1
+            seen.add(key)
+        self.flight = result.flight = Flight(waited=waited)
         #: each input's callback: async (awaited on the loop) or plain
         self.awaits = {topic: awaited(c) for topic, (_, c) in engine.routes.items()}
         self.contexts: dict[int, Any] = {}  # of the records in flight and finished, unreleased
@@ -226,14 +233,21 @@ class _Call:
         contexts = self.contexts
         failures: dict[int, Exception] = {}
         halt: int | None = None  # the first record whose failure ends the call (none start after)
+        flight, clock = self.flight, time.monotonic
+        started: dict[int, float] = {}
         try:
             while not order.idle:
                 for number in order.start(before=halt):
-                    contexts[number] = self._context(number)
+                    contexts[number], started[number] = self._context(number), clock()
                     running[asyncio.create_task(self._tries(number, pool))] = number
+                flight.most = max(flight.most, len(running))
                 done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                now = clock()
                 for task in done:
                     number = running.pop(task)
+                    took = now - started.pop(number)
+                    flight.seconds += took
+                    flight.longest = max(flight.longest, took)
                     failure = task.exception()
                     if failure is not None:
                         if not isinstance(failure, Exception) or isinstance(failure, _Escaped):

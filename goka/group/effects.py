@@ -49,6 +49,19 @@ Effect = tuple[int, str, str, bytes | None, Headers | None, Message]
 
 
 @dataclass
+class Flight:
+    """How a call's records were in flight together (:mod:`goka.group.concurrent`): the
+    ``most`` at once, the ``longest`` one record was (seconds), the ``seconds`` of all records
+    added up (over the call's time: the average in flight), and the records that ``waited``
+    behind an earlier record of their key, per key."""
+
+    most: int = 0
+    longest: float = 0.0
+    seconds: float = 0.0
+    waited: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
 class BatchResult:
     """What processing a batch of messages produced.
 
@@ -74,6 +87,7 @@ class BatchResult:
     consumed: int = 0
     late: int = 0
     windows: dict[str, dict[str, bytes | None]] = field(default_factory=dict)
+    flight: Flight | None = None  # records in flight together (a group with concurrency)
 
     def changes(self) -> dict[str, bytes | None]:
         """Return the final raw state of each changed key (None: deleted), to commit."""

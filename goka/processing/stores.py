@@ -208,6 +208,7 @@ class PartitionStores:
         if self.exactly is not None:
             self.exactly.begin()
         output.send(result, summary)
+        summary.flown(result.flight)
         if pending is not None:  # the time changelog rows
             for kind, topic, key, value, _, _ in result.effects:
                 if kind == TIMER:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from functools import cache
 from typing import TYPE_CHECKING
@@ -16,6 +17,7 @@ from goka.processing.timeline import merge_reports
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from goka.group.effects import Flight
     from goka.processing.leases import Lease
     from goka.processing.recovery import Recovery
 
@@ -33,6 +35,10 @@ class Counts:
         restored_bytes, restore_seconds: snapshot files fetched to restore stores.
         corrupt_stores: stores found corrupt on disk, deleted and rebuilt.
         commits: state commits (one per micro-batch; one per commit interval in an epoch).
+        key_waits: records (of a group with ``concurrency``) that waited behind an earlier
+            record of their key.
+        in_flight_seconds: the time records were in flight, added up (over the task's time:
+            how many were in flight on average).
     """
 
     processed: int = 0
@@ -47,6 +53,8 @@ class Counts:
     restore_seconds: float = 0.0
     corrupt_stores: int = 0
     commits: int = 0
+    key_waits: int = 0
+    in_flight_seconds: float = 0.0
 
     def add(self, other: Counts) -> None:
         """Add ``other``'s counts to these."""
@@ -66,6 +74,9 @@ class PartitionSummary(Counts):
     ``uploads`` lists the snapshot uploads this worker finished since its previous summary, of
     any partition (JSON). ``timeline`` is the continuous loop's
     (:meth:`goka.processing.timeline.Timeline.report`; on one partition of the loop's task).
+    ``in_flight_most`` and ``in_flight_longest`` are the most records in flight at once and
+    the longest one was (seconds), ``waiting_keys`` the keys whose records waited most behind
+    an earlier record of their key (JSON ``{key: records}``, the :data:`WAITING_KEYS` most).
     """
 
     partition: int
@@ -80,6 +91,9 @@ class PartitionSummary(Counts):
     emitted: str = ""
     store_bytes: int = 0
     timeline: str = ""
+    in_flight_most: int = 0
+    in_flight_longest: float = 0.0
+    waiting_keys: str = ""
 
     def absorb(self, other: PartitionSummary) -> None:
         """Add the counts, errors, uploads and emits of ``other`` (work of the same group that
@@ -91,9 +105,24 @@ class PartitionSummary(Counts):
             )
             setattr(self, name, json.dumps(found) if found else "")
         self.timeline = merge_reports(self.timeline, other.timeline)
+        self.in_flight_most = max(self.in_flight_most, other.in_flight_most)
+        self.in_flight_longest = max(self.in_flight_longest, other.in_flight_longest)
+        if other.waiting_keys:
+            self.waiting_keys = _most_waiting(self.waiting_keys, json.loads(other.waiting_keys))
         emitted = Counter(json.loads(self.emitted or "{}"))
         emitted.update(json.loads(other.emitted or "{}"))
         self.emitted = json.dumps(dict(emitted)) if emitted else ""
+
+    def flown(self, flight: Flight | None) -> None:
+        """Add how a call's records were in flight together."""
+        if flight is None:
+            return
+        self.in_flight_most = max(self.in_flight_most, flight.most)
+        self.in_flight_longest = max(self.in_flight_longest, flight.longest)
+        self.in_flight_seconds += flight.seconds
+        self.key_waits += sum(flight.waited.values())
+        if flight.waited:
+            self.waiting_keys = _most_waiting(self.waiting_keys, flight.waited)
 
     def count(self, recovery: Recovery, lease: Lease) -> None:
         """Add what recovering a store did."""
@@ -101,6 +130,17 @@ class PartitionSummary(Counts):
         self.table_records += recovery.records
         self.restored_bytes += recovery.restored_bytes
         self.restore_seconds += recovery.restore_seconds
+
+
+#: How many of the keys that waited most a summary names.
+WAITING_KEYS = 10
+
+
+def _most_waiting(said: str, more: Mapping[str, int]) -> str:
+    """``said`` (JSON ``{key: waits}``) with ``more`` added, the :data:`WAITING_KEYS` most."""
+    waits = Counter(json.loads(said or "{}"))
+    waits.update(more)
+    return json.dumps(dict(waits.most_common(WAITING_KEYS)))
 
 
 #: Field types of a summary row: Python annotation -> (Spark DDL type, pyarrow type factory).

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import json
 import threading
 from typing import TYPE_CHECKING, Any
@@ -10,6 +11,7 @@ from prometheus_client import REGISTRY, Counter, Gauge, Histogram
 from prometheus_client.core import HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from goka.processing.summary import WAITING_KEYS
 from goka.processing.timeline import BUCKETS
 
 if TYPE_CHECKING:
@@ -113,6 +115,34 @@ def _families() -> dict[str, Any]:
                     labels,
                     buckets=_STATE_BUCKETS,
                 ),
+                key_waits=Counter(
+                    "goka_processor_key_waits",
+                    "Records (of a group with concurrency) that waited behind an earlier "
+                    "record of their key",
+                    labels,
+                ),
+                in_flight_seconds=Counter(
+                    "goka_processor_in_flight_seconds",
+                    "Time records were in flight, added up (its rate: the records in flight "
+                    "on average)",
+                    labels,
+                ),
+                in_flight_most=Gauge(
+                    "goka_processor_in_flight_most",
+                    "The most records of the partition in flight at once in the last batch (epoch)",
+                    [*labels, "partition"],
+                ),
+                in_flight_longest=Gauge(
+                    "goka_processor_in_flight_longest_seconds",
+                    "The longest a record of the partition was in flight in the last batch (epoch)",
+                    [*labels, "partition"],
+                ),
+                waiting_keys=Gauge(
+                    "goka_processor_waiting_key_records",
+                    "Records that waited behind an earlier record of their key in the last "
+                    "batch (epoch), for the keys that waited most",
+                    [*labels, "key"],
+                ),
                 loop_steps=_LoopSteps(),
             )
             REGISTRY.register(_FAMILIES["loop_steps"])
@@ -163,6 +193,7 @@ class ProcessorMetrics:
     def __init__(self, group: str) -> None:
         self.group = group
         self._f = _families()
+        self._waiting: dict[str, int] = {}  # the keys the waiting gauge has
 
     def batch(self, summary: BatchSummary, policy: str) -> None:
         """Count one micro-batch."""
@@ -177,12 +208,25 @@ class ProcessorMetrics:
         f["corrupt"].labels(g).inc(summary.corrupt_stores)
         f["duration"].labels(g).observe(summary.seconds)
         f["loop_steps"].add(g, summary.timeline)
+        f["key_waits"].labels(g).inc(summary.key_waits)
+        f["in_flight_seconds"].labels(g).inc(summary.in_flight_seconds)
+        waiting: collections.Counter[str] = collections.Counter()
         for part in summary.partitions:
             f["stores"].labels(g, part.partition, part.store).inc()
+            if part.in_flight_most:
+                f["in_flight_most"].labels(g, part.partition).set(part.in_flight_most)
+                f["in_flight_longest"].labels(g, part.partition).set(part.in_flight_longest)
+                waiting.update(json.loads(part.waiting_keys or "{}"))
             f["table_records"].labels(g, part.partition).inc(part.table_records)
             if part.restored_bytes:
                 f["restored"].labels(g).inc(part.restored_bytes)
                 f["restore_seconds"].labels(g).observe(part.restore_seconds)
+        if waiting:  # (the keys of the last batch only: keys come and go)
+            for key in self._waiting:
+                f["waiting_keys"].remove(g, key)
+            self._waiting = dict(waiting.most_common(WAITING_KEYS))
+            for key, count in self._waiting.items():
+                f["waiting_keys"].labels(g, key).set(count)
         for upload in summary.uploads:
             f["uploads"].labels(g, "failed" if upload.get("error") else "ok").inc()
             f["upload_bytes"].labels(g).inc(upload.get("bytes", 0))

@@ -8,9 +8,11 @@ and their refreshes only read the last sample, so watching costs the service not
 from __future__ import annotations
 
 import collections
+import json
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -168,6 +170,7 @@ class ProcessorMonitor(Monitor):
         )  # fmt: skip
         processed = totals.processed + running
         sizes = {part.partition: part.store_bytes for b in recent for part in b.partitions}
+        flight = _flight(processor.graph.concurrency, [p for b in recent for p in b.partitions])
         rows = []
         for part in parts:
             key = (processor.graph.group, part["topic"], part["partition"])
@@ -192,6 +195,7 @@ class ProcessorMonitor(Monitor):
             "skipped_applied": totals.skipped_applied, "dead_letters": totals.dead_letters,
             "failed": totals.failed, "errors": list(totals.errors),
             "last_batch": clock_text(totals.last_finished_at) if totals.batches else "",
+            "flight": flight,
         }  # fmt: skip
 
     def page(self) -> str:
@@ -200,6 +204,7 @@ class ProcessorMonitor(Monitor):
             parts.append(
                 f"<h2>group {e(group['group'])} <span class='muted'>({e(group['mode'])})</span>"
                 f"</h2><p id='summary-{i}'>{e(_summary(group))}</p>"
+                f"<p id='flight-{i}'>{e(group['flight'])}</p>"
                 + table(["edge"], [[edge] for edge in group["edges"]])
                 + "<h2>partitions</h2>"
                 + table(
@@ -240,6 +245,8 @@ every(2000, '/api/monitor', doc => {
     fill('errors-' + i, g.errors.map(x => [x]), []);
     const s = document.getElementById('summary-' + i);
     if (s) s.textContent = summary(g);
+    const f = document.getElementById('flight-' + i);
+    if (f) f.textContent = g.flight;
   });
   chart('chart', doc.history, [['records_per_s', '#1f6feb'], ['lag', '#b3261e']]);
 });
@@ -251,6 +258,22 @@ function summary(g) {
     (g.last_batch ? ', last ' + g.unit[0] + ' ' + g.last_batch : '');
 }
 """
+
+
+def _flight(concurrency: int, parts: Sequence[Any]) -> str:
+    """How a group's records were in flight in its recent batches (epochs): "" for a group
+    that runs one record at a time."""
+    if concurrency < 2:
+        return ""
+    most = max((p.in_flight_most for p in parts), default=0)
+    longest = max((p.in_flight_longest for p in parts), default=0.0)
+    waiting: Counter[str] = Counter()
+    for part in parts:
+        waiting.update(json.loads(part.waiting_keys or "{}"))
+    keys = ", ".join(f"{key} ({count})" for key, count in waiting.most_common(5))
+    return (f"in flight: at most {most} of {concurrency} a partition, the longest "
+            f"{longest:.2f} s; records that waited for their key: "
+            f"{keys or 'none'}")  # fmt: skip
 
 
 def _summary(group: dict[str, Any]) -> str:

@@ -110,3 +110,6 @@ def test_records_of_a_partition_wait_on_a_server_together_in_key_order(
             (n, i) for i, n in enumerate(n for n, k in enumerate(keys) if k == key)
         ]
     assert server.most > 2  # records of a partition were in flight together (two tasks run)
+    parts = [part for batch in run.recent for part in batch.partitions]
+    assert max(part.in_flight_most for part in parts) > 1  # as the summaries say
+    assert 0 < run.key_waits < len(keys)  # (records behind their key in the same call)

@@ -95,3 +95,40 @@ def test_a_micro_batch_processor_counts_batches(tmp_path: Path) -> None:
     page = monitor.handle("/")
     assert page is not None and b"1 batches, 10 records" in page.body
     assert monitor.sample()["groups"][0]["unit"] == ["batch", "batches"]
+
+
+def test_records_in_flight_reach_the_summary_the_metrics_and_the_page(tmp_path: Path) -> None:
+    """A call of a group with concurrency: how many were in flight, the longest, and the keys
+    that waited for an earlier record of their own, from the engine to the partition's
+    summary, the Prometheus metrics and the monitor."""
+    import asyncio
+
+    from prometheus_client import REGISTRY
+
+    from goka.group.engine import Engine
+    from goka.spark.metrics import ProcessorMetrics
+
+    async def wait(ctx: Any, msg: str) -> None:
+        await asyncio.sleep(0.01)
+
+    graph = define_group("flying", input("in", StringCodec(), wait), concurrency=8)
+    keys = ["hot"] * 5 + [f"k{i}" for i in range(20)]
+    messages = [("in", n, k.encode(), b"x", 0, None) for n, k in enumerate(keys)]
+    result = Engine(graph, 3, store={}.get).process(messages)
+    part = PartitionSummary(3)
+    part.flown(result.flight)
+    assert part.in_flight_most == 8 and part.in_flight_longest >= 0.01
+    assert part.key_waits == 4 and json.loads(part.waiting_keys) == {"hot": 4}
+    assert part.in_flight_seconds >= 25 * 0.01
+    summary = BatchSummary.of(0, [part])
+    assert summary.key_waits == 4
+    ProcessorMetrics("flying").batch(summary, "fail")
+    sample = REGISTRY.get_sample_value
+    assert sample("goka_processor_in_flight_most", {"group": "flying", "partition": "3"}) == 8
+    assert sample("goka_processor_key_waits_total", {"group": "flying"}) == 4
+    assert sample("goka_processor_waiting_key_records", {"group": "flying", "key": "hot"}) == 4
+    processor = FakeProcessor(PartitionBoard(str(tmp_path / "board")))
+    processor.graph = graph
+    processor.totals.add_batch(summary)
+    flight = ProcessorMonitor([processor]).sample()["groups"][0]["flight"]
+    assert flight.startswith("in flight: at most 8 of 8 a partition") and "hot (4)" in flight
