@@ -37,7 +37,6 @@ import random
 import shutil
 import statistics
 import subprocess
-import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -85,8 +84,8 @@ def service_binary() -> Path:
 @contextmanager
 def slow_service(delay_ms: int = DELAY_MS) -> Iterator[str]:
     """The service running on a loopback port: its ``/score`` URL."""
-    process = subprocess.Popen([str(service_binary()), "-delay", f"{delay_ms}ms"],
-                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)  # fmt: skip
+    command = [str(service_binary()), "-delay", f"{delay_ms}ms"]
+    process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert process.stdout is not None
         port = int(process.stdout.readline().split()[1])
@@ -167,8 +166,7 @@ async def score(url: str, out: str, ctx: Context[int], page: Any) -> None:
     loop = id(asyncio.get_running_loop())
     session = _sessions.get(loop)
     if session is None:  # one per worker process's callback loop, kept across records
-        session = _sessions[loop] = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=512))
+        session = _sessions[loop] = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=512))
     async with session.get(url, params={"key": ctx.key}) as answer:
         answer.raise_for_status()
         await answer.read()
@@ -269,10 +267,12 @@ def main() -> None:
                                            CONCURRENCY, hot=True)  # fmt: skip
                 _, peer_others = peer_rate(brokers, hot_topic, url, args.messages,
                                            CONCURRENCY, hot=True)  # fmt: skip
+                goka_drop = goka_others / statistics.median(gokas) - 1
+                peer_drop = peer_others / statistics.median(peers) - 1
                 print(f"hot run {run}: 10% on one key, the other keys: goka-py "
-                      f"{goka_others:,.0f} records/s ({goka_others / statistics.median(gokas) - 1:+.0%} "
-                      f"against uniform), parallel-consumer {peer_others:,.0f} records/s "
-                      f"({peer_others / statistics.median(peers) - 1:+.0%})", flush=True)  # fmt: skip
+                      f"{goka_others:,.0f} records/s ({goka_drop:+.0%} against uniform), "
+                      f"parallel-consumer {peer_others:,.0f} records/s ({peer_drop:+.0%})",
+                      flush=True)  # fmt: skip
         print(f"service: {service_stats(url)}")
         spark.stop()  # type: ignore[attr-defined]
     print(f"concurrency: goka/parallel-consumer {summary(ratios)}")

@@ -34,14 +34,16 @@ class PeerRun:
 
 
 def run(bootstrap: str, input: str, output: str, *, group: str, url: str, concurrency: int,
-        expect: int, guarantee: str = "at_least_once", timeout: float = 900) -> PeerRun:  # fmt: skip
+        expect: int, guarantee: str = "at_least_once",
+        timeout: float = 900) -> PeerRun:  # fmt: skip
     """Run the peer until it produced ``expect`` outputs; return what it measured."""
     built = build()
     arguments = {"bootstrap": bootstrap, "input": input, "output": output, "group": group,
                  "url": url, "concurrency": concurrency, "expect": expect,
                  "guarantee": guarantee, "timeout_s": int(timeout)}  # fmt: skip
     command = [find_java(), "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp",
-               java.classpath(built), MAIN, *(f"{k}={v}" for k, v in arguments.items())]  # fmt: skip
+               java.classpath(built), MAIN,
+               *(f"{k}={v}" for k, v in arguments.items())]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=timeout + 120,
                           check=False)  # fmt: skip
     figures = [line for line in done.stdout.splitlines() if line.startswith("first=")]

@@ -22,8 +22,11 @@ from goka.view import View
 USERS = [f"user-{n}" for n in range(40)]
 
 
+Enriched = list[tuple[str, Any]]
+
+
 def run(brokers: str, workdir: Path, url: str, spark: Any = None,
-        orders: int = 600) -> tuple[dict[str, Any], list[tuple[str, Any]], Counter[str]]:  # fmt: skip
+        orders: int = 600) -> tuple[dict[str, Any], Enriched, Counter[str]]:  # fmt: skip
     """Return (the group table, the enriched orders as ``(user, order)`` in the order read,
     the orders sent per user)."""
     manager = TopicManager(brokers)

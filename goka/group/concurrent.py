@@ -37,6 +37,7 @@ import copy
 import inspect
 import logging
 import os
+import random
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -117,8 +118,9 @@ class Records:
     context (copied for each record), the batch's state ``cache`` and ``effects``, its
     ``routes`` (``(decode, callback)`` by topic), its ``nil_handling``, its ``failed`` (a
     record's failure under the policy: ``failed(exc, message, mark, result, context=)``), its
-    ``fatal`` (does a failure end the call: no record after it starts), and the group's
-    ``retry`` and ``timeout``."""
+    ``fatal`` (does a failure end the call: no record after it starts), the group's
+    ``retry`` and ``timeout``, and a ``shuffle`` (the tester's: each record yields to the loop
+    a random few times before its callback runs, so records finish in a random order)."""
 
     concurrency: int
     context: Any
@@ -131,6 +133,7 @@ class Records:
     retry: Retry | None = None
     timeout: float | None = None
     group: str = ""
+    shuffle: random.Random | None = None
 
 
 def run_concurrently(engine: Records, messages: Sequence[Message], result: BatchResult) -> None:
@@ -306,7 +309,10 @@ class _Call:
         """Decode the record and run its callback: awaited if async (or if what it returns
         can be awaited), on the pool if plain and there is one; cut by the timeout."""
         ctx, message = self.contexts[number], self.messages[number]
-        timeout = self.engine.timeout
+        timeout, shuffle = self.engine.timeout, self.engine.shuffle
+        if shuffle is not None:
+            for _ in range(shuffle.randrange(4 * self.engine.concurrency)):
+                await asyncio.sleep(0)
         try:
             decode, callback = self.engine.routes[message[0]]
             raw = message[3]

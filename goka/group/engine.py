@@ -9,6 +9,7 @@ drivers share this code, so they cannot drift apart.
 from __future__ import annotations
 
 import gc
+import random
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from time import time_ns
@@ -104,6 +105,7 @@ class Engine(TimedProcessing):
         deferred_finals: bool = False,
         window_cache: int = WINDOW_CACHE,
         whole_commits: bool = False,
+        shuffle: random.Random | None = None,
     ) -> None:
         if on_error not in POLICIES:
             raise ConfigurationError(f"on_error must be one of {POLICIES}, got {on_error!r}")
@@ -114,6 +116,7 @@ class Engine(TimedProcessing):
         self.graph = graph
         self.partition = partition
         self.on_error = on_error
+        self.shuffle = shuffle  # records in flight finish in its order (the tester's)
         self.pause_gc = pause_gc
         self.max_message_bytes = sys.maxsize if max_message_bytes is None else max_message_bytes
         if fire_budget is not None and fire_budget < 1:
@@ -189,7 +192,7 @@ class Engine(TimedProcessing):
                 run_concurrently(Records(self.graph.concurrency, self.context, self.cache,
                                          self.effects, self._routes, self.nil_handling,
                                          self._failed, self._fatal, self.graph.retry,
-                                         self.graph.timeout, self.graph.group),
+                                         self.graph.timeout, self.graph.group, self.shuffle),
                                  messages, result)  # fmt: skip
             elif self.on_error == "fail":
                 self._process(messages, result)

@@ -128,7 +128,7 @@ def _families() -> dict[str, Any]:
                     labels,
                 ),
                 in_flight_most=Gauge(
-                    "goka_processor_in_flight_most",
+                    "goka_processor_in_flight_most_records",
                     "The most records of the partition in flight at once in the last batch (epoch)",
                     [*labels, "partition"],
                 ),

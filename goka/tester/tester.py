@@ -15,9 +15,10 @@ every emit, loopback and table update it causes, across all registered groups, i
 from __future__ import annotations
 
 import datetime as dt
+import random
 import time
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from goka.codec import Codec
@@ -30,7 +31,7 @@ from goka.partitioner import partition_for
 from goka.processing.settings import GUARANTEES
 from goka.storage.base import WriteBatch
 from goka.storage.memory import MemoryStorage
-from goka.tester.records import Record
+from goka.tester.records import QueueTracker, Record
 from goka.time.pending_rows import section_graces
 from goka.time.rows import decode_composite, section_rows
 from goka.time.specs import Window
@@ -52,13 +53,17 @@ class Tester:
             without a timestamp get it.
         guarantee: the processor's setting, checked and otherwise ignored: nothing crashes
             in the tester, so each message's effects happen once under either.
+        completion_seed: the order in which records in flight together finish (a group with
+            ``concurrency``, records given to :meth:`consume_many`): random, drawn from this
+            seed, as the network would; a test that passes for a few seeds does not depend
+            on the order in which different keys' records finish.
     """
 
     __test__ = False  # not a pytest test class, though its name starts with "Test"
 
     def __init__(
         self, *graphs: GroupGraph, partitions: int = 1, max_messages: int = 100_000,
-        now: int | None = None, guarantee: str = "at-least-once",
+        now: int | None = None, guarantee: str = "at-least-once", completion_seed: int = 0,
     ) -> None:  # fmt: skip
         if guarantee not in GUARANTEES:
             raise ConfigurationError(f"guarantee must be one of {GUARANTEES}, got {guarantee!r}")
@@ -77,6 +82,7 @@ class Tester:
         self._sections: dict[tuple[str, int], dict[str, MemoryStorage]] = {}
         self._graces: dict[str, dict[str, int | None]] = {}  # per group: see section_graces
         self.now = int(time.time() * 1000) if now is None else now
+        self.completion_seed = completion_seed
         for graph in graphs:
             self.add(graph)
 
@@ -137,6 +143,31 @@ class Tester:
         self._run()
         return record
 
+    def consume_many(self, topic: str, items: Iterable[tuple[str | bytes, Any]], *,
+                     timestamp: int | None = None) -> list[Record]:  # fmt: skip
+        """Write the messages ``(key, value)`` to ``topic`` and process them together: each
+        group's records of a partition in one batch, as a processor's task would get them
+        (with ``concurrency``, several in flight, finishing in the order drawn from
+        ``completion_seed``); then everything they cause, as :meth:`consume` does. Returns
+        the stored records.
+
+        Raises:
+            as :meth:`consume`.
+        """
+        codec, when = self.codec(topic), self.now if timestamp is None else timestamp
+        records = [self._append(topic, key_str(key), None if value is None else
+                                codec.encode(value), (), when) for key, value in items]  # fmt: skip
+        batches: dict[tuple[str, int], list[Record]] = {}
+        for graph, record in self._pending:
+            batches.setdefault((graph.group, record.partition), []).append(record)
+        self._pending.clear()
+        for (group, partition), batch in batches.items():
+            graph = self._graphs[group]
+            result = self._engine(graph, partition).process([_message(r) for r in batch])
+            self._apply_all(graph, result, partition)
+        self._run()
+        return records
+
     def _append(
         self, topic: str, key: str, data: bytes | None, headers: tuple[tuple[str, bytes], ...],
         timestamp: int, partition: int | None = None,
@@ -167,11 +198,7 @@ class Tester:
             self._pending.clear()
 
     def _process(self, graph: GroupGraph, record: Record) -> None:
-        message: Message = (
-            record.topic, record.offset, key_bytes(record.key), record.value, record.timestamp,
-            list(record.headers) or None,
-        )  # fmt: skip
-        result = self._engine(graph, record.partition).process([message])
+        result = self._engine(graph, record.partition).process([_message(record)])
         self._apply_all(graph, result, record.partition)
 
     def _apply_all(self, graph: GroupGraph, result: BatchResult, partition: int) -> None:
@@ -194,6 +221,7 @@ class Tester:
                 graph, partition, store=store, tables=readers, pause_gc=False,
                 timers=sections.get(graph.group.timers), windows=windows,
                 clock=lambda: self.now,
+                shuffle=random.Random(f"{self.completion_seed} {graph.group} {partition}"),
             )  # fmt: skip
             self._engines[(graph.group, partition)] = engine
         return engine
@@ -341,39 +369,7 @@ class Tester:
         return record
 
 
-class QueueTracker:
-    """Reads the messages written to one topic, decoded, starting where it was created."""
-
-    def __init__(self, tester: Tester, topic: str, codec: Codec[Any]) -> None:
-        self.topic = topic
-        self._tester = tester
-        self._decode = codec.decode
-        self._position = len(tester._logs.get(topic, ()))
-
-    @property
-    def hwm(self) -> int:
-        """How many messages the topic holds (its high water mark, over all partitions)."""
-        return len(self._tester._logs.get(self.topic, ()))
-
-    @property
-    def next_offset(self) -> int:
-        """The position of the next message to read."""
-        return self._position
-
-    def next(self) -> tuple[str, Any] | None:
-        """Return the next ``(key, value)``, or None if none is left."""
-        log = self._tester._logs.get(self.topic, ())
-        if self._position >= len(log):
-            return None
-        record = log[self._position]
-        self._position += 1
-        return record.key, None if record.value is None else self._decode(record.value)
-
-    def __iter__(self) -> Iterator[tuple[str, Any]]:
-        """Yield the remaining ``(key, value)`` pairs."""
-        while (item := self.next()) is not None:
-            yield item
-
-    def __len__(self) -> int:
-        """Messages not read yet."""
-        return self.hwm - self._position
+def _message(record: Record) -> Message:
+    """A stored record as the engine takes it."""
+    return (record.topic, record.offset, key_bytes(record.key), record.value, record.timestamp,
+            list(record.headers) or None)  # fmt: skip

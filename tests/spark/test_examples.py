@@ -56,7 +56,7 @@ def test_enrichment_example(
     import urllib.request
 
     from examples.enrichment import service
-    from examples.enrichment.group import ENRICHED, ORDERS, GROUP
+    from examples.enrichment.group import ENRICHED, GROUP, ORDERS
     from examples.enrichment.run import run
 
     topics = (ORDERS, ENRICHED, f"{GROUP}-table")

@@ -32,6 +32,7 @@ from goka.group.concurrent import with_concurrency
 from goka.group.context import Context
 from goka.group.effects import EMIT, Message
 from goka.group.engine import Engine
+from goka.tester import Tester
 
 
 def msg(offset: int, key: str) -> Message:
@@ -484,3 +485,42 @@ def test_groups_that_keep_time_have_no_retry_or_timeout_yet() -> None:
         with pytest.raises(GraphError, match="not available for it yet"):
             define_group("timed", input("in", StringCodec(), _apply), persist(Int64Codec()),
                          counted, **settings)  # fmt: skip
+
+
+# -- the tester -----------------------------------------------------------------------------------
+
+
+def _finishing_order(seed: int, concurrency: int = 8) -> tuple[list[str], Any]:
+    finished: list[str] = []
+
+    async def note(ctx: Context[int], value: str) -> None:
+        count = (ctx.value() or 0) + 1
+        await asyncio.sleep(0)
+        finished.append(f"{ctx.key}:{value}")
+        ctx.set_value(count)
+        ctx.emit("out", ctx.key, f"{value}:{count}")
+
+    graph = define_group("seeded", input("in", StringCodec(), note), persist(Int64Codec()),
+                         output("out", StringCodec()), concurrency=concurrency)  # fmt: skip
+    tester = Tester(graph, partitions=2, completion_seed=seed)
+    tester.consume_many("in", [(f"k{n % 6}", str(n)) for n in range(30)])
+    return finished, tester
+
+
+def test_the_tester_finishes_records_in_flight_in_a_seeded_random_order() -> None:
+    """Records given together finish in an order drawn from the seed (the same for the same
+    seed, others for others), each key's in its input order; what comes out (the table, each
+    key's outputs) is the same for every seed."""
+    runs = {seed: _finishing_order(seed) for seed in range(6)}
+    assert _finishing_order(3)[0] == runs[3][0]
+    assert len({tuple(finished) for finished, _ in runs.values()}) > 1
+    expected = {f"k{k}": 5 for k in range(6)}
+    for finished, tester in runs.values():
+        assert tester.table("seeded-table") == expected
+        for key in expected:
+            mine = [int(item.split(":")[1]) for item in finished if item.startswith(f"{key}:")]
+            assert mine == sorted(mine)
+            told = [r.value for r in tester.messages("out") if r.key == key]
+            assert told == [f"{n}:{i + 1}".encode() for i, n in enumerate(mine)]
+    one_at_a_time, _ = _finishing_order(0, concurrency=1)  # (in offset order, by partition)
+    assert one_at_a_time == _finishing_order(1, concurrency=1)[0]

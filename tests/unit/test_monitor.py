@@ -124,7 +124,9 @@ def test_records_in_flight_reach_the_summary_the_metrics_and_the_page(tmp_path: 
     assert summary.key_waits == 4
     ProcessorMetrics("flying").batch(summary, "fail")
     sample = REGISTRY.get_sample_value
-    assert sample("goka_processor_in_flight_most", {"group": "flying", "partition": "3"}) == 8
+    assert (
+        sample("goka_processor_in_flight_most_records", {"group": "flying", "partition": "3"}) == 8
+    )
     assert sample("goka_processor_key_waits_total", {"group": "flying"}) == 4
     assert sample("goka_processor_waiting_key_records", {"group": "flying", "key": "hot"}) == 4
     processor = FakeProcessor(PartitionBoard(str(tmp_path / "board")))
