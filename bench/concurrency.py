@@ -6,8 +6,9 @@ HTTP service that answers after 10 ms (``bench/peers/slowhttp``, a Go program: t
 costs the machine little of its two cores), then counts the key and emits the count:
 
 * goka-py: ``async def`` callback with aiohttp, the count in the group's table, in continuous
-  mode on a local SparkSession (``local[2]``), at ``concurrency`` 64 (and 1: the floor, on
-  fewer records, since it runs at about 4 x 100 records/s);
+  mode on a local SparkSession with a task slot per partition (``local[4]``, ``--slots``: a
+  continuous task runs its partitions one after the other), at ``concurrency`` 64 (and 1: the
+  floor, on fewer records, since it runs at about 4 x 100 records/s);
 * parallel-consumer 0.5.3.3 (:mod:`bench.peers.parallel_consumer`): ``KEY`` ordering,
   ``maxConcurrency`` 64, a blocking ``java.net.http`` call per record on its worker threads,
   the count in memory, the output produced through it; offsets committed by its consumer
@@ -30,6 +31,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import atexit
+import contextlib
 import functools
 import hashlib
 import os
@@ -52,6 +55,7 @@ from bench.peers import parallel_consumer
 from bench.processor import goka_continuous
 from goka import Context, Int64Codec, StringCodec, define_group, input, output, persist
 from goka.dev.kafka import cache_root, fill_cache
+from goka.group.concurrent import await_on_loop
 from goka.group.graph import GroupGraph
 from goka.kafka.config import producer_config
 from goka.spark import build_session
@@ -161,6 +165,14 @@ def rate(times: list[tuple[bytes, int]], but: bytes | None = None) -> float:
 _sessions: dict[int, aiohttp.ClientSession] = {}
 
 
+@atexit.register
+def _close_sessions() -> None:
+    """Close the worker's sessions on the loop that made them (else aiohttp warns)."""
+    for session in _sessions.values():
+        with contextlib.suppress(Exception):
+            await_on_loop(session.close())
+
+
 async def score(url: str, out: str, ctx: Context[int], page: Any) -> None:
     """The callback: ask the service about the key, then count it and emit the count."""
     loop = id(asyncio.get_running_loop())
@@ -226,6 +238,9 @@ def main() -> None:
     parser.add_argument("--floor-messages", type=int, default=4_000,
                         help="records of the concurrency 1 run")  # fmt: skip
     parser.add_argument("--hot-runs", type=int, default=1)
+    parser.add_argument("--slots", type=int, default=PARTITIONS,
+                        help="task slots of the local SparkSession (default: one a "
+                        "partition)")  # fmt: skip
     add_broker(parser)
     args = parser.parse_args()
     os.environ.setdefault("PYTHONPATH", str(Path(__file__).resolve().parent.parent))
@@ -233,7 +248,7 @@ def main() -> None:
     with start_broker(args.broker) as broker, slow_service() as url:
         brokers = broker.bootstrap
         parallel_consumer.build()
-        spark = build_session("bench-concurrency", "local[2]")
+        spark = build_session("bench-concurrency", f"local[{args.slots}]")
         alone = machine_rate(url)
         print(f"ideal {ideal:,.0f} records/s; the service alone from one Python process "
               f"(aiohttp, 256 in flight): {alone:,.0f} requests/s", flush=True)  # fmt: skip

@@ -14,12 +14,14 @@ The service's address reaches the processor's workers in the callback's argument
 
 from __future__ import annotations
 
+import atexit
 import functools
 from typing import Any
 
 import aiohttp
 
 from goka import Context, JsonCodec, define_group, input, output, persist
+from goka.group.concurrent import await_on_loop
 from goka.group.graph import GroupGraph
 
 GROUP = "order-enrichment"
@@ -36,6 +38,13 @@ def client() -> aiohttp.ClientSession:
     if _client is None or _client.closed:
         _client = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10))
     return _client
+
+
+@atexit.register
+def _close() -> None:
+    """Close the client on the loop that made it as the process ends."""
+    if _client is not None and not _client.closed:
+        await_on_loop(_client.close())
 
 
 async def enrich(service: str, ctx: Context[dict[str, Any]], order: dict[str, Any]) -> None:

@@ -26,7 +26,7 @@ import pytest
 
 from .model import generate, play
 
-pytestmark = [pytest.mark.cost(220), pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow]
+pytestmark = [pytest.mark.cost(265), pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow]
 
 #: The suite's sequences: where their first runs are killed, their most kills, and guarantee.
 SUITE = [
