@@ -45,7 +45,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
-from goka.errors import Abort, CallbackTimeout, GraphError, StorageError
+from goka.errors import CallbackTimeout, GraphError
 from goka.group.edges import awaited, callable_name
 from goka.group.effects import NOT_SAVED, BatchResult, Flight, Message, restore
 from goka.group.key_order import KeyOrder
@@ -178,20 +178,23 @@ def await_on_loop(awaitable: Any) -> Any:
         raise escaped.inner from None
 
 
-_loop: tuple[int, asyncio.AbstractEventLoop] | None = None  # (the process that runs it)
+#: (the process that runs it, the loop, its thread)
+_loop: tuple[int, asyncio.AbstractEventLoop, threading.Thread] | None = None
 _loop_lock = threading.Lock()
 
 
 def callback_loop() -> asyncio.AbstractEventLoop:
     """The process's event loop of callbacks, on a daemon thread of its own (started once,
-    and again in a forked child, which has the parent's loop but not its thread): every
-    engine's records in flight are awaited there, call after call."""
+    and again in a forked child, which has the parent's loop but not its thread, or if its
+    thread ended): every engine's records in flight are awaited there, call after call."""
     global _loop
     with _loop_lock:
-        if _loop is None or _loop[0] != os.getpid():
+        if _loop is None or _loop[0] != os.getpid() or not _loop[2].is_alive():
             loop = asyncio.new_event_loop()
-            threading.Thread(target=loop.run_forever, name="goka-callbacks", daemon=True).start()
-            _loop = (os.getpid(), loop)
+            thread = threading.Thread(target=loop.run_forever, name="goka-callbacks",
+                                      daemon=True)  # fmt: skip
+            thread.start()
+            _loop = (os.getpid(), loop, thread)
         return _loop[1]
 
 
@@ -227,10 +230,10 @@ class _Call:
 
     async def run(self) -> None:
         engine, order = self.engine, self.order
-        # plain callbacks run on threads above concurrency 1, and wherever a timeout may cut
-        # them (the loop's own thread cannot be cut)
-        threads = engine.concurrency > 1 or engine.timeout is not None
-        plain = threads and not all(self.awaits.values())
+        # plain callbacks run on a pool of threads above concurrency 1, and on a thread each
+        # where a timeout may cut them (the loop's own thread cannot be cut)
+        plain = engine.concurrency > 1 and engine.timeout is None
+        plain = plain and not all(self.awaits.values())
         pool = ThreadPoolExecutor(engine.concurrency, "goka-callback") if plain else None
         running: dict[asyncio.Task[None], int] = {}
         contexts = self.contexts
@@ -273,8 +276,8 @@ class _Call:
                 task.cancel()
             if running:
                 await asyncio.gather(*running, return_exceptions=True)
-            if pool is not None:  # (a thread a timeout cut is not waited for)
-                pool.shutdown(wait=engine.timeout is None, cancel_futures=True)
+            if pool is not None:  # (waited for off the loop: other calls may use it)
+                await asyncio.to_thread(pool.shutdown, wait=True, cancel_futures=True)
 
     def _context(self, number: int) -> Any:
         """A context of record ``number``'s own: its message, key and effects (state is
@@ -287,54 +290,88 @@ class _Call:
         return ctx
 
     async def _tries(self, number: int, pool: ThreadPoolExecutor | None) -> None:
-        """Run record ``number``'s callback, tried again as the group's ``retry`` says (each
-        try from the key's state before the record, with effects of its own)."""
+        """Decode record ``number`` (a record that cannot be decoded is not tried again) and
+        run its callback, tried again as the group's ``retry`` says (each try from the key's
+        state before the record, with effects of its own)."""
+        message, nil = self.messages[number], self.engine.nil_handling
+        decode, callback = self.engine.routes[message[0]]
+        raw = message[3]
+        value = decode(raw) if raw is not None else (None if nil == "process" else decode(b""))
         retry, tries = self.engine.retry, 0
         while True:
             tries += 1
             try:
-                await self._call(number, pool)
+                await self._call(number, callback, value, pool)
                 return
             except _Escaped:
                 raise
             except Exception as exc:
-                if (retry is None or tries >= retry.attempts or not isinstance(exc, retry.on)
-                        or isinstance(exc, Abort | StorageError)):  # fmt: skip
+                if retry is None or tries >= retry.attempts or not retry.covers(exc):
                     raise
                 self._undo(self.contexts[number])
                 self.contexts[number] = self._context(number)
                 await asyncio.sleep(retry.delay(tries))
 
-    async def _call(self, number: int, pool: ThreadPoolExecutor | None) -> None:
-        """Decode the record and run its callback: awaited if async (or if what it returns
-        can be awaited), on the pool if plain and there is one; cut by the timeout."""
-        ctx, message = self.contexts[number], self.messages[number]
-        timeout, shuffle = self.engine.timeout, self.engine.shuffle
-        if shuffle is not None:
-            for _ in range(shuffle.randrange(4 * self.engine.concurrency)):
+    async def _call(self, number: int, callback: Any, value: Any,
+                    pool: ThreadPoolExecutor | None) -> None:  # fmt: skip
+        """Run the callback: awaited if async (or if what it returns can be awaited), on a
+        thread if plain and there are threads; cut by the timeout."""
+        ctx, message, engine = self.contexts[number], self.messages[number], self.engine
+        if engine.shuffle is not None:
+            for _ in range(engine.shuffle.randrange(4 * engine.concurrency)):
                 await asyncio.sleep(0)
+        plain = not self.awaits.get(message[0], True)
         try:
-            decode, callback = self.engine.routes[message[0]]
-            raw = message[3]
-            nil = self.engine.nil_handling
-            value = decode(raw) if raw is not None else (None if nil == "process" else decode(b""))
-            if pool is not None and not self.awaits.get(message[0], True):
-                future = asyncio.get_running_loop().run_in_executor(pool, callback, ctx, value)
-                try:
-                    returned = await asyncio.wait_for(future, timeout)
-                except TimeoutError:
-                    ctx._bind({}, [])  # what the thread does from now on goes nowhere
-                    raise self._timed_out(number, callback) from None
-                if inspect.isawaitable(returned):
-                    await self._awaited(number, callback, returned)
+            if plain and engine.timeout is not None:
+                returned = await self._on_thread(number, callback, ctx, value)
+            elif plain and pool is not None:
+                loop = asyncio.get_running_loop()
+                returned = await loop.run_in_executor(pool, callback, ctx, value)
             else:
-                await self._awaited(number, callback, callback(ctx, value))
+                returned = callback(ctx, value)
+            await self._awaited(number, callback, returned)
         except (KeyboardInterrupt, SystemExit) as exc:
             raise _Escaped(exc) from exc
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():  # (cancelled: the call is ending)
+                raise
+            raise RuntimeError(f"callback {callable_name(callback)} raised CancelledError "
+                               "without being cancelled") from None  # fmt: skip
+
+    async def _on_thread(self, number: int, callback: Any, ctx: Any, value: Any) -> Any:
+        """Run a plain callback on a thread of its own, cut by the timeout (its clock starts
+        with the thread). Its state changes go to a layer of its own, laid on the shared
+        state once it returned in time: a thread that was cut and goes on changes nothing."""
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[Any] = loop.create_future()
+        layer = _Layer(self.engine.cache)
+        ctx._bind(layer, ctx._effects)
+
+        def run() -> None:
+            try:
+                returned = callback(ctx, value)
+            except BaseException as exc:  # (carried to the loop: KeyboardInterrupt too)
+                loop.call_soon_threadsafe(_settle, done, None, exc)
+            else:
+                loop.call_soon_threadsafe(_settle, done, returned, None)
+
+        threading.Thread(target=run, name="goka-callback", daemon=True).start()
+        try:
+            async with asyncio.timeout(self.engine.timeout) as cut:
+                returned = await asyncio.shield(done)
+        except TimeoutError:
+            if not cut.expired():  # the callback's own
+                raise
+            ctx._bind({}, [])  # what the thread does from now on goes nowhere
+            raise self._timed_out(number, callback) from None
+        self.engine.cache.update(layer)
+        ctx._bind(self.engine.cache, ctx._effects)
+        return returned
 
     async def _awaited(self, number: int, callback: Any, returned: Any) -> None:
         """Await what a callback returned (if it can be), each step timed, cut by the
-        timeout."""
+        timeout (in this task: a callback's KeyboardInterrupt stays in it)."""
         if inspect.iscoroutine(returned):
             returned = Steps(returned, lambda took: self._slow(number, callback, took))
         elif not inspect.isawaitable(returned):
@@ -343,8 +380,11 @@ class _Call:
             await returned
             return
         try:
-            await asyncio.wait_for(returned, self.engine.timeout)
+            async with asyncio.timeout(self.engine.timeout) as cut:
+                await returned
         except TimeoutError:
+            if not cut.expired():  # the callback's own
+                raise
             raise self._timed_out(number, callback) from None
 
     def _timed_out(self, number: int, callback: Any) -> CallbackTimeout:
@@ -379,3 +419,27 @@ class _Call:
 
 
 _slow_warned: set[str] = set()
+
+
+def _settle(future: asyncio.Future[Any], returned: Any, error: BaseException | None) -> None:
+    """Give ``future`` what a thread's callback returned or raised (unless it is done)."""
+    if future.done():
+        return
+    if error is None:
+        future.set_result(returned)
+    else:
+        future.set_exception(error)
+
+
+class _Layer(dict):  # type: ignore[type-arg]
+    """State a record changes, over the shared state it reads through (a plain callback that
+    a timeout may cut: see :meth:`_Call._on_thread`)."""
+
+    __slots__ = ("under",)
+
+    def __init__(self, under: dict[str, Any]) -> None:
+        super().__init__()
+        self.under = under
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self[key] if key in self else self.under.get(key, default)

@@ -219,9 +219,9 @@ def define_group(
         backoffs not negative, a multiplier of at least 1, ``on`` Exception classes): a
         record whose callback fails is tried again, holding back only its key. ``timeout``
         (None, or positive seconds or a timedelta) cuts a callback's try that takes longer
-        (an async one is cancelled; a plain one is left running on its thread, what it does
-        after the cut discarded) with :class:`~goka.errors.CallbackTimeout`. Neither is
-        available yet for a group that keeps time or reads event times.
+        (an async one is cancelled; a plain one runs on a thread of its own, left to end,
+        what it does after the cut discarded) with :class:`~goka.errors.CallbackTimeout`.
+        Neither is available yet for a group that keeps time or reads event times.
 
     A record whose event time cannot be had (its extractor raises or returns something else
     than a datetime or milliseconds, it is negative, or beyond ``max_future``) fails like a

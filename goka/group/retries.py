@@ -12,9 +12,20 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any
 
-from goka.errors import GraphError
+from goka.errors import (
+    Abort,
+    CodecError,
+    ContextError,
+    GraphError,
+    MessageTooLargeError,
+    StorageError,
+)
 
-__all__ = ["SLOW_STEP_SECONDS", "Retry", "Steps", "check_retry", "check_timeout"]
+__all__ = ["NEVER_RETRIED", "SLOW_STEP_SECONDS", "Retry", "Steps", "check_retry",
+           "check_timeout"]  # fmt: skip
+
+#: What a try raises that trying again cannot change.
+NEVER_RETRIED = (Abort, StorageError, ContextError, MessageTooLargeError, CodecError)
 
 #: A step of an async callback (what runs between two of its awaits) longer than this holds
 #: every record in flight back: a blocking call inside ``async def``, warned about once.
@@ -26,13 +37,15 @@ class Retry:
     """Per-record retries of a group's input and loop callbacks
     (``define_group(..., retry=Retry(...))``).
 
-    A record whose callback raises one of ``on`` (or is cut by the group's ``timeout``) is
+    A record whose callback raises one of ``on`` (a cut by the group's ``timeout`` raises
+    :class:`~goka.errors.CallbackTimeout`, a ``TimeoutError``: the default ``on`` covers it) is
     tried again, up to ``attempts`` tries in all: after ``backoff`` seconds, then each wait
     ``multiplier`` times the last, at most ``max_backoff``. Each try starts from the key's
     state before the record; what earlier tries emitted is dropped. Only the record's key waits
     meanwhile: other keys' records go on (up to the group's ``concurrency``). When the tries are
-    spent, the processor's ``on_error`` policy handles the last failure. ``ctx.fail()`` and a
-    store's failure are never tried again.
+    spent, the processor's ``on_error`` policy handles the last failure. ``ctx.fail()``, a
+    store's failure, a misuse of the context, a message too large and a codec's error are
+    never tried again (:meth:`covers`); nor is a record that cannot be decoded.
     """
 
     attempts: int = 3
@@ -43,7 +56,17 @@ class Retry:
 
     def delay(self, tries: int) -> float:
         """Seconds to wait after the ``tries``-th failed try."""
-        return float(min(self.max_backoff, self.backoff * self.multiplier ** (tries - 1)))
+        try:
+            wait = self.backoff * self.multiplier ** (tries - 1)
+        except OverflowError:
+            wait = self.max_backoff
+        return float(min(self.max_backoff, wait))
+
+    def covers(self, exc: Exception) -> bool:
+        """Is a try that raised ``exc`` tried again? (Not for what trying again cannot
+        change: ``ctx.fail()``, a store's failure, a misuse of the context, a message too
+        large for the broker, a value its codec cannot handle.)"""
+        return isinstance(exc, self.on) and not isinstance(exc, NEVER_RETRIED)
 
 
 def check_retry(group: str, retry: object) -> Retry | None:

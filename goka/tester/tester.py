@@ -56,7 +56,8 @@ class Tester:
         completion_seed: the order in which records in flight together finish (a group with
             ``concurrency``, records given to :meth:`consume_many`): random, drawn from this
             seed, as the network would; a test that passes for a few seeds does not depend
-            on the order in which different keys' records finish.
+            on the order in which different keys' records finish. (Async callbacks: plain
+            ones above concurrency 1 run on threads, which finish as the system runs them.)
     """
 
     __test__ = False  # not a pytest test class, though its name starts with "Test"
@@ -161,10 +162,14 @@ class Tester:
         for graph, record in self._pending:
             batches.setdefault((graph.group, record.partition), []).append(record)
         self._pending.clear()
-        for (group, partition), batch in batches.items():
-            graph = self._graphs[group]
-            result = self._engine(graph, partition).process([_message(r) for r in batch])
-            self._apply_all(graph, result, partition)
+        try:
+            for (group, partition), batch in batches.items():
+                graph = self._graphs[group]
+                result = self._engine(graph, partition).process([_message(r) for r in batch])
+                self._apply_all(graph, result, partition)
+        except BaseException:
+            self._pending.clear()  # (what the batches before caused)
+            raise
         self._run()
         return records
 

@@ -50,11 +50,12 @@ def count_and_tell(seen: str, ctx: Context[int], page: Any) -> None:
 async def count_and_tell_later(seen: str, ctx: Context[int], page: Any) -> None:
     """:func:`count_and_tell` for a group with ``concurrency``: it reads the key's count,
     awaits a random few milliseconds (records finish out of offset order, and a count read
-    before another record of the key finished would be written back short), then counts."""
+    before another record of the key finished would be written back short), then counts,
+    and tells which of the key's clicks it was too."""
     count = ctx.value() or 0
     await asyncio.sleep(random.random() * 0.004)
     ctx.set_value(count + 1)
-    ctx.emit(seen, ctx.key, f"{ctx.partition} {ctx.offset}")
+    ctx.emit(seen, ctx.key, f"{ctx.partition} {ctx.offset} {count + 1}")  # (its nth click)
 
 
 def signal_session(sid: int, signum: int) -> None:

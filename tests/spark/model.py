@@ -381,7 +381,8 @@ def told_topic(topic: str) -> str:
 def told(brokers: str, topic: str, partitions: int) -> tuple[int, int]:
     """How many outputs a ``read_committed`` reader of :func:`told_topic` finds beyond one
     per input record, and how many input records it finds none for."""
-    found = Counter(row[3] for rows in topic_rows(brokers, told_topic(topic), partitions).values()
+    found = Counter(_place(row[3])
+                    for rows in topic_rows(brokers, told_topic(topic), partitions).values()
                     for row in rows)  # fmt: skip
     inputs = {b"%d %d" % (p, row[1])
               for p, rows in topic_rows(brokers, topic, partitions).items() for row in rows}  # fmt: skip
@@ -391,7 +392,7 @@ def told(brokers: str, topic: str, partitions: int) -> tuple[int, int]:
 def untold(brokers: str, topic: str, partitions: int) -> str:
     """Which input records a ``read_committed`` reader of :func:`told_topic` finds no output
     for, as offset ranges by partition (``"0: 1200-1799"``)."""
-    found = {row[3] for rows in topic_rows(brokers, told_topic(topic), partitions).values()
+    found = {_place(row[3]) for rows in topic_rows(brokers, told_topic(topic), partitions).values()
              for row in rows}  # fmt: skip
     ranges: list[str] = []
     for p, rows in sorted(topic_rows(brokers, topic, partitions).items()):
@@ -401,18 +402,35 @@ def untold(brokers: str, topic: str, partitions: int) -> str:
     return ", ".join(ranges)
 
 
+def _place(told: bytes) -> bytes:
+    """``b"<partition> <offset>"`` of a told value (a concurrent count adds its nth click)."""
+    return b" ".join(told.split()[:2])
+
+
 def out_of_order(brokers: str, topic: str, partitions: int) -> list[str]:
     """The keys whose outputs on :func:`told_topic`, read committed, tell their input records
-    out of offset order: a key's records are told in its input order, each the first time
-    (an at-least-once replay tells some again, after them)."""
+    out of offset order (each the first time it is told: an at-least-once replay tells some
+    again, after them), or, where an output says which of its key's clicks it was (a count
+    with ``concurrency``), a wrong nth: a record that ran beside an earlier one of its key,
+    or saw a state its key's earlier records did not leave."""
+    nth: dict[tuple[int, int], int] = {}
+    for partition, rows in topic_rows(brokers, topic, partitions).items():
+        seen: Counter[bytes] = Counter()
+        for row in rows:
+            seen[row[2]] += 1
+            nth[(partition, row[1])] = seen[row[2]]
     wrong: list[str] = []
     for rows in topic_rows(brokers, told_topic(topic), partitions).values():
         told_by_key: dict[bytes, list[tuple[int, int]]] = {}
         for row in rows:
-            partition, offset = map(int, row[3].split())
+            fields = [int(f) for f in row[3].split()]
+            place = (fields[0], fields[1])
+            if len(fields) > 2 and fields[2] != nth.get(place):
+                wrong.append(f"{row[2].decode()}: {place} told as click {fields[2]}, is click "
+                             f"{nth.get(place)}")  # fmt: skip
             places = told_by_key.setdefault(row[2], [])
-            if (partition, offset) not in places:
-                places.append((partition, offset))
+            if place not in places:
+                places.append(place)
         for key, places in told_by_key.items():
             if places != sorted(places) or len({p for p, _ in places}) > 1:
                 wrong.append(f"{key.decode()}: told {places[:12]}")
