@@ -616,3 +616,52 @@ def test_the_tester_finishes_records_in_flight_in_a_seeded_random_order() -> Non
             assert told == [f"{n}:{i + 1}".encode() for i, n in enumerate(mine)]
     one_at_a_time, _ = _finishing_order(0, concurrency=1)  # (in offset order, by partition)
     assert one_at_a_time == _finishing_order(1, concurrency=1)[0]
+
+
+def test_a_step_slowed_by_a_busy_machine_is_not_taken_for_a_blocking_call(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """A step that computes 40 ms while another process shares its one CPU takes about twice
+    that on the clock: the time it waited for the CPU is not counted, and nothing is warned;
+    a step that computes past the limit is."""
+    import os
+    import subprocess
+    import sys
+
+    if not hasattr(os, "sched_setaffinity") or not os.path.exists("/proc/thread-self/schedstat"):
+        pytest.skip("needs Linux's CPU affinity and schedstat")
+
+    def compute(seconds: float) -> None:
+        until = time.thread_time() + seconds
+        while time.thread_time() < until:
+            pass
+
+    async def busy(ctx: Context[int], value: str) -> None:
+        await asyncio.sleep(0)
+        compute(0.04 if ctx.key == "shared" else 0.25)
+        await asyncio.sleep(0)
+
+    monkeypatch.setattr("goka.group.retries.SLOW_STEP_SECONDS", 0.07)
+    before = os.sched_getaffinity(0)
+    cpu = min(before)
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        os.sched_setaffinity(hog.pid, {cpu})
+        os.sched_setaffinity(0, {cpu})
+        for thread in threading.enumerate():  # the loop's thread too (affinity is per thread)
+            if thread.native_id is not None:
+                os.sched_setaffinity(thread.native_id, {cpu})
+        with caplog.at_level("WARNING", logger="goka.group.concurrent"):
+            Engine(retried_graph(busy, concurrency=2), 0, store={}.get).process(
+                [msg(n, "shared") for n in range(4)])  # fmt: skip
+            assert not [r for r in caplog.records if "without awaiting" in r.getMessage()]
+            Engine(retried_graph(busy, concurrency=2), 0, store={}.get).process([msg(9, "own")])
+    finally:
+        hog.kill()
+        hog.wait()
+        os.sched_setaffinity(0, before)
+        for thread in threading.enumerate():
+            if thread.native_id is not None:
+                os.sched_setaffinity(thread.native_id, before)
+    warned = [r.getMessage() for r in caplog.records if "without awaiting" in r.getMessage()]
+    assert len(warned) == 1 and "at key 'own'" in warned[0]
