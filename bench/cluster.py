@@ -32,11 +32,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-import confluent_kafka
-
-from bench.common import add_broker, start_broker, summary
+from bench.common import add_broker, produce_keys, start_broker, summary
 from goka import Int64Codec, StringCodec, TopicManager, define_group, input, persist
-from goka.kafka.config import producer_config
 
 ROOT = Path(__file__).resolve().parent.parent
 PARTITIONS = 4
@@ -44,15 +41,7 @@ ORIGINS = ("reused", "opened", "caught_up", "restored", "rebuilt", "created")
 
 
 def fill(brokers: str, topic: str, keys: list[str]) -> None:
-    producer = confluent_kafka.Producer(producer_config(brokers, {"linger.ms": 20}))
-    for key in keys:
-        while True:
-            try:
-                producer.produce(topic, b"/page", key)
-                break
-            except BufferError:
-                producer.poll(0.01)
-    assert producer.flush(120) == 0
+    produce_keys(brokers, topic, keys)
 
 
 def drive(args: argparse.Namespace) -> None:

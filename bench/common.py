@@ -7,11 +7,14 @@ import itertools
 import os
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
+
+import confluent_kafka
 
 from goka import TopicManager
 from goka.dev import KINDS, EmbeddedBroker
+from goka.kafka.config import producer_config
 
 _names = itertools.count()
 
@@ -89,3 +92,22 @@ class CpuShare:
         """``broker 0.62 cores, the rest 1.31`` since :meth:`start`."""
         broker, rest = self.cores()
         return f"broker {broker:.2f} cores, the rest {rest:.2f}"
+
+
+def produce_keys(brokers: str, topic: str, keys: Iterable[str], value: bytes = b"/page") -> None:
+    """Produce a record of ``value`` for each of ``keys``, in order, waiting for them all."""
+    produce_records(brokers, topic, ((key, value) for key in keys))
+
+
+def produce_records(brokers: str, topic: str,
+                    records: Iterable[tuple[str | bytes, bytes | None]]) -> None:  # fmt: skip
+    """Produce ``(key, value)`` records, in order, waiting for them all."""
+    producer = confluent_kafka.Producer(producer_config(brokers, {"linger.ms": 20}))
+    for key, value in records:
+        while True:
+            try:
+                producer.produce(topic, value, key)
+                break
+            except BufferError:
+                producer.poll(0.01)
+    assert producer.flush(120) == 0

@@ -39,6 +39,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +48,7 @@ import psycopg
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from bench.common import add_broker, fresh_topic, start_broker, summary
+from bench.common import add_broker, fresh_topic, produce_records, start_broker, summary
 from examples.click_count.demo import tree_memory
 from goka import JsonCodec
 from goka.connect import FileSource, FileSourceJob, ParquetSink, PostgresSink, read_table
@@ -62,19 +63,16 @@ PARTITIONS = 4
 
 
 def fill(brokers: str, topic: str, messages: int, keys: int) -> None:
-    producer = confluent_kafka.Producer(producer_config(brokers, {"linger.ms": 20}))
     rng = random.Random(11)
-    for i in range(messages):
-        key = f"user-{rng.randrange(keys)}".encode()
-        value = None if rng.random() < 0.05 else json.dumps(
-            {"clicks": i, "page": f"/p{rng.randrange(50)}"}).encode()  # fmt: skip
-        while True:
-            try:
-                producer.produce(topic, value, key)
-                break
-            except BufferError:
-                producer.poll(0.01)
-    assert producer.flush(120) == 0
+
+    def records() -> Iterator[tuple[bytes, bytes | None]]:
+        for i in range(messages):
+            key = f"user-{rng.randrange(keys)}".encode()
+            value = None if rng.random() < 0.05 else json.dumps(
+                {"clicks": i, "page": f"/p{rng.randrange(50)}"}).encode()  # fmt: skip
+            yield key, value
+
+    produce_records(brokers, topic, records())
 
 
 def plain(brokers: str, topic: str, dsn: str, messages: int) -> float:

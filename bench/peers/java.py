@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import shutil
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 
 from goka.dev.kafka import cache_root, fill_cache, find_java
@@ -40,8 +41,8 @@ def build(sources: Path, name: str, what: str) -> Path:
         return built
     try:
         java = Path(find_java())
-    except BrokerNotFoundError as missing:
-        raise PeerUnavailable(str(missing)) from missing
+    except BrokerNotFoundError as absent:
+        raise PeerUnavailable(str(absent)) from absent
     javac = java.with_name("javac") if java.with_name("javac").exists() else shutil.which("javac")
     mvn = shutil.which("mvn")
     if mvn is None or javac is None:
@@ -67,3 +68,22 @@ def build(sources: Path, name: str, what: str) -> Path:
 def classpath(built: Path) -> str:
     """The class path of a built peer."""
     return f"{built / 'classes'}:{built / 'libs' / '*'}"
+
+
+def run(built: Path, main: str, arguments: Mapping[str, object], *, what: str, figures: str,
+        timeout: float) -> tuple[dict[str, int], str]:  # fmt: skip
+    """Run a built peer's ``main`` with ``name=value`` ``arguments``; return the figures of
+    the last stdout line starting with ``figures`` (``name=number`` pairs), and its stderr.
+
+    Raises:
+        RuntimeError: it failed, or printed no such line (``what`` names it).
+    """
+    command = [find_java(), "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp",
+               classpath(built), main, *(f"{k}={v}" for k, v in arguments.items())]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
+                          check=False)  # fmt: skip
+    lines = [line for line in done.stdout.splitlines() if line.startswith(figures)]
+    if done.returncode != 0 or not lines:
+        raise RuntimeError(f"{what} failed (exit {done.returncode}):\n{done.stdout[-1500:]}\n"
+                           f"{done.stderr[-3000:]}")  # fmt: skip
+    return {k: int(v) for k, v in (pair.split("=", 1) for pair in lines[-1].split())}, done.stderr

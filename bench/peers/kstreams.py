@@ -10,14 +10,13 @@ javadoc.
 from __future__ import annotations
 
 import re
-import subprocess
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.peers import java
 from bench.peers.java import PeerUnavailable
-from goka.dev.kafka import KAFKA_VERSION, find_java
+from goka.dev.kafka import KAFKA_VERSION
 
 SOURCES = Path(__file__).resolve().parent / "kstreams"
 MAIN = "dev.goka.peers.KStreamsPeer"
@@ -99,17 +98,10 @@ def run(bootstrap: str, input: str, *, app: str, topology: str, expect: int,
         arguments = {"bootstrap": bootstrap, "input": input, "output": output, "app": app,
                      "state": state, "topology": topology, "guarantee": guarantee,
                      "expect": expect, "timeout_s": int(timeout), **settings}  # fmt: skip
-        command = [find_java(), "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
-                   "-cp", java.classpath(built), MAIN,
-                   *(f"{k}={v}" for k, v in arguments.items())]  # fmt: skip
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout + 180,
-                              check=False)  # fmt: skip
-    figures = [line for line in done.stdout.splitlines() if line.startswith("started=")]
-    if done.returncode != 0 or not figures:
-        raise RuntimeError(f"Kafka Streams ({topology}, {guarantee}) failed (exit "
-                           f"{done.returncode}):\n{done.stderr[-3000:]}")  # fmt: skip
-    values = dict(pair.split("=", 1) for pair in figures[-1].split())
+        figures, stderr = java.run(built, MAIN, arguments, figures="started=",
+                                   what=f"Kafka Streams ({topology}, {guarantee})",
+                                   timeout=timeout + 180)  # fmt: skip
     dropped = [Dropped(int(m["partition"]), int(m["offset"]), int(m["timestamp"]),
                        int(m["start"]), int(m["end"]))
-               for m in _DROPPED.finditer(done.stderr)]  # fmt: skip
-    return PeerRun(**{k: int(v) for k, v in values.items()}, dropped_records=dropped)
+               for m in _DROPPED.finditer(stderr)]  # fmt: skip
+    return PeerRun(**figures, dropped_records=dropped)

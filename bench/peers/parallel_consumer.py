@@ -6,12 +6,10 @@ javadoc.
 
 from __future__ import annotations
 
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 from bench.peers import java
-from goka.dev.kafka import find_java
 
 SOURCES = Path(__file__).resolve().parent / "parallel_consumer"
 MAIN = "dev.goka.peers.ParallelConsumerPeer"
@@ -41,14 +39,6 @@ def run(bootstrap: str, input: str, output: str, *, group: str, url: str, concur
     arguments = {"bootstrap": bootstrap, "input": input, "output": output, "group": group,
                  "url": url, "concurrency": concurrency, "expect": expect,
                  "guarantee": guarantee, "timeout_s": int(timeout)}  # fmt: skip
-    command = [find_java(), "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp",
-               java.classpath(built), MAIN,
-               *(f"{k}={v}" for k, v in arguments.items())]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout + 120,
-                          check=False)  # fmt: skip
-    figures = [line for line in done.stdout.splitlines() if line.startswith("first=")]
-    if done.returncode != 0 or not figures:
-        raise RuntimeError(f"parallel-consumer failed (exit {done.returncode}):\n"
-                           f"{done.stdout[-1500:]}\n{done.stderr[-3000:]}")  # fmt: skip
-    values = dict(pair.split("=", 1) for pair in figures[-1].split())
-    return PeerRun(**{k: int(v) for k, v in values.items()})
+    figures, _ = java.run(built, MAIN, arguments, what="parallel-consumer", figures="first=",
+                          timeout=timeout + 120)  # fmt: skip
+    return PeerRun(**figures)

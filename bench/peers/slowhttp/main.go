@@ -5,7 +5,8 @@
 //
 // It listens on 127.0.0.1 on a free port and prints `listening <port>` once. GET /score?key=K
 // answers `K <n>` (n: requests answered so far) after the delay; GET /stats answers
-// `answered=<n> most_in_flight=<m>`. It runs until its standard input closes.
+// `answered=<n> most_in_flight=<m> first_ms=<unix ms of the first request>`; GET /reset
+// forgets the first request and the most in flight. It runs until its standard input closes.
 package main
 
 import (
@@ -22,9 +23,10 @@ import (
 func main() {
 	delay := flag.Duration("delay", 10*time.Millisecond, "how long each answer waits")
 	flag.Parse()
-	var answered, inFlight, most atomic.Int64
+	var answered, inFlight, most, first atomic.Int64
 	mux := http.NewServeMux()
 	mux.HandleFunc("/score", func(w http.ResponseWriter, r *http.Request) {
+		first.CompareAndSwap(0, time.Now().UnixMilli())
 		now := inFlight.Add(1)
 		for {
 			seen := most.Load()
@@ -38,7 +40,12 @@ func main() {
 		fmt.Fprintf(w, "%s %d", r.URL.Query().Get("key"), n)
 	})
 	mux.HandleFunc("/stats", func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprintf(w, "answered=%d most_in_flight=%d", answered.Load(), most.Load())
+		fmt.Fprintf(w, "answered=%d most_in_flight=%d first_ms=%d", answered.Load(), most.Load(),
+			first.Load())
+	})
+	mux.HandleFunc("/reset", func(w http.ResponseWriter, r *http.Request) {
+		first.Store(0)
+		most.Store(0)
 	})
 	listener, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
