@@ -107,6 +107,7 @@ bench: $(STAMP) $(CDS) $(QUIX) $(BUILDAH)
 	$(PY) -m bench.guarantees
 	$(PY) -m bench.producer_start
 	$(PY) -m bench.peers
+	$(PY) -m bench.concurrency
 	$(PY) -m bench.idle
 	$(PY) -m bench.image
 
