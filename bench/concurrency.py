@@ -7,28 +7,32 @@ costs the machine little of its two cores), then counts the key and emits the co
 
 * goka-py: ``async def`` callback with aiohttp, the count in the group's table, in continuous
   mode on a local SparkSession with a task slot per partition (``local[4]``, ``--slots``: a
-  continuous task runs its partitions one after the other), at ``concurrency`` 64 (and 1: the
-  floor, on fewer records, since it runs at about 4 x 100 records/s);
+  continuous task runs its partitions one after the other), at ``concurrency`` 64 a partition
+  (and 1: the floor, on fewer records, since it runs at about 4 x 100 records/s);
 * parallel-consumer 0.5.3.3 (:mod:`bench.peers.parallel_consumer`): ``KEY`` ordering,
-  ``maxConcurrency`` 64, a blocking ``java.net.http`` call per record on its worker threads,
-  the count in memory, the output produced through it; offsets committed by its consumer
-  (at least once, as goka-py's default).
+  ``maxConcurrency`` 256 (its whole consumer's: as many in flight as goka-py's 4 x 64), a
+  blocking ``java.net.http`` call per record on its worker threads, the count in memory, the
+  output produced through it (each worker waits for its acknowledgement, ``linger.ms`` 0);
+  offsets committed by its consumer (at least once, as goka-py's default).
 
-Both are timed the same way: records/s from the service's first request of the run to the
-last output's append time (``LogAppendTime``: the broker's clock, on this machine). (From the
-first output instead, goka-py would gain up to a commit interval: its outputs go to the broker
-in bursts as its commits come, where parallel-consumer's go one by one.)
+The two take turns (which goes first alternates), and are timed the same way: records/s from
+the service's first request of the run to the last output's append time (``LogAppendTime``:
+the broker's clock, on this machine). (From the first output instead, goka-py would gain up
+to a commit interval: its outputs reach the broker in bursts as it commits, parallel-
+consumer's one by one.) Every run is checked: one output per input record, each key's counts
+1 to its number of records, the service asked once per record.
 
-The ideal is 4 x 64 / 10 ms = 25,600 records/s; what the machine allows is shown beside it:
-Python processes awaiting the service alone, one and one a
-core (aiohttp, 256 requests in flight each, no Kafka).
+The ideal is 4 x 64 / 10 ms = 25,600 records/s. A reference of what Python's asyncio HTTP
+client costs here is shown beside it: one Python process, and one a core, doing nothing but
+aiohttp requests to the service (256 in flight each, no Kafka).
 
 Then a hot key (``--hot-runs``): 10% of the records on one key, the rest as before; the other
-keys' records/s (their outputs' first to last) against the uniform run's, for both.
+keys' records/s (from the run's first request to their last output) against the uniform
+runs' median, for both.
 
     python -m bench.concurrency [--runs 3] [--messages 100000] [--hot-runs 1]
 
-It ends with ``concurrency: goka/parallel-consumer min X median Y max Z`` (the runs at 64).
+It ends with ``concurrency: goka/parallel-consumer min X median Y max Z`` (the runs' ratios).
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import atexit
+import collections
 import contextlib
 import functools
 import hashlib
@@ -112,12 +117,15 @@ def service_stats(url: str) -> dict[str, int]:
         return {k: int(v) for k, v in (p.split("=") for p in answer.read().decode().split())}
 
 
-def fill(brokers: str, topic: str, messages: int, hot: float = 0.0, seed: int = 7) -> None:
-    """``messages`` records over :data:`KEYS` keys; a share ``hot`` of them on :data:`HOT`."""
+def fill(brokers: str, topic: str, messages: int, hot: float = 0.0,
+         seed: int = 7) -> collections.Counter[str]:  # fmt: skip
+    """``messages`` records over :data:`KEYS` keys, a share ``hot`` of them on :data:`HOT`;
+    the records per key."""
     _create(brokers, topic)
     rng = random.Random(seed)
-    produce_keys(brokers, topic, (HOT if rng.random() < hot else f"user-{rng.randrange(KEYS)}"
-                                  for _ in range(messages)))  # fmt: skip
+    keys = [HOT if rng.random() < hot else f"user-{rng.randrange(KEYS)}" for _ in range(messages)]
+    produce_keys(brokers, topic, keys)
+    return collections.Counter(keys)
 
 
 def _create(brokers: str, topic: str, **config: str) -> None:
@@ -132,23 +140,36 @@ def output_topic(brokers: str, topic: str) -> str:
     return topic
 
 
-def output_times(brokers: str, topic: str, expect: int) -> list[tuple[bytes, int]]:
-    """``(key, append time in ms)`` of the first ``expect`` records of ``topic``, read
-    committed (waits for them, up to two minutes)."""
+def output_times(brokers: str, topic: str, truth: collections.Counter[str],
+                 ) -> list[tuple[bytes, int]]:  # fmt: skip
+    """``(key, append time in ms)`` of every record of ``topic``, read committed (waiting up
+    to two minutes for as many as ``truth`` has records), checked: one output per input
+    record, each key's counts 1 to its records, once each."""
     consumer = confluent_kafka.Consumer({"bootstrap.servers": brokers, "group.id": "bench-read",
                                          "enable.auto.commit": False,
+                                         "enable.partition.eof": True,
                                          "isolation.level": "read_committed"})  # fmt: skip
     consumer.assign([confluent_kafka.TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
     found: list[tuple[bytes, int]] = []
+    counts: dict[bytes, list[int]] = {}
+    expect, ended = sum(truth.values()), set()
     deadline = time.monotonic() + 120
     try:
-        while len(found) < expect and time.monotonic() < deadline:
+        while (len(found) < expect or len(ended) < PARTITIONS) and time.monotonic() < deadline:
             for message in consumer.consume(10_000, 0.5):
-                if message.error() is None:
-                    found.append((message.key(), message.timestamp()[1]))
+                if message.error() is not None:  # (the end of a partition, for now)
+                    ended.add(message.partition())
+                    continue
+                ended.discard(message.partition())
+                found.append((message.key(), message.timestamp()[1]))
+                counts.setdefault(message.key(), []).append(int(message.value()))
     finally:
         consumer.close()
-    assert len(found) >= expect, f"{topic}: {len(found)} of {expect} outputs"
+    assert len(found) == expect, f"{topic}: {len(found)} outputs for {expect} records"
+    wrong = [
+        k for k, n in truth.items() if sorted(counts.get(k.encode(), [])) != list(range(1, n + 1))
+    ]
+    assert not wrong, f"{topic}: counts of {len(wrong)} keys wrong, e.g. {wrong[:3]}"
     return found
 
 
@@ -160,10 +181,13 @@ def rate(times: list[tuple[bytes, int]], began: int, but: bytes | None = None) -
 
 
 def reset(url: str) -> None:
-    """Make the service forget its first request (a run begins)."""
+    """Zero the service's figures as a run begins (none of the last run's requests may still
+    be in flight)."""
     import urllib.request
 
-    urllib.request.urlopen(url.replace("/score", "/reset"), timeout=10).read()
+    with urllib.request.urlopen(url.replace("/score", "/reset"), timeout=10) as answer:
+        said = answer.read().decode()
+    assert said == "in_flight=0", f"the service still answers the last run: {said}"
 
 
 _sessions: dict[int, aiohttp.ClientSession] = {}
@@ -198,49 +222,65 @@ def group(topic: str, url: str, out: str, concurrency: int) -> GroupGraph:
                         concurrency=concurrency)  # fmt: skip
 
 
-def goka_rate(spark: object, brokers: str, topic: str, url: str, messages: int,
-              concurrency: int, hot: bool = False) -> tuple[float, float]:  # fmt: skip
-    """goka-py's records/s (all keys, the keys but the hot one) from its outputs."""
+def goka_rate(spark: object, brokers: str, topic: str, url: str, truth: collections.Counter[str],
+              concurrency: int, hot: bool = False) -> tuple[float, float, int]:  # fmt: skip
+    """goka-py's records/s (all keys, the keys but the hot one), and the most requests the
+    service had in flight."""
     out = output_topic(brokers, f"{topic}-goka-{concurrency}-{time.monotonic_ns()}")
+    messages = sum(truth.values())
     reset(url)
     goka_continuous(spark, brokers, topic, messages, graph=group(topic, url, out, concurrency))
-    times, began = output_times(brokers, out, messages), service_stats(url)["first_ms"]
-    return rate(times, began), rate(times, began, HOT.encode() if hot else None)
+    return _rates(brokers, out, url, truth, hot)
 
 
-def peer_rate(brokers: str, topic: str, url: str, messages: int, concurrency: int,
-              hot: bool = False) -> tuple[float, float]:  # fmt: skip
-    """parallel-consumer's records/s (all keys, the keys but the hot one) from its outputs."""
+def _rates(brokers: str, out: str, url: str, truth: collections.Counter[str],
+           hot: bool) -> tuple[float, float, int]:  # fmt: skip
+    times, stats = output_times(brokers, out, truth), service_stats(url)
+    assert stats["answered"] == sum(truth.values()), stats  # (no record asked twice)
+    began = stats["first_ms"]
+    return (
+        rate(times, began),
+        rate(times, began, HOT.encode() if hot else None),
+        stats["most_in_flight"],
+    )
+
+
+def peer_rate(brokers: str, topic: str, url: str, truth: collections.Counter[str],
+              concurrency: int, hot: bool = False) -> tuple[float, float, int]:  # fmt: skip
+    """parallel-consumer's figures, as :func:`goka_rate`'s; ``concurrency`` is its whole
+    consumer's (``maxConcurrency``), goka-py's a partition's."""
     out = output_topic(brokers, f"{topic}-pc-{concurrency}-{time.monotonic_ns()}")
     reset(url)
     parallel_consumer.run(brokers, topic, out, group=f"{topic}-pc{time.monotonic_ns()}",
-                          url=url, concurrency=concurrency, expect=messages)  # fmt: skip
-    times, began = output_times(brokers, out, messages), service_stats(url)["first_ms"]
-    return rate(times, began), rate(times, began, HOT.encode() if hot else None)
+                          url=url, concurrency=concurrency, expect=sum(truth.values()))  # fmt: skip
+    return _rates(brokers, out, url, truth, hot)
 
 
-def machine_rate(url: str, processes: int) -> float:
+def aiohttp_rate(url: str, processes: int) -> float:
     """Requests/s ``processes`` Python processes get from the service alone (aiohttp, 256 in
-    flight each, no Kafka): what Python's asyncio HTTP allows on this machine."""
+    flight each, no Kafka; each process timed from its first request to its last): a
+    reference for what Python's asyncio HTTP client costs here."""
     with multiprocessing.get_context("spawn").Pool(processes) as pool:
-        began = time.perf_counter()
-        done = sum(pool.map(_requests, [url] * processes))
-        return done / (time.perf_counter() - began)
+        figures = pool.map(_requests, [url] * processes)
+    return sum(n for n, _ in figures) / max(seconds for _, seconds in figures)
 
 
-def _requests(url: str, requests: int = 20_000, in_flight: int = 256) -> int:
-    """Send ``requests`` to the service from this process, ``in_flight`` at once."""
+def _requests(url: str, requests: int = 20_000, in_flight: int = 256) -> tuple[int, float]:
+    """Send ``requests`` to the service from this process, ``in_flight`` at once: how many,
+    in how many seconds."""
 
-    async def main() -> int:
-        gate = asyncio.Semaphore(in_flight)
+    async def main() -> tuple[int, float]:
+        left = iter(range(requests))
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=512)) as session:
 
-            async def one(n: int) -> None:
-                async with gate, session.get(url, params={"key": f"k{n}"}) as answer:
-                    await answer.read()
+            async def worker() -> None:
+                for n in left:
+                    async with session.get(url, params={"key": f"k{n}"}) as answer:
+                        await answer.read()
 
-            await asyncio.gather(*(one(n) for n in range(requests)))
-            return requests
+            began = time.perf_counter()
+            await asyncio.gather(*(worker() for _ in range(in_flight)))
+            return requests, time.perf_counter() - began
 
     return asyncio.run(main())
 
@@ -259,53 +299,58 @@ def main() -> None:
     args = parser.parse_args()
     os.environ.setdefault("PYTHONPATH", str(Path(__file__).resolve().parent.parent))
     ideal = PARTITIONS * CONCURRENCY * 1000 / DELAY_MS
+    peer_concurrency = PARTITIONS * CONCURRENCY  # (its maxConcurrency is the whole consumer's)
     with start_broker(args.broker) as broker, slow_service() as url:
         brokers = broker.bootstrap
         parallel_consumer.build()
         spark = build_session("bench-concurrency", f"local[{args.slots}]")
-        one, alone = machine_rate(url, 1), machine_rate(url, os.cpu_count() or 1)
-        print(f"ideal {ideal:,.0f} records/s; the service alone (aiohttp, 256 in flight a "
-              f"process, no Kafka): {one:,.0f} requests/s from one Python process, "
-              f"{alone:,.0f} from {os.cpu_count()} (the machine's limit for Python's asyncio "
-              f"HTTP)", flush=True)  # fmt: skip
+        one, alone = aiohttp_rate(url, 1), aiohttp_rate(url, os.cpu_count() or 1)
+        print(f"ideal {ideal:,.0f} records/s ({PARTITIONS} partitions x {CONCURRENCY} in flight "
+              f"/ {DELAY_MS} ms; parallel-consumer: maxConcurrency {peer_concurrency}, as many "
+              f"in flight); aiohttp alone (256 in flight a process, no Kafka): {one:,.0f} "
+              f"requests/s from one Python process, {alone:,.0f} from {os.cpu_count()}",
+              flush=True)  # fmt: skip
         floor_topic = f"bench-conc-floor-{time.monotonic_ns()}"
-        fill(brokers, floor_topic, args.floor_messages)
-        floor, _ = goka_rate(spark, brokers, floor_topic, url, args.floor_messages, 1)
+        floor_truth = fill(brokers, floor_topic, args.floor_messages)
+        floor, _, _ = goka_rate(spark, brokers, floor_topic, url, floor_truth, 1)
         print(f"goka-py concurrency 1: {floor:,.0f} records/s "
               f"(the floor: {PARTITIONS} x {1000 // DELAY_MS} = "
               f"{PARTITIONS * 1000 // DELAY_MS})", flush=True)  # fmt: skip
         topic = f"bench-conc-{time.monotonic_ns()}"
-        fill(brokers, topic, args.messages)
+        truth = fill(brokers, topic, args.messages)
         gokas, peers, ratios = [], [], []
         for run in range(args.runs):
-            goka, _ = goka_rate(spark, brokers, topic, url, args.messages, CONCURRENCY)
-            peer, _ = peer_rate(brokers, topic, url, args.messages, CONCURRENCY)
+            both = {}
+            for side in ("goka", "peer") if run % 2 == 0 else ("peer", "goka"):  # (in turn)
+                both[side] = (goka_rate(spark, brokers, topic, url, truth, CONCURRENCY)
+                              if side == "goka" else
+                              peer_rate(brokers, topic, url, truth, peer_concurrency))  # fmt: skip
+            (goka, _, goka_most), (peer, _, peer_most) = both["goka"], both["peer"]
             gokas.append(goka)
             peers.append(peer)
             ratios.append(goka / peer)
-            print(f"run {run}: concurrency {CONCURRENCY}: goka-py {goka:,.0f} records/s "
-                  f"({goka / ideal:.0%} of ideal, {goka / alone:.0%} of the machine's limit), "
-                  f"parallel-consumer {peer:,.0f} records/s; ratio {goka / peer:.2f}",
-                  flush=True)  # fmt: skip
-        print(f"goka-py {CONCURRENCY}: {summary(gokas)} records/s; "
-              f"of ideal {summary([g / ideal for g in gokas])}; of the machine's limit "
+            print(f"run {run}: goka-py {goka:,.0f} records/s ({goka / ideal:.0%} of ideal, "
+                  f"{goka / alone:.0%} of aiohttp alone; at most {goka_most} requests in "
+                  f"flight), parallel-consumer {peer:,.0f} records/s (at most {peer_most} in "
+                  f"flight); ratio {goka / peer:.2f}", flush=True)  # fmt: skip
+        print(f"goka-py {CONCURRENCY} a partition: {summary(gokas)} records/s; of ideal "
+              f"{summary([g / ideal for g in gokas])}; of aiohttp alone "
               f"{summary([g / alone for g in gokas])}")  # fmt: skip
-        print(f"parallel-consumer {CONCURRENCY}: {summary(peers)} records/s")
+        print(f"parallel-consumer {peer_concurrency}: {summary(peers)} records/s")
         if args.hot_runs:
             hot_topic = f"bench-conc-hot-{time.monotonic_ns()}"
-            fill(brokers, hot_topic, args.messages, hot=0.1)
+            hot_truth = fill(brokers, hot_topic, args.messages, hot=0.1)
             for run in range(args.hot_runs):
-                _, goka_others = goka_rate(spark, brokers, hot_topic, url, args.messages,
-                                           CONCURRENCY, hot=True)  # fmt: skip
-                _, peer_others = peer_rate(brokers, hot_topic, url, args.messages,
-                                           CONCURRENCY, hot=True)  # fmt: skip
+                _, goka_others, _ = goka_rate(spark, brokers, hot_topic, url, hot_truth,
+                                              CONCURRENCY, hot=True)  # fmt: skip
+                _, peer_others, _ = peer_rate(brokers, hot_topic, url, hot_truth,
+                                              peer_concurrency, hot=True)  # fmt: skip
                 goka_drop = goka_others / statistics.median(gokas) - 1
                 peer_drop = peer_others / statistics.median(peers) - 1
                 print(f"hot run {run}: 10% on one key, the other keys: goka-py "
                       f"{goka_others:,.0f} records/s ({goka_drop:+.0%} against uniform), "
                       f"parallel-consumer {peer_others:,.0f} records/s ({peer_drop:+.0%})",
                       flush=True)  # fmt: skip
-        print(f"service: {service_stats(url)}")
         spark.stop()  # type: ignore[attr-defined]
     print(f"concurrency: goka/parallel-consumer {summary(ratios)}")
 

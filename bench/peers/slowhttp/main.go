@@ -6,7 +6,8 @@
 // It listens on 127.0.0.1 on a free port and prints `listening <port>` once. GET /score?key=K
 // answers `K <n>` (n: requests answered so far) after the delay; GET /stats answers
 // `answered=<n> most_in_flight=<m> first_ms=<unix ms of the first request>`; GET /reset
-// forgets the first request and the most in flight. It runs until its standard input closes.
+// answers `in_flight=<n>` (requests being answered) and sets the others to 0. It runs until
+// its standard input closes.
 package main
 
 import (
@@ -44,8 +45,10 @@ func main() {
 			first.Load())
 	})
 	mux.HandleFunc("/reset", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "in_flight=%d", inFlight.Load())
 		first.Store(0)
 		most.Store(0)
+		answered.Store(0)
 	})
 	listener, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -61,7 +61,7 @@ public final class ParallelConsumerPeer {
     consumed.put("isolation.level", "read_committed");
     Properties produced = new Properties();
     produced.put("bootstrap.servers", a.get("bootstrap"));
-    produced.put("linger.ms", "5");
+    produced.put("linger.ms", "0"); // each worker waits for its output's acknowledgement
     if (transactional) {
       produced.put("transactional.id", a.get("group") + "-pc");
     }
