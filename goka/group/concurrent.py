@@ -42,74 +42,30 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
-from goka.errors import CallbackTimeout, GraphError
+from goka.errors import CallbackTimeout
 from goka.group.edges import awaited, callable_name
 from goka.group.effects import NOT_SAVED, BatchResult, Flight, Message, restore
 from goka.group.key_order import KeyOrder
-from goka.group.retries import Retry, Steps
+from goka.group.retries import (
+    Layer,
+    Retry,
+    Steps,
+    check_awaited,
+    check_concurrency,
+    settle,
+    with_concurrency,
+)
 from goka.keys import decode_text
 
 __all__ = [
     "Records", "await_on_loop", "awaited_now", "callback_loop", "check_awaited",
-    "check_concurrency", "run_concurrently", "with_concurrency",
+    "check_concurrency", "run_concurrently", "with_concurrency",  # (the checks: retries.py)
 ]  # fmt: skip
 
 log = logging.getLogger(__name__)
-
-
-def check_concurrency(group: str, concurrency: object) -> int:
-    """``concurrency`` if it is a whole number of at least 1.
-
-    Raises:
-        GraphError: it is not.
-    """
-    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
-        raise GraphError(f"group {group!r}: concurrency must be a whole number of at least 1, "
-                         f"got {concurrency!r}")  # fmt: skip
-    return concurrency
-
-
-def check_awaited(graph: Any) -> None:
-    """A group (a :class:`~goka.group.graph.GroupGraph`) that keeps time or reads event times
-    has plain input and loop callbacks, concurrency 1, no ``retry`` and no ``timeout``:
-    key-ordered concurrency does not order its timers and windows yet.
-
-    Raises:
-        GraphError: it has not.
-    """
-    custom = [t for t, e in graph.inputs.items() if getattr(e, "event_time", "record") != "record"]
-    if not (graph.timed or custom):
-        return
-    group = graph.group
-    what = "keeps time (windows, timers or a TTL)" if graph.timed else (
-        f"reads event times (inputs {custom})")  # fmt: skip
-    if graph.concurrency > 1:
-        raise GraphError(f"group {group!r} {what}: concurrency above 1 is not available "
-                         f"for it yet, got {graph.concurrency}")  # fmt: skip
-    for name in ("retry", "timeout"):
-        if getattr(graph, name) is not None:
-            raise GraphError(f"group {group!r} {what}: {name} is not available for it yet, "
-                             f"got {getattr(graph, name)!r}")  # fmt: skip
-    for edge in [*graph.inputs.values(), *([graph.loop] if graph.loop else [])]:
-        if awaited(edge.callback):
-            raise GraphError(f"group {group!r} {what}: callback {callable_name(edge.callback)} "
-                             f"of {edge.kind} edge {edge.topic} is async; use a def (async "
-                             "callbacks are not available for such a group yet)")  # fmt: skip
-
-
-def with_concurrency(graph: Any, concurrency: int) -> Any:
-    """``graph`` (a :class:`~goka.group.graph.GroupGraph`) with another ``concurrency``
-    (``goka processor run --concurrency``).
-
-    Raises:
-        GraphError: as :func:`~goka.group.graph.define_group` (rule 14).
-    """
-    changed = replace(graph, concurrency=check_concurrency(graph.group, concurrency))
-    check_awaited(changed)
-    return changed
 
 
 @dataclass(frozen=True)
@@ -345,16 +301,16 @@ class _Call:
         state once it returned in time: a thread that was cut and goes on changes nothing."""
         loop = asyncio.get_running_loop()
         done: asyncio.Future[Any] = loop.create_future()
-        layer = _Layer(self.engine.cache)
+        layer = Layer(self.engine.cache)
         ctx._bind(layer, ctx._effects)
 
         def run() -> None:
             try:
                 returned = callback(ctx, value)
             except BaseException as exc:  # (carried to the loop: KeyboardInterrupt too)
-                loop.call_soon_threadsafe(_settle, done, None, exc)
+                loop.call_soon_threadsafe(settle, done, None, exc)
             else:
-                loop.call_soon_threadsafe(_settle, done, returned, None)
+                loop.call_soon_threadsafe(settle, done, returned, None)
 
         threading.Thread(target=run, name="goka-callback", daemon=True).start()
         try:
@@ -419,27 +375,3 @@ class _Call:
 
 
 _slow_warned: set[str] = set()
-
-
-def _settle(future: asyncio.Future[Any], returned: Any, error: BaseException | None) -> None:
-    """Give ``future`` what a thread's callback returned or raised (unless it is done)."""
-    if future.done():
-        return
-    if error is None:
-        future.set_result(returned)
-    else:
-        future.set_exception(error)
-
-
-class _Layer(dict):  # type: ignore[type-arg]
-    """State a record changes, over the shared state it reads through (a plain callback that
-    a timeout may cut: see :meth:`_Call._on_thread`)."""
-
-    __slots__ = ("under",)
-
-    def __init__(self, under: dict[str, Any]) -> None:
-        super().__init__()
-        self.under = under
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return self[key] if key in self else self.under.get(key, default)

@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from goka.errors import ConfigurationError, GraphError
-from goka.group.concurrent import check_awaited, check_concurrency
 from goka.group.edges import (
     TOPIC,
     Callback,
@@ -41,7 +40,7 @@ from goka.group.edges import (
     timers,
     window,
 )
-from goka.group.retries import Retry, check_retry, check_timeout
+from goka.group.retries import Retry, check_awaited, check_concurrency, check_retry, check_timeout
 from goka.time.specs import duration_ms
 
 __all__ = [

@@ -1,17 +1,19 @@
-"""Retries, timeouts and slow steps of a group's input and loop callbacks (used by
-:mod:`goka.group.concurrent`): :class:`Retry` and the ``timeout`` as ``define_group`` checks
-them, and :class:`Steps`, which times each step of an async callback to find the blocking
-call that holds the event loop (and every record in flight) back."""
+"""A group's records in flight, as declared and around the callbacks (used by
+:mod:`goka.group.concurrent`): ``concurrency``, :class:`Retry` and the ``timeout`` as
+``define_group`` checks them; :class:`Steps`, which times each step of an async callback to
+find the blocking call that holds the event loop (and every record in flight) back; and
+:class:`Layer`, the state a plain callback under a timeout changes, kept apart."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import math
 import os
 import threading
 import time
 from collections.abc import Callable, Generator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from goka.errors import (
@@ -22,9 +24,11 @@ from goka.errors import (
     MessageTooLargeError,
     StorageError,
 )
+from goka.group.edges import awaited, callable_name
 
-__all__ = ["NEVER_RETRIED", "SLOW_STEP_SECONDS", "Retry", "RunQueue", "Steps", "check_retry",
-           "check_timeout", "run_queue"]  # fmt: skip
+__all__ = ["NEVER_RETRIED", "SLOW_STEP_SECONDS", "Layer", "Retry", "RunQueue", "Steps",
+           "check_awaited", "check_concurrency", "check_retry", "check_timeout", "run_queue",
+           "settle", "with_concurrency"]  # fmt: skip
 
 #: What a try raises that trying again cannot change.
 NEVER_RETRIED = (Abort, StorageError, ContextError, MessageTooLargeError, CodecError)
@@ -201,3 +205,79 @@ class Steps:
                 raise
             except BaseException as exc:  # (thrown in: a cancellation, a timeout's)
                 value, error = None, exc
+
+
+def check_concurrency(group: str, concurrency: object) -> int:
+    """``concurrency`` if it is a whole number of at least 1.
+
+    Raises:
+        GraphError: it is not.
+    """
+    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+        raise GraphError(f"group {group!r}: concurrency must be a whole number of at least 1, "
+                         f"got {concurrency!r}")  # fmt: skip
+    return concurrency
+
+
+def check_awaited(graph: Any) -> None:
+    """A group (a :class:`~goka.group.graph.GroupGraph`) that keeps time or reads event times
+    has plain input and loop callbacks, concurrency 1, no ``retry`` and no ``timeout``:
+    key-ordered concurrency does not order its timers and windows yet.
+
+    Raises:
+        GraphError: it has not.
+    """
+    custom = [t for t, e in graph.inputs.items() if getattr(e, "event_time", "record") != "record"]
+    if not (graph.timed or custom):
+        return
+    group = graph.group
+    what = "keeps time (windows, timers or a TTL)" if graph.timed else (
+        f"reads event times (inputs {custom})")  # fmt: skip
+    if graph.concurrency > 1:
+        raise GraphError(f"group {group!r} {what}: concurrency above 1 is not available "
+                         f"for it yet, got {graph.concurrency}")  # fmt: skip
+    for name in ("retry", "timeout"):
+        if getattr(graph, name) is not None:
+            raise GraphError(f"group {group!r} {what}: {name} is not available for it yet, "
+                             f"got {getattr(graph, name)!r}")  # fmt: skip
+    for edge in [*graph.inputs.values(), *([graph.loop] if graph.loop else [])]:
+        if awaited(edge.callback):
+            raise GraphError(f"group {group!r} {what}: callback {callable_name(edge.callback)} "
+                             f"of {edge.kind} edge {edge.topic} is async; use a def (async "
+                             "callbacks are not available for such a group yet)")  # fmt: skip
+
+
+def with_concurrency(graph: Any, concurrency: int) -> Any:
+    """``graph`` (a :class:`~goka.group.graph.GroupGraph`) with another ``concurrency``
+    (``goka processor run --concurrency``).
+
+    Raises:
+        GraphError: as :func:`~goka.group.graph.define_group` (rule 14).
+    """
+    changed = replace(graph, concurrency=check_concurrency(graph.group, concurrency))
+    check_awaited(changed)
+    return changed
+
+
+def settle(future: asyncio.Future[Any], returned: Any, error: BaseException | None) -> None:
+    """Give ``future`` what a thread's callback returned or raised (unless it is done)."""
+    if future.done():
+        return
+    if error is None:
+        future.set_result(returned)
+    else:
+        future.set_exception(error)
+
+
+class Layer(dict):  # type: ignore[type-arg]
+    """State a record changes, over the shared state it reads through (a plain callback that
+    a timeout may cut: see :meth:`goka.group.concurrent._Call._on_thread`)."""
+
+    __slots__ = ("under",)
+
+    def __init__(self, under: dict[str, Any]) -> None:
+        super().__init__()
+        self.under = under
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self[key] if key in self else self.under.get(key, default)

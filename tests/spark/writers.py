@@ -187,6 +187,7 @@ def _as_model(sequence: WriterSequence) -> object:
     class _Model:
         partitions: int
         guarantee: str
+        concurrency: int = 1
 
     return _Model(sequence.partitions, sequence.guarantee)
 
