@@ -188,8 +188,8 @@ class _Call:
         engine, order = self.engine, self.order
         # plain callbacks run on a pool of threads above concurrency 1, and on a thread each
         # where a timeout may cut them (the loop's own thread cannot be cut)
-        plain = engine.concurrency > 1 and engine.timeout is None
-        plain = plain and not all(self.awaits.values())
+        plain = (engine.concurrency > 1 and engine.timeout is None
+                 and not all(self.awaits.values()))  # fmt: skip
         pool = ThreadPoolExecutor(engine.concurrency, "goka-callback") if plain else None
         running: dict[asyncio.Task[None], int] = {}
         contexts = self.contexts

@@ -189,15 +189,10 @@ class Steps:
             try:
                 yielded = coro.send(value) if error is None else coro.throw(error)
             except StopIteration as stop:
-                if clock() - began >= limit:
-                    self._held(began, queue)
                 return stop.value
-            except BaseException:
+            finally:  # (the step ended: it awaited, returned or raised)
                 if clock() - began >= limit:
                     self._held(began, queue)
-                raise
-            if clock() - began >= limit:
-                self._held(began, queue)
             try:
                 value, error = (yield yielded), None
             except GeneratorExit:
