@@ -48,7 +48,7 @@ from goka.topic_manager import TopicManager
 
 from ..helpers import produce, wait_for
 from .crash import kill_session
-from .model import ROOT, Flow, Player, Run, told, told_topic, untold
+from .model import ROOT, Flow, Player, Run, out_of_order, told, told_topic, untold
 from .truth import committed, ends, open_transaction, seen
 
 __all__ = ["WriterSequence", "generate", "play"]
@@ -91,17 +91,19 @@ class WriterSequence:
     writers: tuple[Writer, ...]
     last: Writer
     guarantee: str = "exactly-once"
+    concurrency: int = 1  # records of a partition in flight (above 1: the count awaits)
 
     def describe(self) -> str:
         flow = f", {self.live}/s live" if self.live else ""
+        many = f", concurrency {self.concurrency}" if self.concurrency > 1 else ""
         return (f"seed {self.seed}: {self.partitions} partitions, {self.backlog} clicks of "
-                f"{self.users} users{flow}")  # fmt: skip
+                f"{self.users} users{flow}{many}")  # fmt: skip
 
 
-def generate(seed: int, modes: tuple[str, ...] = ()) -> WriterSequence:
+def generate(seed: int, modes: tuple[str, ...] = (), concurrency: int = 1) -> WriterSequence:
     """A random sequence of writer changes (see the module docstring); ``modes``: its writers'
     modes (the suite's short sequences: a pair or a chain of them, each ending a few seconds
-    after the next one's first producer started)."""
+    after the next one's first producer started); ``concurrency``: the group's."""
     rng = random.Random(seed)
     partitions, backlog = rng.choice((2, 3)), rng.randint(1500, 6000)
     users, live = rng.randint(50, 300), rng.choice((0, 300, 1000))
@@ -122,7 +124,8 @@ def generate(seed: int, modes: tuple[str, ...] = ()) -> WriterSequence:
                   rng.choice(("a", "b")), "later", "itself", 0.0)  # fmt: skip
     if modes:  # (one batch)
         last = replace(last, run=replace(last.run, max_offsets=None))
-    return WriterSequence(seed, partitions, backlog, users, live, tuple(writers), last)
+    return WriterSequence(seed, partitions, backlog, users, live, tuple(writers), last,
+                          concurrency=concurrency)
 
 
 def _run(rng: random.Random, previous: Run | None, mode: str | None = None) -> Run:
@@ -189,7 +192,7 @@ def _as_model(sequence: WriterSequence) -> object:
         guarantee: str
         concurrency: int = 1
 
-    return _Model(sequence.partitions, sequence.guarantee)
+    return _Model(sequence.partitions, sequence.guarantee, sequence.concurrency)
 
 
 class _Running:
@@ -341,6 +344,9 @@ def play(sequence: WriterSequence, brokers: str, new_topic: Callable[..., str],
             f"{wrong_places} input records told never, or not input records; "
             f"never told: {untold(brokers, topic, sequence.partitions)[:2000]}"
         )
+    unordered = out_of_order(brokers, topic, sequence.partitions)
+    if unordered:
+        wrong.append(f"{len(unordered)} keys told out of their input order: {unordered[:3]}")
     if outcome.duplicates:
         wrong.append(f"{outcome.duplicates} outputs repeated under exactly-once")
     assert not wrong, f"{outcome.line(sequence)}\n" + "\n".join(wrong)
