@@ -5,7 +5,7 @@ import os
 
 from examples.click_count.group import count
 from goka import Int64Codec, StringCodec, define_group, input, output, persist
-from tests.spark.crash import count_and_tell
+from tests.spark.crash import count_and_tell, count_and_tell_later
 
 TOPIC = os.environ.get("GOKA_TEST_TOPIC", "crash-clicks")
 
@@ -22,4 +22,14 @@ told = define_group(
     input(TOPIC, StringCodec(), functools.partial(count_and_tell, f"{TOPIC}-told")),
     persist(Int64Codec()),
     output(f"{TOPIC}-told", StringCodec()),
+)
+
+#: :data:`told` with 64 records of a partition in flight: the count awaits at random, and tells
+#: which of its key's clicks each record was (``tests.spark.model.out_of_order`` checks it).
+told_later = define_group(
+    os.environ.get("GOKA_TEST_GROUP", "crash"),
+    input(TOPIC, StringCodec(), functools.partial(count_and_tell_later, f"{TOPIC}-told")),
+    persist(Int64Codec()),
+    output(f"{TOPIC}-told", StringCodec()),
+    concurrency=64,
 )

@@ -23,7 +23,7 @@ from goka.view import View
 from ..helpers import produce, wait_for
 from .crash import kill_session
 from .fixtures import clicks
-from .model import Flow, told, told_topic
+from .model import Flow, out_of_order, told, told_topic
 from .timed import events, finals_of, read_topic, reference, timed_graph
 from .truth import committed
 
@@ -160,13 +160,13 @@ class _Told:
         """The applications that ran executors on the cluster."""
         return {p.name for p in self.cluster.directory.glob("worker-*/app-*")}
 
-    def submit(self, name: str, *, epoch: float) -> subprocess.Popen[str]:
-        """Submit an application (its log: ``<name>.log``) on the checkpoint
-        ``workdir/checkpoint``, in a session of its own."""
+    def submit(self, name: str, *, epoch: float, graph: str = "told") -> subprocess.Popen[str]:
+        """Submit an application (its log: ``<name>.log``) of ``tests.spark.crash_graph``'s
+        ``graph`` on the checkpoint ``workdir/checkpoint``, in a session of its own."""
         env = {**self.cluster.env, "PYTHONPATH": str(ROOT), "GOKA_TEST_GROUP": self.group,
                "GOKA_TEST_TOPIC": self.topic, "GOKA_LOG_LEVEL": "WARNING"}  # fmt: skip
         command = self.cluster.spark_submit(
-            goka.cli.__file__, "processor", "run", "tests.spark.crash_graph:told",
+            goka.cli.__file__, "processor", "run", f"tests.spark.crash_graph:{graph}",
             "--brokers", self.brokers, "--state-dir", "goka-state",
             "--checkpoint-dir", str(self.workdir / "checkpoint"), "--mode", "continuous",
             "--epoch", f"{epoch:g}", "--guarantee", "exactly-once", "--snapshot-interval", "2",
@@ -195,6 +195,7 @@ class _Told:
         sent."""
         duplicates, wrong_places = told(self.brokers, self.topic, 4)
         assert (duplicates, wrong_places) == (0, 0)
+        assert out_of_order(self.brokers, self.topic, 4) == []
         with View(self.brokers, f"{self.group}-table", Int64Codec()) as view:
             view.wait_recovered(60)
             assert dict(view.items()) == dict(self.sent)
@@ -245,23 +246,26 @@ def _executors(app: str) -> list[int]:
     return found
 
 
-@pytest.mark.longrun  # (make test-slow, about 2 minutes)
+@pytest.mark.longrun  # (make test-slow, about 2 minutes each)
+@pytest.mark.parametrize("graph", ["told", "told_later"], ids=["one-at-a-time", "concurrency-64"])
 def test_a_driver_killed_and_a_new_application_at_once_stay_exactly_once(
-    cluster: StandaloneCluster, brokers: str, new_topic: Callable[..., str], tmp_path: Path
-) -> None:
+    graph: str, cluster: StandaloneCluster, brokers: str, new_topic: Callable[..., str],
+    tmp_path: Path,
+) -> None:  # fmt: skip
     """An exactly-once continuous application's driver is SIGKILLed while clicks flow, and a
     new application of the group is submitted at once on the same checkpoint: its executors
     (new disks: stores rebuilt or restored) take the partitions over while the old executors
     may still run their tasks; then one of the new executors is SIGKILLed (its worker starts
-    another, its tasks run again). Read committed, every click is told once and the table
-    equals the clicks sent."""
+    another, its tasks run again). Read committed, every click is told once and in its key's
+    order, and the table equals the clicks sent; also with 64 records of a partition in
+    flight, finishing out of order (``told_later``)."""
     with _Told(cluster, brokers, new_topic, tmp_path, seed=5) as group:
-        first = group.submit("first", epoch=5)
+        first = group.submit("first", epoch=5, graph=graph)
         wait_for(lambda: group.done() > 1_000, 180, "the first application's commits")
         kill_session(first.pid)  # the driver (spark-submit's JVM and Python); not executors
         first.wait(60)
         before = group.apps()
-        second = group.submit("second", epoch=5)
+        second = group.submit("second", epoch=5, graph=graph)
         group.more(1_000, "the second application's commits")
         (app,) = group.apps() - before
         executors = _executors(app)

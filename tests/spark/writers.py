@@ -124,8 +124,9 @@ def generate(seed: int, modes: tuple[str, ...] = (), concurrency: int = 1) -> Wr
                   rng.choice(("a", "b")), "later", "itself", 0.0)  # fmt: skip
     if modes:  # (one batch)
         last = replace(last, run=replace(last.run, max_offsets=None))
-    return WriterSequence(seed, partitions, backlog, users, live, tuple(writers), last,
-                          concurrency=concurrency)
+    return WriterSequence(
+        seed, partitions, backlog, users, live, tuple(writers), last, concurrency=concurrency
+    )
 
 
 def _run(rng: random.Random, previous: Run | None, mode: str | None = None) -> Run:
