@@ -115,7 +115,10 @@ def test_wall_timers_fire_on_partitions_that_get_no_more_records(
     assert sorted(k for k, _, _ in read_topic(brokers, sessions, 2)) == users
     assert all(e["actions"] == 3 for e in ended)
     late = [e["fired"] - e["due"] for e in ended]
-    bound = 1_000  # a tick (a trigger: 200 ms; in epochs 100 ms), the hops, a commit
+    # a tick (a trigger: 200 ms; in epochs 100 ms), the hops and a commit: under 1 s when the
+    # machine is idle, 1.2 s seen with make test's two workers busy on 2 cores; far below a
+    # fire that waited for the 600 s epoch or for a record (none comes)
+    bound = 2_500
     assert max(late) < bound, late
     with View(brokers, graph.table, Int64Codec()) as view:
         view.wait_recovered(60)
