@@ -8,9 +8,12 @@ once under at-least-once (``tests/spark/model.py``).
 The suite plays five sequences whose first runs are killed: where the mode-switch defect
 was (at-least-once); between outputs acknowledged and their commit (exactly-once: inside the
 transaction); during a restore after a kill during an upload (at-least-once); after a
-transaction committed, then after the store's write (exactly-once); while a transactional
-producer starts, then while a commit is aborted (exactly-once). Each run costs the suite
-about 15 s; the series below draws kills, guarantees and configurations at random.
+transaction committed, then after the store's write (exactly-once, with 64 records of a
+partition in flight: the count awaits at random, records finish out of order, and every
+key's outputs must come in its input order); while a transactional producer starts, then
+while a commit is aborted (exactly-once). Each run costs the suite about 15 s; the series
+below draws kills, guarantees and configurations at random (``--crash-concurrency 64``:
+with records in flight).
 ``pytest tests/spark/test_crash.py --crash-sequences 30`` plays a series of random sequences
 (``--crash-seed`` picks it) and prints one line per sequence: its seed (replay one with
 ``--crash-seed SEED --crash-sequences 1``), its runs and kills, its duplicate outputs and its
@@ -28,44 +31,30 @@ from .model import generate, play
 
 pytestmark = [pytest.mark.cost(265), pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow]
 
-#: The suite's sequences: where their first runs are killed, their most kills, and guarantee.
+#: The suite's sequences: where their first runs are killed, their most kills, guarantee and
+#: concurrency (64: records of a partition in flight, their callbacks finishing out of order).
 SUITE = [
-    (("first-epoch",), 2, "at-least-once"),
-    (("flush",), 1, "exactly-once"),
-    (("restore",), 1, "at-least-once"),
-    (("transaction", "commit"), 2, "exactly-once"),
-    (("init", "abort"), 2, "exactly-once"),
+    (("first-epoch",), 2, "at-least-once", 1),
+    (("flush",), 1, "exactly-once", 1),
+    (("restore",), 1, "at-least-once", 1),
+    (("transaction", "commit"), 2, "exactly-once", 64),
+    (("init", "abort"), 2, "exactly-once", 1),
 ]
-#: The same with 64 records of a partition in flight, their callbacks finishing out of order.
-CONCURRENT = (("transaction",), 1, "exactly-once")
 
 
-@pytest.mark.parametrize(("first_kills", "most", "guarantee"), SUITE,
-                         ids=["-".join(kills) for kills, _, _ in SUITE])  # fmt: skip
+@pytest.mark.parametrize(("first_kills", "most", "guarantee", "concurrency"), SUITE,
+                         ids=["-".join(kills) for kills, *_ in SUITE])  # fmt: skip
 def test_a_generated_sequence_of_killed_runs_ends_exact(
-    first_kills: tuple[str, ...], most: int, guarantee: str, brokers: str,
+    first_kills: tuple[str, ...], most: int, guarantee: str, concurrency: int, brokers: str,
     new_topic: Callable[..., str], tmp_path: Path, request: pytest.FixtureRequest,
     record_property: Callable[[str, object], None],
 ) -> None:  # fmt: skip
-    index = [kills for kills, _, _ in SUITE].index(first_kills)
+    index = [kills for kills, *_ in SUITE].index(first_kills)
     seed = 1000 * request.config.getoption("--crash-seed") + index
-    sequence = generate(seed, first_kills, most_kills=most, guarantee=guarantee)
+    sequence = generate(seed, first_kills, most_kills=most, guarantee=guarantee,
+                        concurrency=concurrency)  # fmt: skip
     outcome = play(sequence, brokers, new_topic, tmp_path)
     record_property("duplicate_outputs", outcome.duplicates)
-    print(f"\n{outcome.line(sequence)}")
-    assert outcome.kills >= 1, outcome.line(sequence)
-
-
-def test_a_killed_sequence_of_a_group_with_records_in_flight_ends_exact_and_in_key_order(
-    brokers: str, new_topic: Callable[..., str], tmp_path: Path, request: pytest.FixtureRequest,
-) -> None:  # fmt: skip
-    """Concurrency 64 with a count that awaits at random: every key's outputs, read committed,
-    come once and in the key's input order, and the table is exact, across kills and runs in
-    other modes and configurations."""
-    first_kills, most, guarantee = CONCURRENT
-    seed = 1000 * request.config.getoption("--crash-seed") + len(SUITE)
-    sequence = generate(seed, first_kills, most_kills=most, guarantee=guarantee, concurrency=64)
-    outcome = play(sequence, brokers, new_topic, tmp_path)
     print(f"\n{outcome.line(sequence)}")
     assert outcome.kills >= 1, outcome.line(sequence)
 

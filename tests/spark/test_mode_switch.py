@@ -43,7 +43,11 @@ def _command(brokers: str, state: Path, *args: str) -> list[str]:
             "--max-offsets-per-trigger", "5000", *args]  # fmt: skip
 
 
-@pytest.mark.parametrize("resume", ["until-caught-up", "continuous"])
+# until-caught-up: how the defect was found; continuous: make test-slow (50 s), make test's
+# first crash sequence (test_crash.py) resumes a continuous run killed in its first epoch too
+@pytest.mark.parametrize(
+    "resume", ["until-caught-up", pytest.param("continuous", marks=pytest.mark.longrun)]
+)
 def test_a_continuous_run_killed_in_its_first_epoch_resumes_exactly_in_another_mode(
     resume: str, brokers: str, new_topic: Callable[..., str], tmp_path: Path
 ) -> None:
