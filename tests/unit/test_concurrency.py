@@ -10,6 +10,7 @@ import random
 import re
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -285,9 +286,56 @@ def test_groups_that_keep_time_run_one_plain_callback_at_a_time_for_now() -> Non
         define_group("t", input("in", StringCodec(), _apply), *timed, concurrency=2)
     with pytest.raises(GraphError, match="callback .*awaits of input edge in is async"):
         define_group("t", input("in", StringCodec(), awaits), *timed)
-    with pytest.raises(GraphError, match="reads event times"):
-        define_group("t", input("in", StringCodec(), _apply, event_time=lambda v: 0),
-                     concurrency=2)  # fmt: skip
+
+
+def _stamped(value: str) -> int:
+    """The event time a record's value carries (``"<n>"``: n minutes after 1970; some of them
+    cannot be had: negative)."""
+    n = int(value)
+    return -1 if n % 11 == 5 else n * 60_000
+
+
+def _apply_stamped(ctx: Context[int], value: str) -> None:
+    ctx.emit("out", ctx.key, f"{value}@{ctx.event_time_ms}")
+    _apply(ctx, value)
+
+
+@pytest.mark.parametrize("on_error", ["skip", "dead_letter"])
+def test_event_times_extracted_in_flight_are_what_one_at_a_time_extracts(on_error: str) -> None:
+    rng, flight = random.Random(7), InFlight()
+
+    async def awaits(ctx: Context[int], value: str) -> None:
+        flight.enter()
+        try:
+            await asyncio.sleep(rng.random() / 1000)  # (completions in another order)
+        finally:
+            flight.leave()
+        _apply_stamped(ctx, value)
+
+    extracted: Counter[str] = Counter()
+
+    def counted(value: str) -> int:
+        extracted[value] += 1
+        return _stamped(value)
+
+    def graph(callback: Callable[..., Any], concurrency: int, **retry: Any) -> Any:
+        return define_group("conc", input("in", StringCodec(), callback, event_time=counted),
+                            persist(Int64Codec()), output("out", StringCodec()),
+                            concurrency=concurrency, **retry)  # fmt: skip
+
+    messages = _messages(3)
+    engine = Engine(graph(awaits, 16, retry=Retry(attempts=3, backoff=0, on=(RuntimeError,))),
+                    0, store={}.get, on_error=on_error)  # type: ignore[arg-type]  # fmt: skip
+    result = engine.process(messages)
+    assert set(extracted.values()) == {1}  # (once each, though failing callbacks were retried)
+    one = Engine(graph(_apply_stamped, 1), 0, store={}.get, on_error=on_error)  # type: ignore[arg-type]
+    expected = one.process(messages)
+    _same(result, expected)
+    assert 1 < flight.most <= 16
+    told = [e[3] for e in result.effects if e[0] == EMIT and b"@" in (e[3] or b"")]
+    assert b"9@540000" in told  # (the extracted time, not the record's timestamp)
+    refused = [e for e, _ in result.failed if "before 1970" in str(e.__cause__)]
+    assert refused and all(int(e.offset) % 11 == 5 for e in refused)  # (not tried: once each)
 
 
 def test_the_command_line_s_concurrency_is_checked_as_the_graph_s() -> None:
