@@ -259,10 +259,12 @@ class _Call:
         state before the record, with effects of its own)."""
         message, nil = self.messages[number], self.engine.nil_handling
         decode, callback = self.engine.routes[message[0]]
-        raw = message[3]
-        value = decode(raw) if raw is not None else (None if nil == "process" else decode(b""))
-        times = self.engine.times  # (an event time that cannot be had is not tried again)
-        at = -1 if times is None else times.of(message, value)
+        raw, times = message[3], self.engine.times
+        try:  # (not tried again: a record that cannot be decoded, or has no event time)
+            value = decode(raw) if raw is not None else (None if nil == "process" else decode(b""))
+            at = -1 if times is None else times.of(message, value)
+        except (KeyboardInterrupt, SystemExit) as exc:  # (an extractor's: the loop goes on)
+            raise _Escaped(exc) from exc
         retry, tries = self.engine.retry, 0
         while True:
             tries += 1
