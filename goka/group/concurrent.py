@@ -26,8 +26,10 @@ Example (an enrichment that awaits a service)::
     graph = define_group("enricher", input("clicks", JsonCodec(), enrich),
                          output("enriched", JsonCodec()), concurrency=64)
 
-Not yet: groups that keep time (windows, timers, a TTL) or read event times run one record
-at a time with plain callbacks (:func:`~goka.group.graph.define_group` says so).
+An input's event times (``input(..., event_time=...)``) are extracted for each record before
+its callback runs, as one at a time. Not yet: groups that keep time (windows, timers, a TTL)
+run one record at a time with plain callbacks (:func:`~goka.group.graph.define_group` says
+so).
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from goka.errors import CallbackTimeout
 from goka.group.edges import awaited, callable_name
@@ -60,6 +62,9 @@ from goka.group.retries import (
 )
 from goka.keys import decode_text
 
+if TYPE_CHECKING:
+    from goka.time.event_time import EventTimes
+
 __all__ = [
     "Records", "await_on_loop", "awaited_now", "callback_loop", "check_awaited",
     "check_concurrency", "run_concurrently", "with_concurrency",  # (the checks: retries.py)
@@ -75,8 +80,10 @@ class Records:
     ``routes`` (``(decode, callback)`` by topic), its ``nil_handling``, its ``failed`` (a
     record's failure under the policy: ``failed(exc, message, mark, result, context=)``), its
     ``fatal`` (does a failure end the call: no record after it starts), the group's
-    ``retry`` and ``timeout``, and a ``shuffle`` (the tester's: each record yields to the loop
-    a random few times before its callback runs, so records finish in a random order)."""
+    ``retry`` and ``timeout``, a ``shuffle`` (the tester's: each record yields to the loop
+    a random few times before its callback runs, so records finish in a random order), and
+    the group's ``times`` (:class:`~goka.time.event_time.EventTimes`) where an input extracts
+    its records' event times."""
 
     concurrency: int
     context: Any
@@ -90,6 +97,7 @@ class Records:
     timeout: float | None = None
     group: str = ""
     shuffle: random.Random | None = None
+    times: EventTimes | None = None
 
 
 def run_concurrently(engine: Records, messages: Sequence[Message], result: BatchResult) -> None:
@@ -251,11 +259,16 @@ class _Call:
         state before the record, with effects of its own)."""
         message, nil = self.messages[number], self.engine.nil_handling
         decode, callback = self.engine.routes[message[0]]
-        raw = message[3]
-        value = decode(raw) if raw is not None else (None if nil == "process" else decode(b""))
+        raw, times = message[3], self.engine.times
+        try:  # (not tried again: a record that cannot be decoded, or has no event time)
+            value = decode(raw) if raw is not None else (None if nil == "process" else decode(b""))
+            at = -1 if times is None else times.of(message, value)
+        except (KeyboardInterrupt, SystemExit) as exc:  # (an extractor's: the loop goes on)
+            raise _Escaped(exc) from exc
         retry, tries = self.engine.retry, 0
         while True:
             tries += 1
+            self.contexts[number]._event_time = at
             try:
                 await self._call(number, callback, value, pool)
                 return

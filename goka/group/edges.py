@@ -183,7 +183,9 @@ def input(
     """Consume stream ``topic``, decoding values with ``codec``, calling ``callback(ctx, msg)``.
 
     ``event_time`` says where a record's event time comes from (see :data:`EventTime`); it
-    drives windows, stream-time timers and stream-time TTL.
+    drives windows, stream-time timers and stream-time TTL. A callable is a quick function of
+    the decoded value: in a group with ``concurrency`` it runs on the event loop of the
+    callbacks, each record's before its callback (no I/O, no asyncio of its own there).
     """
     where = f"input edge {topic}"
     if event_time not in ("record", "wall") and not callable(event_time):

@@ -184,15 +184,17 @@ class Engine(TimedProcessing):
         if pause_gc:
             gc.disable()
         try:
-            if self.time is not None or self._times.custom:
+            if self.time is not None or (self._times.custom and not self._concurrent):
                 self._process_timed(messages, result, after)
                 if self.time is not None:
                     result.windows = self.time.window_changes()
             elif self._concurrent:
+                times = self._times if self._times.custom else None
                 run_concurrently(Records(self.graph.concurrency, self.context, self.cache,
                                          self.effects, self._routes, self.nil_handling,
                                          self._failed, self._fatal, self.graph.retry,
-                                         self.graph.timeout, self.graph.group, self.shuffle),
+                                         self.graph.timeout, self.graph.group, self.shuffle,
+                                         times),
                                  messages, result)  # fmt: skip
             elif self.on_error == "fail":
                 self._process(messages, result)

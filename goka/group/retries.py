@@ -215,19 +215,16 @@ def check_concurrency(group: str, concurrency: object) -> int:
 
 
 def check_awaited(graph: Any) -> None:
-    """A group (a :class:`~goka.group.graph.GroupGraph`) that keeps time or reads event times
-    has plain input and loop callbacks, concurrency 1, no ``retry`` and no ``timeout``:
-    key-ordered concurrency does not order its timers and windows yet.
+    """A group (a :class:`~goka.group.graph.GroupGraph`) that keeps time has plain input and
+    loop callbacks, concurrency 1, no ``retry`` and no ``timeout``: key-ordered concurrency
+    does not order its timers and windows yet.
 
     Raises:
         GraphError: it has not.
     """
-    custom = [t for t, e in graph.inputs.items() if getattr(e, "event_time", "record") != "record"]
-    if not (graph.timed or custom):
+    if not graph.timed:
         return
-    group = graph.group
-    what = "keeps time (windows, timers or a TTL)" if graph.timed else (
-        f"reads event times (inputs {custom})")  # fmt: skip
+    group, what = graph.group, "keeps time (windows, timers or a TTL)"
     if graph.concurrency > 1:
         raise GraphError(f"group {group!r} {what}: concurrency above 1 is not available "
                          f"for it yet, got {graph.concurrency}")  # fmt: skip

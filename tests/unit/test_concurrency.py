@@ -10,6 +10,7 @@ import random
 import re
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -23,6 +24,7 @@ from goka import (
     StringCodec,
     define_group,
     input,
+    loop,
     output,
     persist,
     window,
@@ -285,9 +287,127 @@ def test_groups_that_keep_time_run_one_plain_callback_at_a_time_for_now() -> Non
         define_group("t", input("in", StringCodec(), _apply), *timed, concurrency=2)
     with pytest.raises(GraphError, match="callback .*awaits of input edge in is async"):
         define_group("t", input("in", StringCodec(), awaits), *timed)
-    with pytest.raises(GraphError, match="reads event times"):
-        define_group("t", input("in", StringCodec(), _apply, event_time=lambda v: 0),
-                     concurrency=2)  # fmt: skip
+
+
+#: ms far beyond ``max_future`` (a minute) of the wall clock
+_FAR = int(time.time() * 1000) + 86_400_000
+
+
+def _stamped(value: str) -> int:
+    """The event time a record's value carries (``"<n>"``: n minutes after 1970; some of them
+    cannot be had: negative, or a day ahead of the wall clock)."""
+    n = int(value)
+    return -1 if n % 11 == 5 else _FAR if n % 13 == 7 else n * 60_000
+
+
+def _apply_stamped(ctx: Context[int], value: str) -> None:
+    ctx.emit("out", ctx.key, f"{value}@{ctx.event_time_ms}")
+    if ctx.topic != "conc-loop" and int(value) % 4 == 0:
+        ctx.loopback(ctx.key, value)
+    _apply(ctx, value)
+
+
+def _stamped_messages() -> list[Message]:
+    """Records of an input with an extractor (``in``), of one without (``plain``: some
+    timestamps negative or a day ahead) and of the loop, their keys drawn."""
+    rng, messages = random.Random(3), []
+    for offset in range(300):
+        topic = rng.choice(["in", "in", "plain", "conc-loop"])
+        stamp = -5 if offset % 5 == 1 else _FAR if offset % 5 == 2 else 1_700_000_000_000
+        key = rng.choice(["hot"] * 6 + [f"k{i}" for i in range(30)])
+        messages.append((topic, offset, key.encode(), str(offset).encode(), stamp, None))
+    return messages
+
+
+def _stamped_graph(callback: Callable[..., Any], concurrency: int, **settings: Any) -> Any:
+    return define_group(
+        "conc", input("in", StringCodec(), callback, event_time=settings.pop("extract", _stamped)),
+        input("plain", StringCodec(), callback), loop(StringCodec(), callback),
+        persist(Int64Codec()), output("out", StringCodec()), max_future=60_000,
+        concurrency=concurrency, **settings,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", ["async", "plain"])
+@pytest.mark.parametrize("on_error", ["skip", "dead_letter"])
+def test_event_times_extracted_in_flight_are_what_one_at_a_time_extracts(
+    kind: str, on_error: str
+) -> None:
+    rng, flight = random.Random(7), InFlight()
+
+    def waits() -> float:
+        flight.enter()
+        return rng.random() / 1000  # (completions in another order)
+
+    async def awaits(ctx: Context[int], value: str) -> None:
+        try:
+            await asyncio.sleep(waits())
+        finally:
+            flight.leave()
+        _apply_stamped(ctx, value)
+
+    def blocks(ctx: Context[int], value: str) -> None:
+        try:
+            time.sleep(waits())
+        finally:
+            flight.leave()
+        _apply_stamped(ctx, value)
+
+    messages = _stamped_messages()
+    callback = awaits if kind == "async" else blocks
+    engine = Engine(_stamped_graph(callback, 16), 0, store={}.get, on_error=on_error)  # type: ignore[arg-type]
+    result = engine.process(messages)
+    one = Engine(_stamped_graph(_apply_stamped, 1), 0, store={}.get, on_error=on_error)  # type: ignore[arg-type]
+    _same(result, one.process(messages))
+    assert 1 < flight.most <= 16
+    told = [e[3] for e in result.effects if e[0] == EMIT and b"@" in (e[3] or b"")]
+    assert any(m[0] == "in" and f"{m[1]}@{m[1] * 60_000}".encode() in told for m in messages)
+    causes = {str(e.__cause__).split(" (")[0] for e, _ in result.failed}
+    assert {"event time -5 ms is before 1970", "event time -1 ms is before 1970"} <= causes
+    assert any("ahead of the wall clock" in c for c in causes)
+
+
+def test_an_event_time_is_extracted_once_and_every_try_of_the_record_has_it() -> None:
+    extracted: Counter[str] = Counter()
+    failed: set[str] = set()
+
+    def counted(value: str) -> int:
+        extracted[value] += 1
+        return _stamped(value)
+
+    async def once_failing(ctx: Context[int], value: str) -> None:
+        await asyncio.sleep(0)
+        ctx.emit("out", ctx.key, f"{value}@{ctx.event_time_ms}")
+        if value not in failed:  # (every record fails its first try)
+            failed.add(value)
+            raise RuntimeError(f"record {value} fails once")
+
+    graph = _stamped_graph(once_failing, 8, extract=counted,
+                           retry=Retry(attempts=2, backoff=0, on=(RuntimeError,)))  # fmt: skip
+    messages = [m for m in _stamped_messages() if m[0] == "in"]
+    result = Engine(graph, 0, store={}.get, on_error="skip").process(messages)  # type: ignore[arg-type]
+    assert set(extracted.values()) == {1}
+    refused = {m[1] for m in messages if _stamped(str(m[1])) in (-1, _FAR)}
+    assert sorted(e[3] for e in result.effects if e[0] == EMIT) == sorted(
+        f"{m[1]}@{m[1] * 60_000}".encode() for m in messages if m[1] not in refused
+    )
+    assert {e.offset for e, _ in result.failed} == refused
+
+
+def test_an_extractor_s_system_exit_reaches_the_caller_and_the_loop_goes_on() -> None:
+    def leaves(value: str) -> int:
+        if value == "2":
+            raise SystemExit("bye")
+        return 0
+
+    async def count(ctx: Context[int], value: str) -> None:
+        ctx.set_value((ctx.value() or 0) + 1)
+
+    graph = _stamped_graph(count, 4, extract=leaves)
+    messages = [("in", n, b"k", str(n).encode(), 0, None) for n in range(4)]
+    with pytest.raises(SystemExit, match="bye"):
+        Engine(graph, 0, store={}.get, on_error="skip").process(messages)  # type: ignore[arg-type]
+    assert Engine(graph_of(count, 4), 0, store={}.get).process(messages[:2]).processed == 2
 
 
 def test_the_command_line_s_concurrency_is_checked_as_the_graph_s() -> None:
