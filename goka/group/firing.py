@@ -75,7 +75,7 @@ class TimedProcessing:
             source: Message = (trigger[0], trigger[1], key_bytes(key), None, due.at, None)
             time.fired(due, source)
             time.mark()
-            ctx._message, ctx._saved, mark = source, ctx._saved, len(self.effects)
+            ctx._message, ctx._saved, mark = source, NOT_SAVED, len(self.effects)
             ctx.key, ctx._event_time = key, due.at
             try:
                 self._fire(due, key, source, parts)

@@ -426,6 +426,39 @@ def test_a_skipped_record_leaves_no_window_timer_or_stream_time_change() -> None
     assert timer_rows == ["kt\x00k", "s0000"]  # the timer, and partition 0's stream time
 
 
+@pytest.mark.parametrize("changes", [False, True])
+def test_a_failed_timer_undoes_only_its_own_change_of_its_key(changes: bool) -> None:
+    """A timer that fails under skip restores its key's state as the timer found it: not as
+    the record before it found it (it restored the record's old value, 7, over the record's
+    5, which the table had; the key's next record read 7)."""
+    from goka.group.engine import Engine
+    from goka.storage.memory import MemoryStorage
+
+    seen: list[int | None] = []
+
+    def record(ctx: Context[int], msg: str) -> None:
+        if msg == "read":
+            seen.append(ctx.value())
+            return
+        ctx.set_value(int(msg))
+        ctx.schedule(0, "t")  # (due at once: fires after this record)
+
+    def failing(ctx: Context[int], timer: Timer) -> None:
+        if changes:
+            ctx.set_value(99)
+        raise ValueError("the timer fails")
+
+    graph = define_group("undo", input("in", StringCodec(), record), persist(Int64Codec()),
+                         timers(failing))  # fmt: skip
+    stored = {"b": Int64Codec().encode(7)}
+    engine = Engine(graph, 0, store=stored.get, on_error="skip", timers=MemoryStorage("t"),
+                    windows={}, clock=lambda: NOW)  # fmt: skip
+    result = engine.process([("in", 0, b"b", b"5", NOW, None), ("in", 1, b"b", b"read", NOW, None)])
+    assert [str(exc.__cause__) for exc, _ in result.failed] == ["the timer fails"]
+    assert [e[3] for e in result.effects if e[0] == 0] == [Int64Codec().encode(5)]  # (TABLE)
+    assert seen == [5]
+
+
 @pytest.mark.parametrize(
     ("trigger", "seconds"),
     [("200 milliseconds", 0.2), ("1 second", 1.0), ("2 minutes", 120.0), ("5 ms", 1.0),
