@@ -437,6 +437,12 @@ def out_of_order(brokers: str, topic: str, partitions: int) -> list[str]:
     return wrong
 
 
+def unordered(brokers: str, topic: str, partitions: int) -> list[str]:
+    """What :func:`out_of_order` finds, as a line of a play's verdict (none if nothing)."""
+    keys = out_of_order(brokers, topic, partitions)
+    return [f"{len(keys)} keys told out of their input order: {keys[:3]}"] if keys else []
+
+
 def _runs(offsets: list[int]) -> list[tuple[int, int]]:
     """``offsets`` (ascending) as runs of consecutive ones: ``(first, last)``."""
     found: list[tuple[int, int]] = []
@@ -478,9 +484,7 @@ def play(sequence: Sequence, brokers: str, new_topic: Callable[..., str], work: 
     wrong = state.wrong(sent)
     if wrong_places:
         wrong.append(f"{wrong_places} input records told never, or not input records")
-    unordered = out_of_order(brokers, topic, sequence.partitions)
-    if unordered:
-        wrong.append(f"{len(unordered)} keys told out of their input order: {unordered[:3]}")
+    wrong += unordered(brokers, topic, sequence.partitions)
     if sequence.guarantee == "exactly-once" and outcome.duplicates:
         wrong.append(f"{outcome.duplicates} outputs repeated under exactly-once")
     assert not wrong, f"{outcome.line(sequence)}\n" + "\n".join(wrong)

@@ -48,7 +48,7 @@ from goka.topic_manager import TopicManager
 
 from ..helpers import produce, wait_for
 from .crash import kill_session
-from .model import ROOT, Flow, Player, Run, out_of_order, told, told_topic, untold
+from .model import ROOT, Flow, Player, Run, told, told_topic, unordered, untold
 from .truth import committed, ends, open_transaction, seen
 
 __all__ = ["WriterSequence", "generate", "play"]
@@ -345,9 +345,7 @@ def play(sequence: WriterSequence, brokers: str, new_topic: Callable[..., str],
             f"{wrong_places} input records told never, or not input records; "
             f"never told: {untold(brokers, topic, sequence.partitions)[:2000]}"
         )
-    unordered = out_of_order(brokers, topic, sequence.partitions)
-    if unordered:
-        wrong.append(f"{len(unordered)} keys told out of their input order: {unordered[:3]}")
+    wrong += unordered(brokers, topic, sequence.partitions)
     if outcome.duplicates:
         wrong.append(f"{outcome.duplicates} outputs repeated under exactly-once")
     assert not wrong, f"{outcome.line(sequence)}\n" + "\n".join(wrong)

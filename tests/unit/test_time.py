@@ -431,6 +431,7 @@ def test_a_failed_timer_undoes_only_its_own_change_of_its_key(changes: bool) -> 
     """A timer that fails under skip restores its key's state as the timer found it: not as
     the record before it found it (it restored the record's old value, 7, over the record's
     5, which the table had; the key's next record read 7)."""
+    from goka.group.effects import TABLE
     from goka.group.engine import Engine
     from goka.storage.memory import MemoryStorage
 
@@ -455,7 +456,7 @@ def test_a_failed_timer_undoes_only_its_own_change_of_its_key(changes: bool) -> 
                     windows={}, clock=lambda: NOW)  # fmt: skip
     result = engine.process([("in", 0, b"b", b"5", NOW, None), ("in", 1, b"b", b"read", NOW, None)])
     assert [str(exc.__cause__) for exc, _ in result.failed] == ["the timer fails"]
-    assert [e[3] for e in result.effects if e[0] == 0] == [Int64Codec().encode(5)]  # (TABLE)
+    assert [e[3] for e in result.effects if e[0] == TABLE] == [Int64Codec().encode(5)]
     assert seen == [5]
 
 
