@@ -28,8 +28,8 @@ Example (an enrichment that awaits a service)::
 
 An input's event times (``input(..., event_time=...)``) are extracted for each record before
 its callback runs, as one at a time. Not yet: groups that keep time (windows, timers, a TTL)
-run one record at a time with plain callbacks (:func:`~goka.group.graph.define_group` says
-so).
+run one record at a time (async callbacks awaited, retried, cut by the timeout there by the
+engine's own loop: :mod:`goka.group.firing`).
 """
 
 from __future__ import annotations
@@ -37,7 +37,6 @@ from __future__ import annotations
 import asyncio
 import copy
 import inspect
-import logging
 import os
 import random
 import threading
@@ -47,17 +46,19 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from goka.errors import CallbackTimeout
 from goka.group.edges import awaited, callable_name
 from goka.group.effects import NOT_SAVED, BatchResult, Flight, Message, restore
 from goka.group.key_order import KeyOrder
 from goka.group.retries import (
     Layer,
     Retry,
-    Steps,
+    Where,
+    awaited_steps,
     check_awaited,
     check_concurrency,
     settle,
+    timed_out,
+    warn_slow,
     with_concurrency,
 )
 from goka.keys import decode_text
@@ -66,11 +67,10 @@ if TYPE_CHECKING:
     from goka.time.event_time import EventTimes
 
 __all__ = [
-    "Records", "await_on_loop", "awaited_now", "callback_loop", "check_awaited",
-    "check_concurrency", "run_concurrently", "with_concurrency",  # (the checks: retries.py)
+    "Records", "await_on_loop", "awaited_now", "awaited_steps", "callback_loop",
+    "check_awaited", "check_concurrency", "run_concurrently", "timed_out", "warn_slow",
+    "with_concurrency",  # (the checks: retries.py)
 ]  # fmt: skip
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -115,12 +115,16 @@ def run_concurrently(engine: Records, messages: Sequence[Message], result: Batch
     await_on_loop(_Call(engine, messages, result).run())
 
 
-def awaited_now(returned: Any) -> None:
-    """What a callback returned, if it can be awaited (a ``def`` returning a coroutine, as a
-    decorator's wrapper does): awaited on the callback loop, the caller waiting; else
-    ignored."""
+def awaited_now(returned: Any, timeout: float | None, where: Where) -> None:
+    """What a callback of a record run alone returned, if it can be awaited (an ``async
+    def``'s coroutine, or what a ``def`` returned, as a decorator's wrapper does): awaited on
+    the callback loop, the caller waiting (else ignored); its steps timed and cut after
+    ``timeout`` as records in flight are (:func:`awaited_steps`). ``where``: the group,
+    partition, message, key and callback, for the warning and the timeout's error."""
     if inspect.isawaitable(returned):
-        await_on_loop(returned)
+        await_on_loop(awaited_steps(
+            returned, timeout, lambda took: warn_slow(*where, took),
+            lambda: timed_out(*where, timeout)))  # fmt: skip
 
 
 def await_on_loop(awaitable: Any) -> Any:
@@ -333,51 +337,19 @@ class _Call:
             if not cut.expired():  # the callback's own
                 raise
             ctx._bind({}, [])  # what the thread does from now on goes nowhere
-            raise self._timed_out(number, callback) from None
+            message, key, engine = self.messages[number], self.keys[number], self.engine
+            raise timed_out(engine.group, engine.context.partition, message, key, callback,
+                            engine.timeout) from None  # fmt: skip
         self.engine.cache.update(layer)
         ctx._bind(self.engine.cache, ctx._effects)
         return returned
 
     async def _awaited(self, number: int, callback: Any, returned: Any) -> None:
-        """Await what a callback returned (if it can be), each step timed, cut by the
-        timeout (in this task: a callback's KeyboardInterrupt stays in it)."""
-        if inspect.iscoroutine(returned):
-            returned = Steps(returned, lambda took: self._slow(number, callback, took))
-        elif not inspect.isawaitable(returned):
-            return
-        if self.engine.timeout is None:
-            await returned
-            return
-        try:
-            async with asyncio.timeout(self.engine.timeout) as cut:
-                await returned
-        except TimeoutError:
-            if not cut.expired():  # the callback's own
-                raise
-            raise self._timed_out(number, callback) from None
-
-    def _timed_out(self, number: int, callback: Any) -> CallbackTimeout:
-        topic, offset = self.messages[number][:2]
-        where = f"{topic}/{self.engine.context.partition}/{offset}"
-        return CallbackTimeout(
-            f"group {self.engine.group!r}: callback {callable_name(callback)} took longer than "
-            f"its timeout of {self.engine.timeout:g} s for the record at {where} (key "
-            f"{self.keys[number]!r}): cut")  # fmt: skip
-
-    def _slow(self, number: int, callback: Any, took: float) -> None:
-        """Warn, once per callback in this process, of a step that held the loop."""
-        name = callable_name(callback)
-        if name in _slow_warned:
-            return
-        _slow_warned.add(name)
-        message = self.messages[number]
-        log.warning(
-            "group %r: async callback %s ran %.3f s without awaiting, at key %r (%s/%s/%s): "
-            "every record in flight waited meanwhile. A blocking call inside an async def "
-            "(time.sleep, requests, a database driver without asyncio) holds the event loop: "
-            "await an asyncio client, or make the callback a def (run on a thread pool). "
-            "Warned once.", self.engine.group, name, took, self.keys[number], message[0],
-            self.engine.context.partition, message[1])  # fmt: skip
+        """Await what a callback returned (see :func:`awaited_steps`)."""
+        message, key, engine = self.messages[number], self.keys[number], self.engine
+        where: Where = (engine.group, engine.context.partition, message, key, callback)
+        await awaited_steps(returned, engine.timeout, lambda took: warn_slow(*where, took),
+                            lambda: timed_out(*where, engine.timeout))  # fmt: skip
 
     def _undo(self, ctx: Any) -> None:
         """Restore the state a failed record changed (the skip and dead-letter policies), once:
@@ -385,6 +357,3 @@ class _Call:
         if ctx._saved is not NOT_SAVED:
             restore(self.engine.cache, ctx.key, ctx._saved)
         ctx._saved = NOT_SAVED
-
-
-_slow_warned: set[str] = set()

@@ -137,13 +137,14 @@ class Engine(TimedProcessing):
                             or graph.timeout is not None
                             or any(awaited(c) for _, c in self._routes.values()))  # fmt: skip
         self.time: PartitionTime | None = None
+        undo = on_error != "fail" or graph.retry is not None  # (a failed try is undone too)
         if graph.timed:
             windows = windows or {}
             if timers is None or any(n not in windows for n in graph.windows):
                 raise ConfigurationError(f"group {graph.group!r} keeps time: its engine needs "
                                          "the timers section and every window's")  # fmt: skip
             self.time = PartitionTime(graph, partition, timers=timers, windows=windows,
-                                      clock=clock or _wall_ms, undo=on_error != "fail",
+                                      clock=clock or _wall_ms, undo=undo,
                                       deferred_finals=deferred_finals,
                                       window_cache=window_cache,
                                       whole_commits=whole_commits)  # fmt: skip
@@ -155,7 +156,7 @@ class Engine(TimedProcessing):
             outputs={t: e.codec.encode for t, e in graph.outputs.items()},
             loop=(graph.loop_topic, graph.loop.codec.encode) if graph.loop else None,
             read_table=_table_reader(graph.group, self._readers), max_bytes=self.max_message_bytes,
-            undo=on_error != "fail", time=self.time,
+            undo=undo, time=self.time,
         )  # fmt: skip
         self._reset()
 
@@ -269,7 +270,8 @@ class Engine(TimedProcessing):
                 else:
                     out = callback(ctx, None if nil == "process" else decode(b""))
                 if out is not None:  # (a def that returned a coroutine: awaited)
-                    awaited_now(out)
+                    awaited_now(out, None, (self.graph.group, self.partition, message,
+                                            ctx.key, callback))  # fmt: skip
             except Exception as exc:
                 self._failed(exc, message, 0, result)
 
@@ -291,7 +293,8 @@ class Engine(TimedProcessing):
                 else:
                     out = callback(ctx, None if nil == "process" else decode(b""))
                 if out is not None:  # (a def that returned a coroutine: awaited)
-                    awaited_now(out)
+                    awaited_now(out, None, (self.graph.group, self.partition, message,
+                                            ctx.key, callback))  # fmt: skip
             except Exception as exc:
                 self._failed(exc, message, mark, result)
 

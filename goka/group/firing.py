@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Sequence
+from time import sleep
 from typing import TYPE_CHECKING, Any
 
 from goka.errors import ProcessingError
 from goka.group.concurrent import awaited_now
-from goka.group.effects import FINAL, NOT_SAVED, TABLE, BatchResult, Effect, Message
+from goka.group.effects import FINAL, NOT_SAVED, TABLE, BatchResult, Effect, Message, restore
 from goka.keys import decode_text, key_bytes, key_str
 from goka.time.event_time import iso_ms
 from goka.time.rows import TTL_TIMER, Due, Timer, decode_composite, headers
@@ -23,6 +24,7 @@ from goka.time.specs import Window
 if TYPE_CHECKING:
     from goka.group.context import Context
     from goka.group.graph import Callback, GroupGraph
+    from goka.group.retries import Retry, Where
     from goka.time.event_time import EventTimes
     from goka.time.partition import PartitionTime
 
@@ -99,7 +101,10 @@ class TimedProcessing:
             assert graph.timers is not None and graph.timers.callback is not None
             domain = "stream" if due.row[1] == "s" else "wall"
             timer = Timer(due.name, due.at, domain, time.decode_data(due.data))
-            graph.timers.callback(self.context, timer)
+            out = graph.timers.callback(self.context, timer)
+            if out is not None:  # (an async def's coroutine: awaited)
+                awaited_now(out, None, (graph.group, self.partition, source, key,
+                                        graph.timers.callback))  # fmt: skip
         elif due.kind == "close":
             edge = time.edge(due.name)
             raw = time.window_rows[due.name].get("w" + due.key)
@@ -120,6 +125,7 @@ class TimedProcessing:
         nil, text, times = self.nil_handling, decode_text, self._times
         event_time, stamps = times.of, not times.custom  # stamps: each input's are its records'
         ticks = self.graph.group.ticks if self.graph.ticking else None
+        retry, timeout, group = self.graph.retry, self.graph.timeout, self.graph.group
         if time is not None:  # a backlog first (or what a commit inside a backlog left)
             time.left = self.fire_budget or sys.maxsize
             first = time.backlog or after  # (wall timers wait for the next record or tick)
@@ -156,9 +162,13 @@ class TimedProcessing:
                 ctx._value = value
                 if time is not None and at > time.stream_time:
                     time.stream_time = at
-                out = callback(ctx, value)
-                if out is not None:  # (a def that returned a coroutine: awaited)
-                    awaited_now(out)
+                if retry is None:
+                    out = callback(ctx, value)
+                    if out is not None:  # (a coroutine: awaited, cut by the timeout)
+                        awaited_now(out, timeout, (group, self.partition, message, ctx.key,
+                                                   callback))  # fmt: skip
+                else:
+                    self._tried(callback, value, message, mark, retry)
             except Exception as exc:
                 if time is not None:
                     time.rollback()
@@ -176,6 +186,35 @@ class TimedProcessing:
             for name, late in time.late_records:
                 result.failed.append((self._late(name, late), late))
             time.finish()
+
+    def _tried(self, callback: Callback, value: Any, message: Message, mark: int,
+               retry: Retry) -> None:  # fmt: skip
+        """Run the callback of ``message`` (its effects from ``mark`` on), tried again as
+        ``retry`` says: each try from the stream time, windows, timers, state and effects
+        before the record (the engine keeps a journal under a retry), the partition waiting
+        (one record at a time) during the backoff."""
+        ctx, time = self.context, self.time
+        where: Where = (self.graph.group, self.partition, message, ctx.key, callback)
+        tries = 0
+        while True:
+            tries += 1
+            try:
+                out = callback(ctx, value)
+                if out is not None:
+                    awaited_now(out, self.graph.timeout, where)
+                return
+            except Exception as exc:
+                if tries >= retry.attempts or not retry.covers(exc):
+                    raise
+            if time is not None:  # (rolled back to before the record: its time again)
+                time.rollback()
+                time.mark()
+                time.stream_time = max(time.stream_time, ctx._event_time)
+            del self.effects[mark:]
+            if ctx._saved is not NOT_SAVED:
+                restore(self.cache, ctx.key, ctx._saved)
+                ctx._saved = NOT_SAVED
+            sleep(retry.delay(tries))
 
     def _late(self, name: str, message: Message) -> ProcessingError:
         time = self.time

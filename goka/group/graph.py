@@ -317,9 +317,9 @@ def _check_edge(group: Group, edge: Edge) -> None:
                              and callable(getattr(codec, "decode", None))):  # fmt: skip
         raise GraphError(f"{where}: needs a codec with encode() and decode(), got {codec!r}")
     if edge.kind in ("input", "loop"):
-        check_callback(where, edge.callback, awaitable=True)  # (check_awaited: where not)
+        check_callback(where, edge.callback, awaitable=True)
     if edge.kind == "timers":
-        check_callback(where, edge.callback, ("ctx", "timer"))
+        check_callback(where, edge.callback, ("ctx", "timer"), awaitable=True)
 
 
 def _name_windows(group: Group, edges: list[Edge]) -> list[Edge]:

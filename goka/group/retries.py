@@ -8,16 +8,19 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import inspect
+import logging
 import math
 import os
 import threading
 import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from goka.errors import (
     Abort,
+    CallbackTimeout,
     CodecError,
     ContextError,
     GraphError,
@@ -26,9 +29,17 @@ from goka.errors import (
 )
 from goka.group.edges import awaited, callable_name
 
-__all__ = ["NEVER_RETRIED", "SLOW_STEP_SECONDS", "Layer", "Retry", "RunQueue", "Steps",
-           "check_awaited", "check_concurrency", "check_retry", "check_timeout", "run_queue",
-           "settle", "with_concurrency"]  # fmt: skip
+if TYPE_CHECKING:
+    from goka.group.effects import Message
+
+__all__ = ["NEVER_RETRIED", "SLOW_STEP_SECONDS", "Layer", "Retry", "RunQueue", "Steps", "Where",
+           "awaited_steps", "check_awaited", "check_concurrency", "check_retry", "check_timeout",
+           "run_queue", "settle", "timed_out", "warn_slow", "with_concurrency"]  # fmt: skip
+
+log = logging.getLogger("goka.group.concurrent")  # (its warnings: where records are in flight)
+
+#: Where a callback ran, for its warnings and errors: group, partition, message, key, callback.
+Where = tuple[str, int, "Message", str, Any]
 
 #: What a try raises that trying again cannot change.
 NEVER_RETRIED = (Abort, StorageError, ContextError, MessageTooLargeError, CodecError)
@@ -202,6 +213,56 @@ class Steps:
                 value, error = None, exc
 
 
+async def awaited_steps(returned: Any, timeout: float | None, slow: Callable[[float], None],
+                        cut: Callable[[], Exception]) -> None:  # fmt: skip
+    """Await what a callback returned, if it can be awaited: a coroutine step by step, each
+    step timed (one that holds the loop goes to ``slow``: :class:`~goka.group.retries.Steps`),
+    cut after ``timeout`` seconds (None: never) with the exception ``cut()`` makes (a
+    ``TimeoutError`` of the callback's own goes on as it is)."""
+    if inspect.iscoroutine(returned):
+        returned = Steps(returned, slow)
+    elif not inspect.isawaitable(returned):
+        return
+    if timeout is None:
+        await returned
+        return
+    try:
+        async with asyncio.timeout(timeout) as cutting:
+            await returned
+    except TimeoutError:
+        if not cutting.expired():  # the callback's own
+            raise
+        raise cut() from None
+
+
+def timed_out(group: str, partition: int, message: Message, key: str, callback: Any,
+              timeout: float | None) -> CallbackTimeout:  # fmt: skip
+    """The error of a callback cut by the group's ``timeout`` at ``message`` of ``key``."""
+    where = f"{message[0]}/{partition}/{message[1]}"
+    return CallbackTimeout(
+        f"group {group!r}: callback {callable_name(callback)} took longer than its timeout of "
+        f"{timeout:g} s for the record at {where} (key {key!r}): cut")  # fmt: skip
+
+
+def warn_slow(group: str, partition: int, message: Message, key: str, callback: Any,
+              took: float) -> None:  # fmt: skip
+    """Warn, once per callback in this process, of a step of ``callback`` that held the
+    loop ``took`` seconds at ``message`` of ``key``."""
+    name = callable_name(callback)
+    if name in _slow_warned:
+        return
+    _slow_warned.add(name)
+    log.warning(
+        "group %r: async callback %s ran %.3f s without awaiting, at key %r (%s/%s/%s): "
+        "every record in flight waited meanwhile. A blocking call inside an async def "
+        "(time.sleep, requests, a database driver without asyncio) holds the event loop: "
+        "await an asyncio client, or make the callback a def (run on a thread pool). "
+        "Warned once.", group, name, took, key, message[0], partition, message[1])  # fmt: skip
+
+
+_slow_warned: set[str] = set()
+
+
 def check_concurrency(group: str, concurrency: object) -> int:
     """``concurrency`` if it is a whole number of at least 1.
 
@@ -215,12 +276,14 @@ def check_concurrency(group: str, concurrency: object) -> int:
 
 
 def check_awaited(graph: Any) -> None:
-    """A group (a :class:`~goka.group.graph.GroupGraph`) that keeps time has plain input and
-    loop callbacks, concurrency 1, no ``retry`` and no ``timeout``: key-ordered concurrency
-    does not order its timers and windows yet.
+    """A group (a :class:`~goka.group.graph.GroupGraph`) that keeps time runs one record at a
+    time (concurrency 1: key-ordered concurrency does not order its timers and windows yet);
+    its callbacks may be ``async def`` and its records retried, but a ``timeout`` cuts only
+    async input and loop callbacks there (a plain one would have to run on a thread of its
+    own, and a thread that was cut would go on changing the partition's windows and timers).
 
     Raises:
-        GraphError: it has not.
+        GraphError: it does not.
     """
     if not graph.timed:
         return
@@ -228,15 +291,15 @@ def check_awaited(graph: Any) -> None:
     if graph.concurrency > 1:
         raise GraphError(f"group {group!r} {what}: concurrency above 1 is not available "
                          f"for it yet, got {graph.concurrency}")  # fmt: skip
-    for name in ("retry", "timeout"):
-        if getattr(graph, name) is not None:
-            raise GraphError(f"group {group!r} {what}: {name} is not available for it yet, "
-                             f"got {getattr(graph, name)!r}")  # fmt: skip
+    if graph.timeout is None:
+        return
     for edge in [*graph.inputs.values(), *([graph.loop] if graph.loop else [])]:
-        if awaited(edge.callback):
-            raise GraphError(f"group {group!r} {what}: callback {callable_name(edge.callback)} "
-                             f"of {edge.kind} edge {edge.topic} is async; use a def (async "
-                             "callbacks are not available for such a group yet)")  # fmt: skip
+        if not awaited(edge.callback):
+            raise GraphError(
+                f"group {group!r} {what}: its timeout cuts async callbacks only, and callback "
+                f"{callable_name(edge.callback)} of {edge.kind} edge {edge.topic} is a def: "
+                "make it an async def (awaiting an asyncio client), or declare no timeout"
+            )
 
 
 def with_concurrency(graph: Any, concurrency: int) -> Any:

@@ -278,17 +278,6 @@ def test_concurrency_is_a_whole_number_of_at_least_one(concurrency: object) -> N
         graph_of(_apply, concurrency)  # type: ignore[arg-type]
 
 
-def test_groups_that_keep_time_run_one_plain_callback_at_a_time_for_now() -> None:
-    async def awaits(ctx: Context[int], value: str) -> None:
-        pass
-
-    timed = (persist(Int64Codec()), window("w", Hopping(60_000, 10_000), Int64Codec()))
-    with pytest.raises(GraphError, match="keeps time .* concurrency above 1 is not available"):
-        define_group("t", input("in", StringCodec(), _apply), *timed, concurrency=2)
-    with pytest.raises(GraphError, match="callback .*awaits of input edge in is async"):
-        define_group("t", input("in", StringCodec(), awaits), *timed)
-
-
 #: ms far beyond ``max_future`` (a minute) of the wall clock
 _FAR = int(time.time() * 1000) + 86_400_000
 
@@ -689,14 +678,6 @@ def test_invalid_retries_and_timeouts_fail_at_declaration(settings: dict[str, An
                                                          message: str) -> None:  # fmt: skip
     with pytest.raises(GraphError, match=re.escape(message)):
         retried_graph(_apply, **settings)
-
-
-def test_groups_that_keep_time_have_no_retry_or_timeout_yet() -> None:
-    counted = window("per-min", Hopping(size=60_000, advance=60_000), Int64Codec())
-    for settings in ({"retry": Retry()}, {"timeout": 1.0}):
-        with pytest.raises(GraphError, match="not available for it yet"):
-            define_group("timed", input("in", StringCodec(), _apply), persist(Int64Codec()),
-                         counted, **settings)  # fmt: skip
 
 
 # -- the tester -----------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from goka import (
     JsonCodec,
     StringCodec,
     Table,
+    Tumbling,
     define_group,
     input,
     inputs,
@@ -19,6 +20,7 @@ from goka import (
     output,
     persist,
     timers,
+    window,
 )
 
 
@@ -166,9 +168,10 @@ def test_rule_8_async_callbacks_are_refused_where_they_are_not_awaited() -> None
     async def handler(ctx: Any, msg: Any) -> None:
         pass
 
-    with pytest.raises(GraphError, match="callback .*handler is async; use a def"):
-        define_group("g", input("a", S, cb), persist(S), timers(handler))  # type: ignore[arg-type]
+    with pytest.raises(GraphError, match="late: callback .*handler is async; use a def"):
+        window("w", Tumbling(minutes=1), S, late=handler)
     assert define_group("g", input("a", S, handler)).concurrency == 1  # (an input's: awaited)
+    assert define_group("g", input("a", S, cb), persist(S), timers(handler))  # (awaited too)
 
 
 @pytest.mark.parametrize("topic", ["", "with space", "a/b", "x" * 250])
