@@ -27,17 +27,15 @@ Example (an enrichment that awaits a service)::
                          output("enriched", JsonCodec()), concurrency=64)
 
 An input's event times (``input(..., event_time=...)``) are extracted for each record before
-its callback runs, as one at a time. Not yet: groups that keep time (windows, timers, a TTL)
-run one record at a time (async callbacks awaited, retried, cut by the timeout there by the
-engine's own loop: :mod:`goka.group.firing`).
+its callback runs, as one at a time. In a group that keeps time (windows, timers, a TTL)
+each record in flight runs at the stream time one at a time would give it, and its windows,
+timers and TTL change when it is released (:mod:`goka.group.timed_flight`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import copy
-import inspect
-import os
 import random
 import threading
 import time
@@ -46,6 +44,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from goka.errors import CallbackTimeout
+from goka.group.callback_loop import Escaped, await_on_loop, awaited_now, callback_loop
 from goka.group.edges import awaited, callable_name
 from goka.group.effects import NOT_SAVED, BatchResult, Flight, Message, restore
 from goka.group.key_order import KeyOrder
@@ -64,6 +64,7 @@ from goka.group.retries import (
 from goka.keys import decode_text
 
 if TYPE_CHECKING:
+    from goka.group.timed_flight import TimedFlight
     from goka.time.event_time import EventTimes
 
 __all__ = [
@@ -83,7 +84,9 @@ class Records:
     ``retry`` and ``timeout``, a ``shuffle`` (the tester's: each record yields to the loop
     a random few times before its callback runs, so records finish in a random order), and
     the group's ``times`` (:class:`~goka.time.event_time.EventTimes`) where an input extracts
-    its records' event times."""
+    its records' event times; for a group that keeps time, ``timed`` makes a call's
+    :class:`~goka.group.timed_flight.TimedFlight` (``timed(messages, result, decoded)``) and
+    ``ticks`` is the topic of its ticks."""
 
     concurrency: int
     context: Any
@@ -98,6 +101,8 @@ class Records:
     group: str = ""
     shuffle: random.Random | None = None
     times: EventTimes | None = None
+    timed: Callable[..., TimedFlight] | None = None
+    ticks: str | None = None
 
 
 def run_concurrently(engine: Records, messages: Sequence[Message], result: BatchResult) -> None:
@@ -115,74 +120,24 @@ def run_concurrently(engine: Records, messages: Sequence[Message], result: Batch
     await_on_loop(_Call(engine, messages, result).run())
 
 
-def awaited_now(returned: Any, timeout: float | None, where: Where) -> None:
-    """What a callback of a record run alone returned, if it can be awaited (an ``async
-    def``'s coroutine, or what a ``def`` returned, as a decorator's wrapper does): awaited on
-    the callback loop, the caller waiting (else ignored); its steps timed and cut after
-    ``timeout`` as records in flight are (:func:`awaited_steps`). ``where``: the group,
-    partition, message, key and callback, for the warning and the timeout's error."""
-    if inspect.isawaitable(returned):
-        await_on_loop(awaited_steps(
-            returned, timeout, lambda took: warn_slow(*where, took),
-            lambda: timed_out(*where, timeout)))  # fmt: skip
-
-
-def await_on_loop(awaitable: Any) -> Any:
-    """Await ``awaitable`` on :func:`callback_loop`, the calling thread waiting; its result.
-
-    Raises:
-        BaseException: what it raised (a ``KeyboardInterrupt`` or ``SystemExit`` too).
-    """
-
-    async def carried() -> Any:
-        try:
-            return await awaitable
-        except (KeyboardInterrupt, SystemExit) as exc:
-            raise _Escaped(exc) from exc
-
-    try:
-        return asyncio.run_coroutine_threadsafe(carried(), callback_loop()).result()
-    except _Escaped as escaped:
-        raise escaped.inner from None
-
-
-#: (the process that runs it, the loop, its thread)
-_loop: tuple[int, asyncio.AbstractEventLoop, threading.Thread] | None = None
-_loop_lock = threading.Lock()
-
-
-def callback_loop() -> asyncio.AbstractEventLoop:
-    """The process's event loop of callbacks, on a daemon thread of its own (started once,
-    and again in a forked child, which has the parent's loop but not its thread, or if its
-    thread ended): every engine's records in flight are awaited there, call after call."""
-    global _loop
-    with _loop_lock:
-        if _loop is None or _loop[0] != os.getpid() or not _loop[2].is_alive():
-            loop = asyncio.new_event_loop()
-            thread = threading.Thread(target=loop.run_forever, name="goka-callbacks",
-                                      daemon=True)  # fmt: skip
-            thread.start()
-            _loop = (os.getpid(), loop, thread)
-        return _loop[1]
-
-
-class _Escaped(Exception):
-    """A callback's ``BaseException`` (not an ``Exception``) carried out of the loop, which
-    it would stop."""
-
-    def __init__(self, inner: BaseException) -> None:
-        super().__init__(repr(inner))
-        self.inner = inner
-
-
 class _Call:
     """One call's records in flight (see :func:`run_concurrently`)."""
 
     def __init__(self, engine: Records, messages: Sequence[Message], result: BatchResult) -> None:
-        self.engine, self.result = engine, result
-        nil = engine.nil_handling
-        self.messages = [m for m in messages if m[3] is not None or nil != "ignore"]
-        self.keys = [decode_text(m[2]) if m[2] is not None else "" for m in self.messages]
+        self.engine, self.result, self.result_messages = engine, result, messages
+        nil, ticks = engine.nil_handling, engine.ticks
+        #: the records run (of ``messages``: by index), each of them with its key (a tick's:
+        #: of its own, it waits for none)
+        self.index = [n for n, m in enumerate(messages)
+                      if m[0] == ticks or m[3] is not None or nil != "ignore"]  # fmt: skip
+        self.messages = [messages[n] for n in self.index]
+        self.keys: list[Any] = [
+            ("tick", n) if m[0] == ticks else decode_text(m[2]) if m[2] is not None else ""
+            for n, m in enumerate(self.messages)
+        ]
+        self.timed = (
+            None if engine.timed is None else engine.timed(self.messages, result, self._decoded)
+        )
         self.order = KeyOrder(engine.concurrency)
         waited: dict[str, int] = {}
         seen: set[str] = set()
@@ -197,7 +152,7 @@ class _Call:
         self.contexts: dict[int, Any] = {}  # of the records in flight and finished, unreleased
 
     async def run(self) -> None:
-        engine, order = self.engine, self.order
+        engine, order, timed = self.engine, self.order, self.timed
         # plain callbacks run on a pool of threads above concurrency 1, and on a thread each
         # where a timeout may cut them (the loop's own thread cannot be cut)
         plain = (engine.concurrency > 1 and engine.timeout is None
@@ -207,13 +162,17 @@ class _Call:
         contexts = self.contexts
         failures: dict[int, Exception] = {}
         halt: int | None = None  # the first record whose failure ends the call (none start after)
+        cut: int | None = None  # (timed) the call ends after this record
         flight, clock = self.flight, time.monotonic
         started: dict[int, float] = {}
         try:
-            while not order.idle:
-                for number in order.start(before=halt):
+            while True:
+                bound = halt if timed is None else _least(halt, timed.bound(order.released))
+                for number in order.start(before=bound):
                     contexts[number], started[number] = self._context(number), clock()
                     running[asyncio.create_task(self._tries(number, pool))] = number
+                if not running:  # (all released, or the rest may not start: a cut)
+                    break
                 flight.most = max(flight.most, len(running))
                 done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
                 now = clock()
@@ -224,14 +183,24 @@ class _Call:
                     flight.longest = max(flight.longest, took)
                     failure = task.exception()
                     if failure is not None:
-                        if not isinstance(failure, Exception) or isinstance(failure, _Escaped):
+                        if not isinstance(failure, Exception) or isinstance(failure, Escaped):
                             raise failure
                         failures[number] = failure
                         if engine.fatal(failure) and (halt is None or number < halt):
                             halt = number
                         self._undo(contexts[number])  # (before the key's next record starts)
+                    elif timed is not None:
+                        timed.finished(number, contexts[number]._time)
                     order.finish(number)
-                for number in order.release():
+                released = [n for n in order.release() if cut is None or n <= cut]
+                if timed is not None and released:  # (on a thread: a timers callback is awaited)
+                    records = [(n, contexts.pop(n), failures.pop(n, None)) for n in released]
+                    cut = await asyncio.to_thread(timed.release, records)
+                    if cut is not None:
+                        contexts.update((n, ctx) for n, ctx, _ in records if n > cut)
+                        halt = _least(halt, cut + 1)
+                    continue
+                for number in released:
                     ctx = contexts.pop(number)
                     failure = failures.pop(number, None)
                     if failure is None:
@@ -239,6 +208,10 @@ class _Call:
                     else:  # fail: raises; else the record is skipped, its effects dropped
                         engine.failed(failure, self.messages[number], len(engine.effects),
                                       self.result, context=ctx)  # fmt: skip
+            if timed is not None and cut is None:
+                await asyncio.to_thread(timed.end)
+            elif cut is not None:
+                self._abandon(cut)
         finally:
             for task in running:
                 task.cancel()
@@ -246,6 +219,14 @@ class _Call:
                 await asyncio.gather(*running, return_exceptions=True)
             if pool is not None:  # (waited for off the loop: other calls may use it)
                 await asyncio.to_thread(pool.shutdown, wait=True, cancel_futures=True)
+
+    def _abandon(self, cut: int) -> None:
+        """The call ends after record ``cut``: the records after it that ran release nothing
+        (what they changed of the state is in the call's cache, which goes with the call);
+        the caller gives them again."""
+        left = len(self.result_messages) - self.index[cut] - 1
+        self.result.consumed -= left
+        self.result.processed -= left
 
     def _context(self, number: int) -> Any:
         """A context of record ``number``'s own: its message, key and effects (state is
@@ -255,28 +236,31 @@ class _Call:
         ctx._message, ctx._saved, ctx.key = self.messages[number], NOT_SAVED, self.keys[number]
         if self.engine.retry is not None:  # a try's changes are undone before the next try
             ctx._undo = True
+        if self.timed is not None:  # its time of its own
+            ctx._time = self.timed.record_time(number)
         return ctx
 
     async def _tries(self, number: int, pool: ThreadPoolExecutor | None) -> None:
         """Decode record ``number`` (a record that cannot be decoded is not tried again) and
         run its callback, tried again as the group's ``retry`` says (each try from the key's
         state before the record, with effects of its own)."""
-        message, nil = self.messages[number], self.engine.nil_handling
-        decode, callback = self.engine.routes[message[0]]
-        raw, times = message[3], self.engine.times
+        message, timed = self.messages[number], self.timed
+        if timed is not None and number in timed.is_tick:
+            return  # (it fires the wall timers when released)
+        callback = self.engine.routes[message[0]][1]
         try:  # (not tried again: a record that cannot be decoded, or has no event time)
-            value = decode(raw) if raw is not None else (None if nil == "process" else decode(b""))
-            at = -1 if times is None else times.of(message, value)
+            value, at = self._decoded(message) if timed is None else timed.value(number)
         except (KeyboardInterrupt, SystemExit) as exc:  # (an extractor's: the loop goes on)
-            raise _Escaped(exc) from exc
+            raise Escaped(exc) from exc
         retry, tries = self.engine.retry, 0
         while True:
             tries += 1
-            self.contexts[number]._event_time = at
+            ctx = self.contexts[number]
+            ctx._event_time, ctx._value = at, value  # (its value: for a window's late policy)
             try:
                 await self._call(number, callback, value, pool)
                 return
-            except _Escaped:
+            except Escaped:
                 raise
             except Exception as exc:
                 if retry is None or tries >= retry.attempts or not retry.covers(exc):
@@ -284,6 +268,17 @@ class _Call:
                 self._undo(self.contexts[number])
                 self.contexts[number] = self._context(number)
                 await asyncio.sleep(retry.delay(tries))
+                value = self._value(message)  # (afresh: a try may have changed it)
+
+    def _decoded(self, message: Message) -> tuple[Any, int]:
+        """A record's value and event time (-1 where no input extracts them)."""
+        value, times = self._value(message), self.engine.times
+        return value, -1 if times is None else times.of(message, value)
+
+    def _value(self, message: Message) -> Any:
+        """A record's value, decoded."""
+        nil, raw, decode = self.engine.nil_handling, message[3], self.engine.routes[message[0]][0]
+        return decode(raw) if raw is not None else (None if nil == "process" else decode(b""))
 
     async def _call(self, number: int, callback: Any, value: Any,
                     pool: ThreadPoolExecutor | None) -> None:  # fmt: skip
@@ -304,7 +299,7 @@ class _Call:
                 returned = callback(ctx, value)
             await self._awaited(number, callback, returned)
         except (KeyboardInterrupt, SystemExit) as exc:
-            raise _Escaped(exc) from exc
+            raise Escaped(exc) from exc
         except asyncio.CancelledError:
             task = asyncio.current_task()
             if task is not None and task.cancelling():  # (cancelled: the call is ending)
@@ -348,8 +343,12 @@ class _Call:
         """Await what a callback returned (see :func:`awaited_steps`)."""
         message, key, engine = self.messages[number], self.keys[number], self.engine
         where: Where = (engine.group, engine.context.partition, message, key, callback)
-        await awaited_steps(returned, engine.timeout, lambda took: warn_slow(*where, took),
-                            lambda: timed_out(*where, engine.timeout))  # fmt: skip
+        try:
+            await awaited_steps(returned, engine.timeout, lambda took: warn_slow(*where, took),
+                                lambda: timed_out(*where, engine.timeout))  # fmt: skip
+        except CallbackTimeout:  # what a cut callback goes on doing (work that outlives its
+            self.contexts[number]._bind({}, [])  # cancellation) changes nothing
+            raise
 
     def _undo(self, ctx: Any) -> None:
         """Restore the state a failed record changed (the skip and dead-letter policies), once:
@@ -357,3 +356,8 @@ class _Call:
         if ctx._saved is not NOT_SAVED:
             restore(self.engine.cache, ctx.key, ctx._saved)
         ctx._saved = NOT_SAVED
+
+
+def _least(a: int | None, b: int | None) -> int | None:
+    """The lower of two bounds (None: none)."""
+    return b if a is None else a if b is None else min(a, b)

@@ -137,7 +137,7 @@ class Engine(TimedProcessing):
                             or graph.timeout is not None
                             or any(awaited(c) for _, c in self._routes.values()))  # fmt: skip
         self.time: PartitionTime | None = None
-        undo = on_error != "fail" or graph.retry is not None  # (a failed try is undone too)
+        undo = on_error != "fail"
         if graph.timed:
             windows = windows or {}
             if timers is None or any(n not in windows for n in graph.windows):
@@ -185,22 +185,21 @@ class Engine(TimedProcessing):
         if pause_gc:
             gc.disable()
         try:
-            if self.time is not None or (self._times.custom and not self._concurrent):
+            if self.time is not None and self._concurrent:  # (records in flight, async
+                # callbacks, retries or timeouts in a group that keeps time)
+                run_concurrently(self._records(), self._timed_start(messages, result, after),
+                                 result)  # fmt: skip
+                self._timed_end(result)
+            elif self.time is not None or (self._times.custom and not self._concurrent):
                 self._process_timed(messages, result, after)
-                if self.time is not None:
-                    result.windows = self.time.window_changes()
             elif self._concurrent:
-                times = self._times if self._times.custom else None
-                run_concurrently(Records(self.graph.concurrency, self.context, self.cache,
-                                         self.effects, self._routes, self.nil_handling,
-                                         self._failed, self._fatal, self.graph.retry,
-                                         self.graph.timeout, self.graph.group, self.shuffle,
-                                         times),
-                                 messages, result)  # fmt: skip
+                run_concurrently(self._records(), messages, result)
             elif self.on_error == "fail":
                 self._process(messages, result)
             else:
                 self._process_undoable(messages, result)
+            if self.time is not None:
+                result.windows = self.time.window_changes()
         except BaseException:
             if self.time is not None:
                 self.time.abandon()
@@ -210,6 +209,16 @@ class Engine(TimedProcessing):
                 gc.enable()
             self._reset()
         return result
+
+    def _records(self) -> Records:
+        """What :func:`run_concurrently` uses of this engine."""
+        timed = self.time is not None
+        ticks = self.graph.group.ticks if timed and self.graph.ticking else None
+        return Records(self.graph.concurrency, self.context, self.cache, self.effects,
+                       self._routes, self.nil_handling, self._failed, self._fatal,
+                       self.graph.retry, self.graph.timeout, self.graph.group, self.shuffle,
+                       self._times if self._times.custom or timed else None,
+                       self._timed_flight if timed else None, ticks)  # fmt: skip
 
     @property
     def backlog(self) -> bool:

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Sequence
-from time import sleep
 from typing import TYPE_CHECKING, Any
 
 from goka.errors import ProcessingError
-from goka.group.concurrent import awaited_now
-from goka.group.effects import FINAL, NOT_SAVED, TABLE, BatchResult, Effect, Message, restore
+from goka.group.callback_loop import awaited_now
+from goka.group.effects import FINAL, NOT_SAVED, TABLE, BatchResult, Effect, Message
+from goka.group.timed_flight import TimedFlight
 from goka.keys import decode_text, key_bytes, key_str
 from goka.time.event_time import iso_ms
 from goka.time.rows import TTL_TIMER, Due, Timer, decode_composite, headers
@@ -24,7 +24,6 @@ from goka.time.specs import Window
 if TYPE_CHECKING:
     from goka.group.context import Context
     from goka.group.graph import Callback, GroupGraph
-    from goka.group.retries import Retry, Where
     from goka.time.event_time import EventTimes
     from goka.time.partition import PartitionTime
 
@@ -125,14 +124,9 @@ class TimedProcessing:
         nil, text, times = self.nil_handling, decode_text, self._times
         event_time, stamps = times.of, not times.custom  # stamps: each input's are its records'
         ticks = self.graph.group.ticks if self.graph.ticking else None
-        retry, timeout, group = self.graph.retry, self.graph.timeout, self.graph.group
+        group = self.graph.group
         if time is not None:  # a backlog first (or what a commit inside a backlog left)
-            time.left = self.fire_budget or sys.maxsize
-            first = time.backlog or after  # (wall timers wait for the next record or tick)
-            wall = time.backlog is not None
-            if first is not None and not self._fire_due(first, result, wall=wall):
-                result.processed = result.consumed = 0
-                messages = ()
+            messages = self._timed_start(messages, result, after)
         for index, message in enumerate(messages):
             if message[0] == ticks:  # a tick: only the wall clock moved
                 result.processed -= 1
@@ -162,13 +156,9 @@ class TimedProcessing:
                 ctx._value = value
                 if time is not None and at > time.stream_time:
                     time.stream_time = at
-                if retry is None:
-                    out = callback(ctx, value)
-                    if out is not None:  # (a coroutine: awaited, cut by the timeout)
-                        awaited_now(out, timeout, (group, self.partition, message, ctx.key,
-                                                   callback))  # fmt: skip
-                else:
-                    self._tried(callback, value, message, mark, retry)
+                out = callback(ctx, value)
+                if out is not None:  # (a def that returned a coroutine: awaited)
+                    awaited_now(out, None, (group, self.partition, message, ctx.key, callback))
             except Exception as exc:
                 if time is not None:
                     time.rollback()
@@ -182,39 +172,39 @@ class TimedProcessing:
                     break
         ctx._event_time, ctx._value = -1, None
         if time is not None:
-            result.late += time.late_dropped
-            for name, late in time.late_records:
-                result.failed.append((self._late(name, late), late))
-            time.finish()
+            self._timed_end(result)
 
-    def _tried(self, callback: Callback, value: Any, message: Message, mark: int,
-               retry: Retry) -> None:  # fmt: skip
-        """Run the callback of ``message`` (its effects from ``mark`` on), tried again as
-        ``retry`` says: each try from the stream time, windows, timers, state and effects
-        before the record (the engine keeps a journal under a retry), the partition waiting
-        (one record at a time) during the backoff."""
-        ctx, time = self.context, self.time
-        where: Where = (self.graph.group, self.partition, message, ctx.key, callback)
-        tries = 0
-        while True:
-            tries += 1
-            try:
-                out = callback(ctx, value)
-                if out is not None:
-                    awaited_now(out, self.graph.timeout, where)
-                return
-            except Exception as exc:
-                if tries >= retry.attempts or not retry.covers(exc):
-                    raise
-            if time is not None:  # (rolled back to before the record: its time again)
-                time.rollback()
-                time.mark()
-                time.stream_time = max(time.stream_time, ctx._event_time)
-            del self.effects[mark:]
-            if ctx._saved is not NOT_SAVED:
-                restore(self.cache, ctx.key, ctx._saved)
-                ctx._saved = NOT_SAVED
-            sleep(retry.delay(tries))
+    def _timed_start(self, messages: Sequence[Message], result: BatchResult,
+                     after: Message | None) -> Sequence[Message]:  # fmt: skip
+        """Begin a timed group's call: fire its backlog first, or what a commit inside a
+        backlog left (given ``after``, the record before ``messages``); the messages to run
+        (none if the fire budget ran out)."""
+        time = self.time
+        assert time is not None
+        time.left = self.fire_budget or sys.maxsize
+        first = time.backlog or after  # (wall timers wait for the next record or tick)
+        wall = time.backlog is not None
+        if first is not None and not self._fire_due(first, result, wall=wall):
+            result.processed = result.consumed = 0
+            return ()
+        return messages
+
+    def _timed_end(self, result: BatchResult) -> None:
+        """End a timed group's call: its late records, its stream time's row."""
+        time = self.time
+        assert time is not None
+        result.late += time.late_dropped
+        for name, late in time.late_records:
+            result.failed.append((self._late(name, late), late))
+        time.finish()
+
+    def _timed_flight(self, messages: Sequence[Message], result: BatchResult,
+                      decoded: Callable[[Message], tuple[Any, int]]) -> TimedFlight:  # fmt: skip
+        """The time of a call's records in flight (:mod:`goka.group.timed_flight`)."""
+        assert self.time is not None
+        ticks = self.graph.group.ticks if self.graph.ticking else None
+        return TimedFlight(self.time, self._fire_due, self._failed, messages, decoded, ticks,
+                           self.effects, result)  # fmt: skip
 
     def _late(self, name: str, message: Message) -> ProcessingError:
         time = self.time

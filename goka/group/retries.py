@@ -28,6 +28,7 @@ from goka.errors import (
     StorageError,
 )
 from goka.group.edges import awaited, callable_name
+from goka.time.specs import Session
 
 if TYPE_CHECKING:
     from goka.group.effects import Message
@@ -276,30 +277,28 @@ def check_concurrency(group: str, concurrency: object) -> int:
 
 
 def check_awaited(graph: Any) -> None:
-    """A group (a :class:`~goka.group.graph.GroupGraph`) that keeps time runs one record at a
-    time (concurrency 1: key-ordered concurrency does not order its timers and windows yet);
-    its callbacks may be ``async def`` and its records retried, but a ``timeout`` cuts only
-    async input and loop callbacks there (a plain one would have to run on a thread of its
-    own, and a thread that was cut would go on changing the partition's windows and timers).
+    """A group (a :class:`~goka.group.graph.GroupGraph`) with session windows runs one
+    plain callback at a time: concurrency 1, no async input or loop callbacks, no ``retry``,
+    no ``timeout`` (records in flight in a group that keeps time read its windows through
+    :class:`~goka.time.record_time.RecordTime`, which does not merge sessions yet).
 
     Raises:
         GraphError: it does not.
     """
-    if not graph.timed:
+    sessions = [n for n, e in graph.windows.items() if isinstance(e.spec, Session)]
+    if not sessions:
         return
-    group, what = graph.group, "keeps time (windows, timers or a TTL)"
-    if graph.concurrency > 1:
-        raise GraphError(f"group {group!r} {what}: concurrency above 1 is not available "
-                         f"for it yet, got {graph.concurrency}")  # fmt: skip
-    if graph.timeout is None:
-        return
-    for edge in [*graph.inputs.values(), *([graph.loop] if graph.loop else [])]:
-        if not awaited(edge.callback):
-            raise GraphError(
-                f"group {group!r} {what}: its timeout cuts async callbacks only, and callback "
-                f"{callable_name(edge.callback)} of {edge.kind} edge {edge.topic} is a def: "
-                "make it an async def (awaiting an asyncio client), or declare no timeout"
-            )
+    edges = [*graph.inputs.values(), *([graph.loop] if graph.loop else [])]
+    found = [f"concurrency {graph.concurrency}"] if graph.concurrency > 1 else []
+    found += [f"{n}={getattr(graph, n)!r}" for n in ("retry", "timeout")
+              if getattr(graph, n) is not None]  # fmt: skip
+    found += [f"async callback {callable_name(e.callback)} of {e.kind} edge {e.topic}"
+              for e in edges if awaited(e.callback)]  # fmt: skip
+    if found:
+        raise GraphError(
+            f"group {graph.group!r} has session windows ({', '.join(sessions)}): they are not "
+            f"available with records in flight yet, got {'; '.join(found)} (use plain "
+            "callbacks at concurrency 1, or fixed windows)")  # fmt: skip
 
 
 def with_concurrency(graph: Any, concurrency: int) -> Any:

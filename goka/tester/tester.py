@@ -22,9 +22,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from goka.codec import Codec
-from goka.errors import ConfigurationError, GokaError
+from goka.errors import ConfigurationError, GokaError, ProcessingError
 from goka.group.effects import EMIT, FINAL, LOOP, TABLE, TIMER, WINDOW, BatchResult, Effect, Message
-from goka.group.engine import Engine
+from goka.group.engine import POLICIES, Engine, ErrorPolicy
 from goka.group.graph import GroupGraph
 from goka.keys import key_bytes, key_str
 from goka.partitioner import partition_for
@@ -58,6 +58,14 @@ class Tester:
             seed, as the network would; a test that passes for a few seeds does not depend
             on the order in which different keys' records finish. (Async callbacks: plain
             ones above concurrency 1 run on threads, which finish as the system runs them.)
+        on_error: the processor's policy for a record whose callback fails: ``fail`` (the
+            default) raises from :meth:`consume`; ``skip`` and ``dead_letter`` undo the
+            record's changes, go on, and keep it with its error in :attr:`failed`.
+
+    Attributes:
+        failed: the records the policy skipped, each ``(error, message)`` (under
+            ``dead_letter``, what the processor writes to the dead-letter topic), and the
+            records late for a window whose ``late`` policy is ``dead_letter``.
     """
 
     __test__ = False  # not a pytest test class, though its name starts with "Test"
@@ -65,9 +73,14 @@ class Tester:
     def __init__(
         self, *graphs: GroupGraph, partitions: int = 1, max_messages: int = 100_000,
         now: int | None = None, guarantee: str = "at-least-once", completion_seed: int = 0,
+        on_error: ErrorPolicy = "fail",
     ) -> None:  # fmt: skip
         if guarantee not in GUARANTEES:
             raise ConfigurationError(f"guarantee must be one of {GUARANTEES}, got {guarantee!r}")
+        if on_error not in POLICIES:
+            raise ConfigurationError(f"on_error must be one of {POLICIES}, got {on_error!r}")
+        self.on_error = on_error
+        self.failed: list[tuple[ProcessingError, Message]] = []
         if partitions < 1:
             raise ConfigurationError(f"partitions must be at least 1, got {partitions}")
         self.partitions = partitions
@@ -144,29 +157,36 @@ class Tester:
         self._run()
         return record
 
-    def consume_many(self, topic: str, items: Iterable[tuple[str | bytes, Any]], *,
+    def consume_many(self, topic: str, items: Iterable[tuple[Any, ...]], *,
                      timestamp: int | None = None) -> list[Record]:  # fmt: skip
-        """Write the messages ``(key, value)`` to ``topic`` and process them together: each
-        group's records of a partition in one batch, as a processor's task would get them
-        (with ``concurrency``, several in flight, finishing in the order drawn from
-        ``completion_seed``); then everything they cause, as :meth:`consume` does. Returns
-        the stored records.
+        """Write the messages ``(key, value)`` (or ``(key, value, timestamp)``: its timestamp
+        in ms, by default ``timestamp``, else the tester's clock) to ``topic`` and process them
+        together: each group's records of a partition in one batch, as a processor's task
+        would get them (with ``concurrency``, several in flight, finishing in the order drawn
+        from ``completion_seed``); then everything they cause, as :meth:`consume` does.
+        Returns the stored records.
 
         Raises:
             as :meth:`consume`.
         """
         codec, when = self.codec(topic), self.now if timestamp is None else timestamp
-        records = [self._append(topic, key_str(key), None if value is None else
-                                codec.encode(value), (), when) for key, value in items]  # fmt: skip
+        records = [self._append(topic, key_str(item[0]), None if item[1] is None else
+                                codec.encode(item[1]), (), item[2] if len(item) > 2 else when)
+                   for item in items]  # fmt: skip
         batches: dict[tuple[str, int], list[Record]] = {}
         for graph, record in self._pending:
             batches.setdefault((graph.group, record.partition), []).append(record)
         self._pending.clear()
         try:
             for (group, partition), batch in batches.items():
-                graph = self._graphs[group]
-                result = self._engine(graph, partition).process([_message(r) for r in batch])
-                self._apply_all(graph, result, partition)
+                graph, rest = self._graphs[group], [_message(r) for r in batch]
+                engine = self._engine(graph, partition)
+                while True:  # (a call may end early: a group that keeps time goes on after)
+                    result = engine.process(rest)
+                    self._apply_all(graph, result, partition)
+                    rest = rest[result.consumed :]
+                    if not rest and not engine.backlog:
+                        break
         except BaseException:
             self._pending.clear()  # (what the batches before caused)
             raise
@@ -207,6 +227,7 @@ class Tester:
         self._apply_all(graph, result, record.partition)
 
     def _apply_all(self, graph: GroupGraph, result: BatchResult, partition: int) -> None:
+        self.failed += result.failed
         for effect in result.effects:
             self._apply(effect, partition, graph)
 
@@ -224,7 +245,7 @@ class Tester:
             windows = {n: sections[graph.group.window(n)] for n in graph.windows}
             engine = Engine(
                 graph, partition, store=store, tables=readers, pause_gc=False,
-                timers=sections.get(graph.group.timers), windows=windows,
+                timers=sections.get(graph.group.timers), windows=windows, on_error=self.on_error,
                 clock=lambda: self.now,
                 shuffle=random.Random(f"{self.completion_seed} {graph.group} {partition}"),
             )  # fmt: skip

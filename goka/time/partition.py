@@ -107,7 +107,7 @@ class PartitionTime(TimerMethods, TtlMethods, WindowTables):
         self._sources: dict[str, dict[str, Any]] = {n: {} for n in self._windows}
         for written in self._written.values():
             written.closed(self.stream_time)
-        self._readers = {n: reader(rows, self._written.get(n), self._graces[n])
+        self._readers = {n: reader(rows, self._written.get(n), self._graces[n], journal)
                          for n, rows in self.window_rows.items()}  # fmt: skip
         #: Of each table of fixed windows kept in memory that emits no updates: what updates
         #: its windows (the hot path: :mod:`goka.time.window_update`).
@@ -251,6 +251,12 @@ class PartitionTime(TimerMethods, TtlMethods, WindowTables):
         if wall:
             self._floor_stream, self._floor_wall = floor_stream, floor_wall
         return None
+
+    def first_timer_due(self) -> int:
+        """The stream time the earliest stream timer (a TTL's too) is due at (past
+        ``MAX_TIME``: none queued)."""
+        row = self._queues["stream"].first()
+        return MAX_TIME + 1 if row is None else int(row[0][2 : 2 + DIGITS])
 
     def fired(self, due: Due, source: Any) -> None:
         """Remove what ``due`` was (a fired timer, a closed or expired window)."""

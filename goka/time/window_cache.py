@@ -77,14 +77,19 @@ class WrittenWindows:
                 return found
         return UNKNOWN if close <= self.after else None
 
-    def learn(self, row: str, close: int, value: bytes | None) -> None:
-        """Window ``row``, closing at ``close``, was read from the store: it holds ``value``
-        (None: it does not exist). (Nothing to undo: it is what the store says.)"""
+    def learn(self, row: str, close: int, value: bytes | None,
+              journal: Journal | None = None) -> None:  # fmt: skip
+        """Window ``row``, closing at ``close``, was read from the batch's rows over the store:
+        it holds ``value`` (None: it does not exist), recorded in ``journal`` (if given: read
+        from the batch's rows, which may hold what a record to be undone wrote, as a try that
+        wrote a window, filled the cache, then read it back) to be undone."""
         if close < MAX_TIME and self._kept < self.limit:
             self._kept += 1
             kept = self.by_close.get(close)
             if kept is None:
                 kept = self.by_close[close] = {}
+            if journal is not None:
+                journal.append((kept, row, ABSENT))
             kept[row] = value
 
     def wrote(self, row: str, close: int, value: bytes | None, journal: Journal | None) -> None:
@@ -114,12 +119,13 @@ class WrittenWindows:
             self._kept -= len(self.by_close.pop(close))
 
 
-def reader(rows: Overlay, written: WrittenWindows | None,
-           grace: int) -> Callable[[str, int], bytes | None]:  # fmt: skip
+def reader(rows: Overlay, written: WrittenWindows | None, grace: int,
+           journal: Journal | None = None) -> Callable[[str, int], bytes | None]:  # fmt: skip
     """What reads window table ``rows`` (of windows closing ``grace`` after their end; with
     ``written``, a table of fixed windows): ``read(row, end)``, the value of window ``row``
-    (its composite key) ending at ``end``, or None."""
-    get = rows.get
+    (its composite key) ending at ``end``, or None (what it learns journalled in
+    ``journal``)."""
+    get, changes = rows.get, rows.changes
     if written is None:  # sessions
         return lambda row, end: get("w" + row)
     known, learn = written.get, written.learn
@@ -128,8 +134,9 @@ def reader(rows: Overlay, written: WrittenWindows | None,
         close = end + grace
         found: bytes | None = known(row, close)  # (a hot path: a read per window)
         if found is UNKNOWN:
-            found = get("w" + row)
-            learn(row, close, found)
+            at = "w" + row
+            found = get(at)  # (the batch's rows, undone with a failed record, or the store's)
+            learn(row, close, found, journal if at in changes else None)
         return found
 
     return read

@@ -7,10 +7,11 @@ Under at-least-once timer outputs are ordinary emits: their duplicates are repor
 under exactly-once (a window table's and the timers' changelogs written once per key and
 commit, kills also after a transaction's commit) a ``read_committed`` reader finds none.
 
-The suite plays seed 1 under exactly-once and 404 under at-least-once; ``pytest
-tests/spark/test_time_crash.py --crash-sequences 10`` plays a series of trials from seed
-``--crash-seed`` on, odd seeds under exactly-once, one line per trial (replay one with
-``--crash-seed SEED --crash-sequences 1``).
+The suite plays seed 1 under exactly-once with 64 records of a partition in flight (each
+awaiting 0-4 ms: they finish in a random order) and 404 under at-least-once one at a time;
+``pytest tests/spark/test_time_crash.py --crash-sequences 10 [--crash-concurrency 64]`` plays
+a series of trials from seed ``--crash-seed`` on, odd seeds under exactly-once, one line per
+trial (replay one with ``--crash-seed SEED --crash-sequences 1``).
 """
 
 from __future__ import annotations
@@ -37,9 +38,10 @@ pytestmark = [pytest.mark.cost(130), pytest.mark.spark, pytest.mark.kafka, pytes
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def trial(seed: int, brokers: str, topic: str, work: Path,
-          guarantee: str) -> tuple[int, int, list[str]]:  # fmt: skip
-    """Play one trial; return its kills, its duplicate timer outputs and what its runs did."""
+def trial(seed: int, brokers: str, topic: str, work: Path, guarantee: str,
+          concurrency: int = 1) -> tuple[int, int, list[str]]:  # fmt: skip
+    """Play one trial (its group's records ``concurrency`` in flight, awaiting 0-4 ms each);
+    return its kills, its duplicate timer outputs and what its runs did."""
     rng = random.Random(seed)
     graph = timed_graph(topic)
     items = events(1_500, keys=25, seed=seed)
@@ -60,6 +62,8 @@ def trial(seed: int, brokers: str, topic: str, work: Path,
             str(budgets.choice([2, 10_000])),
             "--guarantee",
             guarantee,
+            "--concurrency",
+            str(concurrency),
         ]  # 2: slices everywhere
         if not last:
             point = rng.choice(["produce", "flush", "commit"])
@@ -76,7 +80,7 @@ def trial(seed: int, brokers: str, topic: str, work: Path,
             raise AssertionError(f"seed {seed} run {number} {args} exited with {code}:\n"
                                  f"{err[-4000:]}")  # fmt: skip
         kills += killed
-        log.append(f"{mode} machine {machine} budget {args[5]} {' '.join(args[8:10])}: "
+        log.append(f"{mode} machine {machine} budget {args[5]} {' '.join(args[10:12])}: "
                    f"{'killed' if killed else 'caught up'}")  # fmt: skip
         if last:
             break
@@ -115,16 +119,21 @@ def test_killed_timed_groups_end_with_exact_windows_and_final_results_once(
     # run after a killed continuous one, on new machines: it found four defects, the last
     # one final results lost to outbox deletions that landed without them; final results
     # have no outbox since: they are read back from the store behind a delivered watermark)
+    # (seed 1 with 64 records in flight: windows, timers and TTLs of records released in
+    # offset order, slices cut by the fire budget and the kills)
+    concurrency = request.config.getoption("--crash-concurrency")
     seeds = list(range(first, first + count)) if count else [1, 404]
     lines, all_kills, duplicates = [], [], []
     for seed in seeds:
         guarantee = "exactly-once" if seed % 2 else "at-least-once"
+        flight = concurrency if count else 64 if seed == 1 else 1
         kills, extra, log = trial(seed, brokers, new_topic(partitions=4),
-                                  tmp_path_factory.mktemp(f"time{seed}"), guarantee)  # fmt: skip
+                                  tmp_path_factory.mktemp(f"time{seed}"), guarantee,
+                                  flight)  # fmt: skip
         all_kills.append(kills)
         duplicates.append(extra)
-        lines.append(f"seed {seed} ({guarantee}): {kills} kills, {extra} duplicate timer "
-                     f"outputs: {'; '.join(log)}")  # fmt: skip
+        lines.append(f"seed {seed} ({guarantee}, concurrency {flight}): {kills} kills, {extra} "
+                     f"duplicate timer outputs: {'; '.join(log)}")  # fmt: skip
         print(f"\n{lines[-1]}", flush=True)
     print(f"\n{len(seeds)} trials, every one exact with each final result once: kills per trial "
           f"{all_kills}; duplicate timer outputs per trial {duplicates}")  # fmt: skip

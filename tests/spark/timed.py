@@ -4,6 +4,7 @@ Module-level, so Spark pickles the graph's functions by reference."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import random
 from collections import Counter
@@ -39,20 +40,30 @@ def on_event(ctx: Context[int], event: dict[str, Any]) -> None:
     ctx.schedule(ctx.event_time_ms + 90_000, "quiet")  # rescheduled by every record
 
 
+async def on_event_later(ctx: Context[int], event: dict[str, Any]) -> None:
+    """:func:`on_event` after a wait of 0-4 ms, as a call to a service would: records in
+    flight finish in a random order."""
+    await asyncio.sleep(random.random() * 0.004)
+    on_event(ctx, event)
+
+
 def on_timer(ctx: Context[int], timer: Timer) -> None:
     ctx.emit(f"quiet-{ctx.topic}", ctx.key, {"at": timer.at_ms, "count": ctx.value()})
 
 
-def timed_graph(topic: str) -> Any:
+def timed_graph(topic: str, concurrency: int = 1) -> Any:
+    """The group; above ``concurrency`` 1 its records await (:func:`on_event_later`)."""
+    callback = on_event if concurrency == 1 else on_event_later
     return define_group(
         f"{topic}-g",
-        input(topic, JsonCodec(), on_event, event_time=event_time),
+        input(topic, JsonCodec(), callback, event_time=event_time),
         window("minute", Tumbling(minutes=1), Int64Codec(), grace=5_000, emit="final",
                output=f"{topic}-finals"),
         timers(on_timer),
         output(f"{topic}-finals", Int64Codec()),
         output("quiet-" + topic, JsonCodec()),
         persist(Int64Codec(), ttl=dt.timedelta(minutes=8), ttl_domain="stream"),
+        concurrency=concurrency,
     )  # fmt: skip
 
 

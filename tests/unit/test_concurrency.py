@@ -18,9 +18,9 @@ import pytest
 
 from goka import (
     GraphError,
-    Hopping,
     Int64Codec,
     Retry,
+    Session,
     StringCodec,
     define_group,
     input,
@@ -405,10 +405,11 @@ def test_the_command_line_s_concurrency_is_checked_as_the_graph_s() -> None:
     assert graph.concurrency == 1  # (a new graph: graphs are immutable)
     with pytest.raises(GraphError, match="concurrency must be a whole number"):
         with_concurrency(graph, 0)
-    timed = define_group("t", input("in", StringCodec(), _apply), persist(Int64Codec()),
-                         window("w", Hopping(60_000, 10_000), Int64Codec()))  # fmt: skip
-    with pytest.raises(GraphError, match="concurrency above 1 is not available"):
-        with_concurrency(timed, 8)
+    sessions = define_group("t", input("in", StringCodec(), _apply), persist(Int64Codec()),
+                            window("w", Session(gap=60_000), Int64Codec(),
+                                   merge=lambda a, b: a + b))  # fmt: skip
+    with pytest.raises(GraphError, match="has session windows .w.: they are not available"):
+        with_concurrency(sessions, 8)
 
 
 def test_a_forked_child_runs_its_records_on_a_loop_of_its_own() -> None:

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from goka import Context, Int64Codec, JsonCodec, define_group, input, output, persist, timers
+from goka.group.retries import with_concurrency
 from goka.processing.stores import PartitionStores
 from goka.tester import Tester
 from goka.time.rows import Timer
@@ -29,6 +30,7 @@ def at(event: dict[str, int]) -> int:
 
 def schedule(ctx: Context[int], event: dict[str, int]) -> None:
     ctx.schedule(event["t"] + MINUTE + event["n"], f"t{event['n']}")
+    ctx.set_value((ctx.value() or 0) + 1_000)  # (a record cut off by the budget changes none)
 
 
 def fired(ctx: Context[int], timer: Timer) -> None:
@@ -43,6 +45,11 @@ GRAPH = define_group(
 #: 13 timers of 3 keys (all in partition 0), then a record an hour later: 13 due at once.
 EVENTS = [(k, {"t": n * 1_000, "n": n}) for n, k in enumerate("uwy" * 4 + "u")]
 EVENTS.append(("w", {"t": 60 * MINUTE, "n": 99}))
+JUMP = len(EVENTS) - 1
+EVENTS.extend((k, {"t": 60 * MINUTE + n, "n": 100 + n}) for n, k in enumerate("uwyu"))  # (after)
+#: the group with records in flight (those after the jump run before its timers fire: the
+#: budget's cut abandons them, and the next call runs them again)
+CONCURRENT = with_concurrency(GRAPH, 8)
 
 
 class Stopped(Exception):
@@ -90,11 +97,12 @@ def outputs(kafka: FakeKafka) -> list[tuple[str, Any]]:
     return [(r[2].decode(), json.loads(r[3])) for r in kafka.rows(OUT, 0)]
 
 
+@pytest.mark.parametrize("graph", [GRAPH, CONCURRENT], ids=["one-at-a-time", "concurrency-8"])
 def test_a_micro_batch_fires_a_backlog_in_committed_slices(
-    kafka: FakeKafka, tmp_path: Path
+    kafka: FakeKafka, tmp_path: Path, graph: Any
 ) -> None:
     fill(kafka)
-    machine = Machine(kafka, tmp_path, GRAPH, fire_budget=BUDGET)
+    machine = Machine(kafka, tmp_path, graph, fire_budget=BUDGET)
     machine.run(0, {IN: (0, len(EVENTS))})
     table, emitted = expected()
     assert len(emitted) == 13 and outputs(kafka) == emitted  # the tester's order
@@ -102,28 +110,30 @@ def test_a_micro_batch_fires_a_backlog_in_committed_slices(
     assert COMMITS.made >= 13 // BUDGET + 1  # slices of at most BUDGET firings
 
 
-def test_an_epoch_fires_a_backlog_in_committed_slices(kafka: FakeKafka, tmp_path: Path) -> None:
+@pytest.mark.parametrize("graph", [GRAPH, CONCURRENT], ids=["one-at-a-time", "concurrency-8"])
+def test_an_epoch_fires_a_backlog_in_committed_slices(
+    kafka: FakeKafka, tmp_path: Path, graph: Any
+) -> None:
     fill(kafka)
-    machine = Machine(kafka, tmp_path, GRAPH, fire_budget=BUDGET)
+    machine = Machine(kafka, tmp_path, graph, fire_budget=BUDGET)
     run_epoch(machine, {IN: 0}, Script(kafka).done)
     table, emitted = expected()
     assert outputs(kafka) == emitted and machine.state(0) == table
     assert COMMITS.made >= 13 // BUDGET + 1
 
 
+@pytest.mark.parametrize("graph", [GRAPH, CONCURRENT], ids=["one-at-a-time", "concurrency-8"])
 def test_a_stop_inside_a_backlog_fires_the_rest_on_the_next_machine(
-    kafka: FakeKafka, tmp_path: Path
+    kafka: FakeKafka, tmp_path: Path, graph: Any
 ) -> None:
     fill(kafka)
     COMMITS.stop_at = 1  # after the first slice
     with pytest.raises(Stopped):
-        Machine(kafka, tmp_path / "a", GRAPH, fire_budget=BUDGET).run(0, {IN: (0, len(EVENTS))})
+        Machine(kafka, tmp_path / "a", graph, fire_budget=BUDGET).run(0, {IN: (0, len(EVENTS))})
     COMMITS.stop_at = None
-    assert 0 < len(outputs(kafka)) < 13  # the first slice, committed with the whole batch
-    b = Machine(
-        kafka, tmp_path / "b", GRAPH, fire_budget=BUDGET
-    )  # rebuilt: every record applied already
-    summary = b.run(0, {IN: (0, len(EVENTS))})
-    assert summary.store == "rebuilt" and summary.skipped_applied == len(EVENTS)
+    assert 0 < len(outputs(kafka)) < 13  # the first slice, committed with the records before it
+    b = Machine(kafka, tmp_path / "b", graph, fire_budget=BUDGET)  # rebuilt: the records up to
+    summary = b.run(0, {IN: (0, len(EVENTS))})  # the jump applied already
+    assert summary.store == "rebuilt" and summary.skipped_applied == JUMP + 1
     table, emitted = expected()
     assert outputs(kafka) == emitted and b.state(0) == table

@@ -179,6 +179,8 @@ def test_unknown_topics_and_tables_are_reported() -> None:
         tester.table_value("nope", "k")
     with pytest.raises(ConfigurationError, match="group 'clicks' is already registered"):
         tester.add(CLICKS)
+    with pytest.raises(ConfigurationError, match="on_error must be one of .* got 'ignore'"):
+        Tester(CLICKS, on_error="ignore")  # type: ignore[arg-type]
 
 
 def test_groups_feeding_each_other_forever_are_stopped() -> None:

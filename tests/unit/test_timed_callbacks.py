@@ -4,9 +4,13 @@ record at a time, each compared with the same group of plain callbacks that neve
 from __future__ import annotations
 
 import asyncio
+import json
 import random
+import threading
 import time
+from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,8 +21,10 @@ from goka import (
     GraphError,
     Hopping,
     Int64Codec,
+    JsonCodec,
     ProcessingError,
     Retry,
+    Session,
     StringCodec,
     Tumbling,
     define_group,
@@ -28,8 +34,14 @@ from goka import (
     timers,
     window,
 )
+from goka.group.effects import EMIT, TABLE
+from goka.group.engine import Engine
+from goka.storage.memory import MemoryStorage
 from goka.tester import Tester
 from goka.time.rows import Timer
+
+from .fake_kafka import FakeKafka
+from .machines import Machine
 
 NOW = 1_800_000_000_000
 MINUTE = 60_000
@@ -48,12 +60,17 @@ def _aggregate(ctx: Context[int], page: str, count: int) -> None:
     ctx.window("minute").update(lambda n: (n or 0) + int(page))
     if count % 3 == 0:
         ctx.schedule(ctx.event_time_ms + 2 * MINUTE, f"t{count}")
-    ctx.emit("out", ctx.key, f"{page}:{count}")
+    cancelled = count % 5 == 0 and ctx.cancel(f"t{count - count % 3}")  # (often not fired yet)
+    ctx.emit("out", ctx.key, f"{page}:{count}:{cancelled}")
 
 
 def _fired(ctx: Context[int], timer: Timer) -> None:
     ctx.set_value((ctx.value() or 0) + 100)
     ctx.emit("out", ctx.key, f"timer {timer.name} at {timer.at}")
+
+
+def _late(ctx: Context[int], page: str, window: Any) -> None:
+    ctx.emit("out", ctx.key, f"late {page} for {window.start}")
 
 
 async def _visit_async(ctx: Context[int], page: str) -> None:
@@ -69,14 +86,15 @@ async def _fired_async(ctx: Context[int], timer: Timer) -> None:
 
 
 def _graph(callback: Callable[..., Any], fired: Callable[..., Any] = _fired,
-           **settings: Any) -> Any:  # fmt: skip
+           ttl: int | None = None, **settings: Any) -> Any:  # fmt: skip
     return define_group(
         "timed", input("pages", StringCodec(), callback),
         window("five", Hopping(5 * MINUTE, MINUTE), Int64Codec(), retention=10**9),
         window("minute", Tumbling(minutes=1), Int64Codec(), grace=10_000, emit="final",
-               output="per-minute", retention=10**9),
+               output="per-minute", retention=10**9, late=_late),
         output("per-minute", Int64Codec()), output("out", StringCodec()),
-        persist(Int64Codec()), timers(fired), **settings,
+        persist(Int64Codec(), ttl=ttl, ttl_domain=None if ttl is None else "stream"),
+        timers(fired), **settings,
     )  # fmt: skip
 
 
@@ -159,13 +177,249 @@ def test_a_cut_callback_fails_its_record_naming_where_and_changes_nothing() -> N
     assert [(r.key, r.value) for r in tester.messages("out")] == reference["out"]
 
 
-def test_a_timeout_in_a_group_that_keeps_time_needs_async_callbacks() -> None:
-    with pytest.raises(
-        GraphError,
-        match="keeps time .* timeout cuts async callbacks only, and "
-        "callback _visit of input edge pages is a def",
-    ):
-        _graph(_visit, timeout=1.0)
-    with pytest.raises(GraphError, match="keeps time .* concurrency above 1 is not available"):
-        _graph(_visit_async, concurrency=2)
-    assert _graph(_visit_async, timeout=1.0, retry=Retry()).timeout == 1.0
+def _outliving(kind: str) -> Callable[..., Any]:
+    """The visit, whose record "4" starts work that outlives the timeout's cut (a thread: of
+    its own for a plain callback, awaited with ``asyncio.to_thread`` for an async one); once
+    record "10" ran, that work changes the key's state, a window and emits; record "11" waits
+    for it."""
+    go, done = threading.Event(), threading.Event()
+
+    def later(ctx: Context[int], windows: Any) -> None:
+        assert go.wait(10)
+        ctx.set_value(1_000)
+        windows.update(lambda n: 1_000)
+        ctx.emit("out", ctx.key, "from a cut callback")
+        done.set()
+
+    def plain(ctx: Context[int], page: str) -> None:
+        if page == "4":
+            later(ctx, ctx.window("five"))
+        go.set() if page == "10" else done.wait(10) if page == "11" else None
+        _visit(ctx, page)
+
+    async def awaits(ctx: Context[int], page: str) -> None:
+        if page == "4":
+            await asyncio.to_thread(later, ctx, ctx.window("five"))
+        if page == "10":
+            go.set()
+        elif page == "11":
+            assert await asyncio.to_thread(done.wait, 10)
+        await _visit_async(ctx, page)
+
+    return plain if kind == "plain" else awaits
+
+
+@pytest.mark.parametrize("kind", ["plain", "async"])
+def test_what_a_cut_callback_goes_on_doing_changes_nothing(kind: str) -> None:
+    records = _records(30)
+    messages = [("pages", n, k.encode(), p.encode(), at, None) for n, k, p, at in records]
+    engine = _engine(_graph(_outliving(kind), timeout=0.05), on_error="skip")
+    found = engine.process(messages)
+    assert [m[1] for _, m in found.failed] == [4]
+    assert "took longer than its timeout of 0.05 s" in str(found.failed[0][0])
+    expected = _engine(_graph(_visit)).process([m for m in messages if m[1] != 4])
+    assert _by_record(found.effects) == _by_record(expected.effects)
+    assert found.windows == expected.windows
+
+
+def _by_record(effects: list[Any]) -> list[Any]:
+    """Effects in the order of their records (a record's own in any order: records in flight
+    replay their windows and timers when released; a call's stream time row is the last
+    record's that moved it); state and emits come in offset order."""
+    sources = [e[5][1] for e in effects if e[0] in (TABLE, EMIT)]
+    assert sources == sorted(sources)
+    return sorted((e[5][1], e[0], e[1], e[2], e[3] or b"") for e in effects)
+
+
+def test_session_windows_run_one_plain_callback_at_a_time_for_now() -> None:
+    def sessions(callback: Any, **settings: Any) -> Any:
+        return define_group(
+            "s", input("pages", StringCodec(), callback), persist(Int64Codec()),
+            window("visits", Session(gap=MINUTE), Int64Codec(), merge=lambda a, b: a + b),
+            **settings,
+        )  # fmt: skip
+
+    for callback, settings in ((_visit, {"concurrency": 2}), (_visit, {"retry": Retry()}),
+                               (_visit, {"timeout": 1.0}), (_visit_async, {})):  # fmt: skip
+        with pytest.raises(GraphError, match="has session windows .visits.: they are not "
+                                             "available with records in flight yet"):  # fmt: skip
+            sessions(callback, **settings)
+    assert sessions(_visit).concurrency == 1
+
+
+def _per_key(items: Any) -> dict[str, list[Any]]:
+    """Each key's items, in their order (different keys' records finish in any order)."""
+    found: dict[str, list[Any]] = {}
+    for key, item in items:
+        found.setdefault(key, []).append(item)
+    return found
+
+
+def _run_many(
+    graph: Any, records: list[tuple[int, str, str, int]], seed: int = 0
+) -> dict[str, Any]:
+    """As :func:`_run`, the records given to the tester in batches of 20 (in flight together)."""
+    tester = Tester(graph, now=NOW, completion_seed=seed)
+    for first in range(0, len(records), 20):
+        tester.consume_many("pages", [(k, p, at) for _, k, p, at in records[first : first + 20]])
+    tester.advance_stream_time("timed", NOW + 10**7)
+    return _outcome(tester, records)
+
+
+def _outcome(tester: Tester, records: list[tuple[int, str, str, int]]) -> dict[str, Any]:
+    """Each key's outputs and final results in order, the table and the windows."""
+    keys = sorted({key for _, key, _, _ in records})
+    return {
+        "out": _per_key((r.key, (r.value or b"").decode()) for r in tester.messages("out")),
+        "finals": _per_key((r.key, (r.value, r.headers)) for r in tester.messages("per-minute")),
+        "table": tester.table("timed-table"),
+        "windows": {(k, n): tester.windows("timed", n, k) for k in keys for n in ("five", "minute")},
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("ttl", [None, MINUTE], ids=["no-ttl", "ttl"])
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_records_in_flight_in_a_group_that_keeps_time_do_what_one_at_a_time_does(
+    seed: int, ttl: int | None
+) -> None:
+    records = _records(200)
+    reference = _run_many(_graph(_visit, ttl=ttl), records)
+    outputs = [v for out in reference["out"].values() for v in out]
+    assert any(":True" in v for v in outputs) and any("late" in v for v in outputs)
+    concurrent = _graph(_visit_async, _fired_async, ttl=ttl, concurrency=8)
+    assert _run_many(concurrent, records, seed) == reference
+    assert _run_many(_graph(_visit, ttl=ttl, concurrency=8), records, seed) == reference
+
+
+JUMPS = "jumps-in"
+
+
+async def _count_or_fail(ctx: Context[int], event: dict[str, Any]) -> None:
+    await asyncio.sleep(0)
+    ctx.set_value((ctx.value() or 0) + 1)
+    ctx.window("m").update(lambda n: (n or 0) + 1)
+    if event["fail"]:
+        raise ConnectionError(f"record {event['n']}: the service did not answer")
+
+
+def _jumps_graph(concurrency: int) -> Any:
+    return define_group(
+        "jumps", input(JUMPS, JsonCodec(), _count_or_fail, event_time=lambda e: e["t"]),
+        window("m", Tumbling(minutes=1), Int64Codec(), retention=10**9),
+        persist(Int64Codec()), concurrency=concurrency,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("concurrency", [1, 8])
+def test_a_skipped_record_moves_no_stream_time_for_the_records_in_flight_after_it(
+    kafka: FakeKafka, tmp_path: Path, concurrency: int
+) -> None:
+    """Records after one that fails under ``skip`` run with the stream time it would have
+    moved (ten minutes on): they would all be late. The call ends after it, their state is
+    undone, and they run again with the stream time one at a time has: counted, once."""
+    events = [(f"k{n % 5}", {"t": n * 10_000, "n": n, "fail": False}) for n in range(6)]
+    events.append(("x", {"t": 10 * MINUTE, "n": 6, "fail": True}))
+    events.extend((f"k{n % 5}", {"t": 30_000 + n * 1_000, "n": n, "fail": False})
+                  for n in range(7, 17))  # fmt: skip
+    for key, event in events:
+        kafka.append(JUMPS, key, json.dumps(event).encode(), partition=0, timestamp=1)
+    graph = _jumps_graph(concurrency)
+    machine = Machine(kafka, tmp_path, graph, on_error="skip")
+    summary = machine.run(0, {JUMPS: (0, len(events))})
+    assert summary.failed == 1
+    counts = Counter(key for key, event in events if not event["fail"])
+    assert machine.state(0) == dict(counts)
+    windows = {r[2].decode(): int(r[3]) for r in kafka.rows(graph.group.window("m"), 0)
+               if r[2] is not None and r[3] is not None}  # fmt: skip
+    per_window = Counter(f"{k}@{e['t'] - e['t'] % MINUTE:015d}" for k, e in events if not e["fail"])
+    assert {row.partition("-")[0]: n for row, n in windows.items()} == dict(per_window)
+
+
+def _engine(graph: Any, **settings: Any) -> Engine:
+    sections = {t: MemoryStorage(t) for t in graph.changelogs()[1:]}
+    return Engine(graph, 0, store={}.get, pause_gc=False, timers=sections.get(graph.group.timers),
+                  windows={n: sections[graph.group.window(n)] for n in graph.windows},
+                  clock=lambda: NOW, **settings)  # fmt: skip
+
+
+def _reads_back(fail: set[str]) -> Callable[..., Any]:
+    tries: dict[str, int] = {}
+
+    def reads_back(ctx: Context[int], value: str) -> None:
+        ctx.window("w").update(lambda n: (n or 0) + 1)
+        ctx.emit("out", ctx.key, f"{value}:{ctx.window('w').value()}")
+        tries[value] = tries.get(value, 0) + 1
+        if value in fail and tries[value] == 1:
+            raise ConnectionError(f"{value}: the service did not answer")
+
+    return reads_back
+
+
+@pytest.mark.parametrize("policy", ["retry", "skip"])
+def test_a_failed_try_leaves_no_value_in_the_window_cache(policy: str) -> None:
+    """A window cache of 2 fills up inside a try, which reads back the window it wrote (the
+    cache learns it from the batch's rows); the try fails: what the cache learned goes too."""
+    rows = [(f"k{i}", str(i)) for i in range(4)] + [("k2", "9")]
+    messages = [("in", n, k.encode(), v.encode(), NOW + n, None) for n, (k, v) in enumerate(rows)]
+
+    def graph(callback: Any, **settings: Any) -> Any:
+        return define_group(
+            "g", input("in", StringCodec(), callback),
+            window("w", Tumbling(minutes=1), Int64Codec(), retention=10**9),
+            output("out", StringCodec()), persist(Int64Codec()), **settings,
+        )  # fmt: skip
+
+    def outputs(result: Any) -> list[Any]:
+        return [(e[2], e[3]) for e in result.effects if e[1] == "out"]
+
+    if policy == "retry":
+        retried = graph(_reads_back({"2"}), retry=Retry(attempts=2, backoff=0.0))
+        expected = _engine(graph(_reads_back(set())), window_cache=2).process(messages)
+    else:
+        retried = graph(_reads_back({"2"}))
+        expected = _engine(graph(_reads_back(set())), window_cache=2).process(
+            [m for m in messages if m[3] != b"2"]
+        )
+    settings = {"on_error": "skip"} if policy == "skip" else {}
+    found = _engine(retried, window_cache=2, **settings).process(messages)
+    assert outputs(found) == outputs(expected)
+    assert found.windows == expected.windows
+
+
+def _failing(fail: Callable[[int], bool], awaits: bool = True) -> Callable[..., Any]:
+    """The visit (async, or a def), whose records for which ``fail`` says so fail after it."""
+
+    def check(page: str) -> None:
+        if fail(int(page)):
+            raise ConnectionError(f"page {page}: the service did not answer")
+
+    async def failing(ctx: Context[int], page: str) -> None:
+        await _visit_async(ctx, page)
+        check(page)
+
+    def plain(ctx: Context[int], page: str) -> None:
+        _visit(ctx, page)
+        check(page)
+
+    return failing if awaits else plain
+
+
+@pytest.mark.parametrize("policy", ["skip", "dead_letter"])
+def test_records_that_fail_in_flight_are_skipped_as_one_at_a_time_skips_them(policy: str) -> None:
+    """Every seventh record fails after its changes (some moving the stream time: the call
+    ends after them and the records after them run again), all records given at once."""
+    records = _records(200)
+
+    def fail(n: int) -> bool:
+        return n % 7 == 3
+
+    def run(graph: Any, seed: int = 0) -> tuple[dict[str, Any], list[int]]:
+        tester = Tester(graph, now=NOW, completion_seed=seed, on_error=policy)  # type: ignore[arg-type]
+        tester.consume_many("pages", [(k, p, at) for _, k, p, at in records])
+        tester.advance_stream_time("timed", NOW + 10**7)
+        return _outcome(tester, records), [m[1] for _, m in tester.failed]
+
+    expected = run(_graph(_failing(fail, awaits=False)))
+    assert len(expected[1]) == len([n for n, *_ in records if fail(n)])
+    for seed in (1, 2):
+        assert run(_graph(_failing(fail), concurrency=16), seed) == expected

@@ -1,0 +1,185 @@
+"""The time of one record in flight (a timed group with ``concurrency`` above 1).
+
+Several records of a partition run at once, but the partition's time
+(:class:`~goka.time.partition.PartitionTime`: its stream time, timer queues, window rows and
+their changelog) must change as one record after another would change it, in offset order.
+So a record in flight sees a :class:`RecordTime` of its own instead:
+
+* its **stream time** is the one it would see one at a time (the stream time the records
+  before it reach with its own event time, worked out when it was admitted);
+* what it **writes** (window rows, timers set or cancelled, a TTL renewed, a late record) is
+  kept in the record and **replayed** on the partition's time when the record is released, in
+  offset order (:meth:`RecordTime.replay`), with the stream time it saw: the partition's time
+  changes in the order and with the calls of one record at a time;
+* what it **reads** (a window's value, a timer, whether its key expired) is its own writes,
+  then those of the earlier records of its key that finished but are not released yet
+  (:class:`Pending`), then the partition's time. Rows and timers belong to one key, and a key's
+  records run one after another, so these are exactly the writes one at a time would show.
+
+A record that fails is never replayed: its writes are simply dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from goka.errors import ContextError
+from goka.time.rows import INTERNAL, MAX_TIME, TTL_TIMER, composite
+
+if TYPE_CHECKING:
+    from goka.time.partition import PartitionTime
+    from goka.time.ports import WindowDeclaration
+    from goka.time.specs import Window
+
+__all__ = ["Pending", "RecordTime"]
+
+_NONE: Any = object()  # (not written by the record)
+
+
+class Pending:
+    """The writes of the records that finished and are not released yet, by record: window
+    rows ``{(name, row): (value, number)}`` and timers ``{(key, name): ((domain, at) or None,
+    number)}`` (None: cancelled)."""
+
+    def __init__(self) -> None:
+        self.rows: dict[tuple[str, str], tuple[bytes | None, int]] = {}
+        self.timers: dict[tuple[str, str], tuple[tuple[str, int] | None, int]] = {}
+
+    def add(self, number: int, time: RecordTime) -> None:
+        """Record ``number`` finished with the writes of ``time``."""
+        for at, value in time.rows.items():
+            self.rows[at] = (value, number)
+        for at, timer in time.timers.items():
+            self.timers[at] = (timer, number)
+
+    def drop(self, number: int, time: RecordTime) -> None:
+        """Record ``number`` was released (its writes replayed): forget what no later record
+        wrote since."""
+        for at in time.rows:
+            if self.rows.get(at, (None, -1))[1] == number:
+                del self.rows[at]
+        for at in time.timers:
+            if self.timers.get(at, (None, -1))[1] == number:
+                del self.timers[at]
+
+    def first_due(self) -> int:
+        """The earliest stream time a pending timer (a TTL's too) is due at (past
+        ``MAX_TIME``: none)."""
+        dues = [t[1] for t, _ in self.timers.values() if t is not None and t[0] == "stream"]
+        return min(dues, default=MAX_TIME + 1)
+
+
+class RecordTime:
+    """The time of one record in flight (see the module docstring): a
+    :class:`~goka.time.ports.PartitionClock` over ``shared`` and ``pending``, at ``stream_time``."""
+
+    updaters: Mapping[str, Callable[..., None]] = {}  # (window updates take the general way)
+
+    def __init__(self, shared: PartitionTime, stream_time: int, pending: Pending) -> None:
+        self.shared, self.stream_time, self.pending = shared, stream_time, pending
+        self.late_dropped = 0
+        self.late_seen: set[str] = set()
+        self.late_records: list[tuple[str, Any]] = []
+        self.ops: list[tuple[Any, ...]] = []  # replayed in order
+        self.rows: dict[tuple[str, str], bytes | None] = {}
+        self.timers: dict[tuple[str, str], tuple[str, int] | None] = {}
+
+    # -- read ----------------------------------------------------------------------------------
+    @property
+    def fixed(self) -> Mapping[str, tuple[Callable[[int], list[Window]], int]]:
+        return self.shared.fixed
+
+    @property
+    def clock(self) -> Callable[[], int]:
+        return self.shared.clock
+
+    @property
+    def has_ttl(self) -> bool:
+        return self.shared.has_ttl
+
+    @property
+    def window_rows(self) -> Any:
+        raise ContextError("session windows are not available with concurrency above 1")
+
+    def edge(self, name: str) -> WindowDeclaration:
+        return self.shared.edge(name)
+
+    def window_reader(self, name: str) -> Callable[[str, int], bytes | None]:
+        shared, rows, pending = self.shared.window_reader(name), self.rows, self.pending.rows
+
+        def read(row: str, end: int) -> bytes | None:
+            found = rows.get((name, row), _NONE)
+            if found is not _NONE:
+                return found  # type: ignore[no-any-return]
+            kept = pending.get((name, row))
+            return shared(row, end) if kept is None else kept[0]
+
+        return read
+
+    def timer(self, key: str, name: str) -> tuple[str, int] | None:
+        found = self.timers.get((key, name), _NONE)
+        if found is not _NONE:
+            return found  # type: ignore[no-any-return]
+        kept = self.pending.timers.get((key, name))
+        return self.shared.timer(key, name) if kept is None else kept[0]
+
+    def expired(self, key: str) -> bool:
+        found = self.timer(key, TTL_TIMER)
+        if found is None:
+            return False
+        domain, at = found
+        return at <= (self.stream_time if domain == "stream" else self.clock())
+
+    # -- write (replayed on release) -----------------------------------------------------------
+    def write_window_row(self, name: str, row: str, value: bytes | None, source: Any, end: int,
+                         existed: bool | None = None) -> None:  # fmt: skip
+        self.rows[(name, row)] = value
+        self.ops.append(("row", name, row, value, source, end))
+
+    def set_window(self, name: str, key: str, window: Window, value: bytes | None,
+                   source: Any) -> None:  # fmt: skip
+        self.write_window_row(name, composite(key, window.start, window.end), value, source,
+                              window.end)  # fmt: skip
+
+    def schedule(self, key: str, name: str, at: int, domain: str, data: Any, source: Any) -> None:
+        shared = self.shared
+        if shared._encode_data is None and not name.startswith(INTERNAL):
+            raise ContextError(f"group {shared.graph.group!r} has no timers edge; declare "
+                               "timers(on_timer)")  # fmt: skip
+        if domain == "wall" and not shared.graph.ticking:
+            raise ContextError(f"group {shared.graph.group!r} allows stream-time timers only "
+                               "(timers(..., wall=False))")  # fmt: skip
+        if data is not None and shared._encode_data is not None:
+            shared._encode_data(data)  # (a codec's error is the callback's)
+        self.timers[(key, name)] = (domain, min(max(at, 0), MAX_TIME))
+        self.ops.append(("schedule", key, name, at, domain, data, source))
+
+    def cancel(self, key: str, name: str, source: Any, *, quiet: bool = False) -> bool:
+        if self.timer(key, name) is None:
+            return False
+        self.timers[(key, name)] = None
+        self.ops.append(("cancel", key, name, source, quiet))
+        return True
+
+    def touch(self, key: str, source: Any) -> None:
+        ttl = self.shared.graph.ttl
+        assert ttl is not None
+        length, domain = ttl
+        now = self.stream_time if domain == "stream" else self.clock()
+        self.schedule(key, TTL_TIMER, max(now, 0) + length, domain, None, source)
+
+    def replay(self) -> None:
+        """Make the record's writes on the partition's time, in their order (its stream time
+        set already: :meth:`PartitionTime.mark` taken)."""
+        shared = self.shared
+        for op in self.ops:
+            if op[0] == "row":
+                shared.write_window_row(*op[1:])
+            elif op[0] == "schedule":
+                shared.schedule(*op[1:])
+            else:
+                _, key, name, source, quiet = op
+                shared.cancel(key, name, source, quiet=quiet)
+        shared.late_dropped += self.late_dropped
+        shared.late_records.extend(self.late_records)
