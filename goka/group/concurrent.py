@@ -208,9 +208,7 @@ class _Call:
                     else:  # fail: raises; else the record is skipped, its effects dropped
                         engine.failed(failure, self.messages[number], len(engine.effects),
                                       self.result, context=ctx)  # fmt: skip
-            if timed is not None and cut is None:
-                await asyncio.to_thread(timed.end)
-            elif cut is not None:
+            if cut is not None:
                 self._abandon(cut)
         finally:
             for task in running:
@@ -355,7 +353,8 @@ class _Call:
         its key's next record may change it after this."""
         if ctx._saved is not NOT_SAVED:
             restore(self.engine.cache, ctx.key, ctx._saved)
-        ctx._saved = NOT_SAVED
+        ctx._saved, ctx._undo = NOT_SAVED, False  # (work of a cut callback that goes on
+        # changing the state would save it again: its record's release would restore that)
 
 
 def _least(a: int | None, b: int | None) -> int | None:

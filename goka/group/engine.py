@@ -207,6 +207,8 @@ class Engine(TimedProcessing):
         finally:
             if pause_gc:
                 gc.enable()
+            if self.time is not None:
+                self.time.wall_now = None  # (a call of records in flight read it once)
             self._reset()
         return result
 

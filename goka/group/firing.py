@@ -77,7 +77,7 @@ class TimedProcessing:
             time.fired(due, source)
             time.mark()
             ctx._message, ctx._saved, mark = source, NOT_SAVED, len(self.effects)
-            ctx.key, ctx._event_time = key, due.at
+            ctx.key, ctx._event_time, ctx._value = key, due.at, None
             try:
                 self._fire(due, key, source, parts)
             except Exception as exc:
@@ -160,8 +160,10 @@ class TimedProcessing:
                 if out is not None:  # (a def that returned a coroutine: awaited)
                     awaited_now(out, None, (group, self.partition, message, ctx.key, callback))
             except Exception as exc:
-                if time is not None:
+                if time is not None:  # undone, but for its event time: the stream time moved
+                    moved = time.stream_time
                     time.rollback()
+                    time.stream_time = moved
                 self._failed(exc, message, mark, result)
             if time is not None:
                 done = time.quiet() or self._fire_due(message, result)

@@ -5,21 +5,23 @@ Exactly what one record at a time gives, per key (:mod:`goka.time.partition`'s o
 
 * **Stream time** is worked out when records are admitted, in offset order, from their event
   times (decoded and extracted then): each record runs at the stream time it would see one at
-  a time, so lateness and ``ctx.stream_time`` are the same.
+  a time, so lateness and ``ctx.stream_time`` are the same. (A record that fails under
+  ``skip``/``dead_letter`` moves the stream time too, one at a time as well: its event time
+  was read.)
 * **Writes to time** (window rows, timers, TTLs) are kept per record and replayed on the
   partition's time when it is released, in offset order, with its stream time
   (:class:`~goka.time.record_time.RecordTime`); then what is due fires, as after that record
-  one at a time (stream timers, closes, expiries; wall timers at the end of the call and at
-  ticks).
+  one at a time.
 * **A timer changes its key's state**, so the records after the place where a timer fires
-  (a stream timer or TTL due by the stream time before them, or a tick) start only once every
-  record up to that place is released and the timer fired. Every timer that may fire there is
-  known when such a record would start: queued ones, and those that earlier records of its key
-  set (they finished before it may start).
-* **A record that fails** under ``skip``/``dead_letter`` changes no time, so one that would
-  have moved the stream time leaves the records after it with a wrong one: the call then ends
-  after it (their state undone, nothing of theirs released), and the caller goes on with them
-  in its next call, as after a fire budget's cut. So does a fire budget that runs out.
+  start only once every record up to that place is released and the timer fired: a stream
+  timer or TTL due by the stream time of a record, a wall timer due by the call's one reading
+  of the wall clock (those due later fire in a later call), a tick. Every timer that may fire
+  there is known when such a record would start: queued ones, and those that earlier records
+  of its key set (they finished before it may start).
+* **A fire budget that runs out** ends the call after the record that made it run out: the
+  records after it that ran already release nothing (what they changed of the state is in
+  the call's cache, which goes with the call), and the caller gives them again in its next
+  call, as one at a time does.
 """
 
 from __future__ import annotations
@@ -29,7 +31,6 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from goka.time.record_time import Pending, RecordTime
-from goka.time.rows import MAX_TIME
 
 if TYPE_CHECKING:
     from goka.group.effects import BatchResult, Message
@@ -61,6 +62,10 @@ class TimedFlight:
         self.time, self.fire, self.failed = time, fire, failed
         self.messages, self.effects, self.result = messages, effects, result
         self.pending = Pending()
+        #: the wall clock's one reading for the call: the wall timers due by it fire after the
+        #: record released when they are known (a place, as a stream timer's), later ones in
+        #: the next call
+        self.now = time.wall_now = time.clock()  # (the engine sets it back after the call)
         #: each record's value and event time, or what decoding or extracting raised
         self.decoded: list[tuple[Any, int] | Exception] = []
         self.stream: list[int] = []  # each record's stream time (with its own event time)
@@ -103,26 +108,35 @@ class TimedFlight:
     def bound(self, released: int) -> int | None:
         """The first record that may not start yet (None: any may): the one after the first
         place, at or after ``released``, where a timer may fire or a tick is."""
+        time, stream = self.time, self.stream
         places = [t for t in self.ticks if t >= released][:1]
-        first = bisect_left(self.stream, self.time.first_timer_due())
-        if first < len(self.stream):
+        first = bisect_left(stream, time.first_timer_due())
+        if first < len(stream):
             places.append(first)
-        for (_, _), (timer, number) in self.pending.timers.items():
-            if timer is not None and timer[0] == "stream" and timer[1] <= MAX_TIME:
-                places.append(max(bisect_left(self.stream, timer[1]), number))
+        if time.first_timer_due("wall") <= self.now:  # (fires after the next record released)
+            places.append(released)
+        for timer, number in self.pending.timers.values():
+            if timer is None:
+                continue
+            domain, at = timer
+            if domain == "stream":
+                places.append(max(bisect_left(stream, at), number))
+            elif at <= self.now:
+                places.append(number)
         places = [p for p in places if p >= released]
         return min(places) + 1 if places else None
 
     def release(self, records: list[tuple[int, Any, Exception | None]]) -> int | None:
         """Release ``records`` (number, context, failure), in offset order: replay each one's
-        writes at its stream time and fire what is due after it, as one at a time would (on a
-        thread of its own: a timers callback may be awaited on the callbacks' loop). The
-        record after which the call must end (see the module docstring), or None.
+        writes at its stream time (or handle its failure) and fire what is due after it, as
+        one at a time would (on a thread of its own: a timers callback may be awaited on the
+        callbacks' loop). The record after which the call must end (the fire budget ran
+        out), or None.
 
         Raises:
             ProcessingError: a failure under the ``fail`` policy.
         """
-        time, effects, last = self.time, self.effects, len(self.messages) - 1
+        time, effects = self.time, self.effects
         for number, ctx, failure in records:
             message = self.messages[number]
             if number in self.is_tick:
@@ -130,25 +144,18 @@ class TimedFlight:
                 if not self.fire(message, self.result):
                     return number
                 continue
-            if failure is not None:
-                self.failed(failure, message, len(effects), self.result, context=ctx)
-                if self.stream[number] != time.stream_time and number < last:
-                    return number  # (its event time was in the stream time of those after it)
-                continue
             time.mark()
             before, mark = time.stream_time, len(effects)
-            time.stream_time = self.stream[number]
-            ctx._time.replay()
-            self.pending.drop(number, ctx._time)
-            effects.extend(ctx._effects)
-            done = time.quiet() or self.fire(message, self.result, wall=False)
+            time.stream_time = self.stream[number]  # (a skipped record's moves it too)
+            if failure is None:
+                ctx._time.replay()
+                self.pending.drop(number, ctx._time)
+                effects.extend(ctx._effects)
+            else:
+                self.failed(failure, message, mark, self.result, context=ctx)
+            done = time.quiet() or self.fire(message, self.result)
             if time.stream_time > before:
                 time.raised(message, mark)
             if not done:
                 return number
         return None
-
-    def end(self) -> None:
-        """Every record was released: fire the wall timers due (attributed to the last)."""
-        if self.messages and not self.time.quiet():
-            self.fire(self.messages[-1], self.result)

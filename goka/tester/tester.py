@@ -63,9 +63,8 @@ class Tester:
             record's changes, go on, and keep it with its error in :attr:`failed`.
 
     Attributes:
-        failed: the records the policy skipped, each ``(error, message)`` (under
-            ``dead_letter``, what the processor writes to the dead-letter topic), and the
-            records late for a window whose ``late`` policy is ``dead_letter``.
+        failed: the records the policy skipped, each ``(error, message)`` (and those late for
+            a window whose ``late`` is ``dead_letter``): a processor's dead letters.
     """
 
     __test__ = False  # not a pytest test class, though its name starts with "Test"

@@ -86,6 +86,9 @@ class PartitionTime(TimerMethods, TtlMethods, WindowTables):
         self._encode_data = graph.timers.codec.encode if graph.timers else None
         stored = timers.get(self._stream_key)
         self.stream_time = -1 if stored is None else int(stored)
+        #: the wall clock's reading for what is due, fixed for a call of records in flight
+        #: (:mod:`goka.group.timed_flight`), else None: the clock
+        self.wall_now: int | None = None
         self.effects: list[Any] = []
         self._stale = True
         self.backlog: Any = None  # the record whose firings the budget cut
@@ -204,7 +207,7 @@ class PartitionTime(TimerMethods, TtlMethods, WindowTables):
         then skips the firing (a hot path)."""
         floor_wall = self._floor_wall
         return self.stream_time < self._floor_stream and (
-            floor_wall > MAX_TIME or self.clock() < floor_wall
+            floor_wall > MAX_TIME or self.wall_clock() < floor_wall
         )
 
     def next_due(self, *, wall: bool = True) -> Due | None:
@@ -214,7 +217,7 @@ class PartitionTime(TimerMethods, TtlMethods, WindowTables):
         is queued (kept as rows are added; recomputed after something was due)."""
         stream = self.stream_time
         if stream < self._floor_stream and (
-            not wall or self._floor_wall > MAX_TIME or self.clock() < self._floor_wall
+            not wall or self._floor_wall > MAX_TIME or self.wall_clock() < self._floor_wall
         ):
             return None
         found: list[Due] = []
@@ -242,7 +245,7 @@ class PartitionTime(TimerMethods, TtlMethods, WindowTables):
                 floor_stream = min(floor_stream, at)
             else:
                 floor_wall = at
-            if at <= (stream if domain == "stream" else self.clock()):
+            if at <= (stream if domain == "stream" else self.wall_clock()):
                 timer, _, key = row[0][2 + DIGITS :].partition("\x00")
                 found.append(Due(at, 2, "timer", timer, key, row[1], row[0]))
         if found:
@@ -252,10 +255,15 @@ class PartitionTime(TimerMethods, TtlMethods, WindowTables):
             self._floor_stream, self._floor_wall = floor_stream, floor_wall
         return None
 
-    def first_timer_due(self) -> int:
-        """The stream time the earliest stream timer (a TTL's too) is due at (past
-        ``MAX_TIME``: none queued)."""
-        row = self._queues["stream"].first()
+    def wall_clock(self) -> int:
+        """The wall clock what is due is measured by: :attr:`wall_now` if set (records in
+        flight: one reading for a call), else the clock."""
+        return self.clock() if self.wall_now is None else self.wall_now
+
+    def first_timer_due(self, domain: str = "stream") -> int:
+        """When the earliest timer (a TTL's too) of ``domain`` is due (past ``MAX_TIME``: none
+        queued)."""
+        row = self._queues[domain].first()
         return MAX_TIME + 1 if row is None else int(row[0][2 : 2 + DIGITS])
 
     def fired(self, due: Due, source: Any) -> None:

@@ -63,12 +63,6 @@ class Pending:
             if self.timers.get(at, (None, -1))[1] == number:
                 del self.timers[at]
 
-    def first_due(self) -> int:
-        """The earliest stream time a pending timer (a TTL's too) is due at (past
-        ``MAX_TIME``: none)."""
-        dues = [t[1] for t, _ in self.timers.values() if t is not None and t[0] == "stream"]
-        return min(dues, default=MAX_TIME + 1)
-
 
 class RecordTime:
     """The time of one record in flight (see the module docstring): a

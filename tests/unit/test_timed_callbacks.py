@@ -4,6 +4,7 @@ record at a time, each compared with the same group of plain callbacks that neve
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import json
 import random
 import threading
@@ -60,6 +61,8 @@ def _aggregate(ctx: Context[int], page: str, count: int) -> None:
     ctx.window("minute").update(lambda n: (n or 0) + int(page))
     if count % 3 == 0:
         ctx.schedule(ctx.event_time_ms + 2 * MINUTE, f"t{count}")
+    if count % 4 == 1:  # (a wall timer due at once: it fires after this record)
+        ctx.schedule(dt.timedelta(0), f"w{count}", domain="wall")
     cancelled = count % 5 == 0 and ctx.cancel(f"t{count - count % 3}")  # (often not fired yet)
     ctx.emit("out", ctx.key, f"{page}:{count}:{cancelled}")
 
@@ -177,11 +180,12 @@ def test_a_cut_callback_fails_its_record_naming_where_and_changes_nothing() -> N
     assert [(r.key, r.value) for r in tester.messages("out")] == reference["out"]
 
 
-def _outliving(kind: str) -> Callable[..., Any]:
+def _outliving(kind: str, waiting: str) -> Callable[..., Any]:
     """The visit, whose record "4" starts work that outlives the timeout's cut (a thread: of
     its own for a plain callback, awaited with ``asyncio.to_thread`` for an async one); once
-    record "10" ran, that work changes the key's state, a window and emits; record "11" waits
-    for it."""
+    record "10" ran, that work changes the key's state, a window and emits; record
+    ``waiting`` waits for it (one before "4", with records in flight: "4" is released after
+    that work)."""
     go, done = threading.Event(), threading.Event()
 
     def later(ctx: Context[int], windows: Any) -> None:
@@ -194,7 +198,7 @@ def _outliving(kind: str) -> Callable[..., Any]:
     def plain(ctx: Context[int], page: str) -> None:
         if page == "4":
             later(ctx, ctx.window("five"))
-        go.set() if page == "10" else done.wait(10) if page == "11" else None
+        go.set() if page == "10" else done.wait(10) if page == waiting else None
         _visit(ctx, page)
 
     async def awaits(ctx: Context[int], page: str) -> None:
@@ -202,7 +206,7 @@ def _outliving(kind: str) -> Callable[..., Any]:
             await asyncio.to_thread(later, ctx, ctx.window("five"))
         if page == "10":
             go.set()
-        elif page == "11":
+        elif page == waiting:
             assert await asyncio.to_thread(done.wait, 10)
         await _visit_async(ctx, page)
 
@@ -213,7 +217,7 @@ def _outliving(kind: str) -> Callable[..., Any]:
 def test_what_a_cut_callback_goes_on_doing_changes_nothing(kind: str) -> None:
     records = _records(30)
     messages = [("pages", n, k.encode(), p.encode(), at, None) for n, k, p, at in records]
-    engine = _engine(_graph(_outliving(kind), timeout=0.05), on_error="skip")
+    engine = _engine(_graph(_outliving(kind, "11"), timeout=0.05), on_error="skip")
     found = engine.process(messages)
     assert [m[1] for _, m in found.failed] == [4]
     assert "took longer than its timeout of 0.05 s" in str(found.failed[0][0])
@@ -311,12 +315,12 @@ def _jumps_graph(concurrency: int) -> Any:
 
 
 @pytest.mark.parametrize("concurrency", [1, 8])
-def test_a_skipped_record_moves_no_stream_time_for_the_records_in_flight_after_it(
+def test_a_skipped_record_moves_the_stream_time_for_the_records_in_flight_after_it(
     kafka: FakeKafka, tmp_path: Path, concurrency: int
 ) -> None:
-    """Records after one that fails under ``skip`` run with the stream time it would have
-    moved (ten minutes on): they would all be late. The call ends after it, their state is
-    undone, and they run again with the stream time one at a time has: counted, once."""
+    """A record that fails under ``skip`` ten minutes ahead moves the stream time (its event
+    time was read): the records after it are late for their windows, one at a time and in
+    flight (each admitted at the stream time the records before it reach)."""
     events = [(f"k{n % 5}", {"t": n * 10_000, "n": n, "fail": False}) for n in range(6)]
     events.append(("x", {"t": 10 * MINUTE, "n": 6, "fail": True}))
     events.extend((f"k{n % 5}", {"t": 30_000 + n * 1_000, "n": n, "fail": False})
@@ -327,12 +331,11 @@ def test_a_skipped_record_moves_no_stream_time_for_the_records_in_flight_after_i
     machine = Machine(kafka, tmp_path, graph, on_error="skip")
     summary = machine.run(0, {JUMPS: (0, len(events))})
     assert summary.failed == 1
-    counts = Counter(key for key, event in events if not event["fail"])
-    assert machine.state(0) == dict(counts)
+    assert machine.state(0) == dict(Counter(key for key, event in events if not event["fail"]))
     windows = {r[2].decode(): int(r[3]) for r in kafka.rows(graph.group.window("m"), 0)
                if r[2] is not None and r[3] is not None}  # fmt: skip
-    per_window = Counter(f"{k}@{e['t'] - e['t'] % MINUTE:015d}" for k, e in events if not e["fail"])
-    assert {row.partition("-")[0]: n for row, n in windows.items()} == dict(per_window)
+    before = Counter(f"{k}@{e['t'] - e['t'] % MINUTE:015d}" for k, e in events[:6])
+    assert {row.partition("-")[0]: n for row, n in windows.items()} == dict(before)
 
 
 def _engine(graph: Any, **settings: Any) -> Engine:
@@ -423,3 +426,92 @@ def test_records_that_fail_in_flight_are_skipped_as_one_at_a_time_skips_them(pol
     assert len(expected[1]) == len([n for n, *_ in records if fail(n)])
     for seed in (1, 2):
         assert run(_graph(_failing(fail), concurrency=16), seed) == expected
+
+
+@pytest.mark.parametrize("policy", ["skip", "dead_letter"])
+def test_records_failing_and_late_in_flight_in_one_call_count_as_one_at_a_time(policy: str) -> None:
+    """All records in one engine call: its failed records, late count and effects."""
+    records = _records(200)
+    messages = [("pages", n, k.encode(), p.encode(), at, None) for n, k, p, at in records]
+
+    def fail(n: int) -> bool:
+        return n % 7 == 3
+
+    def graph(callback: Any, **settings: Any) -> Any:  # (late records dropped: counted)
+        return define_group(
+            "timed", input("pages", StringCodec(), callback),
+            window("minute", Tumbling(minutes=1), Int64Codec(), grace=10_000),
+            persist(Int64Codec()), output("out", StringCodec()),
+            output("per-minute", Int64Codec()),
+            window("five", Hopping(5 * MINUTE, MINUTE), Int64Codec()),
+            timers(_fired), **settings,
+        )  # fmt: skip
+
+    expected = _engine(graph(_failing(fail, awaits=False)), on_error=policy).process(messages)
+    found = _engine(graph(_failing(fail), concurrency=16), on_error=policy,
+                    shuffle=random.Random(4)).process(messages)  # fmt: skip
+    assert found.flight is not None and found.flight.most > 1
+    assert found.consumed == found.processed == expected.processed == len(messages)
+    assert found.late == expected.late > 0
+    assert [m[1] for _, m in found.failed] == [m[1] for _, m in expected.failed]
+    assert _by_record(found.effects) == _by_record(expected.effects)
+
+
+def test_each_try_decodes_its_record_afresh() -> None:
+    """A try that changed its value in place (and failed) leaves the next try the value as
+    decoded."""
+    tries: list[int] = []
+
+    async def pops(ctx: Context[int], event: dict[str, Any]) -> None:
+        tries.append(len(event.pop("items")))
+        ctx.window("m").update(lambda n: (n or 0) + len(tries))
+        if len(tries) == 1:
+            raise ConnectionError("the first try fails")
+
+    graph = define_group("g", input("in", JsonCodec(), pops), persist(Int64Codec()),
+                         window("m", Tumbling(minutes=1), Int64Codec()),
+                         retry=Retry(attempts=2, backoff=0.0))  # fmt: skip
+    message = ("in", 0, b"k", json.dumps({"items": [1, 2, 3]}).encode(), NOW, None)
+    result = _engine(graph).process([message])
+    assert tries == [3, 3] and not result.failed
+
+
+def test_a_cut_callback_released_after_its_work_went_on_leaves_its_key_s_state() -> None:
+    """The cut record of key A is released only after work it started went on and changed
+    A's state (a slow record of key B comes before it), and before A's last record starts:
+    that record reads the state A's records made."""
+    cut, done, after = threading.Event(), threading.Event(), threading.Event()
+
+    async def visit(ctx: Context[int], page: str) -> None:
+        if page == "cut":
+
+            def later() -> None:
+                assert cut.wait(10)
+                ctx.set_value(999)  # (after the cut: changes nothing)
+                done.set()
+
+            try:
+                await asyncio.to_thread(later)
+            except asyncio.CancelledError:
+                cut.set()
+                raise
+        elif page == "slow":  # (key B's next record starts later: it is not cut)
+            await asyncio.sleep(0.6)
+        elif page == "after":  # (starts at 0.6 s, ends after the cut at 1 s: before 1.6 s)
+            assert await asyncio.to_thread(done.wait, 10)
+            after.set()
+        else:
+            if page == "a2":  # (ends after "after": "cut" is released before "a3" starts)
+                assert await asyncio.to_thread(after.wait, 10)
+            ctx.set_value((ctx.value() or 0) + 1)
+            ctx.emit("out", ctx.key, f"{page}:{ctx.value()}")
+
+    graph = define_group("g", input("in", StringCodec(), visit), output("out", StringCodec()),
+                         persist(Int64Codec()), window("m", Tumbling(minutes=1), Int64Codec()),
+                         concurrency=8, timeout=1.0)  # fmt: skip
+    tester = Tester(graph, now=NOW, on_error="skip")
+    items = [("A", "a1"), ("B", "slow"), ("B", "after"), ("A", "cut"), ("A", "a2"), ("A", "a3")]
+    tester.consume_many("in", [(k, v, NOW) for k, v in items])
+    assert [m[1] for _, m in tester.failed] == [3]
+    assert [r.value for r in tester.messages("out")] == [b"a1:1", b"a2:2", b"a3:3"]
+    assert tester.table("g-table") == {"A": 3}

@@ -131,7 +131,7 @@ def reference(batches: list[Batch]) -> tuple[dict[str, dict[str, int]], int]:
             last = {n: max(c.values(), default=-1) for n, c in closes.items()}
             read: set[tuple[str, str]] = set()  # an engine reads an old window once
         for key, at, page in batch:
-            now = max(stream, at)  # (a failing record's is undone with its changes)
+            now = max(stream, at)
             first = at - at % MINUTE
             if page == "x":  # (a delete reads the window too)
                 row, close = composite(key, first, first + MINUTE), first + MINUTE + GRACE
@@ -153,8 +153,7 @@ def reference(batches: list[Batch]) -> tuple[dict[str, dict[str, int]], int]:
                     if page != "f":
                         tables[name][row] += 1
                         closes[name][row] = start + size + grace
-            if page != "f":
-                stream = now
+            stream = now  # (a skipped record's event time moves it too)
     return {n: dict(c) for n, c in tables.items()}, allowed
 
 
