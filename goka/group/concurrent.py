@@ -329,6 +329,7 @@ class _Call:
         except TimeoutError:
             if not cut.expired():  # the callback's own
                 raise
+            ctx._undo = False  # (first: what it changes next saves no state to restore)
             ctx._bind({}, [])  # what the thread does from now on goes nowhere
             message, key, engine = self.messages[number], self.keys[number], self.engine
             raise timed_out(engine.group, engine.context.partition, message, key, callback,
@@ -345,7 +346,9 @@ class _Call:
             await awaited_steps(returned, engine.timeout, lambda took: warn_slow(*where, took),
                                 lambda: timed_out(*where, engine.timeout))  # fmt: skip
         except CallbackTimeout:  # what a cut callback goes on doing (work that outlives its
-            self.contexts[number]._bind({}, [])  # cancellation) changes nothing
+            ctx = self.contexts[number]  # cancellation) changes nothing, saves no state
+            ctx._undo = False
+            ctx._bind({}, [])
             raise
 
     def _undo(self, ctx: Any) -> None:
@@ -353,8 +356,8 @@ class _Call:
         its key's next record may change it after this."""
         if ctx._saved is not NOT_SAVED:
             restore(self.engine.cache, ctx.key, ctx._saved)
-        ctx._saved, ctx._undo = NOT_SAVED, False  # (work of a cut callback that goes on
-        # changing the state would save it again: its record's release would restore that)
+        ctx._undo, ctx._saved = False, NOT_SAVED  # (in this order: work of a cut callback
+        # that goes on changing the state would save it again, restored at its release)
 
 
 def _least(a: int | None, b: int | None) -> int | None:

@@ -59,9 +59,10 @@ class TimeAccess:
 
     @property
     def wall_time_ms(self) -> int:
-        """The wall clock (the tester's clock in tests), in ms since the epoch."""
+        """The wall clock (the tester's clock in tests), in ms since the epoch (with records in
+        flight in a group that keeps time: read once per call, as what is due is)."""
         time = self._time
-        return time.clock() if time is not None else int(dt.datetime.now(dt.UTC).timestamp()
+        return time.wall_clock() if time is not None else int(dt.datetime.now(dt.UTC).timestamp()
                                                            * 1000)  # fmt: skip
 
     def schedule(
@@ -84,7 +85,7 @@ class TimeAccess:
             raise ContextError(f"timer names are str without NUL or \\x01 first, got {name!r}")
         if self._message[2] is None:
             self._keyless()
-        now = time.stream_time if domain == "stream" else time.clock()
+        now = time.stream_time if domain == "stream" else time.wall_clock()
         time.schedule(self.key, name, _at_ms(at, now), domain, data, self._message)
 
     def cancel(self, name: str = "") -> bool:

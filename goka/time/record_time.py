@@ -25,7 +25,8 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from goka.errors import ContextError
-from goka.time.rows import INTERNAL, MAX_TIME, TTL_TIMER, composite
+from goka.time.rows import MAX_TIME, composite
+from goka.time.ttl import TtlMethods
 
 if TYPE_CHECKING:
     from goka.time.partition import PartitionTime
@@ -64,14 +65,16 @@ class Pending:
                 del self.timers[at]
 
 
-class RecordTime:
+class RecordTime(TtlMethods):
     """The time of one record in flight (see the module docstring): a
-    :class:`~goka.time.ports.PartitionClock` over ``shared`` and ``pending``, at ``stream_time``."""
+    :class:`~goka.time.ports.PartitionClock` over ``shared`` and ``pending``, at ``stream_time``
+    (its TTL's methods are the partition's, on its own timers and stream time)."""
 
     updaters: Mapping[str, Callable[..., None]] = {}  # (window updates take the general way)
 
     def __init__(self, shared: PartitionTime, stream_time: int, pending: Pending) -> None:
         self.shared, self.stream_time, self.pending = shared, stream_time, pending
+        self.graph = shared.graph
         self.late_dropped = 0
         self.late_seen: set[str] = set()
         self.late_records: list[tuple[str, Any]] = []
@@ -85,12 +88,11 @@ class RecordTime:
         return self.shared.fixed
 
     @property
-    def clock(self) -> Callable[[], int]:
-        return self.shared.clock
+    def clock(self) -> Callable[[], int]:  # type: ignore[override]  # (read-only here)
+        return self.shared.wall_clock  # (the call's one reading, what is due is measured by)
 
-    @property
-    def has_ttl(self) -> bool:
-        return self.shared.has_ttl
+    def wall_clock(self) -> int:
+        return self.shared.wall_clock()
 
     @property
     def window_rows(self) -> Any:
@@ -118,13 +120,6 @@ class RecordTime:
         kept = self.pending.timers.get((key, name))
         return self.shared.timer(key, name) if kept is None else kept[0]
 
-    def expired(self, key: str) -> bool:
-        found = self.timer(key, TTL_TIMER)
-        if found is None:
-            return False
-        domain, at = found
-        return at <= (self.stream_time if domain == "stream" else self.clock())
-
     # -- write (replayed on release) -----------------------------------------------------------
     def write_window_row(self, name: str, row: str, value: bytes | None, source: Any, end: int,
                          existed: bool | None = None) -> None:  # fmt: skip
@@ -137,15 +132,7 @@ class RecordTime:
                               window.end)  # fmt: skip
 
     def schedule(self, key: str, name: str, at: int, domain: str, data: Any, source: Any) -> None:
-        shared = self.shared
-        if shared._encode_data is None and not name.startswith(INTERNAL):
-            raise ContextError(f"group {shared.graph.group!r} has no timers edge; declare "
-                               "timers(on_timer)")  # fmt: skip
-        if domain == "wall" and not shared.graph.ticking:
-            raise ContextError(f"group {shared.graph.group!r} allows stream-time timers only "
-                               "(timers(..., wall=False))")  # fmt: skip
-        if data is not None and shared._encode_data is not None:
-            shared._encode_data(data)  # (a codec's error is the callback's)
+        self.shared.timer_data(name, domain, data)  # (its errors, a codec's too: the callback's)
         self.timers[(key, name)] = (domain, min(max(at, 0), MAX_TIME))
         self.ops.append(("schedule", key, name, at, domain, data, source))
 
@@ -155,13 +142,6 @@ class RecordTime:
         self.timers[(key, name)] = None
         self.ops.append(("cancel", key, name, source, quiet))
         return True
-
-    def touch(self, key: str, source: Any) -> None:
-        ttl = self.shared.graph.ttl
-        assert ttl is not None
-        length, domain = ttl
-        now = self.stream_time if domain == "stream" else self.clock()
-        self.schedule(key, TTL_TIMER, max(now, 0) + length, domain, None, source)
 
     def replay(self) -> None:
         """Make the record's writes on the partition's time, in their order (its stream time

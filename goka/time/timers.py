@@ -40,19 +40,27 @@ class TimerMethods:
 
     def schedule(self, key: str, name: str, at: int, domain: str, data: Any, source: Any) -> None:
         """Set timer ``name`` of ``key`` (replacing one of that name)."""
-        if self._encode_data is None and not name.startswith(INTERNAL):
-            raise ContextError(f"group {self.graph.group!r} has no timers edge; declare "
-                               "timers(on_timer)")  # fmt: skip
-        if domain == "wall" and not self.graph.ticking:
-            raise ContextError(f"group {self.graph.group!r} allows stream-time timers only "
-                               "(timers(..., wall=False))")  # fmt: skip
-        encoded = b"" if data is None or self._encode_data is None else self._encode_data(data)
+        encoded = self.timer_data(name, domain, data)
         self.cancel(key, name, source, quiet=True)
         value = encode_timer(domain, min(max(at, 0), MAX_TIME), encoded)
         self._row(timer_key(name, key), value, source)
         row = due_key(domain, min(max(at, 0), MAX_TIME), name, key)
         self._queues[domain].add(row, encoded)
         self._lower(domain, at)
+
+    def timer_data(self, name: str, domain: str, data: Any) -> bytes:
+        """The encoded ``data`` of a timer ``name`` of ``domain`` to be set.
+
+        Raises:
+            ContextError: the group has no timers edge, or allows stream timers only.
+        """
+        if self._encode_data is None and not name.startswith(INTERNAL):
+            raise ContextError(f"group {self.graph.group!r} has no timers edge; declare "
+                               "timers(on_timer)")  # fmt: skip
+        if domain == "wall" and not self.graph.ticking:
+            raise ContextError(f"group {self.graph.group!r} allows stream-time timers only "
+                               "(timers(..., wall=False))")  # fmt: skip
+        return b"" if data is None or self._encode_data is None else self._encode_data(data)
 
     def cancel(self, key: str, name: str, source: Any, *, quiet: bool = False) -> bool:
         """Delete timer ``name`` of ``key``; return whether there was one."""

@@ -32,6 +32,9 @@ class TtlMethods:
     def schedule(self, key: str, name: str, at: int, domain: str, data: Any, source: Any) -> None:
         raise NotImplementedError  # the timers'
 
+    def wall_clock(self) -> int:
+        raise NotImplementedError  # the partition's
+
     def timer(self, key: str, name: str) -> tuple[str, int] | None:
         raise NotImplementedError  # the timers'
 
@@ -39,7 +42,7 @@ class TtlMethods:
         """``key`` changed: it expires a TTL after now (by the TTL's clock)."""
         assert self.graph.ttl is not None
         ttl, domain = self.graph.ttl
-        now = self.stream_time if domain == "stream" else self.clock()
+        now = self.stream_time if domain == "stream" else self.wall_clock()
         self.schedule(key, TTL_TIMER, max(now, 0) + ttl, domain, None, source)
 
     def expired(self, key: str) -> bool:
@@ -48,4 +51,4 @@ class TtlMethods:
         if found is None:
             return False
         domain, at = found
-        return at <= (self.stream_time if domain == "stream" else self.clock())
+        return at <= (self.stream_time if domain == "stream" else self.wall_clock())

@@ -427,6 +427,14 @@ def test_a_skipped_record_leaves_no_window_or_timer_change_but_moves_the_stream_
     timer_rows = [(e[2], e[3] is None) for e in result.effects if e[0] == 3]
     assert ("kt\x00k", False) in timer_rows and ("kt\x00k", True) in timer_rows  # set, fired
     assert [e[5][1] for e in result.effects if e[1] == "fired"] == [1]  # (after the bad one)
+    said = [
+        e
+        for e in result.effects
+        if e[5][1] == 1
+        and e[0] == 3
+        and (e[2] == "s0000" or any(h == "goka-stream-time" for h, _ in e[4] or []))
+    ]
+    assert said  # (a replay that stops after the bad record reaches its stream time)
 
 
 @pytest.mark.parametrize("changes", [False, True])
