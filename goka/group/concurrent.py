@@ -329,8 +329,7 @@ class _Call:
         except TimeoutError:
             if not cut.expired():  # the callback's own
                 raise
-            ctx._undo = False  # (first: what it changes next saves no state to restore)
-            ctx._bind({}, [])  # what the thread does from now on goes nowhere
+            self._cut(ctx)
             message, key, engine = self.messages[number], self.keys[number], self.engine
             raise timed_out(engine.group, engine.context.partition, message, key, callback,
                             engine.timeout) from None  # fmt: skip
@@ -345,11 +344,17 @@ class _Call:
         try:
             await awaited_steps(returned, engine.timeout, lambda took: warn_slow(*where, took),
                                 lambda: timed_out(*where, engine.timeout))  # fmt: skip
-        except CallbackTimeout:  # what a cut callback goes on doing (work that outlives its
-            ctx = self.contexts[number]  # cancellation) changes nothing, saves no state
-            ctx._undo = False
-            ctx._bind({}, [])
+        except CallbackTimeout:  # (work that outlives its cancellation goes on)
+            self._cut(self.contexts[number])
             raise
+
+    def _cut(self, ctx: Any) -> None:
+        """The callback of ``ctx`` was cut: what it goes on doing changes nothing, saves no
+        state to restore (first), and reads no time but its own writes."""
+        ctx._undo = False
+        ctx._bind({}, [])
+        if self.timed is not None:
+            ctx._time.was_cut = True
 
     def _undo(self, ctx: Any) -> None:
         """Restore the state a failed record changed (the skip and dead-letter policies), once:

@@ -81,6 +81,9 @@ class RecordTime(TtlMethods):
         self.ops: list[tuple[Any, ...]] = []  # replayed in order
         self.rows: dict[tuple[str, str], bytes | None] = {}
         self.timers: dict[tuple[str, str], tuple[str, int] | None] = {}
+        #: its callback was cut: what its work that goes on reads is its own writes only (the
+        #: partition's time, read after the call, would learn old rows into its window cache)
+        self.was_cut = False
 
     # -- read ----------------------------------------------------------------------------------
     @property
@@ -106,8 +109,8 @@ class RecordTime(TtlMethods):
 
         def read(row: str, end: int) -> bytes | None:
             found = rows.get((name, row), _NONE)
-            if found is not _NONE:
-                return found  # type: ignore[no-any-return]
+            if found is not _NONE or self.was_cut:
+                return None if found is _NONE else found  # type: ignore[no-any-return]
             kept = pending.get((name, row))
             return shared(row, end) if kept is None else kept[0]
 
@@ -115,8 +118,8 @@ class RecordTime(TtlMethods):
 
     def timer(self, key: str, name: str) -> tuple[str, int] | None:
         found = self.timers.get((key, name), _NONE)
-        if found is not _NONE:
-            return found  # type: ignore[no-any-return]
+        if found is not _NONE or self.was_cut:
+            return None if found is _NONE else found  # type: ignore[no-any-return]
         kept = self.pending.timers.get((key, name))
         return self.shared.timer(key, name) if kept is None else kept[0]
 
