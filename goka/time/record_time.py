@@ -110,7 +110,7 @@ class RecordTime(TtlMethods):
         def read(row: str, end: int) -> bytes | None:
             found = rows.get((name, row), _NONE)
             if found is not _NONE or self.was_cut:
-                return None if found is _NONE else found  # type: ignore[no-any-return]
+                return None if found is _NONE else found
             kept = pending.get((name, row))
             return shared(row, end) if kept is None else kept[0]
 
@@ -119,7 +119,7 @@ class RecordTime(TtlMethods):
     def timer(self, key: str, name: str) -> tuple[str, int] | None:
         found = self.timers.get((key, name), _NONE)
         if found is not _NONE or self.was_cut:
-            return None if found is _NONE else found  # type: ignore[no-any-return]
+            return None if found is _NONE else found
         kept = self.pending.timers.get((key, name))
         return self.shared.timer(key, name) if kept is None else kept[0]
 
