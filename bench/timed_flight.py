@@ -10,7 +10,7 @@ records in flight, given the records in calls of ``--batch`` (a slice of a micro
 * ``untimed``: the count only (the floor: key-ordered concurrency as it is);
 * ``timed``: the count, a one-minute tumbling window with final results, a five-minute
   hopping window, a stream timer per key set again by each of its records (two minutes on:
-  a key quiet that long fires it) and a stream TTL of ten minutes;
+  a key quiet that long fires it; ``--no-timers``: none) and a stream TTL of ten minutes;
 
 and the timed group one record at a time (on fewer records: it runs at about 1,000 / wait
 records/s). Runs alternate; reported per run: records/s of each; over the runs
@@ -18,7 +18,11 @@ records/s). Runs alternate; reported per run: records/s of each; over the runs
 Every run checks the timed group's table and outputs against one at a time's.
 
     python -m bench.timed_flight [--runs 3] [--messages 20000] [--keys 1000]
-        [--concurrency 64] [--wait 10] [--batch 2000]
+        [--concurrency 64] [--wait 10] [--batch 2000] [--no-timers]
+
+Where a timer comes due, the records after it wait for every record before it (a place:
+:mod:`goka.group.timed_flight`), whichever key the timer is of: a group whose timers come
+due every few records runs few records at once.
 """
 
 from __future__ import annotations
@@ -54,6 +58,7 @@ from goka.time.rows import Timer, section_rows
 NOW = int(time.time() * 1000) - 3_600_000  # (event times behind the wall clock)
 MINUTE = 60_000
 WAIT = [0.01]  # seconds a record awaits (set from --wait)
+TIMERS = [True]  # each record sets its key's quiet timer (--no-timers: not)
 
 
 async def count(ctx: Context[int], page: str) -> None:
@@ -66,7 +71,8 @@ async def count_in_time(ctx: Context[int], page: str) -> None:
     ctx.set_value((ctx.value() or 0) + 1)
     ctx.window("minute").update(lambda n: (n or 0) + 1)
     ctx.window("five").update(lambda n: (n or 0) + 1)
-    ctx.schedule(ctx.event_time_ms + 2 * MINUTE, "quiet")
+    if TIMERS[0]:
+        ctx.schedule(ctx.event_time_ms + 2 * MINUTE, "quiet")
 
 
 def quiet(ctx: Context[int], timer: Timer) -> None:
@@ -134,8 +140,9 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--wait", type=float, default=10.0, help="ms each record awaits")
     parser.add_argument("--batch", type=int, default=2_000)
+    parser.add_argument("--no-timers", action="store_true", help="no quiet timer per key")
     args = parser.parse_args()
-    WAIT[0] = args.wait / 1000
+    WAIT[0], TIMERS[0] = args.wait / 1000, not args.no_timers
     messages = records(args.messages, args.keys)
     serial_count = min(args.messages, max(200, int(2_000 / max(args.wait, 0.1))))
     overhead, gain = [], []
