@@ -197,7 +197,6 @@ class _Call:
                     records = [(n, contexts.pop(n), failures.pop(n, None)) for n in released]
                     cut = await asyncio.to_thread(timed.release, records)
                     if cut is not None:
-                        contexts.update((n, ctx) for n, ctx, _ in records if n > cut)
                         halt = _least(halt, cut + 1)
                     continue
                 for number in released:

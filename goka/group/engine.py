@@ -215,12 +215,12 @@ class Engine(TimedProcessing):
     def _records(self) -> Records:
         """What :func:`run_concurrently` uses of this engine."""
         timed = self.time is not None
-        ticks = self.graph.group.ticks if timed and self.graph.ticking else None
         return Records(self.graph.concurrency, self.context, self.cache, self.effects,
                        self._routes, self.nil_handling, self._failed, self._fatal,
                        self.graph.retry, self.graph.timeout, self.graph.group, self.shuffle,
                        self._times if self._times.custom or timed else None,
-                       self._timed_flight if timed else None, ticks)  # fmt: skip
+                       self._timed_flight if timed else None,
+                       self._ticks if timed else None)  # fmt: skip
 
     @property
     def backlog(self) -> bool:

@@ -123,8 +123,7 @@ class TimedProcessing:
         ctx, routes, effects, time = self.context, self._routes, self.effects, self.time
         nil, text, times = self.nil_handling, decode_text, self._times
         event_time, stamps = times.of, not times.custom  # stamps: each input's are its records'
-        ticks = self.graph.group.ticks if self.graph.ticking else None
-        group = self.graph.group
+        ticks, group = self._ticks, self.graph.group
         if time is not None:  # a backlog first (or what a commit inside a backlog left)
             messages = self._timed_start(messages, result, after)
         for index, message in enumerate(messages):
@@ -204,9 +203,13 @@ class TimedProcessing:
                       decoded: Callable[[Message], tuple[Any, int]]) -> TimedFlight:  # fmt: skip
         """The time of a call's records in flight (:mod:`goka.group.timed_flight`)."""
         assert self.time is not None
-        ticks = self.graph.group.ticks if self.graph.ticking else None
-        return TimedFlight(self.time, self._fire_due, self._failed, messages, decoded, ticks,
-                           self.effects, result)  # fmt: skip
+        return TimedFlight(self.time, self._fire_due, self._failed, messages, decoded,
+                           self._ticks, result)  # fmt: skip
+
+    @property
+    def _ticks(self) -> str | None:
+        """The topic of the group's ticks (None: it does not tick)."""
+        return self.graph.group.ticks if self.graph.ticking else None
 
     def _late(self, name: str, message: Message) -> ProcessingError:
         time = self.time

@@ -50,17 +50,16 @@ class TimedFlight:
         decoded: ``decoded(message)``: its value and event time (raises what decoding or
             extracting raises).
         ticks: the group's ticks topic (its records fire the wall timers), or None.
-        effects: the call's effects.
-        result: the call's result.
+        result: the call's result (its effects are the partition time's).
     """
 
     def __init__(
         self, time: PartitionTime, fire: Callable[..., bool], failed: Callable[..., None],
         messages: Sequence[Message], decoded: Callable[[Message], tuple[Any, int]],
-        ticks: str | None, effects: list[Any], result: BatchResult,
+        ticks: str | None, result: BatchResult,
     ) -> None:  # fmt: skip
         self.time, self.fire, self.failed = time, fire, failed
-        self.messages, self.effects, self.result = messages, effects, result
+        self.messages, self.result = messages, result
         self.pending = Pending()
         #: the wall clock's one reading for the call: the wall timers due by it fire after the
         #: record released when they are known (a place, as a stream timer's), later ones in
@@ -109,7 +108,8 @@ class TimedFlight:
         """The first record that may not start yet (None: any may): the one after the first
         place, at or after ``released``, where a timer may fire or a tick is."""
         time, stream = self.time, self.stream
-        places = [t for t in self.ticks if t >= released][:1]
+        tick = bisect_left(self.ticks, released)  # (the first tick not released)
+        places = self.ticks[tick : tick + 1]
         first = bisect_left(stream, time.first_timer_due())
         if first < len(stream):
             places.append(first)
@@ -136,7 +136,7 @@ class TimedFlight:
         Raises:
             ProcessingError: a failure under the ``fail`` policy.
         """
-        time, effects = self.time, self.effects
+        time, effects = self.time, self.time.effects
         for number, ctx, failure in records:
             message = self.messages[number]
             if number in self.is_tick:

@@ -207,7 +207,8 @@ class PartitionTime(TimerMethods, TtlMethods, WindowTables):
         then skips the firing (a hot path)."""
         floor_wall = self._floor_wall
         return self.stream_time < self._floor_stream and (
-            floor_wall > MAX_TIME or self.wall_clock() < floor_wall
+            floor_wall > MAX_TIME
+            or (self.clock() if self.wall_now is None else self.wall_now) < floor_wall  # (inlined)
         )
 
     def next_due(self, *, wall: bool = True) -> Due | None:
