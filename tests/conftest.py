@@ -30,6 +30,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--crash-concurrency", type=int, default=1,
                      help="the concurrency of the crash series' group (its count awaits at "
                      "random above 1)")  # fmt: skip
+    parser.addoption("--crash-graph", choices=("count", "timed"), default="count",
+                     help="the group of the writer-change series: the click count, or the "
+                     "windows, timers and TTL of tests/spark/timed.py")  # fmt: skip
 
 
 #: The tests that play ``--crash-sequences``.

@@ -8,7 +8,7 @@ as one JSON line when it ends.
     python -m tests.spark.crash_run BROKERS TOPIC GROUP STATE CHECKPOINT [--mode MODE]
         [--max-offsets N] [--epoch S] [--trigger S] [--commit-interval S]
         [--snapshot-interval S] [--guarantee G] [--tell TOPIC] [--transaction-timeout-ms MS]
-        [--concurrency N]
+        [--concurrency N] [--graph timed]
         [--kill POINT --nth N --marker FILE]
 """
 
@@ -24,6 +24,7 @@ from examples.click_count.group import count
 from goka import Int64Codec, StringCodec, define_group, input, output, persist
 from goka.spark import Processor
 from tests.spark.crash import POINTS, Kill, builders, count_and_tell, count_and_tell_later
+from tests.spark.timed import timed_graph
 
 
 def main() -> None:
@@ -46,6 +47,8 @@ def main() -> None:
         default=1,
         help="records of a partition in flight (the count awaits at random)",
     )
+    parser.add_argument("--graph", choices=("count", "timed"), default="count",
+                        help="timed: tests/spark/timed.py's group (on GROUP = TOPIC-g)")  # fmt: skip
     parser.add_argument("--log-level", default=None, help="of the driver and the workers")
     parser.add_argument("--kill", choices=POINTS)
     parser.add_argument("--nth", type=int, default=1)
@@ -59,6 +62,9 @@ def main() -> None:
     callback = functools.partial(tell, args.tell) if args.tell else count
     graph = define_group(args.group, input(args.topic, StringCodec(), callback),
                          persist(Int64Codec()), *told, concurrency=args.concurrency)  # fmt: skip
+    if args.graph == "timed":
+        graph = timed_graph(args.topic, args.concurrency)
+        assert graph.group == args.group, (graph.group, args.group)
     kill = Kill(args.kill, args.nth, args.marker) if args.kill else None
     processor = Processor(
         graph, args.brokers, state_dir=args.state, checkpoint_dir=args.checkpoint,
@@ -69,6 +75,8 @@ def main() -> None:
         commit_interval=args.commit_interval, guarantee=args.guarantee,
         log_level=args.log_level,
     )  # fmt: skip
+    if args.graph == "timed":
+        processor.prepare_topics(create_outputs=True)
     if args.mode == "available-now":
         totals = processor.run_until_caught_up(timeout=300)
     else:  # until SIGTERM

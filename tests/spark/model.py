@@ -50,7 +50,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from goka import StringCodec
+from goka import Codec, StringCodec
 from goka.emitter import Emitter
 from goka.partitioner import partition_for
 from goka.topic_manager import TopicManager
@@ -217,26 +217,33 @@ class Outcome:
 
 
 class Flow:
-    """Clicks emitted at ``rate`` per second on a thread until :meth:`stop`."""
+    """Clicks emitted at ``rate`` per second on a thread until :meth:`stop` (or what ``item``
+    gives, a ``(key, value)`` a call, encoded with ``codec``)."""
 
-    def __init__(self, brokers: str, topic: str, rate: int, users: int, seed: int) -> None:
+    def __init__(self, brokers: str, topic: str, rate: int, users: int, seed: int,
+                 item: Callable[[], tuple[str, Any]] | None = None,
+                 codec: Codec[Any] | None = None) -> None:  # fmt: skip
         self.brokers, self.topic, self.rate, self.users = brokers, topic, rate, users
         self.sent: Counter[str] = Counter()
         self._rng = random.Random(seed)
+        self._item, self._codec = item or self._click, codec or StringCodec()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
         began, count = time.monotonic(), 0
-        with Emitter(self.brokers, self.topic, StringCodec()) as emitter:
+        with Emitter(self.brokers, self.topic, self._codec) as emitter:
             while not self._stop.is_set():
-                user = f"user-{self._rng.randrange(self.users)}"
-                emitter.emit(user, "/page")
-                self.sent[user] += 1
+                key, value = self._item()
+                emitter.emit(key, value)
+                self.sent[key] += 1
                 count += 1
                 self._stop.wait(max(0.0, began + count / self.rate - time.monotonic()))
             assert emitter.flush(60) == 0
+
+    def _click(self) -> tuple[str, str]:
+        return f"user-{self._rng.randrange(self.users)}", "/page"
 
     def stop(self) -> Counter[str]:
         """Stop emitting; return what was sent (every click acknowledged)."""
@@ -264,7 +271,7 @@ class Player:
                 self.group, str(self.state()), str(self.work / "checkpoint"), "--marker",
                 str(marker), "--guarantee", self.sequence.guarantee, "--tell",
                 told_topic(self.topic), "--concurrency", str(self.sequence.concurrency),
-                *run.args()]  # fmt: skip
+                "--graph", getattr(self.sequence, "graph", "count"), *run.args()]  # fmt: skip
 
     def start(self, run: Run, number: int) -> tuple[subprocess.Popen[str], Path]:
         self.machine += run.new_machine

@@ -3,10 +3,12 @@ group whose runs overlap (``tests/spark/writers.py``), read back committed.
 
 ``make test`` plays a short chain of six writers in which every pair of modes changes writers
 once, ``make test-slow`` a short sequence for each pair on its own and a series of 30 drawn
-sequences (``pytest tests/spark/test_writer_changes.py -m longrun
---crash-sequences N --crash-seed S [--crash-concurrency C]``: N from seed S, the group's
-callback awaiting with C records of a partition in flight) and prints one line per sequence (its
-seed, how each writer started and ended, the writers fenced, the duplicate outputs)."""
+sequences (``pytest tests/spark/test_writer_changes.py -m longrun --crash-sequences N
+--crash-seed S [--crash-concurrency C] [--crash-graph timed]``: N from seed S, the group's
+callback awaiting with C records of a partition in flight; ``timed``: the group of
+``tests/spark/timed.py``, windows with final results, stream timers and a TTL, its results
+compared with the tester's over what the input topic holds) and prints one line per sequence
+(its seed, how each writer started and ended, the writers fenced, the duplicate outputs)."""
 
 from __future__ import annotations
 
@@ -67,8 +69,9 @@ def test_a_series_of_overlapping_writers_ends_exactly_once(
     first = request.config.getoption("--crash-seed")
     fenced, killed = [], []
     concurrency = request.config.getoption("--crash-concurrency")
+    graph = request.config.getoption("--crash-graph")
     for seed in range(first, first + count):
-        sequence = generate(seed, concurrency=concurrency)
+        sequence = generate(seed, concurrency=concurrency, graph=graph)
         outcome = play(sequence, brokers, new_topic, tmp_path_factory.mktemp(f"seed{seed}"))
         print(f"\n{outcome.line(sequence)}", flush=True)
         fenced.append(outcome.fenced)

@@ -67,12 +67,26 @@ def timed_graph(topic: str, concurrency: int = 1) -> Any:
     )  # fmt: skip
 
 
+class TimedInput:
+    """The group's input, one event a call: event times moving forward 0.9 s a record from two
+    hours ago, with jitter (out of order, some late), keyed among ``keys`` keys (``key``: that
+    key instead)."""
+
+    def __init__(self, keys: int, seed: int) -> None:
+        self.keys, self.rng, self.number = keys, random.Random(seed), 0
+        self.start = int(dt.datetime.now(dt.UTC).timestamp() * 1000) - 2 * 3_600_000
+
+    def __call__(self, key: str | None = None) -> tuple[str, dict[str, int]]:
+        drawn = f"k{self.rng.randrange(self.keys)}"
+        at = self.start + self.number * 900 + self.rng.randint(-40_000, 3_000)
+        self.number += 1
+        return key or drawn, {"t": at}
+
+
 def events(n: int, keys: int, seed: int) -> list[tuple[str, dict[str, int]]]:
-    """Event times moving forward over ~30 minutes, with jitter: out of order, some late."""
-    rng = random.Random(seed)
-    start = int(dt.datetime.now(dt.UTC).timestamp() * 1000) - 2 * 3_600_000
-    return [(f"k{rng.randrange(keys)}", {"t": start + i * 900 + rng.randint(-40_000, 3_000)})
-            for i in range(n)]  # fmt: skip
+    """``n`` events of :class:`TimedInput`: over ~30 minutes for 2,000."""
+    source = TimedInput(keys, seed)
+    return [source() for _ in range(n)]
 
 
 def reference(graph: Any, topic: str, items: list[tuple[str, Any]], partitions: int) -> Tester:
@@ -196,3 +210,47 @@ def run_to_end(processor: Any, mode: str) -> None:
     wait_for(lambda: all(p["lag"] == 0 for p in processor.partition_status()
                          if p["topic"] != ticks), 300, "the epoch to catch up")  # fmt: skip
     running.stop(within=60)
+
+
+def read_back_reference(graph: Any, brokers: str, topic: str, partitions: int) -> Tester:
+    """The tester's run over what ``topic`` holds, each partition's records in offset order
+    (the input as the processors read it, whoever emitted it and in whatever interleaving)."""
+    tester = Tester(graph, partitions=partitions)
+    for partition, rows in topic_rows(brokers, topic, partitions).items():
+        for row in rows:
+            record = tester.consume_raw(topic, bytes(row[2]), row[3])
+            assert record.partition == partition, (row[2], partition, record.partition)
+    return tester
+
+
+def timed_wrong(graph: Any, brokers: str, topic: str, expected: Tester,
+                exactly_once: bool = True, partitions: int = 4) -> list[str]:  # fmt: skip
+    """How the timed group's results on the broker differ from ``expected``'s: its table, its
+    window table, its final results (each once), its timer outputs (each at least once; once
+    under ``exactly_once``, read committed). Empty: exact."""
+    from goka.view import View
+
+    wrong = []
+    for table in (graph.table, graph.windows["minute"].topic):
+        with View(brokers, table, Int64Codec()) as view:
+            view.wait_recovered(60)
+            found, want = dict(view.items()), expected.table(table)
+        if found != want:
+            keys = sorted(k for k in found.keys() | want.keys() if found.get(k) != want.get(k))
+            wrong.append(f"{table}: {len(keys)} keys differ, e.g. "
+                         f"{[(k, found.get(k), want.get(k)) for k in keys[:5]]} (found, expected)")  # fmt: skip
+    want_finals = finals_of([(r.key, r.value, r.headers)
+                             for r in expected.messages(f"{topic}-finals")])  # fmt: skip
+    finals = finals_of(read_topic(brokers, f"{topic}-finals", partitions))
+    if finals != want_finals:
+        extra, lost = finals - want_finals, want_finals - finals
+        wrong.append(f"{sum(extra.values())} final results extra, {sum(lost.values())} lost: "
+                     f"{list(extra)[:5]}, {list(lost)[:5]}")  # fmt: skip
+    quiet = Counter(r.value for r in expected.messages("quiet-" + topic))
+    found_quiet = Counter(v for _, v, _ in read_topic(brokers, "quiet-" + topic, partitions))
+    if quiet - found_quiet:
+        wrong.append(f"timer outputs lost: {list(quiet - found_quiet)[:5]}")
+    if exactly_once and found_quiet - quiet:
+        wrong.append(f"{sum((found_quiet - quiet).values())} timer outputs repeated: "
+                     f"{list(found_quiet - quiet)[:5]}")  # fmt: skip
+    return wrong

@@ -42,13 +42,16 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
-from goka import StringCodec
+from goka import Codec, JsonCodec, StringCodec
+from goka.partitioner import partition_for
 from goka.topic_manager import TopicManager
 
 from ..helpers import produce, wait_for
 from .crash import kill_session
 from .model import ROOT, Flow, Player, Run, told, told_topic, unordered, untold
+from .timed import TimedInput, read_back_reference, timed_graph, timed_wrong
 from .truth import committed, ends, open_transaction, seen
 
 __all__ = ["WriterSequence", "generate", "play"]
@@ -92,18 +95,23 @@ class WriterSequence:
     last: Writer
     guarantee: str = "exactly-once"
     concurrency: int = 1  # records of a partition in flight (above 1: the count awaits)
+    graph: str = "count"  # or "timed": tests/spark/timed.py's group, on events of its own
 
     def describe(self) -> str:
         flow = f", {self.live}/s live" if self.live else ""
         many = f", concurrency {self.concurrency}" if self.concurrency > 1 else ""
-        return (f"seed {self.seed}: {self.partitions} partitions, {self.backlog} clicks of "
-                f"{self.users} users{flow}{many}")  # fmt: skip
+        what = "clicks" if self.graph == "count" else "events (the timed group)"
+        return (f"seed {self.seed}: {self.partitions} partitions, {self.backlog} {what} of "
+                f"{self.users} keys{flow}{many}")  # fmt: skip
 
 
-def generate(seed: int, modes: tuple[str, ...] = (), concurrency: int = 1) -> WriterSequence:
+def generate(seed: int, modes: tuple[str, ...] = (), concurrency: int = 1,
+             graph: str = "count") -> WriterSequence:  # fmt: skip
     """A random sequence of writer changes (see the module docstring); ``modes``: its writers'
     modes (the suite's short sequences: a pair or a chain of them, each ending a few seconds
-    after the next one's first producer started); ``concurrency``: the group's."""
+    after the next one's first producer started); ``concurrency``: the group's; ``graph``:
+    the click count, or ``"timed"``: the windows, timers and TTL of ``tests/spark/timed.py``
+    on its events (the same draws otherwise)."""
     rng = random.Random(seed)
     partitions, backlog = rng.choice((2, 3)), rng.randint(1500, 6000)
     users, live = rng.randint(50, 300), rng.choice((0, 300, 1000))
@@ -124,9 +132,8 @@ def generate(seed: int, modes: tuple[str, ...] = (), concurrency: int = 1) -> Wr
                   rng.choice(("a", "b")), "later", "itself", 0.0)  # fmt: skip
     if modes:  # (one batch)
         last = replace(last, run=replace(last.run, max_offsets=None))
-    return WriterSequence(
-        seed, partitions, backlog, users, live, tuple(writers), last, concurrency=concurrency
-    )
+    return WriterSequence(seed, partitions, backlog, users, live, tuple(writers), last,
+                          concurrency=concurrency, graph=graph)  # fmt: skip
 
 
 def _run(rng: random.Random, previous: Run | None, mode: str | None = None) -> Run:
@@ -173,6 +180,36 @@ class _Deployments(Player):
     def __init__(self, sequence: WriterSequence, brokers: str, topic: str, work: Path) -> None:
         super().__init__(_as_model(sequence), brokers, topic, work)
         self.deployment = "a"
+        self.timed = (
+            TimedInput(sequence.users, sequence.seed) if sequence.graph == "timed" else None
+        )
+
+    def input(self, count: int, users: int, rng: random.Random) -> Counter[str]:
+        """Emit ``count`` records of the sequence's input (clicks of ``users`` drawn from
+        ``rng``, or the timed group's events); return their keys."""
+        if self.timed is None:
+            items: list[tuple[str, Any]] = [(f"user-{rng.randrange(users)}", "/page")
+                                            for _ in range(count)]  # fmt: skip
+        else:
+            items = [self.timed() for _ in range(count)]
+        produce(self.brokers, self.topic, self.codec(), items)
+        return Counter(key for key, _ in items)
+
+    def codec(self) -> Codec[Any]:
+        return StringCodec() if self.timed is None else JsonCodec()
+
+    def last_clicks(self) -> Counter[str]:
+        if self.timed is None:
+            return super().last_clicks()
+        keys = [next(k for k in (f"last-{i}" for i in range(10_000))
+                     if partition_for(k.encode(), self.sequence.partitions) == p)
+                for p in range(self.sequence.partitions)]  # fmt: skip
+        produce(self.brokers, self.topic, JsonCodec(), [self.timed(key) for key in keys])
+        return Counter(keys)
+
+    def watched(self) -> str:
+        """A topic every processed record writes to (transactions open on it)."""
+        return told_topic(self.topic) if self.timed is None else f"{self.group}-table"
 
     def state(self) -> Path:
         return self.work / self.deployment / "state"
@@ -191,9 +228,10 @@ def _as_model(sequence: WriterSequence) -> object:
     class _Model:
         partitions: int
         guarantee: str
-        concurrency: int = 1
+        concurrency: int
+        graph: str
 
-    return _Model(sequence.partitions, sequence.guarantee, sequence.concurrency)
+    return _Model(sequence.partitions, sequence.guarantee, sequence.concurrency, sequence.graph)
 
 
 class _Running:
@@ -270,9 +308,10 @@ class _Running:
                              f"{code}, not fenced:\n{said[-5000:]}")  # fmt: skip
 
 
-def _started(previous: _Running, how: str, brokers: str, group: str, topic: str,
-             partitions: int, rng: random.Random) -> None:  # fmt: skip
+def _started(previous: _Running, how: str, deployments: _Deployments, partitions: int,
+             rng: random.Random) -> None:  # fmt: skip
     """Wait until the next writer may start after ``previous`` (see the module docstring)."""
+    brokers, group, topic = deployments.brokers, deployments.group, deployments.topic
     before = committed(brokers, group, topic, partitions)
     try:
         wait_for(lambda: not previous.alive() or committed(brokers, group, topic, partitions)
@@ -280,7 +319,7 @@ def _started(previous: _Running, how: str, brokers: str, group: str, topic: str,
     except AssertionError:
         return  # (it never committed: the next one starts anyway)
     if how == "in-transaction":
-        seen_open = told_topic(topic)
+        seen_open = deployments.watched()
         with contextlib.suppress(AssertionError):  # (none opened: it starts anyway)
             wait_for(lambda: not previous.alive() or open_transaction(brokers, seen_open,
                                                                       partitions), 10,
@@ -296,20 +335,16 @@ def play(sequence: WriterSequence, brokers: str, new_topic: Callable[..., str],
     topic = new_topic(f"writers-{sequence.seed}", partitions=sequence.partitions)
     TopicManager(brokers).ensure_stream_exists(told_topic(topic), sequence.partitions)
     rng = random.Random(sequence.seed)
-    sent: Counter[str] = Counter()
-    items = [(f"user-{rng.randrange(sequence.users)}", "/page") for _ in range(sequence.backlog)]
-    sent.update(user for user, _ in items)
-    produce(brokers, topic, StringCodec(), items)
     deployments = _Deployments(sequence, brokers, topic, work)
+    sent = deployments.input(sequence.backlog, sequence.users, rng)
     group, outcome = deployments.group, Outcome()
-    flow = (Flow(brokers, topic, sequence.live, sequence.users, sequence.seed)
-            if sequence.live else None)  # fmt: skip
+    flow = (Flow(brokers, topic, sequence.live, sequence.users, sequence.seed,
+                 deployments.timed, deployments.codec()) if sequence.live else None)  # fmt: skip
     running: list[_Running] = []
     try:
         for number, writer in enumerate(sequence.writers):
             if running:
-                _started(running[-1], writer.start, brokers, group, topic, sequence.partitions,
-                         rng)  # fmt: skip
+                _started(running[-1], writer.start, deployments, sequence.partitions, rng)
             if len(running) > 1:  # at most two at once: the one before the last ends now
                 _end(running[-2])
             running.append(_Running(writer, number, deployments))
@@ -337,6 +372,12 @@ def play(sequence: WriterSequence, brokers: str, new_topic: Callable[..., str],
     deployments.final_run(sequence.last.run, len(running), flow, sent)
     outcome.log += deployments.outcome.log
     assert ends(brokers, topic, sequence.partitions) == sum(sent.values())
+    if sequence.graph == "timed":
+        graph = timed_graph(topic)
+        expected = read_back_reference(graph, brokers, topic, sequence.partitions)
+        wrong = timed_wrong(graph, brokers, topic, expected, partitions=sequence.partitions)
+        assert not wrong, f"{outcome.line(sequence)}\n" + "\n".join(wrong)
+        return outcome
     state = seen(brokers, f"{group}-table", deployments.state(), group, sent)
     outcome.duplicates, wrong_places = told(brokers, topic, sequence.partitions)
     wrong = state.wrong(sent)
