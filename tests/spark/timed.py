@@ -68,17 +68,18 @@ def timed_graph(topic: str, concurrency: int = 1) -> Any:
 
 
 class TimedInput:
-    """The group's input, one event a call: event times moving forward 0.9 s a record from two
-    hours ago, with jitter (out of order, some late), keyed among ``keys`` keys (``key``: that
-    key instead)."""
+    """The group's input, one event a call: event times moving forward ``step`` ms a record
+    from ``hours`` ago, with jitter (out of order, some late), keyed among ``keys`` keys
+    (``key``: that key instead). Timer outputs carry their times: a broker refuses those more
+    than an hour ahead of its clock (``log.message.timestamp.after.max.ms``)."""
 
-    def __init__(self, keys: int, seed: int) -> None:
-        self.keys, self.rng, self.number = keys, random.Random(seed), 0
-        self.start = int(dt.datetime.now(dt.UTC).timestamp() * 1000) - 2 * 3_600_000
+    def __init__(self, keys: int, seed: int, step: int = 900, hours: int = 2) -> None:
+        self.keys, self.rng, self.number, self.step = keys, random.Random(seed), 0, step
+        self.start = int(dt.datetime.now(dt.UTC).timestamp() * 1000) - hours * 3_600_000
 
     def __call__(self, key: str | None = None) -> tuple[str, dict[str, int]]:
         drawn = f"k{self.rng.randrange(self.keys)}"
-        at = self.start + self.number * 900 + self.rng.randint(-40_000, 3_000)
+        at = self.start + self.number * self.step + self.rng.randint(-40_000, 3_000)
         self.number += 1
         return key or drawn, {"t": at}
 

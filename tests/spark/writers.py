@@ -180,9 +180,9 @@ class _Deployments(Player):
     def __init__(self, sequence: WriterSequence, brokers: str, topic: str, work: Path) -> None:
         super().__init__(_as_model(sequence), brokers, topic, work)
         self.deployment = "a"
-        self.timed = (
-            TimedInput(sequence.users, sequence.seed) if sequence.graph == "timed" else None
-        )
+        self.timed = None  # (100 ms a record from 6 h ago: 200,000 records stay in the past)
+        if sequence.graph == "timed":
+            self.timed = TimedInput(sequence.users, sequence.seed, step=100, hours=6)
 
     def input(self, count: int, users: int, rng: random.Random) -> Counter[str]:
         """Emit ``count`` records of the sequence's input (clicks of ``users`` drawn from
