@@ -132,6 +132,9 @@ def generate(seed: int, modes: tuple[str, ...] = (), concurrency: int = 1,
                   rng.choice(("a", "b")), "later", "itself", 0.0)  # fmt: skip
     if modes:  # (one batch)
         last = replace(last, run=replace(last.run, max_offsets=None))
+    elif graph == "timed" and (last.run.max_offsets or 1000) < 1000:  # (a live flow can leave
+        # 80,000 events: 700 batches of 111, over the last run's 300 s)
+        last = replace(last, run=replace(last.run, max_offsets=last.run.max_offsets * 10))
     return WriterSequence(seed, partitions, backlog, users, live, tuple(writers), last,
                           concurrency=concurrency, graph=graph)  # fmt: skip
 
