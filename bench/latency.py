@@ -233,7 +233,8 @@ def measure(spark: object, rate: int, seconds: float, mode: str, *, partitions: 
         producer.flush(30)
         tail = Tail(brokers, graph.table, fetch_wait, partitions)
         processor = Processor(graph, brokers, spark=spark, state_dir=state,  # type: ignore[arg-type]
-                              mode=mode, checkpoint_dir=state / "checkpoint", trigger="0 seconds",
+                              mode=mode, checkpoint_dir=state / "checkpoint",
+                              **({"trigger": "0 seconds"} if mode == "micro-batch" else {}),
                               epoch=LATENCY_EPOCH, guarantee=guarantee,
                               commit_interval=COMMIT_INTERVAL,
                               kafka_config={"consumer.fetch.wait.max.ms": fetch_wait})  # fmt: skip

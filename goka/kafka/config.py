@@ -15,6 +15,7 @@ __all__ = [
     "Brokers",
     "admin_config",
     "bootstrap_servers",
+    "check_settings",
     "consumer_config",
     "producer_config",
     "scoped",
@@ -74,6 +75,32 @@ def bootstrap_servers(brokers: Brokers) -> str:
 #: librdkafka's own log lines go to this Python logger instead of stderr.
 #: Repeated lines (one per connection attempt of every client) are folded (see RepeatFilter).
 LIBRDKAFKA_LOGGER = logging.getLogger("goka.librdkafka")
+
+
+class StartingBroker(logging.Filter):
+    """librdkafka's lines about a broker that is still starting (``GETPID ... Failed to
+    acquire idempotence PID ...: Coordinator load in progress: retrying``) at debug: the
+    client retries by itself, and a newcomer reads a warning as a failure."""
+
+    #: What a starting broker answers (retriable; librdkafka retries).
+    STARTING = ("Coordinator load in progress", "Coordinator not available",
+                "Not coordinator")  # fmt: skip
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = str(record.msg)
+        if (
+            record.levelno > logging.DEBUG
+            and "retrying" in message
+            and any(s in message for s in self.STARTING)
+        ):
+            if not LIBRDKAFKA_LOGGER.isEnabledFor(logging.DEBUG):
+                return False
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return True
+
+
+if not any(isinstance(f, StartingBroker) for f in LIBRDKAFKA_LOGGER.filters):
+    LIBRDKAFKA_LOGGER.addFilter(StartingBroker())
 if not any(isinstance(f, RepeatFilter) for f in LIBRDKAFKA_LOGGER.filters):
     LIBRDKAFKA_LOGGER.addFilter(RepeatFilter())
 
@@ -119,3 +146,39 @@ def admin_config(brokers: Brokers, user: Mapping[str, Any] | None = None) -> dic
     """Merge the user's librdkafka settings (those prefixed ``admin.`` too) and the brokers
     for an admin client."""
     return _merge(CLIENT_DEFAULTS, brokers, user or {}, "admin.")
+
+
+#: Where librdkafka logs while it checks settings (see :func:`check_settings`): nowhere.
+_QUIET = logging.getLogger("goka.librdkafka.check")
+_QUIET.addHandler(logging.NullHandler())
+_QUIET.propagate = False
+
+
+def check_settings(user: Mapping[str, Any], where: str = "kafka_config") -> None:
+    """Have librdkafka check the settings of ``user`` now, each with the clients it goes to
+    (see :func:`scoped`), rather than when a task starts its first client.
+
+    Raises:
+        ConfigurationError: a property librdkafka does not know, or a value it refuses,
+            named with ``where`` (the keyword it was given in).
+    """
+    from confluent_kafka import Consumer, KafkaException, Producer
+
+    for scope, client in (("producer.", Producer), ("consumer.", Consumer), ("admin.", Producer)):
+        given = scoped(user, scope)
+        if not given:
+            continue
+        config = {**given, "logger": _QUIET}
+        config.pop("bootstrap.servers", None)
+        if client is Consumer:
+            config.setdefault("group.id", "goka-py-check")
+        try:
+            made = client(config)
+        except KafkaException as exc:
+            error = exc.args[0].str()
+            raise ConfigurationError(f"{where}: {error} (librdkafka's CONFIGURATION.md lists "
+                                     f"the properties)") from exc  # fmt: skip
+        except (TypeError, ValueError) as exc:
+            raise ConfigurationError(f"{where}: {exc}") from exc
+        if isinstance(made, Consumer):
+            made.close()

@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from goka.errors import ConfigurationError
 from goka.group.engine import POLICIES, ErrorPolicy
-from goka.kafka.config import scoped
+from goka.kafka.config import check_settings, scoped
+from goka.processing.values import LOG_LEVELS, TRIGGER, trigger_seconds
 from goka.time.window_cache import WINDOW_CACHE
 
 if TYPE_CHECKING:  # imported when first built: the command line declares its flags from here
@@ -96,8 +98,10 @@ class ProcessorSettings:
         partitions as records arrive and commits every ``commit_interval`` (milliseconds from
         emit to table instead of about a second); ``available-now``: what is there, then
         stop.""", choices=MODES)  # fmt: skip
-    trigger: str = _setting("1 second", """The micro-batch interval (``available-now``: as
-        the mode).""", flag=str)  # fmt: skip
+    trigger: str = _setting(TRIGGER, """The micro-batch interval: ``<number> <unit>``, units
+        milliseconds, seconds, minutes, hours or days (``"500 milliseconds"``, ``"1 minute 30
+        seconds"``; ``available-now``: as the mode). Micro-batches only: continuous epochs run
+        back to back (see ``epoch`` and ``commit_interval``).""", flag=str)  # fmt: skip
     epoch: float = _setting(
         30.0,
         """Seconds of each epoch in continuous mode (between them,
@@ -204,8 +208,8 @@ class ProcessorSettings:
     broker_timeout: float = _setting(30.0, """Seconds a task's read may get nothing before it
         fails the batch (naming the brokers if they could not be reached); a read that
         progresses goes on however long it takes.""", flag=float)  # fmt: skip
-    log_level: str | None = _setting(None, """How the Python workers that run the tasks log
-        (None: they configure nothing).""")  # fmt: skip
+    log_level: str | None = _setting(None, """How the Python workers that run the tasks log:
+        DEBUG, INFO, WARNING, ERROR or CRITICAL (None: they configure nothing).""")  # fmt: skip
     log_format: str = _setting("text", "The log format of those workers: text or json.")
 
     def __post_init__(self) -> None:
@@ -243,8 +247,36 @@ def _default(found: dataclasses.Field[Any]) -> Any:
     return found.default
 
 
+#: The settings given in seconds (``tick_interval`` may also be None).
+SECONDS = ("epoch", "commit_interval", "write_interval", "tick_interval", "snapshot_interval",
+           "progress_interval", "broker_timeout")  # fmt: skip
+
+
+def _check_types(s: ProcessorSettings) -> None:
+    """Raise for a setting of the wrong type (``tick_interval="1s"``) before any comparison
+    would fail with a TypeError."""
+    for name in SECONDS:
+        value = getattr(s, name)
+        if value is None and name == "tick_interval":
+            continue
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+        ):
+            raise ConfigurationError(f"{name} must be a number of seconds, got {value!r}")
+    for name in ("kafka_config", "producer_config", "snapshot_options"):
+        if not isinstance(getattr(s, name), Mapping):
+            raise ConfigurationError(f"{name} must be a mapping of settings, got "
+                                     f"{getattr(s, name)!r}")  # fmt: skip
+    for name in ("trigger", "starting_offsets", "log_format"):
+        if not isinstance(getattr(s, name), str):
+            raise ConfigurationError(f"{name} must be a string, got {getattr(s, name)!r}")
+
+
 def _check(s: ProcessorSettings) -> None:
     """Raise ConfigurationError for the first invalid setting of ``s``."""
+    _check_types(s)
     if s.on_error not in POLICIES:
         raise ConfigurationError(f"on_error must be one of {POLICIES}, got {s.on_error!r}")
     if s.mode not in MODES:
@@ -274,6 +306,20 @@ def _check(s: ProcessorSettings) -> None:
         raise ConfigurationError(f"snapshot_interval must be >= 0, got {s.snapshot_interval}")
     if s.log_format not in ("text", "json"):
         raise ConfigurationError(f"log_format must be text or json, got {s.log_format!r}")
+    if s.log_level is not None and s.log_level not in LOG_LEVELS:
+        raise ConfigurationError(f"log_level must be one of {', '.join(LOG_LEVELS)} (or None), "
+                                 f"got {s.log_level!r}")  # fmt: skip
+    if s.mode != "available-now":
+        trigger_seconds(s.trigger)
+    if s.mode == "continuous" and s.trigger != TRIGGER:
+        raise ConfigurationError(
+            f"trigger={s.trigger!r} applies to micro-batches: in continuous mode epochs run "
+            f"back to back and commit every commit_interval; remove the trigger, or use "
+            f"mode='micro-batch'"
+        )
+    check_settings(s.kafka_config, "kafka_config")
+    check_settings({f"producer.{k}": v for k, v in s.producer_config.items()},
+                   "producer_config")  # fmt: skip
     _check_starting_offsets(s.starting_offsets)
     if s.guarantee == "exactly-once":
         _check_exactly_once(s)

@@ -20,6 +20,7 @@ from pathlib import Path
 import pyspark
 from pyspark.sql import SparkSession
 
+from goka.processing.values import check_master
 from goka.spark.gateway import install
 
 install()  # the JVM started without Python between fork and exec (goka.spark.gateway)
@@ -118,6 +119,9 @@ class SessionSettings:
     class_data: str | None = ""
     log4j: str = LOG4J
 
+    def __post_init__(self) -> None:
+        check_master(self.master)
+
 
 def cds_archive(home: Path | None = None, setting: str | None = "") -> Path | None:
     """Where the driver JVM's class-data archive (AppCDS) is for this pyspark install: the
@@ -162,6 +166,7 @@ def build_session(
     """
     settings = settings or SessionSettings()
     master = master or settings.master
+    check_master(master)
     if not master and not os.environ.get("PYSPARK_GATEWAY_PORT"):  # spark-submit's --master rules
         master = "local[2]"
     local = bool(master and master.startswith("local"))

@@ -25,6 +25,8 @@ from goka.connect.sink import ParquetSink, PostgresSink, Sink
 from goka.connect.status import ConnectorStatus, Lifecycle
 from goka.connect.task import COUNTS, SinkTask, Writer, encode_task, open_writer
 from goka.errors import ConfigurationError
+from goka.kafka.config import check_settings
+from goka.processing.values import check_master, trigger_seconds
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -111,6 +113,10 @@ class SinkJob:
         self.checkpoint_dir = str(checkpoint_dir)
         self.trigger, self.max_offsets = trigger, max_offsets_per_trigger
         self.kafka_config = dict(kafka_config or {})
+        check_master(master)
+        if trigger != "available-now":
+            trigger_seconds(trigger)
+        check_settings(self.kafka_config)
         self.task = SinkTask(sink, brokers, self.kafka_config, chunk=chunk, writer=writer)
         self._spark, self._master = spark, master
         self._query: StreamingQuery | None = None

@@ -14,10 +14,10 @@ from typing import Any
 from goka.group.graph import GroupGraph
 from goka.kafka.config import Brokers, producer_config
 from goka.kafka.producer import Producer, kafka_producer
+from goka.processing.values import trigger_seconds as parse_trigger
 
 __all__ = ["Ticker", "trigger_seconds"]
 
-_UNITS = {"millisecond": 0.001, "second": 1.0, "minute": 60.0, "hour": 3600.0}
 
 log = logging.getLogger(__name__)
 
@@ -80,14 +80,11 @@ class Ticker:
 
 
 def trigger_seconds(trigger: str) -> float:
-    """The seconds of a micro-batch trigger (``"200 milliseconds"``, ``"1 second"``), at
-    least 0.1 (1 for anything else: ``"available-now"``)."""
-    number, _, unit = trigger.strip().partition(" ")
-    try:
-        seconds = float(number) * _UNITS[unit.strip().rstrip("s")]
-    except (ValueError, KeyError):
+    """The seconds of a micro-batch trigger (``"200 milliseconds"``, ``"1 second"``, checked
+    at declaration), at least 0.1 (1 for ``"available-now"``)."""
+    if trigger.strip() == "available-now":
         return 1.0
-    return max(seconds, 0.1)
+    return max(parse_trigger(trigger), 0.1)
 
 
 def _logged(error: Any, message: Any) -> None:

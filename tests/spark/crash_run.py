@@ -66,12 +66,14 @@ def main() -> None:
         graph = timed_graph(args.topic, args.concurrency)
         assert graph.group == args.group, (graph.group, args.group)
     kill = Kill(args.kill, args.nth, args.marker) if args.kill else None
+    micro = args.mode == "micro-batch"  # (a trigger in continuous mode is refused)
+    timing = {"trigger": f"{round(args.trigger * 1000)} milliseconds"} if micro else {}
     processor = Processor(
         graph, args.brokers, state_dir=args.state, checkpoint_dir=args.checkpoint,
         max_offsets_per_trigger=args.max_offsets, snapshot_interval=args.snapshot_interval,
         builders=builders(kill, transaction_timeout_ms=args.transaction_timeout_ms),
         mode=args.mode, epoch=args.epoch,
-        trigger=f"{round(args.trigger * 1000)} milliseconds",
+        **timing,
         commit_interval=args.commit_interval, guarantee=args.guarantee,
         log_level=args.log_level,
     )  # fmt: skip

@@ -102,7 +102,8 @@ def test_wall_timers_fire_on_partitions_that_get_no_more_records(
 ) -> None:
     topic = new_topic(partitions=2)
     graph = idle_graph(topic)
-    processor = make_processor(graph, mode=mode, epoch=600, trigger="200 milliseconds")
+    timing = {"epoch": 600} if mode == "continuous" else {"trigger": "200 milliseconds"}
+    processor = make_processor(graph, mode=mode, **timing)
     processor.prepare_topics(create_outputs=True)
     running = Running(processor)
     users = [f"u{i}" for i in range(6)]

@@ -1,0 +1,63 @@
+"""How the text of a setting is read and checked: micro-batch triggers and Spark masters
+(used at declaration by :mod:`goka.processing.settings`, and where they are used)."""
+
+from __future__ import annotations
+
+import re
+
+from goka.errors import ConfigurationError
+
+__all__ = ["LOG_LEVELS", "TRIGGER", "TRIGGER_UNITS", "check_master", "trigger_seconds"]
+
+#: The units a micro-batch trigger is given in (Spark's interval units, singular or plural), in
+#: seconds.
+TRIGGER_UNITS = {"millisecond": 0.001, "second": 1.0, "minute": 60.0, "hour": 3600.0,
+                 "day": 86_400.0}  # fmt: skip
+_TRIGGER_PART = re.compile(r"(\d+|\d*\.\d+) +([a-z]+?)s?(?: +|$)")
+#: The micro-batch trigger when none is given.
+TRIGGER = "1 second"
+#: The log levels of the workers' ``log_level``.
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+#: The masters Spark takes: ``local``, ``local[N]`` / ``local[*]`` (with ``,F`` failures),
+#: ``local-cluster[...]``, a standalone ``spark://`` master, ``yarn`` and Kubernetes.
+MASTER = re.compile(r"local|local\[(?:[1-9]\d*|\*)(?:,[1-9]\d*)?\]|local-cluster\[\d+,\d+,\d+\]"
+                    r"|spark://[^\s/]+(?:,[^\s/]+)*|yarn|k8s://\S+")  # fmt: skip
+
+
+def check_master(master: str | None) -> None:
+    """Raise for a master Spark would refuse when the session starts (``local[zero]``).
+
+    Raises:
+        ConfigurationError: ``master`` is none of :data:`MASTER`'s forms.
+    """
+    if master is not None and not (isinstance(master, str) and MASTER.fullmatch(master)):
+        raise ConfigurationError(
+            f"master must be local, local[N] (N >= 1 threads, or *), spark://host:port, yarn "
+            f"or k8s://...; got {master!r}"
+        )
+
+
+def trigger_seconds(trigger: str) -> float:
+    """The seconds of a micro-batch ``trigger``: one or more ``<number> <unit>`` of
+    :data:`TRIGGER_UNITS` (``"200 milliseconds"``, ``"1 minute 30 seconds"``).
+
+    Raises:
+        ConfigurationError: ``trigger`` is not such a duration.
+    """
+    text = trigger.strip().lower() if isinstance(trigger, str) else ""
+    seconds, at = 0.0, 0
+    for part in _TRIGGER_PART.finditer(text):
+        fraction = "." in part.group(1) and part.group(2) != "second"  # (Spark's rule)
+        if part.start() != at or part.group(2) not in TRIGGER_UNITS or fraction:
+            break
+        seconds += float(part.group(1)) * TRIGGER_UNITS[part.group(2)]
+        at = part.end()
+    else:
+        if text and at == len(text):
+            return seconds
+    raise ConfigurationError(
+        f"trigger must be a duration such as '500 milliseconds', '2 seconds' or '1 minute 30 "
+        f"seconds' (units: {', '.join(u + 's' for u in TRIGGER_UNITS)}), or 'available-now'; "
+        f"got {trigger!r}"
+    )
