@@ -27,6 +27,7 @@ __all__ = [
     "JsonCodec",
     "ProtobufCodec",
     "StringCodec",
+    "alike",
     "codec_by_name",
 ]
 
@@ -365,3 +366,11 @@ def codec_by_name(name: str) -> Codec[Any]:
         raise ConfigurationError(
             f"unknown codec {name!r}; expected one of {', '.join(sorted(_BY_NAME))}"
         ) from None
+
+
+def alike(one: Codec[Any], other: Codec[Any]) -> bool:
+    """Do two codecs encode alike: the same instance, or the same class with the same
+    settings (two ``JsonCodec()``: what pickling keeps of them)?"""
+    if one is other:
+        return True
+    return type(one) is type(other) and one.__getstate__() == other.__getstate__()

@@ -198,7 +198,14 @@ def inputs(
     topics: Iterable[str], codec: Codec[Any], callback: Callback, *,
     event_time: EventTime = "record",
 ) -> tuple[Edge, ...]:  # fmt: skip
-    """Consume several streams with one codec, one callback and one event time."""
+    """Consume several streams with one codec, one callback and one event time.
+
+    Raises:
+        GraphError: ``topics`` is one string (its letters would be the topics).
+    """
+    if isinstance(topics, str | bytes):
+        raise GraphError(f"inputs() takes a list of topics, got the string {topics!r}: use "
+                         f"inputs([{topics!r}], ...) or input({topics!r}, ...)")  # fmt: skip
     return tuple(input(topic, codec, callback, event_time=event_time) for topic in topics)
 
 

@@ -313,6 +313,9 @@ def _check_edge(group: Group, edge: Edge) -> None:
             "A-Z a-z 0-9 . _ -"
         )
     codec = edge.codec
+    if isinstance(codec, type):
+        raise GraphError(f"{where}: got the codec class {codec.__name__}, not a codec: did you "
+                         f"mean {codec.__name__}()?")  # fmt: skip
     if codec is None or not (callable(getattr(codec, "encode", None))
                              and callable(getattr(codec, "decode", None))):  # fmt: skip
         raise GraphError(f"{where}: needs a codec with encode() and decode(), got {codec!r}")

@@ -6,8 +6,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from goka.keys import key_bytes
+
 if TYPE_CHECKING:
     from goka.codec import Codec
+    from goka.group.effects import Message
 
 __all__ = ["QueueTracker", "Record"]
 
@@ -23,6 +26,11 @@ class Record:
     value: bytes | None
     headers: tuple[tuple[str, bytes], ...]
     timestamp: int
+
+    def message(self) -> Message:
+        """The record as the engine takes it."""
+        return (self.topic, self.offset, key_bytes(self.key), self.value, self.timestamp,
+                list(self.headers) or None)  # fmt: skip
 
 
 class _Logs(Protocol):

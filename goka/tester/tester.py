@@ -21,7 +21,7 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from goka.codec import Codec
+from goka.codec import Codec, alike
 from goka.errors import ConfigurationError, GokaError, ProcessingError
 from goka.group.effects import EMIT, FINAL, LOOP, TABLE, TIMER, WINDOW, BatchResult, Effect, Message
 from goka.group.engine import POLICIES, Engine, ErrorPolicy
@@ -103,16 +103,21 @@ class Tester:
         """Register a group graph.
 
         Raises:
-            ConfigurationError: a group of that name is already registered.
+            ConfigurationError: a group of that name is already registered, or a topic it
+                declares was declared with another codec.
         """
         if graph.group in self._graphs:
             raise ConfigurationError(f"group {graph.group!r} is already registered")
+        topics = [({"loop": graph.loop_topic, "persist": graph.table}.get(e.kind, e.topic), e)
+                  for e in graph.edges() if e.kind != "timers"]  # fmt: skip
+        for topic, edge in topics:
+            known = self._codecs.get(topic, edge.codec)
+            if not alike(known, edge.codec):
+                raise ConfigurationError(f"group {graph.group!r}: {topic!r} with {edge.codec!r}"
+                                         f", but an earlier group's with {known!r}")  # fmt: skip
         self._graphs[graph.group] = graph
         self._graces[graph.group] = section_graces(graph)
-        for edge in graph.edges():
-            topic = {"loop": graph.loop_topic, "persist": graph.table}.get(edge.kind, edge.topic)
-            if edge.kind == "timers":
-                continue
+        for topic, edge in topics:
             self._codecs.setdefault(topic, edge.codec)
             if edge.kind in ("persist", "join", "lookup", "window"):
                 self._tables.setdefault(topic, {})
@@ -178,7 +183,7 @@ class Tester:
         self._pending.clear()
         try:
             for (group, partition), batch in batches.items():
-                graph, rest = self._graphs[group], [_message(r) for r in batch]
+                graph, rest = self._graphs[group], [r.message() for r in batch]
                 engine = self._engine(graph, partition)
                 while True:  # (a call may end early: a group that keeps time goes on after)
                     result = engine.process(rest)
@@ -222,7 +227,7 @@ class Tester:
             self._pending.clear()
 
     def _process(self, graph: GroupGraph, record: Record) -> None:
-        result = self._engine(graph, record.partition).process([_message(record)])
+        result = self._engine(graph, record.partition).process([record.message()])
         self._apply_all(graph, result, record.partition)
 
     def _apply_all(self, graph: GroupGraph, result: BatchResult, partition: int) -> None:
@@ -288,6 +293,9 @@ class Tester:
         """Move ``group``'s stream time (of ``partition``, default: every partition) forward
         to ``to`` without a record, and fire what that makes due (stream timers, windows
         that close, TTLs), with everything it causes."""
+        if not self._graph(group).timed or partition not in (None, *range(self.partitions)):
+            raise ConfigurationError(f"group {group!r} keeps no stream time (no window, timers "
+                                     f"or ttl), or has no partition {partition}")  # fmt: skip
         at = to if isinstance(to, int) else round(to.timestamp() * 1000)
         self._tick(group, at, partition)
 
@@ -333,10 +341,8 @@ class Tester:
         return None if data is None else self.codec(table).decode(data)
 
     def set_table_value(self, table: str, key: str | bytes, value: Any) -> None:
-        """Seed ``table`` (e.g. a joined or looked-up table) with ``value`` for ``key``.
-
-        ``None`` deletes the key. Nothing is processed: tables are read, not consumed.
-        """
+        """Seed ``table`` (a joined or looked-up one) with ``value`` for ``key`` (``None``
+        deletes it). Nothing is processed: tables are read, not consumed."""
         target, key = self._table(table), key_str(key)
         if value is None:
             target.pop(key, None)
@@ -392,9 +398,3 @@ class Tester:
         record = self._append(topic, key, data, headers, timestamp, partition)
         self._run()
         return record
-
-
-def _message(record: Record) -> Message:
-    """A stored record as the engine takes it."""
-    return (record.topic, record.offset, key_bytes(record.key), record.value, record.timestamp,
-            list(record.headers) or None)  # fmt: skip
