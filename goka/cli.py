@@ -31,6 +31,10 @@ HINTS = {
     "--on-error dead_letter (writes them to <group>-dlq)",
     "BrokerError": "check --brokers (or GOKA_BROKERS) and that the brokers are reachable",
     "ViewUnreachableError": "check --view and that the view service is running",
+    "PortTakenError:http": "pass --http-port with a free port (0: any free one, printed at "
+    "start), or stop what listens there",
+    "PortTakenError:grpc": "pass --port with a free port (0: any free one, printed at start), "
+    "or stop what listens there",
     "SinkError": "the record or column named above does not fit the table: fix the data or the "
     "table, or declare the sink with on_error='skip'",
 }
@@ -48,8 +52,9 @@ def _version() -> str:
 def build_parser() -> argparse.ArgumentParser:
     """Return the parser of the ``goka`` command."""
     from goka.commands import broker, connect, processor, table, topics, view
+    from goka.commands.options import Parser
 
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="goka", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--version", action="version", version=f"goka-py {_version()}")

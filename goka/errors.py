@@ -19,6 +19,7 @@ Every error the library raises on purpose derives from :class:`GokaError`::
     │       └── TransactionAbortedError   it was aborted: none of it is read committed
     ├── FencedError               a newer writer of the group partition took it over
     ├── EmitterClosedError        emit() after close()
+    ├── PortTakenError            a port to listen on is another process's
     ├── ViewError                 a view stopped: its table topic cannot be followed
     ├── ViewNotReadyError         a read before the view recovered
     ├── ViewUnreachableError      a view service cannot be reached (refused, TLS, timeout)
@@ -55,6 +56,7 @@ __all__ = [
     "GraphError",
     "MessageTooLargeError",
     "OffsetRegressionError",
+    "PortTakenError",
     "ProcessingError",
     "ProcessorFailed",
     "SinkError",
@@ -213,6 +215,14 @@ class ViewNotReadyError(GokaError):
     """A read before the view recovered (and stale reads are not allowed)."""
 
 
+class PortTakenError(GokaError, OSError):
+    """Another process listens on a port to listen on: ``service`` ``"http"`` or ``"grpc"``."""
+
+    def __init__(self, message: str, service: str) -> None:
+        super().__init__(message)
+        self.service, self.cause = service, f"PortTakenError:{service}"
+
+
 class ViewError(GokaError):
     """The view stopped: its table topic cannot be followed (see the message)."""
 
@@ -233,8 +243,7 @@ class EventTimeError(GokaError):
 
 
 class Abort(Exception):
-    """Raised by :meth:`goka.Context.fail`: stop processing, whatever the error policy (the
-    engine reports it as a :class:`ProcessingError`)."""
+    """:meth:`goka.Context.fail`: stop, whatever the policy (reported as ProcessingError)."""
 
 
 class UsageError(ConfigurationError):
@@ -247,8 +256,7 @@ class SinkError(GokaError):
 
 
 class SourceError(SinkError):
-    """A source cannot read a record (it names the file or row and why), or cannot resume
-    (a partition it writes was last written by someone else)."""
+    """A source cannot read a record (named), or resume (another wrote its partition last)."""
 
 
 class ProcessorFailed(GokaError):
@@ -389,5 +397,4 @@ class TransactionError(BrokerError):
 
 
 class TransactionAbortedError(TransactionError):
-    """A transaction could not commit and was aborted: nothing it wrote is visible to
-    ``read_committed`` readers; the task begins again from its store."""
+    """A transaction was aborted: none of it is read committed; the task begins again."""

@@ -12,15 +12,15 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from goka.commands.options import add, add_brokers, brokers
-from goka.errors import UsageError
+from goka.commands.options import HTTP_PORTS, add, add_brokers, as_flags, at_least, brokers, port
+from goka.errors import ConfigurationError, UsageError
 
 __all__ = ["load_sink", "register"]
 
 log = logging.getLogger(__name__)
 
-#: The HTTP port of ``goka connect run`` (processors use 9100, view services 9200).
-HTTP_PORT = 9300
+#: The HTTP port of ``goka connect run`` (see :data:`~goka.commands.options.HTTP_PORTS`).
+HTTP_PORT = HTTP_PORTS["connect"]
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -45,12 +45,12 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     run.add_argument("--until-caught-up", action="store_true",
                      help="write what the topic holds now, then stop")  # fmt: skip
     add(run, "--trigger", "micro-batch interval", default="1 second")
-    add(run, "--max-offsets", "most records per micro-batch", type=int)
+    add(run, "--max-offsets", "most records per micro-batch", type=at_least(1))
     add(run, "--master", "Spark master (default local[2])")
     add(run, "--http-host", "address of the HTTP port (monitor /, REST /connectors, /metrics, "
         "/healthz, /readyz)", default="127.0.0.1")  # fmt: skip
     add(run, "--http-port", f"HTTP port (0: any free port, printed at start; default {HTTP_PORT}, "
-        "none with --until-caught-up unless given)", type=int)  # fmt: skip
+        "none with --until-caught-up unless given)", type=port)  # fmt: skip
     for parser in (status, offsets):
         parser.add_argument("--json", action="store_true", help="print JSON")
     reset.add_argument("--yes", action="store_true", help="do it (else only say what it does)")
@@ -73,7 +73,10 @@ def load_sink(spec: str) -> Any:
     module, _, name = spec.partition(":")
     if not module or not name:
         raise UsageError(f"a sink is given as module:attribute, got {spec!r}")
-    found = getattr(importlib.import_module(module), name, None)
+    try:
+        found = getattr(importlib.import_module(module), name, None)
+    except ImportError as exc:
+        raise UsageError(f"cannot import {module!r} for {spec!r}: {exc}") from exc
     if callable(found) and not isinstance(found, sinks):
         found = found()
     if not isinstance(found, sinks):
@@ -99,9 +102,16 @@ def _run(args: argparse.Namespace, stop: threading.Event) -> int:
     if isinstance(connector, SOURCES):  # a source runs here, not on Spark
         job = source_job(connector, brokers(args))
     else:
-        job = SinkJob(connector, brokers(args), checkpoint_dir=_checkpoint(args),
-                      master=args.master, trigger=args.trigger,
-                      max_offsets_per_trigger=args.max_offsets)  # fmt: skip
+        try:
+            job = SinkJob(connector, brokers(args), checkpoint_dir=_checkpoint(args),
+                          master=args.master, trigger=args.trigger,
+                          max_offsets_per_trigger=args.max_offsets)  # fmt: skip
+        except UsageError:
+            raise
+        except ConfigurationError as exc:  # (said with the flags the user gave)
+            flags = {"trigger": "--trigger", "master": "--master",
+                     "max_offsets_per_trigger": "--max-offsets"}  # fmt: skip
+            raise UsageError(as_flags(str(exc), flags)) from exc
     port = args.http_port if args.http_port is not None or args.until_caught_up else HTTP_PORT
     with _serving(job, brokers(args), args.http_host, port):
         if args.until_caught_up:

@@ -4,12 +4,85 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Callable
-from typing import Any
+import re
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, NoReturn
 
 from goka.errors import UsageError
 
-__all__ = ["add", "add_brokers", "add_http", "brokers", "env_name"]
+__all__ = ["HTTP_PORTS", "Parser", "add", "add_brokers", "add_http", "as_flags", "at_least",
+           "brokers", "env_name", "port", "seconds", "setting_flags"]  # fmt: skip
+
+
+#: The HTTP port of each command's service by default: fixed (a restarted service keeps its
+#: address, and Prometheus its ``instance`` label), outside the range 9100-9999 that
+#: Prometheus allocates to exporters (9100 is the node exporter's, 9101 HAProxy's), and away
+#: from Kafka's and Spark's ports (9092, 8080-8083, 4040, 7077).
+HTTP_PORTS = {"processor": 8470, "view": 8471, "connect": 8472}
+
+
+class Parser(argparse.ArgumentParser):
+    """A parser whose errors are one line, as every error of the command is: what is wrong,
+    and where the usage is (exit status 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"goka: error: {message} ({self.prog} --help shows the usage)\n")
+
+
+def as_flags(message: str, flags: Mapping[str, str]) -> str:
+    """``message`` (a :class:`~goka.errors.ConfigurationError`'s) with each keyword of
+    ``flags`` it names as that flag: ``need 0 <= commit_interval < epoch`` becomes ``need 0 <=
+    --commit-interval < --epoch`` (a word without ``_`` only where it stands for the setting,
+    before ``=``, ``must``, a comparison or a comma)."""
+    for name in sorted(flags, key=len, reverse=True):
+        after = "" if "_" in name else r"(?=\s*(?:=|must\b|<|>|,|\)|$))"
+        message = re.sub(rf"(?<![\w-]){re.escape(name)}\b{after}", flags[name], message)
+    return message
+
+
+def setting_flags(names: Iterable[str]) -> dict[str, str]:
+    """Each setting's flag: ``commit_interval`` -> ``--commit-interval``."""
+    return {name: "--" + name.replace("_", "-") for name in names}
+
+
+def port(text: str) -> int:
+    """A TCP port, 0 (any free one) to 65535."""
+    number = _integer(text, "a port")
+    if not 0 <= number <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port: give 0-65535 (0: any free "
+                                         f"one)")  # fmt: skip
+    return number
+
+
+def at_least(least: int) -> Callable[[str], int]:
+    """An integer of at least ``least``."""
+
+    def parse(text: str) -> int:
+        number = _integer(text, f"an integer >= {least}")
+        if number < least:
+            raise argparse.ArgumentTypeError(f"{text!r}: give an integer >= {least}")
+        return number
+
+    parse.__name__ = f"integer >= {least}"
+    return parse
+
+
+def seconds(text: str) -> float:
+    """A number of seconds, at least 0."""
+    try:
+        number = float(text)
+    except ValueError:
+        number = -1.0
+    if not number >= 0 or number == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r}: give a number of seconds >= 0")
+    return number
+
+
+def _integer(text: str, what: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
 
 
 def env_name(flag: str) -> str:
@@ -35,7 +108,7 @@ def add(
     if from_env is not None:
         try:
             value = type(from_env)
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, argparse.ArgumentTypeError) as exc:
             raise UsageError(f"${name}={from_env!r}: {exc}") from exc
     shown = f"default: {default}" if default is not None and default != "" else "no default"
     suffix = f" ({shown}; env {name})" if env else f" ({shown})"
@@ -53,8 +126,8 @@ def brokers(args: argparse.Namespace) -> str:
     return str(args.brokers)
 
 
-def add_http(parser: argparse.ArgumentParser, port: int) -> None:
+def add_http(parser: argparse.ArgumentParser, number: int) -> None:
     add(parser, "--http-host", "address of the HTTP port (/metrics, /healthz, /readyz)",
         default="127.0.0.1")  # fmt: skip
     add(parser, "--http-port", "HTTP port (0: any free port, printed at start)",
-        default=port, type=int)  # fmt: skip
+        default=number, type=port)  # fmt: skip

@@ -7,11 +7,21 @@ import logging
 import signal
 import threading
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
-from goka.commands.options import add, add_brokers, add_http, brokers
-from goka.errors import UsageError
+from goka.commands.options import (
+    HTTP_PORTS,
+    add,
+    add_brokers,
+    add_http,
+    as_flags,
+    at_least,
+    brokers,
+    seconds,
+    setting_flags,
+)
+from goka.errors import ConfigurationError, UsageError
+from goka.processing.layout import move_flat_checkpoint, move_nested
 from goka.processing.settings import cli_settings
 
 __all__ = ["OWN_FLAGS", "register"]
@@ -19,8 +29,10 @@ __all__ = ["OWN_FLAGS", "register"]
 log = logging.getLogger("goka.processor")
 
 #: Settings whose flags are written here, not made from their declaration: the command runs
-#: continuously by default, and keeps each group's state and checkpoint apart.
+#: continuously by default, and keeps each group's state and checkpoint apart
+#: (:mod:`goka.processing.layout`).
 OWN_FLAGS = ("mode", "state_dir", "checkpoint_dir")
+HTTP_PORT = HTTP_PORTS["processor"]
 
 MODES = {
     "continuous": "epochs in which tasks process records as they arrive (tens of ms from emit "
@@ -50,9 +62,11 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "--master",
         "Spark master: local[N] or spark://host:7077; local[2] unless spark-submit gives one",
     )
-    add(run, "--state-dir", "partition stores (with several groups: one directory each "
-        "inside)", default="./goka-state/<group>")  # fmt: skip
-    add(run, "--checkpoint-dir", "Spark checkpoint", default="<state-dir>/checkpoint")
+    add(run, "--state-dir", "where each group keeps its partition stores, "
+        "<state-dir>/<group>/partition-N", default="goka-state")  # fmt: skip
+    add(run, "--checkpoint-dir", "where each group keeps its Spark checkpoint, "
+        "<checkpoint-dir>/<group> (shared storage on a cluster)",
+        default="<state-dir>/<group>/checkpoint")  # fmt: skip
     add(run, "--mode", "; ".join(f"{k}: {v}" for k, v in MODES.items()), default="continuous",
         choices=list(MODES))  # fmt: skip
     for setting in cli_settings():  # declared with their descriptions in one place
@@ -60,11 +74,11 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         add(run, flag, setting.description.replace("``", ""), default=setting.default,
             type=setting.flag or str, choices=setting.choices)  # fmt: skip
     add(run, "--grace", "seconds a stop waits for the running epoch to commit",
-        default=10.0, type=float)  # fmt: skip
+        default=10.0, type=seconds)  # fmt: skip
     add(run, "--concurrency", "records of a partition in flight at once, a key's one after "
         "another, for callbacks that wait on the network (unless given: the graph's)",
-        type=int)  # fmt: skip
-    add_http(run, 9100)
+        type=at_least(1))  # fmt: skip
+    add_http(run, HTTP_PORT)
     add(run, "--tls-cert", "PEM certificate chain: the HTTP port serves HTTPS")
     add(run, "--tls-key", "PEM private key of the certificate")
     add(run, "--tls-client-ca", "PEM CA of client certificates: serve only clients it signed")
@@ -80,13 +94,14 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     run.set_defaults(run=_run)
 
 
-def _dirs(args: argparse.Namespace, group: str, several: bool) -> tuple[str | None, str | None]:
-    state = None if args.state_dir.startswith("./goka-state/<") else args.state_dir
-    checkpoint = None if args.checkpoint_dir.startswith("<") else args.checkpoint_dir
-    if several:
-        state = str(Path(state) / group) if state else None
-        checkpoint = str(Path(checkpoint) / group) if checkpoint else None
-    return state, checkpoint
+def _dirs(args: argparse.Namespace, group: str, groups: list[str]) -> tuple[str, str | None]:
+    """``group``'s state directory and checkpoint, one layout whatever the number of groups
+    (see :mod:`goka.processing.layout`, which moves what an earlier layout left)."""
+    move_nested(args.state_dir, group)
+    if args.checkpoint_dir.startswith("<"):  # (the default: <state-dir>/<group>/checkpoint)
+        return args.state_dir, None
+    move_flat_checkpoint(args.checkpoint_dir, groups)
+    return args.state_dir, f"{args.checkpoint_dir.rstrip('/')}/{group}"
 
 
 def _session(args: argparse.Namespace) -> Any:
@@ -123,15 +138,22 @@ def _processors(args: argparse.Namespace) -> list[Any]:
         raise UsageError(f"a group is given twice: {sorted(g for g, n in groups.items() if n > 1)}")
     from goka.spark import Processor
 
-    session = _session(args)
     made = []
-    for graph in graphs:
-        state, checkpoint = _dirs(args, graph.group, len(graphs) > 1)
-        made.append(Processor(
-            graph, brokers(args), session=session, state_dir=state, checkpoint_dir=checkpoint,
-            mode=args.mode, log_level=args.log_level, log_format=args.log_format,
-            **{s.name: getattr(args, s.name) for s in cli_settings()},
-        ))  # fmt: skip
+    try:
+        session = _session(args)
+        for graph in graphs:
+            state, checkpoint = _dirs(args, graph.group, [g.group for g in graphs])
+            made.append(Processor(
+                graph, brokers(args), session=session, state_dir=state,
+                checkpoint_dir=checkpoint, mode=args.mode, log_level=args.log_level,
+                log_format=args.log_format,
+                **{s.name: getattr(args, s.name) for s in cli_settings()},
+            ))  # fmt: skip
+    except UsageError:
+        raise
+    except ConfigurationError as exc:  # (said with the flags the user gave)
+        names = [s.name for s in cli_settings()] + [*OWN_FLAGS, "log_level", "master"]
+        raise UsageError(as_flags(str(exc), setting_flags(names))) from exc
     return made
 
 

@@ -8,7 +8,7 @@ import json
 import threading
 from typing import Any
 
-from goka.commands.options import add
+from goka.commands.options import add, at_least, seconds
 
 __all__ = ["register"]
 
@@ -23,11 +23,12 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     scan.add_argument("table", help="table topic")
     scan.add_argument("--prefix", default="", help="only keys starting with this (default: all)")
     scan.add_argument("--start", default="", help="first key, inclusive (default: the first)")
-    scan.add_argument("--limit", type=int, default=100, help="most entries (0: all; default 100)")
+    scan.add_argument("--limit", type=at_least(0), default=100,
+                      help="most entries (0: all; default 100)")  # fmt: skip
     for parser in (get, scan):
         add(parser, "--view", "the view service's gRPC address", default="127.0.0.1:50051")
         add(parser, "--tls-ca", "PEM CA that signed the service's certificate (enables TLS)")
-        add(parser, "--timeout", "seconds for each call", default=10.0, type=float)
+        add(parser, "--timeout", "seconds for each call", default=10.0, type=seconds)
     get.set_defaults(run=_get)
     scan.set_defaults(run=_scan)
 

@@ -8,7 +8,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from goka.commands.options import add, add_brokers, brokers
+from goka.commands.options import add, add_brokers, brokers, seconds
 from goka.errors import UsageError
 
 if TYPE_CHECKING:
@@ -40,7 +40,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     describe.add_argument("names", nargs="+", metavar="TOPIC", help="topic names")
     for parser in (create, listing, describe):
         add_brokers(parser)
-        add(parser, "--timeout", "seconds to wait for the brokers", default=10.0, type=float)
+        add(parser, "--timeout", "seconds to wait for the brokers", default=10.0, type=seconds)
     create.set_defaults(run=_create)
     listing.set_defaults(run=_list)
     describe.set_defaults(run=_describe)

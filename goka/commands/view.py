@@ -10,7 +10,16 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from goka.commands.options import add, add_brokers, add_http, brokers
+from goka.commands.options import (
+    HTTP_PORTS,
+    add,
+    add_brokers,
+    add_http,
+    at_least,
+    brokers,
+    port,
+    seconds,
+)
 from goka.errors import UsageError
 
 __all__ = ["codec_from_spec", "register"]
@@ -38,16 +47,18 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     add_brokers(serve)
     add(serve, "--path", "directory of the LevelDB stores (no default: in memory)")
     add(serve, "--host", "address of the gRPC port", default="127.0.0.1")
-    add(serve, "--port", "gRPC port (0: any free port)", default=50051, type=int)
-    add_http(serve, 9101)
+    add(serve, "--port", "gRPC port (0: any free port)", default=50051, type=port)
+    add_http(serve, HTTP_PORTS["view"])
     add(serve, "--tls-cert", "PEM certificate chain (enables TLS)")
     add(serve, "--tls-key", "PEM private key of the certificate")
     add(serve, "--tls-client-ca", "PEM CA of client certificates: serve only clients it signed")
-    add(serve, "--max-streams", "most scans at once; more are refused", default=16, type=int)
+    add(serve, "--max-streams", "most scans at once; more are refused", default=16,
+        type=at_least(1))  # fmt: skip
     add(serve, "--stream-idle-timeout", "cancel a scan whose client reads nothing for this "
-        "many seconds", default=10.0, type=float)  # fmt: skip
-    add(serve, "--max-request-bytes", "largest request accepted", default=1 << 20, type=int)
-    add(serve, "--grace", "seconds running requests get at shutdown", default=5.0, type=float)
+        "many seconds", default=10.0, type=seconds)  # fmt: skip
+    add(serve, "--max-request-bytes", "largest request accepted", default=1 << 20,
+        type=at_least(1))  # fmt: skip
+    add(serve, "--grace", "seconds running requests get at shutdown", default=5.0, type=seconds)
     serve.add_argument("--allow-stale-reads", action="store_true",
                        help="serve reads before the views recovered")  # fmt: skip
     serve.set_defaults(run=run)

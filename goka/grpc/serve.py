@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from goka.codec import Codec
+from goka.errors import GokaError
 from goka.grpc.server import TlsConfig, ViewServer
 from goka.kafka.config import Brokers
 from goka.view import View, ViewState
@@ -50,6 +51,9 @@ def serve(config: ServeConfig, stop: threading.Event) -> int:
     recovered (and again while one rebuilds or reconnects). ``/healthz`` is 503 once a view
     failed, and the command then exits with 1. At ``stop`` the server takes no new requests,
     gives running ones ``grace`` seconds, then the views close their stores cleanly.
+
+    Raises:
+        GokaError: why a view failed (``BrokerError``: no broker answered), or a port taken.
     """
     views = [
         View(config.brokers, table, codec, allow_stale_reads=config.allow_stale_reads,
@@ -85,8 +89,10 @@ def serve(config: ServeConfig, stop: threading.Event) -> int:
                   "/healthz, /readyz)", flush=True)  # fmt: skip
         while not stop.wait(0.5):
             failed = [v for v in views if v.state is ViewState.FAILED]
-            if failed:
+            if failed:  # (the command says why in one line, as any error of its own)
                 log.error("views failed: %s", ", ".join(v.table for v in failed))
+                if isinstance(failed[0].error, GokaError):
+                    raise failed[0].error
                 return 1
         log.info("stopping: %.0f s for running requests", config.grace)
         return 0

@@ -34,7 +34,7 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on what is installed
     raise missing_extra("grpcio-health-checking", "view", "the gRPC view server") from exc
 
-from goka.errors import ConfigurationError
+from goka.errors import ConfigurationError, PortTakenError
 from goka.grpc.client import REASON
 from goka.grpc.metrics import MetricsInterceptor, active_streams
 from goka.grpc.v1 import view_pb2, view_pb2_grpc
@@ -283,8 +283,8 @@ class ViewServer:
         max_stream_seconds: a scan running longer is cancelled.
 
     Raises:
-        ConfigurationError: two views of one table, limits that do not fit, or the address
-            cannot be bound.
+        ConfigurationError: two views of one table, or limits that do not fit.
+        PortTakenError: the address cannot be bound (another process listens on it).
     """
 
     def __init__(
@@ -313,7 +313,9 @@ class ViewServer:
             if view.table in self.views:
                 raise ConfigurationError(f"table {view.table!r} is served twice")
             self.views[view.table] = view
-        options = [("grpc.max_receive_message_length", 4 * max_request_bytes + 1024)]
+        # (without so_reuseport 0, a second server on a taken port would share it silently)
+        options = [("grpc.max_receive_message_length", 4 * max_request_bytes + 1024),
+                   ("grpc.so_reuseport", 0)]  # fmt: skip
         self._server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="goka-grpc"),
             interceptors=[MetricsInterceptor()], options=options,
@@ -332,7 +334,8 @@ class ViewServer:
             else:
                 self.port = self._server.add_secure_port(address, tls.credentials())
         except RuntimeError as exc:
-            raise ConfigurationError(f"cannot listen on {address}: {exc}") from exc
+            raise PortTakenError(f"gRPC port {address} cannot be listened on (taken by another "
+                                 f"process?): {exc}", "grpc") from exc  # fmt: skip
         self.address = f"{address.rpartition(':')[0]}:{self.port}"
         self._stopped = threading.Event()
         for view in self.views.values():

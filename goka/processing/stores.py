@@ -25,6 +25,7 @@ from goka.processing.config import TaskConfig
 from goka.processing.exactly_once import exactly_once
 from goka.processing.finals import Delivery, Finals, Written
 from goka.processing.group_offsets import GroupOffsets
+from goka.processing.layout import move_nested
 from goka.processing.leases import Lease
 from goka.processing.output import Output
 from goka.processing.recovery import StoreRecovery, checked_watermarks
@@ -69,6 +70,7 @@ class PartitionStores:
         )  # fmt: skip
         self.clients = Clients(config, worker)
         self.root = Path(config.state_dir) / self.graph.group
+        move_nested(config.state_dir, self.graph.group)  # (the layout of before: once)
         self._inputs = frozenset(self.graph.input_topics())
         self._manifests: list[Manifest] | None = None
         url = config.board_url

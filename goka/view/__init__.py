@@ -21,6 +21,7 @@ from typing import Any, Generic, TypeVar
 
 from goka.codec import Codec
 from goka.errors import (
+    GokaError,
     StorageCorruptError,
     StorageError,
     ViewError,
@@ -168,8 +169,16 @@ class View(Generic[V]):
     def _run_logged(self) -> None:
         try:
             self.run()
+        except GokaError as exc:  # (one that says what happened: its traceback at debug)
+            log.error("view %s failed: %s", self.table, exc)
+            log.debug("view %s failed", self.table, exc_info=True)
         except Exception:
             log.exception("view %s failed", self.table)
+
+    @property
+    def error(self) -> BaseException | None:
+        """Why the view failed (None while it has not)."""
+        return self._error
 
     def run(self) -> None:
         """Follow the table on this thread until :meth:`close` (blocks).

@@ -4,6 +4,7 @@ whatever routes the service adds (table reads)."""
 
 from __future__ import annotations
 
+import errno
 import json
 import ssl
 import threading
@@ -11,7 +12,7 @@ from collections.abc import Callable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 
-from goka.errors import ConfigurationError
+from goka.errors import ConfigurationError, PortTakenError
 from goka.web.tables import Response
 
 __all__ = ["HttpService", "Route"]
@@ -40,6 +41,7 @@ class HttpService:
 
     Raises:
         ConfigurationError: a TLS file cannot be read or does not hold what it should.
+        PortTakenError: another process listens on the port.
     """
 
     def __init__(
@@ -74,7 +76,13 @@ class HttpService:
                 pass  # probes every few seconds would flood the log
 
         context = None if tls is None else _tls_context(*tls)  # fails before a port is taken
-        self._server = ThreadingHTTPServer((host, port), Handler)
+        try:
+            self._server = ThreadingHTTPServer((host, port), Handler)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise PortTakenError(f"HTTP port {port} on {host} is taken: another process "
+                                     f"listens on it", "http") from exc  # fmt: skip
+            raise
         self._server.daemon_threads = True
         self.scheme = "http"
         if context is not None:

@@ -70,7 +70,7 @@ def test_click_count_on_a_standalone_cluster_restores_moved_partitions(
     checkpoint = tmp_path / "checkpoint"
     sent = clicks(brokers, topic, 3_000)
     submit(cluster, brokers, topic, tmp_path, checkpoint)
-    published = checkpoint / "state" / group
+    published = checkpoint / group / "state" / group  # (--checkpoint-dir: each group's inside)
     wait_for(lambda: all(any((published / f"{p}" / "manifests").glob("*.json")) for p in range(4)),
              60, "a snapshot of every partition")  # fmt: skip
     sent += clicks(brokers, topic, 1_200, seed=2)
@@ -96,7 +96,7 @@ def test_windows_and_timers_of_moved_partitions_are_restored_from_snapshots(
     items = events(2_400, keys=20, seed=21)
     produce(brokers, topic, JsonCodec(), items[:1_200])
     submit(cluster, brokers, topic, tmp_path, checkpoint, "tests.spark.timed_env:graph")
-    published = checkpoint / "state" / graph.group
+    published = checkpoint / graph.group / "state" / graph.group
     wait_for(lambda: all(any((published / f"{p}" / "manifests").glob("*.json")) for p in range(4)),
              60, "a snapshot of every partition")  # fmt: skip
     produce(brokers, topic, JsonCodec(), items[1_200:])

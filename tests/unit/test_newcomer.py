@@ -1,0 +1,276 @@
+"""The traps a newcomer and an operator met (issue 68), each closed: one state layout whatever
+the number of groups, every setting checked where it is declared with the name the user wrote,
+CLI errors of one line with the flag and the port, codec classes and strings refused, the
+tester's conflicting codecs and unknown groups refused, librdkafka's start-up noise kept out.
+No broker and no Spark session: these run in seconds."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import logging
+import signal
+import socket
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from goka import (
+    Context,
+    Int64Codec,
+    JsonCodec,
+    StringCodec,
+    Tumbling,
+    define_group,
+    input,
+    inputs,
+    persist,
+    window,
+)
+from goka.cli import main
+from goka.errors import ConfigurationError, GraphError
+from goka.processing.settings import ProcessorSettings
+from goka.tester import Tester
+from goka.web.http import HttpService
+
+
+def count(ctx: Context[int], msg: Any) -> None:
+    ctx.set_value((ctx.value() or 0) + 1)
+
+
+@pytest.fixture
+def goka(capsys: pytest.CaptureFixture[str]) -> Iterator[Callable[..., tuple[int, str]]]:
+    """Run the ``goka`` command in this process: its exit code and what it printed to stderr
+    (the handlers of SIGINT and SIGTERM it installs are put back)."""
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+
+    def run(*args: str) -> tuple[int, str]:
+        capsys.readouterr()
+        try:
+            code = main(list(args))
+        except SystemExit as exit:
+            code = int(exit.code or 0)
+        return code, capsys.readouterr().err
+
+    yield run
+    for signum, handler in handlers.items():
+        signal.signal(signum, handler)
+
+
+def one_line(err: str) -> str:
+    """The one error line of ``err`` (logs aside; a hint may follow it)."""
+    said = [line for line in err.splitlines() if line.startswith("goka:")]
+    assert len(said) in (1, 2) and said[0].startswith("goka: error: "), err
+    assert "Traceback" not in err, err
+    return said[0]
+
+
+# -- one state layout ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("graphs", [["a"], ["a", "b"]], ids=["one group", "two groups"])
+def test_a_group_keeps_its_state_in_one_place_however_many_groups_run(
+    graphs: list[str], tmp_path: Path
+) -> None:
+    from goka.commands.processor import _dirs
+
+    args = argparse.Namespace(state_dir=str(tmp_path / "state"),
+                              checkpoint_dir="<state-dir>/<group>/checkpoint")  # fmt: skip
+    assert _dirs(args, "a", graphs) == (str(tmp_path / "state"), None)
+    args.checkpoint_dir = str(tmp_path / "checkpoints")
+    assert _dirs(args, "a", graphs) == (str(tmp_path / "state"), f"{tmp_path}/checkpoints/a")
+
+
+def test_stores_of_the_nested_layout_move_up_once_and_say_so(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from goka.processing.layout import move_nested
+
+    nested = tmp_path / "clicks" / "clicks"
+    for name in ("partition-0", "partition-1", "checkpoint"):
+        (nested / name).mkdir(parents=True)
+        (nested / name / "CURRENT").write_text(name)
+    (tmp_path / "clicks" / "partition-1").mkdir()  # (a newer store of that name stays)
+    with caplog.at_level(logging.WARNING, "goka.processing.layout"):
+        moved = move_nested(tmp_path, "clicks")
+    assert moved == ["checkpoint", "partition-0"]
+    assert (tmp_path / "clicks" / "partition-0" / "CURRENT").read_text() == "partition-0"
+    assert not (tmp_path / "clicks" / "partition-1" / "CURRENT").exists()
+    assert "moved checkpoint, partition-0" in caplog.text and "still holds" in caplog.text
+    assert move_nested(tmp_path, "clicks") == []  # once a process
+
+
+def test_a_checkpoint_given_as_the_directory_itself_moves_into_its_groups(tmp_path: Path) -> None:
+    from goka.processing.layout import move_flat_checkpoint
+
+    root = tmp_path / "checkpoints"
+    (root / "offsets").mkdir(parents=True)
+    (root / "metadata").write_text("{}")
+    (root / "state" / "b").mkdir(parents=True)  # (its snapshots say whose it is)
+    assert move_flat_checkpoint(str(root), ["a", "b"]) == "b"
+    assert sorted(p.name for p in root.iterdir()) == ["b"]
+    assert (root / "b" / "metadata").read_text() == "{}" and (root / "b" / "offsets").is_dir()
+    assert move_flat_checkpoint(str(root), ["a", "b"]) is None
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "metadata").write_text("{}")
+    with pytest.raises(ConfigurationError, match="move its entries into"):
+        move_flat_checkpoint(str(other), ["a", "b"])  # (no snapshots, two groups: whose?)
+
+
+# -- settings checked at declaration, named as given ---------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("settings", "named"),
+    [
+        ({"trigger": "often"}, "trigger must be a duration"),
+        ({"trigger": "-1 second"}, "got '-1 second'"),
+        ({"trigger": "1.5 minutes"}, "got '1.5 minutes'"),
+        ({"log_level": "VERBOSE"}, "log_level must be one of DEBUG"),
+        ({"kafka_config": {"no.such.setting": 1}}, 'kafka_config: No such configuration property: "no.such.setting"'),
+        ({"kafka_config": {"consumer.fetch.wait.max.ms": "soon"}}, "kafka_config: Invalid value"),
+        ({"producer_config": {"acks": "bogus"}}, "producer_config: Invalid value"),
+        ({"tick_interval": "1s"}, "tick_interval must be a number of seconds, got '1s'"),
+        ({"epoch": float("nan")}, "epoch must be a number of seconds"),
+        ({"mode": "continuous", "trigger": "5 seconds"}, "applies to micro-batches"),
+    ],
+)  # fmt: skip
+def test_bad_settings_fail_at_declaration_naming_the_keyword(
+    settings: dict[str, Any], named: str
+) -> None:
+    with pytest.raises(ConfigurationError) as raised:
+        ProcessorSettings(**settings)
+    assert named in str(raised.value)
+
+
+def test_good_triggers_and_masters_pass() -> None:
+    from goka.processing.values import check_master, trigger_seconds
+
+    assert trigger_seconds("1 minute 30 seconds") == 90.0
+    assert trigger_seconds("0.5 seconds") == 0.5 and trigger_seconds("200 Milliseconds") == 0.2
+    ProcessorSettings(trigger="available-now")
+    ProcessorSettings(mode="continuous", kafka_config={"consumer.fetch.wait.max.ms": 5})
+    for master in ("local", "local[2]", "local[*]", "local[4,2]", "spark://h:7077", "yarn"):
+        check_master(master)
+    for master in ("local[zero]", "local[0]", "spark:/h", "lokal"):
+        with pytest.raises(ConfigurationError, match="master must be"):
+            check_master(master)
+
+
+def test_a_codec_class_and_a_string_of_topics_are_refused() -> None:
+    with pytest.raises(GraphError, match=r"did you mean StringCodec\(\)\?"):
+        define_group("g", input("in", StringCodec, count), persist(Int64Codec()))  # type: ignore[arg-type]
+    with pytest.raises(GraphError, match=r"inputs\(\) takes a list of topics, got the string"):
+        inputs("abc", StringCodec(), count)
+    assert [e.topic for e in inputs(["abc"], StringCodec(), count)] == ["abc"]
+
+
+def test_the_tester_refuses_one_topic_with_two_codecs_and_unknown_groups() -> None:
+    clicks = define_group("a", input("clicks", StringCodec(), count), persist(Int64Codec()))
+    other = define_group("b", input("clicks", JsonCodec(), count), persist(Int64Codec()))
+    same = define_group("c", input("clicks", StringCodec(), count), persist(Int64Codec()))
+    with pytest.raises(ConfigurationError, match="'clicks' with JsonCodec"):
+        Tester(clicks, other)
+    tester = Tester(clicks, same)  # (two instances of one codec agree)
+    tester.consume("clicks", "k", "/")
+    assert tester.table_value("c-table", "k") == 1
+    with pytest.raises(ConfigurationError, match="'aa' is not registered"):
+        tester.advance_stream_time("aa", 5)
+    with pytest.raises(ConfigurationError, match="keeps no stream time"):
+        tester.advance_stream_time("a", 5)
+    timed = define_group("t", input("t-in", StringCodec(), count), persist(Int64Codec()),
+                         window("m", Tumbling(minutes=1), Int64Codec()))  # fmt: skip
+    with pytest.raises(ConfigurationError, match="no partition 3"):
+        Tester(timed).advance_stream_time("t", dt.datetime.now(dt.UTC), partition=3)
+
+
+# -- the command line: one line, the flag, the port ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["view", "serve", "--table", "t", "--port", "70000"], "argument --port: '70000' is not a port"),
+        (["view", "serve", "--table", "t", "--port", "-5"], "argument --port: '-5' is not a port"),
+        (["view", "serve", "--table", "t", "--http-port", "70000"], "--http-port: '70000' is not"),
+        (["broker", "--port", "65536"], "argument --port: '65536' is not a port"),
+        (["table", "scan", "t", "--limit", "-1"], "argument --limit: '-1': give an integer >= 0"),
+        (["processor", "run", "x:y", "--grace", "soon"], "argument --grace: 'soon'"),
+        (["connect", "run", "nosuch:sink", "--checkpoint", "c"], "cannot import 'nosuch'"),
+        (["processor", "run", "examples.click_count.group:graph", "--commit-interval", "50"],
+         "need 0 <= --commit-interval < --epoch, got --commit-interval=50.0"),
+        (["processor", "run", "examples.click_count.group:graph", "--mode", "micro-batch",
+          "--trigger", "often"], "--trigger must be a duration"),
+        (["processor", "run", "examples.click_count.group:graph", "--trigger", "5 seconds"],
+         "--trigger='5 seconds' applies to micro-batches"),
+        (["processor", "run", "examples.click_count.group:graph", "--master", "local[zero]"],
+         "--master must be local"),
+    ],
+)  # fmt: skip
+def test_command_line_errors_are_one_line_that_names_the_flag_and_exit_2(
+    args: list[str], said: str, goka: Callable[..., tuple[int, str]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    monkeypatch.setenv("GOKA_BROKERS", "127.0.0.1:1")
+    code, err = goka(*args)
+    assert code == 2, err
+    assert said in one_line(err), err
+
+
+@contextlib.contextmanager
+def taken_port() -> Iterator[int]:
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        yield holder.getsockname()[1]
+
+
+def test_a_taken_port_names_the_port_and_the_flag(goka: Callable[..., tuple[int, str]]) -> None:
+    from goka.errors import PortTakenError
+
+    with taken_port() as port:
+        with pytest.raises(PortTakenError, match=f"HTTP port {port} on 127.0.0.1 is taken"):
+            HttpService("127.0.0.1", port)
+        code, err = goka("view", "serve", "--table", "t", "--brokers", "127.0.0.1:1",
+                         "--port", "0", "--http-port", str(port))  # fmt: skip
+    assert code == 1, err
+    assert f"HTTP port {port} on 127.0.0.1 is taken" in one_line(err)
+    assert err.strip().splitlines()[-1].startswith("goka: pass --http-port with a free port")
+
+
+def test_a_grpc_port_is_not_shared_with_another_server() -> None:
+    from goka.errors import PortTakenError
+    from goka.grpc.server import ViewServer
+
+    with taken_port() as port, pytest.raises(PortTakenError, match=f"gRPC port 127.0.0.1:{port}"):
+        ViewServer([], address=f"127.0.0.1:{port}")
+
+
+def test_default_http_ports_are_off_the_exporters_range() -> None:
+    from goka.commands.options import HTTP_PORTS
+
+    assert all(not 9100 <= p <= 9999 for p in HTTP_PORTS.values()), HTTP_PORTS
+    assert len(set(HTTP_PORTS.values())) == len(HTTP_PORTS)
+
+
+def test_a_starting_brokers_retries_are_debug_not_warnings(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from goka.kafka.config import LIBRDKAFKA_LOGGER
+
+    line = ("GETPID [rdkafka#producer-5] [thrd:main]: Failed to acquire idempotence PID from "
+            "broker 127.0.0.1:9092/1: Broker: Coordinator load in progress: retrying")  # fmt: skip
+    with caplog.at_level(logging.INFO, LIBRDKAFKA_LOGGER.name):
+        LIBRDKAFKA_LOGGER.warning(line)
+        LIBRDKAFKA_LOGGER.warning("FAIL [rdkafka#producer-5]: Connection refused")
+    assert [r.getMessage() for r in caplog.records] == [
+        "FAIL [rdkafka#producer-5]: Connection refused"
+    ]
+    caplog.clear()
+    with caplog.at_level(logging.DEBUG, LIBRDKAFKA_LOGGER.name):
+        LIBRDKAFKA_LOGGER.warning(line.replace("5]", "6]"))
+    assert [r.levelname for r in caplog.records] == ["DEBUG"]
