@@ -28,7 +28,7 @@ __all__ = ["build_parser", "main"]
 #: What to do about an error of each kind, after its one line.
 HINTS = {
     "ProcessingError": "to go on past failing records, run with --on-error skip or "
-    "--on-error dead_letter (writes them to <group>-dlq)",
+    "--on-error dead-letter (writes them to <group>-dlq)",
     "BrokerError": "check --brokers (or GOKA_BROKERS) and that the brokers are reachable",
     "ViewUnreachableError": "check --view and that the view service is running",
     "PortTakenError:http": "pass --http-port with a free port (0: any free one, printed at "

@@ -107,7 +107,7 @@ class CodecError(GokaError, ValueError):
 class MessageTooLargeError(GokaError, ValueError):
     """A callback's state, emit or loopback encodes to more bytes than the producer may send
     (``message.max.bytes``): raised in the callback, so the group's error policy applies to
-    its message (fail, skip, or dead_letter) instead of a refused delivery stopping the group.
+    its message (fail, skip, or dead-letter) instead of a refused delivery stopping the group.
 
     Attributes:
         topic, key: where the message was going.

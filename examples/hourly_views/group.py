@@ -45,7 +45,7 @@ graph = define_group(
     GROUP,
     input(VIEWS, JsonCodec(), count, event_time=viewed_at),
     window("hourly", Tumbling(hours=1), Int64Codec(), grace=dt.timedelta(minutes=5),
-           emit="final", output=PER_HOUR, late="dead_letter"),
+           emit="final", output=PER_HOUR, late="dead-letter"),
     output(PER_HOUR, Int64Codec()),
     persist(Int64Codec()),
 )  # fmt: skip

@@ -19,7 +19,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "With --fetch, only fetch Apache Kafka's jars and print where they are.",
     )  # fmt: skip
     add(parser, "--kind", "which broker", default="kafka", choices=["kafka", "tansu"])
-    add(parser, "--port", "TCP port (0: a free one)", default=0, type=port)
+    add(parser, "--port", "TCP port (0: a free one)", default=0, type=port,
+        env="GOKA_BROKER_PORT")  # fmt: skip
     parser.add_argument("--fetch", action="store_true",
                         help="fetch Apache Kafka's jars, print their folder, exit")  # fmt: skip
     parser.set_defaults(run=run)

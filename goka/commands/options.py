@@ -97,12 +97,14 @@ def add(
     *,
     default: Any = None,
     type: Callable[[str], Any] = str,
-    env: bool = True,
+    env: bool | str = True,
+    shown: str | None = None,
     **kwargs: Any,
 ) -> None:
-    """Add ``flag`` whose default comes from ``$GOKA_<FLAG>`` (when ``env``), else ``default``;
-    the help text ends with both."""
-    name = env_name(flag)
+    """Add ``flag`` whose default comes from ``$GOKA_<FLAG>`` (when ``env``; a string: that
+    variable), else ``default``; the help text ends with both (``shown``: what the default
+    is, where it is not a value)."""
+    name = env if isinstance(env, str) else env_name(flag)
     from_env = os.environ.get(name) if env else None
     value = default
     if from_env is not None:
@@ -110,7 +112,9 @@ def add(
             value = type(from_env)
         except (TypeError, ValueError, argparse.ArgumentTypeError) as exc:
             raise UsageError(f"${name}={from_env!r}: {exc}") from exc
-    shown = f"default: {default}" if default is not None and default != "" else "no default"
+    if shown is None:
+        shown = str(default) if default is not None and default != "" else ""
+    shown = f"default: {shown}" if shown else "no default"
     suffix = f" ({shown}; env {name})" if env else f" ({shown})"
     parser.add_argument(flag, default=value, type=type, help=help + suffix, **kwargs)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import signal
+import sys
 import threading
 from collections import Counter
 from typing import Any
@@ -38,7 +39,7 @@ MODES = {
     "continuous": "epochs in which tasks process records as they arrive (tens of ms from emit "
     "to table)",
     "micro-batch": "a batch every --trigger (about a second from emit to table)",
-    "available-now": "what is there at start, then exit",
+    "available-now": "what is there at start, then exit (as --until-caught-up)",
 }
 
 
@@ -57,11 +58,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="group graph as module:attribute (env GOKA_GRAPHS, comma-separated)",
     )
     add_brokers(run)
-    add(
-        run,
-        "--master",
-        "Spark master: local[N] or spark://host:7077; local[2] unless spark-submit gives one",
-    )
+    add(run, "--master", "Spark master: local[N] or spark://host:7077",
+        shown="local[2], or what spark-submit gives", env="GOKA_SPARK_MASTER")  # fmt: skip
     add(run, "--state-dir", "where each group keeps its partition stores, "
         "<state-dir>/<group>/partition-N", default="goka-state")  # fmt: skip
     add(run, "--checkpoint-dir", "where each group keeps its Spark checkpoint, "
@@ -71,8 +69,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         choices=list(MODES))  # fmt: skip
     for setting in cli_settings():  # declared with their descriptions in one place
         flag = "--" + setting.name.replace("_", "-")
+        parse = _policy if setting.name == "on_error" else setting.flag or str
         add(run, flag, setting.description.replace("``", ""), default=setting.default,
-            type=setting.flag or str, choices=setting.choices)  # fmt: skip
+            type=parse, choices=setting.choices)  # fmt: skip
     add(run, "--grace", "seconds a stop waits for the running epoch to commit",
         default=10.0, type=seconds)  # fmt: skip
     add(run, "--concurrency", "records of a partition in flight at once, a key's one after "
@@ -88,7 +87,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="create missing output topics with the group's partition count",
     )
     run.add_argument("--until-caught-up", action="store_true",
-                     help="process what is there now, then exit")  # fmt: skip
+                     help="the same as --mode available-now: process what the inputs hold "
+                     "now (and what a loop derives from it), say what was done, exit")  # fmt: skip
     run.add_argument("--spark-ui", action="store_true",
                      help="turn the Spark UI on (its address is logged)")  # fmt: skip
     run.set_defaults(run=_run)
@@ -104,6 +104,16 @@ def _dirs(args: argparse.Namespace, group: str, groups: list[str]) -> tuple[str,
     return args.state_dir, f"{args.checkpoint_dir.rstrip('/')}/{group}"
 
 
+def _policy(text: str) -> str:
+    """``--on-error``: ``dead_letter``, the spelling until 2026-11, is taken with a warning."""
+    if text == "dead_letter":
+        print("goka: warning: --on-error dead_letter is spelled dead-letter now (as every "
+              "other choice); the old spelling will be refused in a later release",
+              file=sys.stderr, flush=True)  # fmt: skip
+        return "dead-letter"
+    return text
+
+
 def _session(args: argparse.Namespace) -> Any:
     """The session's settings: ``--master`` and ``--spark-ui``, and the ``GOKA_SPARK_*``
     variables (docs/operations.md)."""
@@ -113,7 +123,7 @@ def _session(args: argparse.Namespace) -> Any:
 
     class_data = os.environ.get("GOKA_SPARK_CDS", "")
     return SessionSettings(
-        master=args.master or os.environ.get("GOKA_SPARK_MASTER") or None,
+        master=args.master or None,
         ui=bool(args.spark_ui or os.environ.get("GOKA_SPARK_UI")),
         java_options=os.environ.get("GOKA_SPARK_JAVA_OPTIONS", JAVA_OPTIONS),
         class_data=None if class_data == "off" else class_data,
@@ -190,7 +200,7 @@ def _run(args: argparse.Namespace, stop: threading.Event) -> int:
         _take_signals_back(stop)  # PySpark's SparkContext installs its own SIGINT handler
         threading.Thread(target=_stopper, args=(stop, processors, args.grace),
                          name="goka-stop", daemon=True).start()  # fmt: skip
-        if args.until_caught_up:
+        if args.until_caught_up or args.mode == "available-now":
             return _until_caught_up(processors, args.on_error)
         for processor in processors:
             processor.start()
@@ -247,6 +257,6 @@ def _until_caught_up(processors: list[Any], on_error: str) -> int:
     for processor in processors:
         run = processor.run_until_caught_up()
         outcome = {"fail": "", "skip": f" ({run.failed} skipped)",
-                   "dead_letter": f" ({run.dead_letters} dead-lettered)"}[on_error]  # fmt: skip
+                   "dead-letter": f" ({run.dead_letters} dead-lettered)"}[on_error]  # fmt: skip
         print(f"caught up: {run.describe(outcome)}", flush=True)
     return 0

@@ -45,7 +45,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
                        help=f"codec of the values: {CODECS}; one for all tables or one per "
                        "--table (default: bytes; env GOKA_CODECS, comma-separated)")  # fmt: skip
     add_brokers(serve)
-    add(serve, "--path", "directory of the LevelDB stores (no default: in memory)")
+    add(serve, "--path", "directory of the LevelDB stores, which survive restarts (without "
+        "it: each table in memory, read again at each start)")  # fmt: skip
     add(serve, "--host", "address of the gRPC port", default="127.0.0.1")
     add(serve, "--port", "gRPC port (0: any free port)", default=50051, type=port)
     add_http(serve, HTTP_PORTS["view"])

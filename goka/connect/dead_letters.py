@@ -1,4 +1,4 @@
-"""A sink's dead letters, exactly once: the records its ``on_error="dead_letter"`` refuses go
+"""A sink's dead letters, exactly once: the records its ``on_error="dead-letter"`` refuses go
 to the dead-letter topic before the write that refused them commits, partition ``p`` of the
 sink's topic into partition ``p`` of the dead-letter topic (so it needs at least as many),
 each with header ``goka-source`` = ``<sink>\\t<topic>\\t<offset>`` and the reason in

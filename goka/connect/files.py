@@ -75,8 +75,8 @@ class FileSource:
         settle: seconds a file must be unchanged before it is read when watching.
         on_error: a record that cannot be parsed, transformed, keyed or encoded: ``"fail"``
             (stop, naming the file and row), ``"skip"`` (logged and counted) or
-            ``"dead_letter"`` (to ``dead_letter``, with the reason in header ``goka-error``).
-        dead_letter: the dead-letter topic (``on_error="dead_letter"``).
+            ``"dead-letter"`` (to ``dead_letter``, with the reason in header ``goka-error``).
+        dead_letter: the dead-letter topic (``on_error="dead-letter"``).
         name: the source's name (in each record's position header; default: the topic's).
         csv_options: :class:`csv.DictReader` options (``delimiter``...).
         storage_options: fsspec options of the filesystem.
@@ -96,7 +96,7 @@ class FileSource:
     watch: bool = False
     poll_interval: float = 1.0
     settle: float = 1.0
-    on_error: Literal["fail", "skip", "dead_letter"] = "fail"
+    on_error: Literal["fail", "skip", "dead-letter"] = "fail"
     dead_letter: str | None = None
     name: str = ""
     csv_options: Mapping[str, Any] | None = None

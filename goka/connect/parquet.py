@@ -121,7 +121,7 @@ class ParquetWriter:
               dead_letters: DeadLetterSender | None = None) -> WriteSummary:  # fmt: skip
         """Write ``records`` of ``partition`` (offset order) into files and commit them with
         ``end`` (the next offset). Records below the committed position are left out; refused
-        ones (``on_error="dead_letter"``) go to ``dead_letters`` before the commit.
+        ones (``on_error="dead-letter"``) go to ``dead_letters`` before the commit.
 
         Raises:
             SinkError: a record cannot be written under ``on_error="fail"``, or the root

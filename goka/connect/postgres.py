@@ -114,7 +114,7 @@ class PostgresWriter:
               dead_letters: DeadLetterSender | None = None) -> WriteSummary:  # fmt: skip
         """Write ``records`` of ``partition`` (offset order) and store ``end`` (the next offset)
         as its position, in one transaction. Records below the stored position are left out.
-        Refused records (``on_error="dead_letter"``) go to ``dead_letters`` before the commit.
+        Refused records (``on_error="dead-letter"``) go to ``dead_letters`` before the commit.
 
         Raises:
             SinkError: a record cannot be written under ``on_error="fail"``, or the table does

@@ -66,7 +66,7 @@ class PostgresCdcSource:
         poll_interval: seconds between reads that found nothing.
         batch: about how many changes a read takes (whole transactions).
         on_error: a change that cannot be transformed, keyed or encoded: ``"fail"``,
-            ``"skip"`` or ``"dead_letter"`` (to ``dead_letter``).
+            ``"skip"`` or ``"dead-letter"`` (to ``dead_letter``).
         dead_letter: the dead-letter topic.
         name: the source's name (in each record's position header; default: the first
             topic).
@@ -85,7 +85,7 @@ class PostgresCdcSource:
     watch: bool = False
     poll_interval: float = 0.5
     batch: int = 10_000
-    on_error: Literal["fail", "skip", "dead_letter"] = "fail"
+    on_error: Literal["fail", "skip", "dead-letter"] = "fail"
     dead_letter: str | None = None
     name: str = ""
 

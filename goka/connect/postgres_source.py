@@ -70,7 +70,7 @@ class PostgresSource:
         batch: most rows per query.
         delay: seconds a row's timestamp must lie in the past before it is read.
         on_error: a row that cannot be transformed, keyed or encoded: ``"fail"`` (naming
-            the row), ``"skip"`` or ``"dead_letter"`` (to ``dead_letter``).
+            the row), ``"skip"`` or ``"dead-letter"`` (to ``dead_letter``).
         dead_letter: the dead-letter topic.
         name: the source's name (in each record's position header; default: the topic).
 
@@ -93,7 +93,7 @@ class PostgresSource:
     poll_interval: float = 1.0
     batch: int = 10_000
     delay: float = 0.0
-    on_error: Literal["fail", "skip", "dead_letter"] = "fail"
+    on_error: Literal["fail", "skip", "dead-letter"] = "fail"
     dead_letter: str | None = None
     name: str = ""
 

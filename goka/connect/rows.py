@@ -29,7 +29,7 @@ class WriteSummary:
     """What one write did: rows upserted, deleted (tombstones) or appended, records left out
     (below the stored position), filtered out (the mapper returned None), skipped
     (``on_error="skip"``, with why), dead letters
-    (``on_error="dead_letter"``: the records and why), columns added, files written."""
+    (``on_error="dead-letter"``: the records and why), columns added, files written."""
 
     upserted: int = 0
     deleted: int = 0
@@ -95,7 +95,7 @@ def refuse(sink: Any, what: str, summary: WriteSummary, record: Record, partitio
     why = f"topic {record[0]!r} partition {partition} offset {record[1]}: {reason}"
     if sink.on_error == "fail":
         raise SinkError(f"{what}: {why}") from cause
-    if sink.on_error == "dead_letter":
+    if sink.on_error == "dead-letter":
         summary.dead_letters.append((record, why))
         return
     log.warning("%s: skipped %s", what, why)

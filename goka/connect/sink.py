@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 from goka.codec import Codec
 from goka.connect.columns import NAME
 from goka.errors import ConfigurationError
+from goka.group.edges import spelled
 
 __all__ = ["Mode", "ParquetSink", "PostgresSink", "Sink", "partition_template"]
 
@@ -37,7 +38,7 @@ class PostgresSink:
         name: the sink's name in the offsets table (default: the table's).
         offsets_table: where each partition's next offset is kept.
         on_error: ``"fail"`` (default), ``"skip"`` (logged and counted) or
-            ``"dead_letter"`` (to ``dead_letter``, exactly once: :mod:`goka.connect.
+            ``"dead-letter"`` (to ``dead_letter``, exactly once: :mod:`goka.connect.
             dead_letters`) for a record that cannot be decoded, mapped or stored.
         dead_letter: the dead-letter topic (as many partitions as the topic at least).
 
@@ -55,7 +56,7 @@ class PostgresSink:
     schema: str = "public"
     name: str = ""
     offsets_table: str = "goka_sink_offsets"
-    on_error: Literal["fail", "skip", "dead_letter"] = "fail"
+    on_error: Literal["fail", "skip", "dead-letter"] = "fail"
     dead_letter: str | None = None
 
     def __post_init__(self) -> None:
@@ -120,7 +121,7 @@ class ParquetSink:
         name: the sink's name (default: the topic's).
         storage_options: fsspec options of the filesystem (credentials, endpoint).
         on_error: ``"fail"`` (default), ``"skip"`` (logged and counted) or
-            ``"dead_letter"`` (to ``dead_letter``, exactly once: :mod:`goka.connect.
+            ``"dead-letter"`` (to ``dead_letter``, exactly once: :mod:`goka.connect.
             dead_letters`) for a record that cannot be decoded, mapped or stored.
         dead_letter: the dead-letter topic (as many partitions as the topic at least).
 
@@ -140,7 +141,7 @@ class ParquetSink:
     tombstones: Literal["keep", "skip"] = "keep"
     name: str = ""
     storage_options: Mapping[str, Any] | None = None
-    on_error: Literal["fail", "skip", "dead_letter"] = "fail"
+    on_error: Literal["fail", "skip", "dead-letter"] = "fail"
     dead_letter: str | None = None
 
     def __post_init__(self) -> None:
@@ -211,11 +212,12 @@ def check_policy(where: str, sink: Any) -> None:
         ConfigurationError: an unknown policy, or a dead-letter topic without the policy (or
             the other way round, or the sink's own topic).
     """
-    if sink.on_error not in ("fail", "skip", "dead_letter"):
-        raise ConfigurationError(f"{where}: on_error must be 'fail', 'skip' or 'dead_letter', "
+    object.__setattr__(sink, "on_error", spelled(sink.on_error, f"{where}: on_error"))
+    if sink.on_error not in ("fail", "skip", "dead-letter"):
+        raise ConfigurationError(f"{where}: on_error must be 'fail', 'skip' or 'dead-letter', "
                                  f"got {sink.on_error!r}")  # fmt: skip
-    if (sink.on_error == "dead_letter") != bool(sink.dead_letter):
-        raise ConfigurationError(f"{where}: on_error='dead_letter' and dead_letter=topic go "
+    if (sink.on_error == "dead-letter") != bool(sink.dead_letter):
+        raise ConfigurationError(f"{where}: on_error='dead-letter' and dead_letter=topic go "
                                  "together")  # fmt: skip
     if sink.dead_letter == sink.topic:
         raise ConfigurationError(f"{where}: the dead-letter topic is the topic itself")

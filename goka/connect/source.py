@@ -9,7 +9,7 @@ position of the partition it goes to: so a restart at any moment neither loses n
 a record, as long as the source reads its records in the same order again from where it
 resumes (:mod:`goka.connect.source_job` runs it). Bad records follow ``on_error``: ``fail``
 (a :class:`~goka.connect.positions.SourceError` naming the record), ``skip`` (logged,
-counted) or ``dead_letter`` (the record as read to the dead-letter topic, the reason in header
+counted) or ``dead-letter`` (the record as read to the dead-letter topic, the reason in header
 ``goka-error``, resumed like the topic).
 """
 
@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast
 from goka.codec import Codec
 from goka.connect.positions import ERROR_HEADER, POSITION_HEADER
 from goka.errors import ConfigurationError, SourceError
+from goka.group.edges import spelled
 from goka.partitioner import partition_for
 
 __all__ = ["SourceOptions", "SourceTotals", "SourceWriter", "Unreadable", "as_ms",
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 P = TypeVar("P", bound=tuple[Any, ...])
-POLICIES = ("fail", "skip", "dead_letter")
+POLICIES = ("fail", "skip", "dead-letter")
 #: Leave the key to the source's ``key`` option (see :meth:`SourceWriter.record`).
 FROM_OPTIONS: Any = object()
 
@@ -80,11 +81,12 @@ def check_options(where: str, source: Any, topics: Sequence[str]) -> None:
             raise ConfigurationError(f"{where}: {what} must be a field name or callable")
     if source.transform is not None and not callable(source.transform):
         raise ConfigurationError(f"{where}: transform must be callable(record)")
+    object.__setattr__(source, "on_error", spelled(source.on_error, f"{where}: on_error"))
     if source.on_error not in POLICIES:
-        raise ConfigurationError(f"{where}: on_error must be 'fail', 'skip' or 'dead_letter', "
+        raise ConfigurationError(f"{where}: on_error must be 'fail', 'skip' or 'dead-letter', "
                                  f"got {source.on_error!r}")  # fmt: skip
-    if (source.on_error == "dead_letter") != bool(source.dead_letter):
-        raise ConfigurationError(f"{where}: on_error='dead_letter' and dead_letter=topic go "
+    if (source.on_error == "dead-letter") != bool(source.dead_letter):
+        raise ConfigurationError(f"{where}: on_error='dead-letter' and dead_letter=topic go "
                                  "together")  # fmt: skip
     if source.dead_letter in topics:
         raise ConfigurationError(f"{where}: the dead-letter topic is the topic itself "

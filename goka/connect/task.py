@@ -101,7 +101,7 @@ def sink_ranges(task: SinkTask, partition: int,
     totals = dict.fromkeys(COUNTS, 0)
     position = start
     letters = (DeadLetters(sink, task.brokers, task.kafka_config)
-               if sink.on_error == "dead_letter" else None)  # fmt: skip
+               if sink.on_error == "dead-letter" else None)  # fmt: skip
 
     def send(of: int, refused: Sequence[tuple[Any, str]]) -> int:
         assert letters is not None

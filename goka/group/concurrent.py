@@ -14,7 +14,7 @@ loopbacks) join the call's in offset order, after those of every record before i
 call returns once every record finished (the caller commits then, as for any call), so a
 crash replays whole calls and exactly-once is unchanged. A record that fails is handled as
 the engine's policy says, in offset order: ``fail`` cancels the records in flight and
-raises; ``skip`` and ``dead_letter`` drop its effects and restore its key's state before the
+raises; ``skip`` and ``dead-letter`` drop its effects and restore its key's state before the
 key's next record starts.
 
 Example (an enrichment that awaits a service)::

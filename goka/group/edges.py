@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import inspect
 import re
+import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -40,6 +41,7 @@ __all__ = [
     "loop",
     "output",
     "persist",
+    "spelled",
     "timers",
     "window",
 ]
@@ -62,7 +64,7 @@ Emit = Literal["update", "final"]
 
 #: What happens to a record behind a closed window: dropped (and counted), sent to the
 #: dead-letter topic, or ``late(ctx, msg, window)`` is called.
-Late = Literal["drop", "dead_letter"] | Callable[["Context[Any]", Any, Any], object]
+Late = Literal["drop", "dead-letter"] | Callable[["Context[Any]", Any, Any], object]
 
 TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}\Z")
 _NAME = re.compile(r"[A-Za-z0-9._-]{1,100}\Z")
@@ -175,6 +177,21 @@ class WindowEdge(Edge):
         """One line: ``window hourly Tumbling(size=3600000) (int64) -> hourly-views``."""
         target = f" -> {self.output}" if self.output else ""
         return f"window  {self.name} {self.spec!r} ({_codec_name(self.codec)}) {self.emit}{target}"
+
+
+def spelled(policy: str, where: str) -> str:
+    """``policy`` as it is spelled now: ``dead_letter`` (the spelling until 2026-11, before
+    it was spelled as every other choice, ``micro-batch``, ``exactly-once``) is
+    ``dead-letter``, with a DeprecationWarning that names ``where`` it was written."""
+    if policy != "dead_letter":
+        return policy
+    warnings.warn(
+        f"{where}='dead_letter' is spelled 'dead-letter' now; the old spelling "
+        "will be refused in a later release",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return "dead-letter"
 
 
 def input(
@@ -290,7 +307,7 @@ def window(
             value in that edge's codec; headers ``goka-window``, ``goka-window-start``,
             ``goka-window-end``).
         late: a record behind a closed window is ``"drop"``-ped (counted), sent to the
-            ``"dead_letter"`` topic, or passed to ``late(ctx, msg, window)``.
+            ``"dead-letter"`` topic, or passed to ``late(ctx, msg, window)``.
         merge: for session windows, ``merge(a, b)`` of two sessions' values that a record
             joins into one (required for sessions; not allowed otherwise).
     """
@@ -306,8 +323,10 @@ def window(
         raise GraphError(f"{where}: emit must be 'update' or 'final', got {emit!r}")
     if emit == "final" and output is None:
         raise GraphError(f"{where}: emit='final' needs output=<an output edge's topic>")
-    if late not in ("drop", "dead_letter") and not callable(late):
-        raise GraphError(f"{where}: late must be 'drop', 'dead_letter' or a callable, "
+    if isinstance(late, str):
+        late = spelled(late, "late")  # type: ignore[assignment]
+    if late not in ("drop", "dead-letter") and not callable(late):
+        raise GraphError(f"{where}: late must be 'drop', 'dead-letter' or a callable, "
                          f"got {late!r}")  # fmt: skip
     if callable(late):
         check_callback(f"{where}: late", late, ("ctx", "msg", "window"))

@@ -67,7 +67,7 @@ class BatchResult:
 
     Attributes:
         effects: table updates, emits and loopbacks, in the order the callbacks made them.
-        failed: messages skipped under the ``skip``/``dead_letter`` policies, with their errors;
+        failed: messages skipped under the ``skip``/``dead-letter`` policies, with their errors;
             their effects and state changes were rolled back.
         processed: messages in the batch (including failed ones).
         consumed: how many of the messages passed were handled: fewer than all when what

@@ -41,8 +41,8 @@ __all__ = ["POLICIES", "Engine", "ErrorPolicy", "TableReader"]
 TableReader = Callable[[str], bytes | None]
 
 #: What to do with a message that cannot be decoded or whose callback raises.
-ErrorPolicy = Literal["fail", "skip", "dead_letter"]
-POLICIES = ("fail", "skip", "dead_letter")
+ErrorPolicy = Literal["fail", "skip", "dead-letter"]
+POLICIES = ("fail", "skip", "dead-letter")
 
 
 class Engine(TimedProcessing):
@@ -56,7 +56,7 @@ class Engine(TimedProcessing):
         store: reads the committed state of a key (the group table's content).
         tables: readers of the joined and looked-up tables, by topic.
         on_error: ``fail`` raises ProcessingError at the first bad message; ``skip`` and
-            ``dead_letter`` roll back that message's effects, record it in
+            ``dead-letter`` roll back that message's effects, record it in
             :attr:`BatchResult.failed` and go on (the driver writes dead letters).
         pause_gc: disable Python's cyclic garbage collector while a batch is processed (it is
             process-wide; re-enabled afterwards). Every effect is a new container object, and
@@ -287,7 +287,7 @@ class Engine(TimedProcessing):
                 self._failed(exc, message, 0, result)
 
     def _process_undoable(self, messages: Sequence[Message], result: BatchResult) -> None:
-        """Like :meth:`_process`, remembering how to undo each message (skip, dead_letter)."""
+        """Like :meth:`_process`, remembering how to undo each message (skip, dead-letter)."""
         ctx, routes, effects = self.context, self._routes, self.effects
         nil, text = self.nil_handling, decode_text
         for message in messages:

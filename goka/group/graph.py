@@ -204,7 +204,7 @@ def define_group(
     10. ``nil_handling`` is one of ``ignore``, ``process``, ``decode``.
     11. At most one ``timers`` edge; window names are unique; windows, timers and a TTL need
         a ``persist`` edge (their state lives in the group's partition stores).
-    12. A window's ``output`` is a declared output edge; ``late="dead_letter"`` is allowed
+    12. A window's ``output`` is a declared output edge; ``late="dead-letter"`` is allowed
         (where the dead letters go is the processor's setting).
     13. ``max_future`` (a record's event time may be at most this far ahead of the wall
         clock; None: no bound) is not negative.

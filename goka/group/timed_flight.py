@@ -6,7 +6,7 @@ Exactly what one record at a time gives, per key (:mod:`goka.time.partition`'s o
 * **Stream time** is worked out when records are admitted, in offset order, from their event
   times (decoded and extracted then): each record runs at the stream time it would see one at
   a time, so lateness and ``ctx.stream_time`` are the same. (A record that fails under
-  ``skip``/``dead_letter`` moves the stream time too, one at a time as well: its event time
+  ``skip``/``dead-letter`` moves the stream time too, one at a time as well: its event time
   was read.)
 * **Writes to time** (window rows, timers, TTLs) are kept per record and replayed on the
   partition's time when it is released, in offset order, with its stream time

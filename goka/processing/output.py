@@ -127,7 +127,7 @@ class Output:
             self.on_failure()
 
     def _send(self, result: BatchResult, summary: PartitionSummary) -> None:
-        generation, letters = self.generation, self.config.on_error == "dead_letter"
+        generation, letters = self.generation, self.config.on_error == "dead-letter"
         generation.outstanding += len(result.failed) if letters else 0
         if self.held is None:
             generation.outstanding += len(result.effects)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from goka.errors import ConfigurationError
+from goka.group.edges import spelled
 from goka.group.engine import POLICIES, ErrorPolicy
 from goka.kafka.config import check_settings, scoped
 from goka.processing.values import LOG_LEVELS, TRIGGER, trigger_seconds
@@ -92,12 +93,13 @@ class ProcessorSettings:
         ConfigurationError: an invalid setting.
     """
 
-    mode: str = _setting("micro-batch", """``micro-batch``: each micro-batch processes the
-        records that arrived since the previous one, every ``trigger``; ``continuous``: each
-        micro-batch is an *epoch* of ``epoch`` seconds in which every task processes its
-        partitions as records arrive and commits every ``commit_interval`` (milliseconds from
-        emit to table instead of about a second); ``available-now``: what is there, then
-        stop.""", choices=MODES)  # fmt: skip
+    mode: str = _setting("continuous", """``continuous`` (the default of both the library
+        and ``goka processor run``): each micro-batch is an *epoch* of ``epoch`` seconds in
+        which every task processes its partitions as records arrive and commits every
+        ``commit_interval`` (milliseconds from emit to table, as Kafka Streams and Go Goka);
+        ``micro-batch``: each micro-batch processes the records that arrived since the previous
+        one, every ``trigger`` (about a second from emit to table); ``available-now``: what is
+        there, then stop.""", choices=MODES)  # fmt: skip
     trigger: str = _setting(TRIGGER, """The micro-batch interval: ``<number> <unit>``, units
         milliseconds, seconds, minutes, hours or days (``"500 milliseconds"``, ``"1 minute 30
         seconds"``; ``available-now``: as the mode). Micro-batches only: continuous epochs run
@@ -150,7 +152,7 @@ class ProcessorSettings:
         "fail",
         """What a record that cannot be decoded or whose
         callback raises does: ``fail`` stops the group, ``skip`` counts and logs it,
-        ``dead_letter`` also writes it to ``<group>-dlq``.""",
+        ``dead-letter`` also writes it to ``<group>-dlq``.""",
         flag=str,
         choices=POLICIES,
     )
@@ -218,6 +220,7 @@ class ProcessorSettings:
                   snapshot_dir=str(self.snapshot_dir or ""))  # fmt: skip
         if self.trigger == "available-now":
             self._set(mode="available-now")
+        self._set(on_error=spelled(self.on_error, "on_error"))
         _check(self)
 
     def _set(self, **values: Any) -> None:

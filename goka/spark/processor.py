@@ -115,7 +115,7 @@ class Processor:
         config = self.config
         manager = TopicManager(config.brokers, config.topics, **config.kafka_config)
         self._partitions = prepare_group(manager, self.graph, create_outputs=create_outputs,
-                                         dead_letters=config.on_error == "dead_letter")  # fmt: skip
+                                         dead_letters=config.on_error == "dead-letter")  # fmt: skip
         if config.guarantee == "exactly-once":
             check_transactions(self.graph.group, config.brokers, config.kafka_config)
         return self._partitions

@@ -23,6 +23,7 @@ from typing import Any
 
 from goka.codec import Codec, alike
 from goka.errors import ConfigurationError, GokaError, ProcessingError
+from goka.group.edges import spelled
 from goka.group.effects import EMIT, FINAL, LOOP, TABLE, TIMER, WINDOW, BatchResult, Effect, Message
 from goka.group.engine import POLICIES, Engine, ErrorPolicy
 from goka.group.graph import GroupGraph
@@ -59,12 +60,12 @@ class Tester:
             on the order in which different keys' records finish. (Async callbacks: plain
             ones above concurrency 1 run on threads, which finish as the system runs them.)
         on_error: the processor's policy for a record whose callback fails: ``fail`` (the
-            default) raises from :meth:`consume`; ``skip`` and ``dead_letter`` undo the
+            default) raises from :meth:`consume`; ``skip`` and ``dead-letter`` undo the
             record's changes, go on, and keep it with its error in :attr:`failed`.
 
     Attributes:
         failed: the records the policy skipped, each ``(error, message)`` (and those late for
-            a window whose ``late`` is ``dead_letter``): a processor's dead letters.
+            a window whose ``late`` is ``dead-letter``): a processor's dead letters.
     """
 
     __test__ = False  # not a pytest test class, though its name starts with "Test"
@@ -74,11 +75,10 @@ class Tester:
         now: int | None = None, guarantee: str = "at-least-once", completion_seed: int = 0,
         on_error: ErrorPolicy = "fail",
     ) -> None:  # fmt: skip
-        if guarantee not in GUARANTEES:
-            raise ConfigurationError(f"guarantee must be one of {GUARANTEES}, got {guarantee!r}")
-        if on_error not in POLICIES:
-            raise ConfigurationError(f"on_error must be one of {POLICIES}, got {on_error!r}")
-        self.on_error = on_error
+        self.on_error: ErrorPolicy = spelled(on_error, "on_error")  # type: ignore[assignment]
+        if guarantee not in GUARANTEES or self.on_error not in POLICIES:
+            raise ConfigurationError(f"guarantee must be one of {GUARANTEES}, on_error one of "
+                                     f"{POLICIES}; got {guarantee!r}, {on_error!r}")  # fmt: skip
         self.failed: list[tuple[ProcessingError, Message]] = []
         if partitions < 1:
             raise ConfigurationError(f"partitions must be at least 1, got {partitions}")

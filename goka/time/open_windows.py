@@ -170,7 +170,7 @@ def _late(time: WindowTimes, name: str, ctx: RecordContext, window: Window) -> N
     policy = time.edge(name).late
     if policy == "drop":
         time.late_dropped += 1
-    elif policy == "dead_letter":
+    elif policy == "dead-letter":
         time.late_records.append((name, ctx._message))
     else:
         policy(ctx, ctx._value, window)

@@ -162,7 +162,7 @@ def test_bad_rows_fail_skip_or_go_to_the_dead_letter_topic(
     assert totals.skipped == 2 and "row 2: ValueError: no key: field 'user' is missing" in (
         totals.errors[1])  # fmt: skip
     third = new_topic(partitions=2)
-    lettered = FileSource(str(tmp_path), third, key="user", on_error="dead_letter",
+    lettered = FileSource(str(tmp_path), third, key="user", on_error="dead-letter",
                           dead_letter=dead)  # fmt: skip
     assert FileSourceJob(lettered, brokers).run_until_caught_up().dead_lettered == 2
     letters = records(brokers, dead)
@@ -237,8 +237,8 @@ def test_a_partition_written_by_someone_else_stops_the_source(
 @pytest.mark.parametrize(
     ("options", "message"),
     [({"path": ""}, "path must be"), ({"format": "xml"}, "format must be"),
-     ({"key": 3}, "key must be a field name"), ({"on_error": "dead_letter"}, "go together"),
-     ({"on_error": "dead_letter", "dead_letter": "t"}, "the topic itself"),
+     ({"key": 3}, "key must be a field name"), ({"on_error": "dead-letter"}, "go together"),
+     ({"on_error": "dead-letter", "dead-letter": "t"}, "the topic itself"),
      ({"poll_interval": -1}, "poll_interval"), ({"codec": "json"}, "codec must be")],
 )  # fmt: skip
 def test_invalid_declarations_fail_at_once(options: dict[str, Any], message: str) -> None:

@@ -216,8 +216,8 @@ def test_a_database_restart_between_writes_is_retried(
     ("options", "message"),
     [({"table": "bad name"}, "table must be a plain SQL name"),
      ({"mode": "merge"}, "mode must be 'upsert' or 'append'"),
-     ({"on_error": "retry"}, "on_error must be 'fail', 'skip' or 'dead_letter'"),
-     ({"on_error": "dead_letter"}, "go together"),
+     ({"on_error": "retry"}, "on_error must be 'fail', 'skip' or 'dead-letter'"),
+     ({"on_error": "dead-letter"}, "go together"),
      ({"mapper": 42}, "mapper must be callable")],
 )  # fmt: skip
 def test_invalid_declarations_fail_at_once(options: dict[str, Any], message: str) -> None:

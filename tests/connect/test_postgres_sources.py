@@ -167,7 +167,7 @@ def test_flat_map_skip_and_dead_letters_resume_alike(
         return [row, {**row, "copy": True}] if row["n"] % 10 == 0 else row
 
     source = PostgresSource(dsn, topic, table="t", incrementing_column="id", transform=explode,
-                            on_error="dead_letter", dead_letter=dead, batch=30)  # fmt: skip
+                            on_error="dead-letter", dead_letter=dead, batch=30)  # fmt: skip
     totals = PostgresSourceJob(source, brokers).run_until_caught_up()
     assert (totals.produced, totals.dead_lettered) == (96 + 8, 4)
     letters = records(brokers, dead)
@@ -216,7 +216,7 @@ def test_the_query_source_retries_while_the_database_restarts(
      ({"incrementing_column": "id", "table": None, "query": "DELETE FROM t"}, "a SELECT"),
      ({"incrementing_column": "id", "batch": 0}, "batch must be a positive int"),
      ({"incrementing_column": "id", "delay": -1}, "delay must be a number"),
-     ({"incrementing_column": "id", "on_error": "dead_letter"}, "go together")],
+     ({"incrementing_column": "id", "on_error": "dead-letter"}, "go together")],
 )  # fmt: skip
 def test_invalid_query_sources_fail_at_once(options: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigurationError, match=message):

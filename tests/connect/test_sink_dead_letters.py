@@ -50,7 +50,7 @@ def test_postgres_sink_dead_letters_go_out_once_before_the_commit(
     brokers: str, new_topic: Callable[..., str], dsn: str
 ) -> None:
     dead = new_topic(partitions=2)
-    sink = PostgresSink("clicks", JsonCodec(), dsn, table="clicks", on_error="dead_letter",
+    sink = PostgresSink("clicks", JsonCodec(), dsn, table="clicks", on_error="dead-letter",
                         dead_letter=dead)  # fmt: skip
     with PostgresWriter(sink) as writer:
         writer.write(1, [("clicks", 0, b"a", b'{"clicks": 1}', T0, None)], 1)  # the column
@@ -99,7 +99,7 @@ def test_parquet_sink_dead_letters_and_a_short_dead_letter_topic(
     brokers: str, new_topic: Callable[..., str], tmp_path: Path
 ) -> None:
     dead = new_topic(partitions=1)
-    sink = ParquetSink("clicks", JsonCodec(), str(tmp_path / "archive"), on_error="dead_letter",
+    sink = ParquetSink("clicks", JsonCodec(), str(tmp_path / "archive"), on_error="dead-letter",
                        dead_letter=dead)  # fmt: skip
     writer = ParquetWriter(sink)
     sender = DeadLetters(sink, brokers)

@@ -142,7 +142,7 @@ def test_a_sink_job_sends_refused_records_to_its_dead_letter_topic_once(
     from goka.kafka.consumer import read_to_end
 
     topic, dead = new_topic(partitions=4), new_topic(partitions=4)
-    sink = PostgresSink(topic, JsonCodec(), dsn, table="users", on_error="dead_letter",
+    sink = PostgresSink(topic, JsonCodec(), dsn, table="users", on_error="dead-letter",
                         dead_letter=dead)  # fmt: skip
     good = items(600, seed=3)
     bad = [(f"user-{i}", {"clicks": "many", "n": i}) for i in range(40)]  # bigint: no str

@@ -45,7 +45,7 @@ def split(record):
 
 
 source = FileSource({path!r}, {topic!r}, key="user", transform={transform},
-                    on_error="dead_letter", dead_letter={dead!r})
+                    on_error="dead-letter", dead_letter={dead!r})
 """
 
 

@@ -87,7 +87,7 @@ def test_several_groups_run_in_one_application(
     produce(brokers, topic, StringCodec(), [(f"u{i % 4}", "/") for i in range(40)])
     result = subprocess.run(
         _command(brokers, tmp_path, "tests.spark.cli_graphs:first", "tests.spark.cli_graphs:second",
-                 "--until-caught-up"),
+                 "--mode", "available-now"),  # (as --until-caught-up)
         env=_env(topic), cwd=tmp_path, capture_output=True, text=True, timeout=400,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
@@ -97,8 +97,9 @@ def test_several_groups_run_in_one_application(
         with View(brokers, f"{topic}-{group}-table", Int64Codec()) as view:
             view.wait_recovered(60)
             assert dict(view.items()) == {f"u{i}": 10 for i in range(4)}
-    assert (tmp_path / "state" / f"{topic}-first").is_dir()
-    assert (tmp_path / "state" / f"{topic}-second").is_dir()
+    for group in (f"{topic}-first", f"{topic}-second"):  # where one group alone keeps them
+        assert (tmp_path / "state" / group / "partition-0" / "CURRENT").is_file(), group
+        assert (tmp_path / "state" / group / "checkpoint" / "metadata").is_file(), group
 
 
 def test_the_first_tasks_run_in_the_workers_warmed_up_with_the_interpreter_s_pyspark(

@@ -254,7 +254,7 @@ def test_dead_letter_policy_writes_the_raw_record(
         producer.produce(topic, huge, b"huge", on_delivery=lambda err, _: failed.append(err))
         assert producer.flush(30) == 0 and failed == [None]
     produce(brokers, topic, StringCodec(), [("k", "4")])
-    run = make_processor(graph, on_error="dead_letter").run_until_caught_up(timeout=300)
+    run = make_processor(graph, on_error="dead-letter").run_until_caught_up(timeout=300)
     assert run.dead_letters == 2
     letter, cut = list(read_to_end(brokers, f"{graph.group}-dlq"))
     headers = dict(letter.headers)

@@ -91,7 +91,7 @@ def _same(result: Any, expected: Any) -> None:
 
 
 @pytest.mark.parametrize("concurrency", [2, 16, 64])
-@pytest.mark.parametrize("on_error", ["skip", "dead_letter"])
+@pytest.mark.parametrize("on_error", ["skip", "dead-letter"])
 def test_async_records_in_flight_give_what_one_at_a_time_gives(concurrency: int,
                                                                on_error: str) -> None:  # fmt: skip
     rng, flight = random.Random(concurrency), InFlight()
@@ -318,7 +318,7 @@ def _stamped_graph(callback: Callable[..., Any], concurrency: int, **settings: A
 
 
 @pytest.mark.parametrize("kind", ["async", "plain"])
-@pytest.mark.parametrize("on_error", ["skip", "dead_letter"])
+@pytest.mark.parametrize("on_error", ["skip", "dead-letter"])
 def test_event_times_extracted_in_flight_are_what_one_at_a_time_extracts(
     kind: str, on_error: str
 ) -> None:

@@ -293,7 +293,7 @@ FLAKY = define_group("g", input("in", StringCodec(), _flaky), output("out", Stri
                      persist(Int64Codec()))  # fmt: skip
 
 
-@pytest.mark.parametrize("policy", ["skip", "dead_letter"])
+@pytest.mark.parametrize("policy", ["skip", "dead-letter"])
 def test_skip_policies_roll_back_the_failed_message(policy: Any) -> None:
     messages = [msg(0, "k", b"a"), msg(1, "k", b"boom"), msg(2, "k", b"b")]
     result = Engine(FLAKY, 0, store={}.get, on_error=policy).process(messages)

@@ -62,7 +62,8 @@ def goka(capsys: pytest.CaptureFixture[str]) -> Iterator[Callable[..., tuple[int
 
 def one_line(err: str) -> str:
     """The one error line of ``err`` (logs aside; a hint may follow it)."""
-    said = [line for line in err.splitlines() if line.startswith("goka:")]
+    said = [line for line in err.splitlines()
+            if line.startswith("goka:") and not line.startswith("goka: warning:")]  # fmt: skip
     assert len(said) in (1, 2) and said[0].startswith("goka: error: "), err
     assert "Traceback" not in err, err
     return said[0]
@@ -274,3 +275,39 @@ def test_a_starting_brokers_retries_are_debug_not_warnings(
     with caplog.at_level(logging.DEBUG, LIBRDKAFKA_LOGGER.name):
         LIBRDKAFKA_LOGGER.warning(line.replace("5]", "6]"))
     assert [r.levelname for r in caplog.records] == ["DEBUG"]
+
+
+# -- one spelling, one default ------------------------------------------------------------------
+
+
+def test_dead_letter_is_spelled_as_every_other_choice_and_the_old_spelling_warns(
+    goka: Callable[..., tuple[int, str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from goka.connect import ParquetSink
+
+    assert ProcessorSettings(on_error="dead-letter").on_error == "dead-letter"
+    with pytest.warns(DeprecationWarning, match="on_error='dead_letter' is spelled 'dead-letter'"):
+        assert ProcessorSettings(on_error="dead_letter").on_error == "dead-letter"
+    graph = define_group("g", input("in", StringCodec(), count), persist(Int64Codec()))
+    with pytest.warns(DeprecationWarning, match="on_error='dead_letter'"):
+        assert Tester(graph, on_error="dead_letter").on_error == "dead-letter"  # type: ignore[arg-type]
+    with pytest.warns(DeprecationWarning, match="late='dead_letter'"):
+        edge = window("m", Tumbling(minutes=1), Int64Codec(), late="dead_letter")  # type: ignore[arg-type]
+    assert edge.late == "dead-letter"
+    with pytest.warns(DeprecationWarning, match="on_error='dead_letter'"):
+        sink = ParquetSink("t", JsonCodec(), "/tmp/x", on_error="dead_letter",  # type: ignore[arg-type]
+                           dead_letter="t-dlq")  # fmt: skip
+    assert sink.on_error == "dead-letter"
+    monkeypatch.setenv("GOKA_BROKERS", "127.0.0.1:1")
+    code, err = goka("processor", "run", "examples.click_count.group:graph", "--on-error",
+                     "dead_letter", "--trigger", "often")  # fmt: skip
+    assert "goka: warning: --on-error dead_letter is spelled dead-letter now" in err
+    assert code == 2 and "--trigger must be a duration" in one_line(err)  # (taken, and on)
+
+
+def test_both_entry_points_run_continuously_unless_told() -> None:
+    from goka.cli import build_parser
+
+    assert ProcessorSettings().mode == "continuous"
+    args = build_parser().parse_args(["processor", "run", "g:graph"])
+    assert args.mode == "continuous"

@@ -338,7 +338,7 @@ def test_dead_letters_carry_the_raw_record_and_its_origin(kafka: FakeKafka, tmp_
     graph = define_group("ints", input(IN, Int64Codec(), count), persist(Int64Codec()))
     for value in (b"1", b"oops", b"2"):
         kafka.append(IN, "k", value, partition=0)
-    machine = Machine(kafka, tmp_path / "a", graph, on_error="dead_letter")
+    machine = Machine(kafka, tmp_path / "a", graph, on_error="dead-letter")
     summary = machine.run(0, {IN: (0, 3)})
     assert (summary.processed, summary.failed, summary.dead_letters) == (3, 1, 1)
     ((_, _, key, value, _, headers),) = kafka.rows("ints-dlq", 0) or kafka.rows("ints-dlq", 1)
@@ -353,7 +353,7 @@ def test_a_dead_letter_too_large_for_the_producer_keeps_what_fits_and_says_so(
     graph = define_group("ints", input(IN, Int64Codec(), count), persist(Int64Codec()))
     for value in (b"1", b"x" * 50_000, b"2"):
         kafka.append(IN, "k", value, partition=0)
-    machine = Machine(kafka, tmp_path, graph, on_error="dead_letter",
+    machine = Machine(kafka, tmp_path, graph, on_error="dead-letter",
                       producer_config={"message.max.bytes": 20_000})  # fmt: skip
     summary = machine.run(0, {IN: (0, 3)})
     assert (summary.processed, summary.dead_letters, machine.state(0)) == (3, 1, {"k": 2})

@@ -407,7 +407,7 @@ def _failing(fail: Callable[[int], bool], awaits: bool = True) -> Callable[..., 
     return failing if awaits else plain
 
 
-@pytest.mark.parametrize("policy", ["skip", "dead_letter"])
+@pytest.mark.parametrize("policy", ["skip", "dead-letter"])
 def test_records_that_fail_in_flight_are_skipped_as_one_at_a_time_skips_them(policy: str) -> None:
     """Every seventh record fails after its changes (moving the stream time all the same),
     all records given at once."""
@@ -428,7 +428,7 @@ def test_records_that_fail_in_flight_are_skipped_as_one_at_a_time_skips_them(pol
         assert run(_graph(_failing(fail), concurrency=16), seed) == expected
 
 
-@pytest.mark.parametrize("policy", ["skip", "dead_letter"])
+@pytest.mark.parametrize("policy", ["skip", "dead-letter"])
 def test_records_failing_and_late_in_flight_in_one_call_count_as_one_at_a_time(policy: str) -> None:
     """All records in one engine call: its failed records, late count and effects."""
     records = _records(200)
