@@ -24,10 +24,12 @@ HTTP_PORT = HTTP_PORTS["connect"]
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    connect = commands.add_parser("connect", help="run sinks: tables into databases and files")
+    connect = commands.add_parser("connect", help="run connectors: sinks (tables into "
+                                  "PostgreSQL and Parquet) and sources (files, PostgreSQL rows "
+                                  "and changes into topics)")  # fmt: skip
     sub = connect.add_subparsers(dest="connect_command", required=True, metavar="COMMAND")
-    run = sub.add_parser("run", help="write the sink's topic to its table or files, as a Spark "
-                         "job")  # fmt: skip
+    run = sub.add_parser("run", help="run a sink (its topic into its table or files, as a Spark "
+                         "job) or a source (its files or rows into its topic)")  # fmt: skip
     status = sub.add_parser("status", help="each partition's position in the target, the "
                             "topic's end and the lag")  # fmt: skip
     offsets = sub.add_parser("offsets", help="each partition's next offset, as the target (the "
@@ -35,9 +37,10 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     reset = sub.add_parser("reset", help="forget the target's offsets and the checkpoint: the "
                            "next run starts over")  # fmt: skip
     for parser in (run, status, offsets, reset):
-        parser.add_argument("sink", metavar="MODULE:SINK",
-                            help="the sink, a goka.connect.PostgresSink or ParquetSink (or a "
-                            "function returning one)")  # fmt: skip
+        parser.add_argument("sink", metavar="MODULE:CONNECTOR",
+                            help="the connector: a goka.connect sink (PostgresSink, ParquetSink) "
+                            "or source (FileSource, PostgresSource, PostgresCdcSource), or a "
+                            "function returning one")  # fmt: skip
     for parser in (run, status, offsets):
         add_brokers(parser)
     for parser in (run, reset):

@@ -110,8 +110,9 @@ class TimeAccess:
 
     def _timed(self, what: str) -> PartitionClock:
         if self._time is None:
-            raise ContextError(f"group {self.group!r} keeps no {what}: declare a window, "
-                               "timers or a persist ttl")  # fmt: skip
+            edge = {"windows": "window(name, spec, codec)", "timers": "timers(callback)"}.get(
+                what, "a window, timers or a persist ttl")  # fmt: skip
+            raise ContextError(f"group {self.group!r} keeps no {what}: declare {edge}")
         return self._time
 
 
