@@ -238,7 +238,7 @@ def test_a_partition_written_by_someone_else_stops_the_source(
     ("options", "message"),
     [({"path": ""}, "path must be"), ({"format": "xml"}, "format must be"),
      ({"key": 3}, "key must be a field name"), ({"on_error": "dead-letter"}, "go together"),
-     ({"on_error": "dead-letter", "dead-letter": "t"}, "the topic itself"),
+     ({"on_error": "dead-letter", "dead_letter": "t"}, "the topic itself"),
      ({"poll_interval": -1}, "poll_interval"), ({"codec": "json"}, "codec must be")],
 )  # fmt: skip
 def test_invalid_declarations_fail_at_once(options: dict[str, Any], message: str) -> None:
