@@ -62,7 +62,7 @@ class RepeatFilter(logging.Filter):
         self._lock = threading.Lock()
 
     def filter(self, record: logging.LogRecord) -> bool:
-        shape = _TIMINGS.sub("#", str(record.msg))
+        shape = _TIMINGS.sub("#", record.getMessage())  # (librdkafka's: "%s [%s] %s" % ...)
         now = time.monotonic()
         with self._lock:
             passed, held = self._seen.get(shape, (0.0, 0))

@@ -50,7 +50,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     add(run, "--trigger", "micro-batch interval", default="1 second")
     add(run, "--max-offsets", "most records per micro-batch", type=at_least(1))
     add(run, "--master", "Spark master: local[N] or spark://host:7077",
-        shown="local[2], or what spark-submit gives", env="GOKA_SPARK_MASTER")  # fmt: skip
+        shown="local[2], or what spark-submit gives", env="GOKA_SPARK_MASTER",
+        was="GOKA_MASTER")  # fmt: skip
     add(run, "--http-host", "address of the HTTP port (monitor /, REST /connectors, /metrics, "
         "/healthz, /readyz)", default="127.0.0.1")  # fmt: skip
     add(run, "--http-port", f"HTTP port (0: any free port, printed at start; default {HTTP_PORT}, "

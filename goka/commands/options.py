@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import sys
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NoReturn
 
@@ -90,6 +91,10 @@ def env_name(flag: str) -> str:
     return "GOKA_" + flag.lstrip("-").replace("-", "_").upper()
 
 
+#: The earlier names of variables already warned about (parsers of several commands read one).
+_WARNED: set[str] = set()
+
+
 def add(
     parser: argparse.ArgumentParser,
     flag: str,
@@ -99,13 +104,21 @@ def add(
     type: Callable[[str], Any] = str,
     env: bool | str = True,
     shown: str | None = None,
+    was: str | None = None,
     **kwargs: Any,
 ) -> None:
     """Add ``flag`` whose default comes from ``$GOKA_<FLAG>`` (when ``env``; a string: that
-    variable), else ``default``; the help text ends with both (``shown``: what the default
-    is, where it is not a value)."""
+    variable; ``was``: the variable's earlier name, still read, with a warning), else
+    ``default``; the help text ends with both (``shown``: what the default is, where it is
+    not a value)."""
     name = env if isinstance(env, str) else env_name(flag)
     from_env = os.environ.get(name) if env else None
+    if from_env is None and was is not None and os.environ.get(was) is not None:
+        from_env = os.environ[was]
+        if was not in _WARNED:
+            _WARNED.add(was)
+            print(f"goka: warning: ${was} is ${name} now (one name per setting); ${was} will be "
+                  f"ignored in a later release", file=sys.stderr, flush=True)  # fmt: skip
     value = default
     if from_env is not None:
         try:

@@ -8,6 +8,7 @@ import signal
 import sys
 import threading
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from goka.commands.options import (
@@ -59,7 +60,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     add_brokers(run)
     add(run, "--master", "Spark master: local[N] or spark://host:7077",
-        shown="local[2], or what spark-submit gives", env="GOKA_SPARK_MASTER")  # fmt: skip
+        shown="local[2], or what spark-submit gives", env="GOKA_SPARK_MASTER",
+        was="GOKA_MASTER")  # fmt: skip
     add(run, "--state-dir", "where each group keeps its partition stores, "
         "<state-dir>/<group>/partition-N", default="goka-state")  # fmt: skip
     add(run, "--checkpoint-dir", "where each group keeps its Spark checkpoint, "
@@ -94,9 +96,11 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     run.set_defaults(run=_run)
 
 
-def _dirs(args: argparse.Namespace, group: str, groups: list[str]) -> tuple[str, str | None]:
+def _dirs(args: argparse.Namespace, group: str, groups: Mapping[str, Sequence[str]],
+          ) -> tuple[str, str | None]:  # fmt: skip
     """``group``'s state directory and checkpoint, one layout whatever the number of groups
-    (see :mod:`goka.processing.layout`, which moves what an earlier layout left)."""
+    (see :mod:`goka.processing.layout`, which moves what an earlier layout left); ``groups``:
+    each group of the command with the topics it reads."""
     move_nested(args.state_dir, group)
     if args.checkpoint_dir.startswith("<"):  # (the default: <state-dir>/<group>/checkpoint)
         return args.state_dir, None
@@ -152,7 +156,8 @@ def _processors(args: argparse.Namespace) -> list[Any]:
     try:
         session = _session(args)
         for graph in graphs:
-            state, checkpoint = _dirs(args, graph.group, [g.group for g in graphs])
+            state, checkpoint = _dirs(args, graph.group, {g.group: g.input_topics()
+                                                          for g in graphs})  # fmt: skip
             made.append(Processor(
                 graph, brokers(args), session=session, state_dir=state,
                 checkpoint_dir=checkpoint, mode=args.mode, log_level=args.log_level,

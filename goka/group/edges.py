@@ -182,13 +182,13 @@ class WindowEdge(Edge):
 def spelled(policy: str, where: str) -> str:
     """``policy`` as it is spelled now: ``dead_letter`` (the spelling until 2026-11, before
     it was spelled as every other choice, ``micro-batch``, ``exactly-once``) is
-    ``dead-letter``, with a DeprecationWarning that names ``where`` it was written."""
+    ``dead-letter``, with a FutureWarning (shown by default) naming ``where`` it was written."""
     if policy != "dead_letter":
         return policy
     warnings.warn(
         f"{where}='dead_letter' is spelled 'dead-letter' now; the old spelling "
         "will be refused in a later release",
-        DeprecationWarning,
+        FutureWarning,
         stacklevel=3,
     )
     return "dead-letter"

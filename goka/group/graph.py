@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime as dt
 import importlib
+import inspect
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
@@ -313,7 +314,8 @@ def _check_edge(group: Group, edge: Edge) -> None:
             "A-Z a-z 0-9 . _ -"
         )
     codec = edge.codec
-    if isinstance(codec, type):
+    if isinstance(codec, type) and not isinstance(inspect.getattr_static(codec, "encode", None),
+                                                  staticmethod):  # fmt: skip
         raise GraphError(f"{where}: got the codec class {codec.__name__}, not a codec: did you "
                          f"mean {codec.__name__}()?")  # fmt: skip
     if codec is None or not (callable(getattr(codec, "encode", None))

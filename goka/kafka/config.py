@@ -87,7 +87,7 @@ class StartingBroker(logging.Filter):
                 "Not coordinator")  # fmt: skip
 
     def filter(self, record: logging.LogRecord) -> bool:
-        message = str(record.msg)
+        message = record.getMessage()  # (librdkafka: "%s [%s] %s" and its args)
         if (
             record.levelno > logging.DEBUG
             and "retrying" in message
@@ -155,25 +155,27 @@ _QUIET.propagate = False
 
 
 def check_settings(user: Mapping[str, Any], where: str = "kafka_config") -> None:
-    """Have librdkafka check the settings of ``user`` now, each with the clients it goes to
-    (see :func:`scoped`), rather than when a task starts its first client.
+    """Have librdkafka check the settings of ``user`` now, merged with goka's defaults as each
+    client gets them (see :func:`scoped`), rather than when a task starts its first client:
+    an unknown property, a value it refuses, or one that contradicts another
+    (``acks=1`` with the idempotent producer). Python callbacks (``error_cb``, ``oauth_cb``,
+    ...) are left out: they are not called here.
 
     Raises:
-        ConfigurationError: a property librdkafka does not know, or a value it refuses,
-            named with ``where`` (the keyword it was given in).
+        ConfigurationError: what librdkafka refused, named with ``where`` (the keyword it was
+            given in).
     """
     from confluent_kafka import Consumer, KafkaException, Producer
 
-    for scope, client in (("producer.", Producer), ("consumer.", Consumer), ("admin.", Producer)):
-        given = scoped(user, scope)
-        if not given:
+    merges = ((producer_config, Producer, "producer."), (consumer_config, Consumer, "consumer."),
+              (admin_config, Producer, "admin."))  # fmt: skip
+    for merge, client, scope in merges:
+        if not scoped(user, scope):
             continue
-        config = {**given, "logger": _QUIET}
-        config.pop("bootstrap.servers", None)
-        if client is Consumer:
-            config.setdefault("group.id", "goka-py-check")
+        config = {k: v for k, v in merge("localhost", user).items() if not callable(v)
+                  and k not in ("logger", "bootstrap.servers")}  # fmt: skip
         try:
-            made = client(config)
+            made = client({**config, "logger": _QUIET})
         except KafkaException as exc:
             error = exc.args[0].str()
             raise ConfigurationError(f"{where}: {error} (librdkafka's CONFIGURATION.md lists "

@@ -221,6 +221,9 @@ class ProcessorSettings:
         if self.trigger == "available-now":
             self._set(mode="available-now")
         self._set(on_error=spelled(self.on_error, "on_error"))
+        if isinstance(self.log_level, str):  # ("info", "WARN" as the logging module takes them)
+            level = self.log_level.upper()
+            self._set(log_level="WARNING" if level == "WARN" else level)
         _check(self)
 
     def _set(self, **values: Any) -> None:

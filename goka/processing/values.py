@@ -11,18 +11,19 @@ __all__ = ["LOG_LEVELS", "TRIGGER", "TRIGGER_UNITS", "check_master", "trigger_se
 
 #: The units a micro-batch trigger is given in (Spark's interval units, singular or plural), in
 #: seconds.
-TRIGGER_UNITS = {"millisecond": 0.001, "second": 1.0, "minute": 60.0, "hour": 3600.0,
-                 "day": 86_400.0}  # fmt: skip
-_TRIGGER_PART = re.compile(r"(\d+|\d*\.\d+) +([a-z]+?)s?(?: +|$)")
+TRIGGER_UNITS = {"microsecond": 1e-6, "millisecond": 0.001, "second": 1.0, "minute": 60.0,
+                 "hour": 3600.0, "day": 86_400.0, "week": 604_800.0}  # fmt: skip
+_TRIGGER_PART = re.compile(r"\+?(\d+(?:\.\d*)?|\.\d+)\s+([a-z]+?)s?(?:\s+|$)")
 #: The micro-batch trigger when none is given.
 TRIGGER = "1 second"
 #: The log levels of the workers' ``log_level``.
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 #: The masters Spark takes: ``local``, ``local[N]`` / ``local[*]`` (with ``,F`` failures),
-#: ``local-cluster[...]``, a standalone ``spark://`` master, ``yarn`` and Kubernetes.
-MASTER = re.compile(r"local|local\[(?:[1-9]\d*|\*)(?:,[1-9]\d*)?\]|local-cluster\[\d+,\d+,\d+\]"
-                    r"|spark://[^\s/]+(?:,[^\s/]+)*|yarn|k8s://\S+")  # fmt: skip
+#: ``local-cluster[...]``, ``yarn``, and a cluster manager's URL (``spark://``, ``k8s://``).
+MASTER = re.compile(r"local|local\[\s*(?:[1-9]\d*|\*)\s*(?:,\s*[1-9]\d*\s*)?\]"
+                    r"|local-cluster\[\s*\d+\s*,\s*\d+\s*,\s*\d+\s*\]|yarn"
+                    r"|[a-z][a-z0-9+.-]*://\S+")  # fmt: skip
 
 
 def check_master(master: str | None) -> None:
@@ -46,6 +47,7 @@ def trigger_seconds(trigger: str) -> float:
         ConfigurationError: ``trigger`` is not such a duration.
     """
     text = trigger.strip().lower() if isinstance(trigger, str) else ""
+    text = text.removeprefix("interval").strip()  # (Spark's "interval 10 seconds")
     seconds, at = 0.0, 0
     for part in _TRIGGER_PART.finditer(text):
         fraction = "." in part.group(1) and part.group(2) != "second"  # (Spark's rule)

@@ -46,7 +46,8 @@ def _families() -> dict[str, Any]:
                 ),
                 errors=Counter(
                     "goka_processor_failed_messages",
-                    "Input messages whose callback failed, by --on-error policy",
+                    "Input messages whose callback failed, by --on-error policy (label values "
+                    "fail, skip, dead_letter)",
                     [*labels, "policy"],
                 ),
                 skipped_applied=Counter(
@@ -203,7 +204,8 @@ class ProcessorMetrics:
         for topic, count in summary.emitted.items():
             f["emitted"].labels(g, topic).inc(count)
         f["loopbacks"].labels(g).inc(summary.loopbacks)
-        f["errors"].labels(g, policy).inc(summary.failed)
+        # (the label keeps the policy's spelling of before 2026-11: dashboards match on it)
+        f["errors"].labels(g, policy.replace("-", "_")).inc(summary.failed)
         f["skipped_applied"].labels(g).inc(summary.skipped_applied)
         f["corrupt"].labels(g).inc(summary.corrupt_stores)
         f["duration"].labels(g).observe(summary.seconds)

@@ -9,9 +9,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
+import json
 import logging
 import signal
 import socket
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,8 @@ from typing import Any
 import pytest
 
 from goka import (
+    AvroCodec,
+    BytesCodec,
     Context,
     Int64Codec,
     JsonCodec,
@@ -78,11 +82,19 @@ def test_a_group_keeps_its_state_in_one_place_however_many_groups_run(
 ) -> None:
     from goka.commands.processor import _dirs
 
+    groups = {g: [f"{g}-in"] for g in graphs}
     args = argparse.Namespace(state_dir=str(tmp_path / "state"),
                               checkpoint_dir="<state-dir>/<group>/checkpoint")  # fmt: skip
-    assert _dirs(args, "a", graphs) == (str(tmp_path / "state"), None)
+    assert _dirs(args, "a", groups) == (str(tmp_path / "state"), None)
     args.checkpoint_dir = str(tmp_path / "checkpoints")
-    assert _dirs(args, "a", graphs) == (str(tmp_path / "state"), f"{tmp_path}/checkpoints/a")
+    assert _dirs(args, "a", groups) == (str(tmp_path / "state"), f"{tmp_path}/checkpoints/a")
+
+
+def store(path: Path) -> Path:
+    """A directory that looks like a LevelDB store."""
+    path.mkdir(parents=True)
+    (path / "CURRENT").write_text(path.name)
+    return path
 
 
 def test_stores_of_the_nested_layout_move_up_once_and_say_so(
@@ -91,35 +103,90 @@ def test_stores_of_the_nested_layout_move_up_once_and_say_so(
     from goka.processing.layout import move_nested
 
     nested = tmp_path / "clicks" / "clicks"
-    for name in ("partition-0", "partition-1", "checkpoint"):
-        (nested / name).mkdir(parents=True)
-        (nested / name / "CURRENT").write_text(name)
-    (tmp_path / "clicks" / "partition-1").mkdir()  # (a newer store of that name stays)
+    for name in ("partition-0", "partition-1", "join-users-0"):
+        store(nested / name)
+    (nested / "partition-0.writer").write_text("w")
+    (nested / "checkpoint" / "offsets").mkdir(parents=True)
+    (nested / "notes.txt").write_text("mine")  # (not the layout's: stays)
+    store(tmp_path / "clicks" / "partition-1")  # (a newer store of that name stays)
     with caplog.at_level(logging.WARNING, "goka.processing.layout"):
         moved = move_nested(tmp_path, "clicks")
-    assert moved == ["checkpoint", "partition-0"]
+    assert moved == ["checkpoint", "join-users-0", "partition-0", "partition-0.writer"]
     assert (tmp_path / "clicks" / "partition-0" / "CURRENT").read_text() == "partition-0"
-    assert not (tmp_path / "clicks" / "partition-1" / "CURRENT").exists()
-    assert "moved checkpoint, partition-0" in caplog.text and "still holds" in caplog.text
+    assert sorted(p.name for p in nested.iterdir()) == ["notes.txt", "partition-1"]
+    assert "left in" in caplog.text and "notes.txt, partition-1" in caplog.text
     assert move_nested(tmp_path, "clicks") == []  # once a process
 
 
-def test_a_checkpoint_given_as_the_directory_itself_moves_into_its_groups(tmp_path: Path) -> None:
+@pytest.mark.parametrize("group", ["checkpoint", "partition-0", "wordcount"])
+def test_what_only_looks_nested_stays(group: str, tmp_path: Path) -> None:
+    """A group named ``checkpoint`` (its own checkpoint is ``checkpoint/checkpoint``), one named
+    ``partition-0`` (its store ``partition-0/partition-0``), a project's package under
+    ``--state-dir .``: no store of the nested layout in them, nothing moves."""
+    from goka.processing.layout import move_nested
+
+    nested = tmp_path / group / group
+    (nested / "offsets").mkdir(parents=True)
+    (nested / "metadata").write_text("{}")
+    (nested / "CURRENT").write_text("x")
+    (nested / "__init__.py").write_text("")
+    assert move_nested(tmp_path, group) == []
+    assert sorted(p.name for p in nested.iterdir()) == ["CURRENT", "__init__.py", "metadata",
+                                                       "offsets"]  # fmt: skip
+
+
+def flat_checkpoint(root: Path, topics: list[str]) -> None:
+    """A checkpoint as Spark leaves it, its newest offsets naming ``topics``."""
+    (root / "offsets").mkdir(parents=True)
+    (root / "commits").mkdir()
+    (root / "metadata").write_text('{"id": "q"}')
+    (root / "goka-partitions").write_text("")
+    for batch, offset in ((0, 5), (1, 9)):
+        sources = json.dumps({t: {"0": offset} for t in topics})
+        (root / "offsets" / str(batch)).write_text(f"v1\n{{}}\n{sources}\n")
+
+
+def test_a_checkpoint_given_as_the_directory_itself_moves_to_its_group(tmp_path: Path) -> None:
     from goka.processing.layout import move_flat_checkpoint
 
     root = tmp_path / "checkpoints"
-    (root / "offsets").mkdir(parents=True)
-    (root / "metadata").write_text("{}")
-    (root / "state" / "b").mkdir(parents=True)  # (its snapshots say whose it is)
-    assert move_flat_checkpoint(str(root), ["a", "b"]) == "b"
-    assert sorted(p.name for p in root.iterdir()) == ["b"]
-    assert (root / "b" / "metadata").read_text() == "{}" and (root / "b" / "offsets").is_dir()
-    assert move_flat_checkpoint(str(root), ["a", "b"]) is None
-    other = tmp_path / "other"
-    other.mkdir()
-    (other / "metadata").write_text("{}")
-    with pytest.raises(ConfigurationError, match="move its entries into"):
-        move_flat_checkpoint(str(other), ["a", "b"])  # (no snapshots, two groups: whose?)
+    flat_checkpoint(root, ["b-in", "b-ticks"])
+    (root / "c" / "offsets").mkdir(parents=True)  # (another group's, new layout: stays)
+    (root / "c" / "metadata").write_text("{}")
+    groups = {"a": ["a-in"], "b": ["b-in", "b-ticks"], "c": ["c-in"]}
+    assert move_flat_checkpoint(str(root), groups) == "b"
+    assert sorted(p.name for p in root.iterdir()) == ["b", "c"]
+    assert (root / "b" / "metadata").read_text() == '{"id": "q"}'
+    assert sorted(p.name for p in (root / "b").iterdir()) == ["commits", "goka-partitions",
+                                                              "metadata", "offsets"]  # fmt: skip
+    assert (root / "c" / "metadata").is_file()
+    assert move_flat_checkpoint(str(root), groups) is None
+
+
+def test_a_checkpoint_of_another_group_or_of_no_telling_is_left(tmp_path: Path) -> None:
+    from goka.processing.layout import move_flat_checkpoint
+
+    root = tmp_path / "checkpoints"
+    flat_checkpoint(root, ["g1-in"])  # g1 ran alone; g2 is deployed beside it
+    assert move_flat_checkpoint(str(root), {"g2": ["g2-in"]}) is None
+    assert (root / "metadata").is_file() and not (root / "g2").exists()
+    unread = tmp_path / "unread"
+    unread.mkdir()
+    (unread / "metadata").write_text("{}")  # (no offsets: whose?)
+    with pytest.raises(ConfigurationError, match="move its entries"):
+        move_flat_checkpoint(str(unread), {"g1": ["g1-in"]})
+
+
+def test_a_checkpoint_on_shared_storage_is_refused_rather_than_left(tmp_path: Path) -> None:
+    import fsspec
+
+    from goka.processing.layout import move_flat_checkpoint
+
+    memory = fsspec.filesystem("memory")
+    memory.pipe("/flat/metadata", b"{}")
+    with pytest.raises(ConfigurationError, match=r"memory://flat holds a Spark checkpoint"):
+        move_flat_checkpoint("memory://flat", {"g": ["in"]})
+    assert move_flat_checkpoint("memory://parent", {"g": ["in"]}) is None
 
 
 # -- settings checked at declaration, named as given ---------------------------------------------
@@ -170,6 +237,23 @@ def test_a_codec_class_and_a_string_of_topics_are_refused() -> None:
     assert [e.topic for e in inputs(["abc"], StringCodec(), count)] == ["abc"]
 
 
+class Locked:
+    """A codec that holds a lock (as a registry codec holds its client)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+
+    def encode(self, value: Any) -> bytes:
+        return bytes(value)
+
+    def decode(self, data: bytes) -> Any:
+        return data
+
+
+def schema(name: str) -> dict[str, Any]:
+    return {"type": "record", "name": name, "fields": [{"name": "n", "type": "long"}]}
+
+
 def test_the_tester_refuses_one_topic_with_two_codecs_and_unknown_groups() -> None:
     clicks = define_group("a", input("clicks", StringCodec(), count), persist(Int64Codec()))
     other = define_group("b", input("clicks", JsonCodec(), count), persist(Int64Codec()))
@@ -177,6 +261,15 @@ def test_the_tester_refuses_one_topic_with_two_codecs_and_unknown_groups() -> No
     with pytest.raises(ConfigurationError, match="'clicks' with JsonCodec"):
         Tester(clicks, other)
     tester = Tester(clicks, same)  # (two instances of one codec agree)
+    raw = define_group("r", input("clicks", BytesCodec(), count), persist(Int64Codec()))
+    Tester(clicks, raw)  # (bytes read anything)
+    Tester(
+        define_group("l1", input("x", Locked(), count)),
+        define_group("l2", input("x", Locked(), count)),
+    )  # (a lock each: not told apart)
+    with pytest.raises(ConfigurationError, match="'x' with AvroCodec"):
+        Tester(define_group("v1", input("x", AvroCodec(schema("A")), count)),
+               define_group("v2", input("x", AvroCodec(schema("B")), count)))  # fmt: skip
     tester.consume("clicks", "k", "/")
     assert tester.table_value("c-table", "k") == 1
     with pytest.raises(ConfigurationError, match="'aa' is not registered"):
@@ -244,11 +337,23 @@ def test_a_taken_port_names_the_port_and_the_flag(goka: Callable[..., tuple[int,
 
 
 def test_a_grpc_port_is_not_shared_with_another_server() -> None:
+    """A gRPC server holds the port (with gRPC's SO_REUSEPORT, which would let a second server
+    that sets it too share the port, and each get half the requests)."""
+    from concurrent import futures
+
+    import grpc
+
     from goka.errors import PortTakenError
     from goka.grpc.server import ViewServer
 
-    with taken_port() as port, pytest.raises(PortTakenError, match=f"gRPC port 127.0.0.1:{port}"):
-        ViewServer([], address=f"127.0.0.1:{port}")
+    holder = grpc.server(futures.ThreadPoolExecutor(max_workers=1))
+    port = holder.add_insecure_port("127.0.0.1:0")
+    holder.start()
+    try:
+        with pytest.raises(PortTakenError, match=f"gRPC port 127.0.0.1:{port}"):
+            ViewServer([], address=f"127.0.0.1:{port}")
+    finally:
+        holder.stop(None)
 
 
 def test_default_http_ports_are_off_the_exporters_range() -> None:
@@ -261,19 +366,24 @@ def test_default_http_ports_are_off_the_exporters_range() -> None:
 def test_a_starting_brokers_retries_are_debug_not_warnings(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
+    """As confluent-kafka logs librdkafka's lines: ``log(level, "%s [%s] %s", fac, name,
+    text)``; a line of another text in between is not held back as a repeat."""
     from goka.kafka.config import LIBRDKAFKA_LOGGER
 
-    line = ("GETPID [rdkafka#producer-5] [thrd:main]: Failed to acquire idempotence PID from "
-            "broker 127.0.0.1:9092/1: Broker: Coordinator load in progress: retrying")  # fmt: skip
+    def librdkafka(fac: str, text: str, level: int = logging.WARNING) -> None:
+        LIBRDKAFKA_LOGGER.log(level, "%s [%s] %s", fac, "rdkafka#producer-5", text)
+
+    retrying = ("[thrd:main]: Failed to acquire idempotence PID from broker 127.0.0.1:9092/1: "
+                "Broker: Coordinator load in progress: retrying")  # fmt: skip
+    refused = "[thrd:127.0.0.1:1/bootstrap]: Connect to ipv4#127.0.0.1:1 failed: refused"
     with caplog.at_level(logging.INFO, LIBRDKAFKA_LOGGER.name):
-        LIBRDKAFKA_LOGGER.warning(line)
-        LIBRDKAFKA_LOGGER.warning("FAIL [rdkafka#producer-5]: Connection refused")
-    assert [r.getMessage() for r in caplog.records] == [
-        "FAIL [rdkafka#producer-5]: Connection refused"
-    ]
+        librdkafka("GETPID", retrying)
+        librdkafka("FAIL", refused, logging.ERROR)
+        librdkafka("FAIL", refused.replace("ipv4", "ipv6"), logging.ERROR)
+    assert [r.getMessage().split(" [")[0] for r in caplog.records] == ["FAIL", "FAIL"]
     caplog.clear()
     with caplog.at_level(logging.DEBUG, LIBRDKAFKA_LOGGER.name):
-        LIBRDKAFKA_LOGGER.warning(line.replace("5]", "6]"))
+        librdkafka("GETPID", retrying.replace("9092", "9093"))
     assert [r.levelname for r in caplog.records] == ["DEBUG"]
 
 
@@ -286,15 +396,15 @@ def test_dead_letter_is_spelled_as_every_other_choice_and_the_old_spelling_warns
     from goka.connect import ParquetSink
 
     assert ProcessorSettings(on_error="dead-letter").on_error == "dead-letter"
-    with pytest.warns(DeprecationWarning, match="on_error='dead_letter' is spelled 'dead-letter'"):
+    with pytest.warns(FutureWarning, match="on_error='dead_letter' is spelled 'dead-letter'"):
         assert ProcessorSettings(on_error="dead_letter").on_error == "dead-letter"
     graph = define_group("g", input("in", StringCodec(), count), persist(Int64Codec()))
-    with pytest.warns(DeprecationWarning, match="on_error='dead_letter'"):
+    with pytest.warns(FutureWarning, match="on_error='dead_letter'"):
         assert Tester(graph, on_error="dead_letter").on_error == "dead-letter"  # type: ignore[arg-type]
-    with pytest.warns(DeprecationWarning, match="late='dead_letter'"):
+    with pytest.warns(FutureWarning, match="late='dead_letter'"):
         edge = window("m", Tumbling(minutes=1), Int64Codec(), late="dead_letter")  # type: ignore[arg-type]
     assert edge.late == "dead-letter"
-    with pytest.warns(DeprecationWarning, match="on_error='dead_letter'"):
+    with pytest.warns(FutureWarning, match="on_error='dead_letter'"):
         sink = ParquetSink("t", JsonCodec(), "/tmp/x", on_error="dead_letter",  # type: ignore[arg-type]
                            dead_letter="t-dlq")  # fmt: skip
     assert sink.on_error == "dead-letter"
