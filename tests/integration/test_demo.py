@@ -27,13 +27,17 @@ def demo_broker(
 
 
 def test_clicks_over_http_are_counted_and_served_over_grpc(
-    tmp_path: Path, record_property: Any, demo_broker: EmbeddedBroker
-) -> None:
+    tmp_path: Path, record_property: Any, demo_broker: EmbeddedBroker,
+    capfd: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
     with contextlib.nullcontext(demo_broker) as broker:
         result = demo.run(broker.bootstrap, tmp_path, clicks=600, users=10)
     assert sum(result.sent.values()) == 600
     assert result.ok, (result.counts, dict(result.sent))
     record_property("first_count_seconds", result.first_count_seconds)
+    said = capfd.readouterr()  # what the demo printed, and its services' logs
+    printed = said.out + said.err + "".join(p.read_text() for p in tmp_path.rglob("*.log"))
+    assert "GETPID" not in printed and "Coordinator load in progress" not in printed
 
 
 def test_killing_the_processor_midway_still_ends_exact(

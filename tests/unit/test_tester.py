@@ -179,7 +179,9 @@ def test_unknown_topics_and_tables_are_reported() -> None:
         tester.table_value("nope", "k")
     with pytest.raises(ConfigurationError, match="group 'clicks' is already registered"):
         tester.add(CLICKS)
-    with pytest.raises(ConfigurationError, match="on_error one of .* got 'at-least-once', 'ignore'"):
+    with pytest.raises(
+        ConfigurationError, match="on_error one of .* got 'at-least-once', 'ignore'"
+    ):
         Tester(CLICKS, on_error="ignore")  # type: ignore[arg-type]
 
 
