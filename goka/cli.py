@@ -86,6 +86,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(exc, 2, debug)
     from goka.logs import configure
 
+    for said in (
+        getattr(args, "_said", None) or ()
+    ):  # (what the command's own flags' variables held)
+        print(f"goka: warning: {said}", file=sys.stderr, flush=True)
     configure(args.log_level, args.log_format)
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):

@@ -47,7 +47,8 @@ def configure(level: str = "INFO", fmt: str = "text") -> None:
     logging.getLogger("py4j.clientserver").setLevel(logging.CRITICAL)
 
 
-_TIMINGS = re.compile(r"\d+(\.\d+)?\s*ms|\d{4,}")  # "after 12ms", ports and ids that vary
+#: What varies between lines alike: "after 12ms", ports and ids, a client's number.
+_TIMINGS = re.compile(r"\d+(\.\d+)?\s*ms|\d{4,}|(?<=#)(producer|consumer|admin)-\d+")
 
 
 class RepeatFilter(logging.Filter):

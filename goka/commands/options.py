@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import sys
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NoReturn
 
@@ -91,10 +90,6 @@ def env_name(flag: str) -> str:
     return "GOKA_" + flag.lstrip("-").replace("-", "_").upper()
 
 
-#: The earlier names of variables already warned about (parsers of several commands read one).
-_WARNED: set[str] = set()
-
-
 def add(
     parser: argparse.ArgumentParser,
     flag: str,
@@ -114,11 +109,10 @@ def add(
     name = env if isinstance(env, str) else env_name(flag)
     from_env = os.environ.get(name) if env else None
     if from_env is None and was is not None and os.environ.get(was) is not None:
-        from_env = os.environ[was]
-        if was not in _WARNED:
-            _WARNED.add(was)
-            print(f"goka: warning: ${was} is ${name} now (one name per setting); ${was} will be "
-                  f"ignored in a later release", file=sys.stderr, flush=True)  # fmt: skip
+        from_env = os.environ[was]  # (said once this command runs: see goka.cli.main)
+        said = [*(parser.get_default("_said") or []), f"${was} is ${name} now (one name per "
+                f"setting); ${was} will be ignored in a later release"]  # fmt: skip
+        parser.set_defaults(_said=said)
     value = default
     if from_env is not None:
         try:

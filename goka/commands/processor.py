@@ -108,14 +108,13 @@ def _dirs(args: argparse.Namespace, group: str, groups: Mapping[str, Sequence[st
     return args.state_dir, f"{args.checkpoint_dir.rstrip('/')}/{group}"
 
 
+class _Respelled(str):
+    """``--on-error dead_letter`` (the spelling until 2026-11), taken as ``dead-letter``: the
+    command says so when it runs (:func:`_processors`)."""
+
+
 def _policy(text: str) -> str:
-    """``--on-error``: ``dead_letter``, the spelling until 2026-11, is taken with a warning."""
-    if text == "dead_letter":
-        print("goka: warning: --on-error dead_letter is spelled dead-letter now (as every "
-              "other choice); the old spelling will be refused in a later release",
-              file=sys.stderr, flush=True)  # fmt: skip
-        return "dead-letter"
-    return text
+    return _Respelled("dead-letter") if text == "dead_letter" else text
 
 
 def _session(args: argparse.Namespace) -> Any:
@@ -141,6 +140,11 @@ def _processors(args: argparse.Namespace) -> list[Any]:
     from goka.group.concurrent import with_concurrency
     from goka.group.graph import load_graph
 
+    if isinstance(args.on_error, _Respelled):
+        print("goka: warning: --on-error dead_letter is spelled dead-letter now (as every "
+              "other choice); the old spelling will be refused in a later release",
+              file=sys.stderr, flush=True)  # fmt: skip
+        args.on_error = "dead-letter"  # (a plain str for the tasks)
     specs = args.graphs or [s for s in os.environ.get("GOKA_GRAPHS", "").split(",") if s]
     if not specs:
         raise UsageError("no group graph: pass module:attribute (or set GOKA_GRAPHS)")
@@ -156,8 +160,8 @@ def _processors(args: argparse.Namespace) -> list[Any]:
     try:
         session = _session(args)
         for graph in graphs:
-            state, checkpoint = _dirs(args, graph.group, {g.group: g.input_topics()
-                                                          for g in graphs})  # fmt: skip
+            state, checkpoint = _dirs(args, graph.group, {  # (what each group's query reads)
+                g.group: [*g.input_topics(), *g.joins] for g in graphs})  # fmt: skip
             made.append(Processor(
                 graph, brokers(args), session=session, state_dir=state,
                 checkpoint_dir=checkpoint, mode=args.mode, log_level=args.log_level,

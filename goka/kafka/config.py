@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -79,12 +80,19 @@ LIBRDKAFKA_LOGGER = logging.getLogger("goka.librdkafka")
 
 class StartingBroker(logging.Filter):
     """librdkafka's lines about a broker that is still starting (``GETPID ... Failed to
-    acquire idempotence PID ...: Coordinator load in progress: retrying``) at debug: the
-    client retries by itself, and a newcomer reads a warning as a failure."""
+    acquire idempotence PID ...: Coordinator load in progress: retrying``) at debug, for
+    :data:`SECONDS` from the first: the client retries by itself, and a newcomer reads a
+    warning as a failure. Later ones pass (a coordinator that never comes is a failure)."""
 
     #: What a starting broker answers (retriable; librdkafka retries).
     STARTING = ("Coordinator load in progress", "Coordinator not available",
                 "Not coordinator")  # fmt: skip
+    #: How long after the first such line they are taken for a broker's start.
+    SECONDS = 120.0
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._first: float | None = None
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()  # (librdkafka: "%s [%s] %s" and its args)
@@ -93,6 +101,9 @@ class StartingBroker(logging.Filter):
             and "retrying" in message
             and any(s in message for s in self.STARTING)
         ):
+            self._first = self._first or time.monotonic()
+            if time.monotonic() - self._first > self.SECONDS:
+                return True
             if not LIBRDKAFKA_LOGGER.isEnabledFor(logging.DEBUG):
                 return False
             record.levelno, record.levelname = logging.DEBUG, "DEBUG"

@@ -21,6 +21,7 @@ import re
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from urllib.parse import urlparse
 
 from goka.errors import ConfigurationError
 
@@ -53,13 +54,17 @@ def move_nested(state_dir: str | Path, group: str) -> list[str]:
     with _lock:
         if root in _checked:
             return []
-        _checked.add(root)
-        if not nested.is_dir() or not any(
-            _STORE.fullmatch(p.name) and (p / "CURRENT").is_file() for p in nested.iterdir()
-        ):
+        try:
+            if not nested.is_dir() or not any(
+                _STORE.fullmatch(p.name) and (p / "CURRENT").is_file() for p in nested.iterdir()
+            ):
+                _checked.add(root)
+                return []
+            entries = sorted(nested.iterdir())
+        except FileNotFoundError:  # (another process moved it all meanwhile)
             return []
         moved = []
-        for entry in sorted(nested.iterdir()):
+        for entry in entries:
             target = root / entry.name
             if not _STATE_ENTRY.fullmatch(entry.name) or target.exists():
                 continue
@@ -68,7 +73,10 @@ def move_nested(state_dir: str | Path, group: str) -> list[str]:
                 moved.append(entry.name)
         with contextlib.suppress(OSError):
             nested.rmdir()
-    left = sorted(p.name for p in nested.iterdir()) if nested.is_dir() else []
+        _checked.add(root)
+    left: list[str] = []
+    with contextlib.suppress(FileNotFoundError):
+        left = sorted(p.name for p in nested.iterdir()) if nested.is_dir() else []
     said = (f"; left in {nested}: {', '.join(left)} (names {root} has too, or not a store's): "
             f"remove them once {root} is right") if left else ""  # fmt: skip
     log.warning("group %s: moved %s from %s to %s (one state layout whatever the number of "
@@ -89,16 +97,19 @@ def move_flat_checkpoint(checkpoint_dir: str, groups: Mapping[str, Sequence[str]
         ConfigurationError: a checkpoint of this run cannot be moved: on a URL (``hdfs://``,
             ``s3a://``), or its group cannot be told.
     """
-    if "://" in checkpoint_dir and not checkpoint_dir.startswith("file://"):
+    if "://" in checkpoint_dir and not checkpoint_dir.startswith("file:"):
         _refuse_remote(checkpoint_dir)
         return None
-    root = Path(checkpoint_dir.removeprefix("file://"))
+    root = Path(urlparse(checkpoint_dir).path if checkpoint_dir.startswith("file:")
+                else checkpoint_dir)  # fmt: skip
     pending = [g for g in groups if (root / f".{g}.moving").is_dir()]  # (a move cut short)
     if not pending and not (root / "metadata").is_file():
         return None
     owners = pending or _owners(root, groups)
-    if owners is None:
-        return None  # (another group's: its own start moves it)
+    if owners is None:  # (another group's: its own start moves it)
+        log.warning("%s holds the Spark checkpoint of a group that is not in this run (its "
+                    "offsets name none of its groups' topics): left where it is", root)  # fmt: skip
+        return None
     if len(owners) != 1 or (root / owners[0]).exists():
         raise ConfigurationError(
             f"--checkpoint-dir {checkpoint_dir} holds a Spark checkpoint itself (the layout "
@@ -120,18 +131,27 @@ def move_flat_checkpoint(checkpoint_dir: str, groups: Mapping[str, Sequence[str]
 
 
 def _owners(root: Path, groups: Mapping[str, Sequence[str]]) -> list[str] | None:
-    """The groups of this run that read the topics the checkpoint's newest offsets name
-    (None: topics no group of this run reads; [] if its offsets cannot be read)."""
+    """The groups of this run whose snapshots the checkpoint holds (``state/<group>``), else
+    those that read exactly the topics its newest offsets name (a continuous query's
+    ``~epoch`` aside). None: another group's; [] if it cannot be told."""
+    snapshots = [g for g in groups if (root / "state" / g).is_dir()]
+    if snapshots:
+        return snapshots
     logs = [p for p in (root / "offsets").glob("[0-9]*") if p.name.isdigit()]
     if not logs:
         return []
     topics: set[str] = set()
-    for line in max(logs, key=lambda p: int(p.name)).read_text().splitlines()[2:]:
-        with contextlib.suppress(ValueError, AttributeError):
-            topics.update(json.loads(line))
+    try:
+        for line in max(logs, key=lambda p: int(p.name)).read_text().splitlines()[2:]:
+            with contextlib.suppress(ValueError, AttributeError, TypeError):
+                topics.update(t for t in json.loads(line) if not t.startswith("~"))
+    except (OSError, UnicodeDecodeError):
+        return []
     if not topics:
         return []
-    owners = [g for g, read in groups.items() if topics <= set(read)]
+    if any(p.is_dir() for p in (root / "state").glob("*")):
+        return None  # (the snapshots of a group not in this run)
+    owners = [g for g, read in groups.items() if topics == set(read)]
     return owners or None
 
 

@@ -323,9 +323,10 @@ def _check(s: ProcessorSettings) -> None:
             f"back to back and commit every commit_interval; remove the trigger, or use "
             f"mode='micro-batch'"
         )
-    check_settings(s.kafka_config, "kafka_config")
-    check_settings({f"producer.{k}": v for k, v in s.producer_config.items()},
-                   "producer_config")  # fmt: skip
+    # (the producer's settings as a task's producer gets them: kafka_config's, then these)
+    producing = {f"producer.{k}": v for k, v in s.producer_config.items()}
+    where = "kafka_config / producer_config" if producing else "kafka_config"
+    check_settings({**s.kafka_config, **producing}, where)
     _check_starting_offsets(s.starting_offsets)
     if s.guarantee == "exactly-once":
         _check_exactly_once(s)

@@ -21,7 +21,7 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from goka.codec import Codec, alike
+from goka.codec import BytesCodec, Codec, alike
 from goka.errors import ConfigurationError, GokaError, ProcessingError
 from goka.group.edges import spelled
 from goka.group.effects import EMIT, FINAL, LOOP, TABLE, TIMER, WINDOW, BatchResult, Effect, Message
@@ -110,7 +110,7 @@ class Tester:
             raise ConfigurationError(f"group {graph.group!r} is already registered")
         topics = [({"loop": graph.loop_topic, "persist": graph.table}.get(e.kind, e.topic), e)
                   for e in graph.edges() if e.kind != "timers"]  # fmt: skip
-        for topic, edge in topics:
+        for topic, edge in topics:  # (a BytesCodec gives way to one that reads values)
             known = self._codecs.get(topic, edge.codec)
             if not alike(known, edge.codec):
                 raise ConfigurationError(f"group {graph.group!r}: {topic!r} with {edge.codec!r}"
@@ -118,7 +118,8 @@ class Tester:
         self._graphs[graph.group] = graph
         self._graces[graph.group] = section_graces(graph)
         for topic, edge in topics:
-            self._codecs.setdefault(topic, edge.codec)
+            if isinstance(self._codecs.setdefault(topic, edge.codec), BytesCodec):
+                self._codecs[topic] = edge.codec
             if edge.kind in ("persist", "join", "lookup", "window"):
                 self._tables.setdefault(topic, {})
         for topic in graph.input_topics():
@@ -329,10 +330,9 @@ class Tester:
         return sorted(found)
 
     def _graph(self, group: str) -> GroupGraph:
-        graph = self._graphs.get(group)
-        if graph is None:
+        if group not in self._graphs:
             raise ConfigurationError(f"group {group!r} is not registered")
-        return graph
+        return self._graphs[group]
 
     # -- tables ------------------------------------------------------------------------------------
     def table_value(self, table: str, key: str | bytes) -> Any:

@@ -141,8 +141,8 @@ def flat_checkpoint(root: Path, topics: list[str]) -> None:
     (root / "commits").mkdir()
     (root / "metadata").write_text('{"id": "q"}')
     (root / "goka-partitions").write_text("")
-    for batch, offset in ((0, 5), (1, 9)):
-        sources = json.dumps({t: {"0": offset} for t in topics})
+    for batch, offset in ((0, 5), (1, 9)):  # (a continuous query's offsets name its epoch)
+        sources = json.dumps({**{t: {"0": offset} for t in topics}, "~epoch": {"n": batch}})
         (root / "offsets" / str(batch)).write_text(f"v1\n{{}}\n{sources}\n")
 
 
@@ -169,7 +169,11 @@ def test_a_checkpoint_of_another_group_or_of_no_telling_is_left(tmp_path: Path) 
     root = tmp_path / "checkpoints"
     flat_checkpoint(root, ["g1-in"])  # g1 ran alone; g2 is deployed beside it
     assert move_flat_checkpoint(str(root), {"g2": ["g2-in"]}) is None
+    assert move_flat_checkpoint(str(root), {"g3": ["g1-in", "g3-loop"]}) is None  # (reads more)
     assert (root / "metadata").is_file() and not (root / "g2").exists()
+    (root / "state" / "g1").mkdir(parents=True)  # (its snapshots name it)
+    assert move_flat_checkpoint(str(root), {"g4": ["g1-in"]}) is None
+    assert move_flat_checkpoint(f"file://{root}", {"g1": ["other"]}) == "g1"
     unread = tmp_path / "unread"
     unread.mkdir()
     (unread / "metadata").write_text("{}")  # (no offsets: whose?)
@@ -364,11 +368,17 @@ def test_default_http_ports_are_off_the_exporters_range() -> None:
 
 
 def test_a_starting_brokers_retries_are_debug_not_warnings(
-    caplog: pytest.LogCaptureFixture,
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """As confluent-kafka logs librdkafka's lines: ``log(level, "%s [%s] %s", fac, name,
-    text)``; a line of another text in between is not held back as a repeat."""
-    from goka.kafka.config import LIBRDKAFKA_LOGGER
+    text)``; a line of another text in between is not held back as a repeat. Two minutes
+    after the first, they are warnings again (a coordinator that never comes)."""
+    import time
+
+    from goka.kafka.config import LIBRDKAFKA_LOGGER, StartingBroker
+
+    starting = next(f for f in LIBRDKAFKA_LOGGER.filters if isinstance(f, StartingBroker))
+    monkeypatch.setattr(starting, "_first", None)
 
     def librdkafka(fac: str, text: str, level: int = logging.WARNING) -> None:
         LIBRDKAFKA_LOGGER.log(level, "%s [%s] %s", fac, "rdkafka#producer-5", text)
@@ -385,6 +395,11 @@ def test_a_starting_brokers_retries_are_debug_not_warnings(
     with caplog.at_level(logging.DEBUG, LIBRDKAFKA_LOGGER.name):
         librdkafka("GETPID", retrying.replace("9092", "9093"))
     assert [r.levelname for r in caplog.records] == ["DEBUG"]
+    caplog.clear()
+    monkeypatch.setattr(starting, "_first", time.monotonic() - StartingBroker.SECONDS - 1)
+    with caplog.at_level(logging.INFO, LIBRDKAFKA_LOGGER.name):
+        librdkafka("GETPID", retrying.replace("load in progress", "not available"))
+    assert [r.levelname for r in caplog.records] == ["WARNING"]
 
 
 # -- one spelling, one default ------------------------------------------------------------------
