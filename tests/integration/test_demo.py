@@ -36,7 +36,9 @@ def test_clicks_over_http_are_counted_and_served_over_grpc(
     assert result.ok, (result.counts, dict(result.sent))
     record_property("first_count_seconds", result.first_count_seconds)
     said = capfd.readouterr()  # what the demo printed, and its services' logs
-    printed = said.out + said.err + "".join(p.read_text() for p in tmp_path.rglob("*.log"))
+    logs = [p.read_text(errors="replace") for p in tmp_path.glob("*.log")]  # (not LevelDB's)
+    assert len(logs) == 2, sorted(tmp_path.iterdir())  # (the processor's and the view's)
+    printed = said.out + said.err + "".join(logs)
     assert "Coordinator load in progress" not in printed  # (a starting broker: at debug)
 
 
