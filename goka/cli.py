@@ -86,9 +86,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(exc, 2, debug)
     from goka.logs import configure
 
-    for said in (
-        getattr(args, "_said", None) or ()
-    ):  # (what the command's own flags' variables held)
+    warnings = getattr(args, "_said", None) or ()  # (what this command's variables held)
+    for said in warnings:
         print(f"goka: warning: {said}", file=sys.stderr, flush=True)
     configure(args.log_level, args.log_format)
     stop = threading.Event()

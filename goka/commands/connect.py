@@ -12,8 +12,16 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from goka.commands.options import HTTP_PORTS, add, add_brokers, as_flags, at_least, brokers, port
-from goka.errors import ConfigurationError, UsageError
+from goka.commands.options import (
+    HTTP_PORTS,
+    add,
+    add_brokers,
+    at_least,
+    brokers,
+    port,
+    said_with_flags,
+)
+from goka.errors import UsageError
 
 __all__ = ["load_sink", "register"]
 
@@ -107,16 +115,12 @@ def _run(args: argparse.Namespace, stop: threading.Event) -> int:
     if isinstance(connector, SOURCES):  # a source runs here, not on Spark
         job = source_job(connector, brokers(args))
     else:
-        try:
+        flags = {"trigger": "--trigger", "master": "--master",
+                 "max_offsets_per_trigger": "--max-offsets"}  # fmt: skip
+        with said_with_flags(flags):
             job = SinkJob(connector, brokers(args), checkpoint_dir=_checkpoint(args),
                           master=args.master, trigger=args.trigger,
                           max_offsets_per_trigger=args.max_offsets)  # fmt: skip
-        except UsageError:
-            raise
-        except ConfigurationError as exc:  # (said with the flags the user gave)
-            flags = {"trigger": "--trigger", "master": "--master",
-                     "max_offsets_per_trigger": "--max-offsets"}  # fmt: skip
-            raise UsageError(as_flags(str(exc), flags)) from exc
     port = args.http_port if args.http_port is not None or args.until_caught_up else HTTP_PORT
     with _serving(job, brokers(args), args.http_host, port):
         if args.until_caught_up:

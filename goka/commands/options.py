@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, NoReturn
 
-from goka.errors import UsageError
+from goka.errors import ConfigurationError, UsageError
 
 __all__ = ["HTTP_PORTS", "Parser", "add", "add_brokers", "add_http", "as_flags", "at_least",
-           "brokers", "env_name", "port", "seconds", "setting_flags"]  # fmt: skip
+           "brokers", "env_name", "port", "said_with_flags", "seconds",
+           "setting_flags"]  # fmt: skip
 
 
 #: The HTTP port of each command's service by default: fixed (a restarted service keeps its
@@ -38,6 +40,18 @@ def as_flags(message: str, flags: Mapping[str, str]) -> str:
         after = "" if "_" in name else r"(?=\s*(?:=|must\b|<|>|,|\)|$))"
         message = re.sub(rf"(?<![\w-]){re.escape(name)}\b{after}", flags[name], message)
     return message
+
+
+@contextlib.contextmanager
+def said_with_flags(flags: Mapping[str, str]) -> Iterator[None]:
+    """Turn a :class:`~goka.errors.ConfigurationError` raised inside into a
+    :class:`~goka.errors.UsageError` that names the flags the user gave (:func:`as_flags`)."""
+    try:
+        yield
+    except UsageError:
+        raise
+    except ConfigurationError as exc:
+        raise UsageError(as_flags(str(exc), flags)) from exc
 
 
 def setting_flags(names: Iterable[str]) -> dict[str, str]:

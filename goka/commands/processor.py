@@ -16,13 +16,13 @@ from goka.commands.options import (
     add,
     add_brokers,
     add_http,
-    as_flags,
     at_least,
     brokers,
+    said_with_flags,
     seconds,
     setting_flags,
 )
-from goka.errors import ConfigurationError, UsageError
+from goka.errors import UsageError
 from goka.processing.layout import move_flat_checkpoint, move_nested
 from goka.processing.settings import cli_settings
 
@@ -157,22 +157,19 @@ def _processors(args: argparse.Namespace) -> list[Any]:
     from goka.spark import Processor
 
     made = []
-    try:
+    reads: dict[str, list[str]] = {  # (what each group's query reads)
+        g.group: [*g.input_topics(), *g.joins] for g in graphs}  # fmt: skip
+    names = [s.name for s in cli_settings()] + [*OWN_FLAGS, "log_level", "master"]
+    with said_with_flags(setting_flags(names)):
         session = _session(args)
         for graph in graphs:
-            state, checkpoint = _dirs(args, graph.group, {  # (what each group's query reads)
-                g.group: [*g.input_topics(), *g.joins] for g in graphs})  # fmt: skip
+            state, checkpoint = _dirs(args, graph.group, reads)
             made.append(Processor(
                 graph, brokers(args), session=session, state_dir=state,
                 checkpoint_dir=checkpoint, mode=args.mode, log_level=args.log_level,
                 log_format=args.log_format,
                 **{s.name: getattr(args, s.name) for s in cli_settings()},
             ))  # fmt: skip
-    except UsageError:
-        raise
-    except ConfigurationError as exc:  # (said with the flags the user gave)
-        names = [s.name for s in cli_settings()] + [*OWN_FLAGS, "log_level", "master"]
-        raise UsageError(as_flags(str(exc), setting_flags(names))) from exc
     return made
 
 
