@@ -163,6 +163,22 @@ def test_a_checkpoint_given_as_the_directory_itself_moves_to_its_group(tmp_path:
     assert move_flat_checkpoint(str(root), groups) is None
 
 
+def test_a_move_cut_short_by_a_crash_is_finished_at_the_next_start(tmp_path: Path) -> None:
+    """Killed between two renames: some entries in ``.b.moving``, the rest still at the top
+    (``metadata`` among them). The next start moves the rest and ends the move."""
+    from goka.processing.layout import move_flat_checkpoint
+
+    root = tmp_path / "checkpoints"
+    flat_checkpoint(root, ["b-in"])
+    (root / ".b.moving").mkdir()
+    for name in ("commits", "goka-partitions"):
+        (root / name).rename(root / ".b.moving" / name)
+    assert move_flat_checkpoint(str(root), {"b": ["b-in"]}) == "b"
+    assert sorted(p.name for p in root.iterdir()) == ["b"]
+    assert sorted(p.name for p in (root / "b").iterdir()) == ["commits", "goka-partitions",
+                                                              "metadata", "offsets"]  # fmt: skip
+
+
 def test_a_checkpoint_of_another_group_or_of_no_telling_is_left(tmp_path: Path) -> None:
     from goka.processing.layout import move_flat_checkpoint
 
