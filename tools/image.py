@@ -179,8 +179,10 @@ def build(
     tag = tag or TAGS[target]
     ensure_base(tool, BASE)
     if tool == "buildah":
-        command = ["buildah", "bud", "--layers", "--pull=never", "--isolation", "chroot",
-                   "--network", "host"]  # fmt: skip
+        # (--jobs: the wheel's and the requirements' stages beside the base's: 10-15 s sooner
+        # on a cold cache)
+        command = ["buildah", "bud", "--layers", "--jobs", "2", "--pull=never", "--isolation",
+                   "chroot", "--network", "host"]  # fmt: skip
         if Path(CA_BUNDLE).exists():  # the machine's certificates: pip reaches PyPI as here
             command += ["--volume", f"{CA_BUNDLE}:{CA_BUNDLE}:ro"]
     else:
