@@ -20,9 +20,8 @@ Every run checks the timed group's table and outputs against one at a time's.
     python -m bench.timed_flight [--runs 3] [--messages 20000] [--keys 1000]
         [--concurrency 64] [--wait 10] [--batch 2000] [--no-timers]
 
-Where a timer comes due, the records after it wait for every record before it (a place:
-:mod:`goka.group.timed_flight`), whichever key the timer is of: a group whose timers come
-due every few records runs few records at once.
+Where a timer comes due, the records of its key after it wait for every record before it
+(a place: :mod:`goka.group.timed_flight`); the other keys' go on.
 """
 
 from __future__ import annotations

@@ -167,8 +167,11 @@ class _Call:
         started: dict[int, float] = {}
         try:
             while True:
-                bound = halt if timed is None else _least(halt, timed.bound(order.released))
-                for number in order.start(before=bound):
+                bound, held = halt, None
+                if timed is not None:  # (a record waits for the place of its key's timer)
+                    first, held = timed.places(order.released, self.keys)
+                    bound = _least(halt, first)
+                for number in order.start(before=bound, held=held):
                     contexts[number], started[number] = self._context(number), clock()
                     running[asyncio.create_task(self._tries(number, pool))] = number
                 if not running:  # (all released, or the rest may not start: a cut)
@@ -214,6 +217,8 @@ class _Call:
                 task.cancel()
             if running:
                 await asyncio.gather(*running, return_exceptions=True)
+            if timed is not None:
+                timed.close()
             if pool is not None:  # (waited for off the loop: other calls may use it)
                 await asyncio.to_thread(pool.shutdown, wait=True, cancel_futures=True)
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 
 from goka.errors import ConfigurationError
 
@@ -73,18 +73,25 @@ class KeyOrder:
         self._next += 1
         return number
 
-    def start(self, before: int | None = None) -> list[int]:
+    def start(self, before: int | None = None,
+              held: Callable[[int], bool] | None = None) -> list[int]:  # fmt: skip
         """The records that may start now, oldest first (each is then in flight); only those
-        numbered below ``before`` if given (a failure ends the call there)."""
-        started = []
+        numbered below ``before`` if given (a failure ends the call there), and none for which
+        ``held(number)`` is true (it stays ready: a timer of its key fires before it)."""
+        started, kept = [], []
         while (
             self._ready
             and len(self._running) < self.limit
             and (before is None or self._ready[0] < before)
         ):
             number = heapq.heappop(self._ready)
+            if held is not None and held(number):
+                kept.append(number)
+                continue
             self._running.add(number)
             started.append(number)
+        for number in kept:
+            heapq.heappush(self._ready, number)
         return started
 
     def finish(self, number: int) -> None:

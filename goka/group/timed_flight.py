@@ -12,12 +12,16 @@ Exactly what one record at a time gives, per key (:mod:`goka.time.partition`'s o
   partition's time when it is released, in offset order, with its stream time
   (:class:`~goka.time.record_time.RecordTime`); then what is due fires, as after that record
   one at a time.
-* **A timer changes its key's state**, so the records after the place where a timer fires
-  start only once every record up to that place is released and the timer fired: a stream
-  timer or TTL due by the stream time of a record, a wall timer due by the call's one reading
-  of the wall clock (those due later fire in a later call), a tick. Every timer that may fire
-  there is known when such a record would start: queued ones, and those that earlier records
-  of its key set (they finished before it may start).
+* **A timer changes its key's state**, so the records of its key after the place where it
+  fires start only once every record up to that place is released and the timer fired: a
+  stream timer or TTL due by the stream time of a record, a wall timer set by a record and
+  due by the call's one reading of the wall clock (those due later fire in a later call).
+  Records of other keys go on past it: a timer reads and changes its own key's state, timers
+  and windows only, and what it emits is released in offset order. Every timer that may fire
+  there is known when such a record would start: queued ones (the partition's queue tells
+  the call of each one added or removed), and those that earlier records of its key set
+  (they finished before it may start). A tick, and a queued wall timer due already, hold
+  back every key: they fire after the next record released.
 * **A fire budget that runs out** ends the call after the record that made it run out: the
   records after it that ran already release nothing (what they changed of the state is in
   the call's cache, which goes with the call), and the caller gives them again in its next
@@ -26,17 +30,22 @@ Exactly what one record at a time gives, per key (:mod:`goka.time.partition`'s o
 
 from __future__ import annotations
 
+import sys
 from bisect import bisect_left
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from goka.time.record_time import Pending, RecordTime
+from goka.time.rows import DIGITS, MAX_TIME, ms15
 
 if TYPE_CHECKING:
     from goka.group.effects import BatchResult, Message
     from goka.time.partition import PartitionTime
 
-__all__ = ["TimedFlight"]
+__all__ = ["Held", "TimedFlight"]
+
+#: ``held(number)``: must record ``number`` wait for a timer of its key?
+Held = Callable[[int], bool]
 
 
 class TimedFlight:
@@ -83,6 +92,49 @@ class TimedFlight:
                     self.decoded.append((value, at))
                     stream = max(stream, at)
             self.stream.append(stream)
+        #: the queued stream timers due by the call's last stream time, by key: ``{row: due}``
+        #: (at most as many as may fire before the fire budget runs out; one past them, the
+        #: records after its place wait whatever their key: the call ends there or before)
+        self._due: dict[str, dict[str, int]] = {}
+        last = min(stream, MAX_TIME)  # (index rows of later ones sort from this on)
+        self._stop = "qt" if last >= MAX_TIME else f"qs{ms15(max(last, 0) + 1)}"
+        self._below, self._beyond = self._stop, MAX_TIME + 1
+        self._queue = time.due_queue("stream")
+        self._rollbacks = time.rollbacks
+        if messages:  # (a call that only fires a backlog starts none)
+            self._scan()
+            self._queue.watch = self._watched
+
+    def _scan(self) -> None:
+        """Read the queued stream timers due in the call afresh: as many as the fire budget
+        left may fire, and the row after them (:attr:`_beyond`: when it is due; the records
+        after its place wait whatever their key, until it is released: then they are read
+        again, since a timer cancelled leaves room in the budget for one more)."""
+        self._rollbacks = self.time.rollbacks
+        self._due.clear()
+        rows, beyond = self._queue.rows_below(self._stop, max(self.time.left, 0))
+        self._below, self._beyond = self._stop, MAX_TIME + 1
+        if beyond is not None:
+            self._below, self._beyond = beyond, int(beyond[2 : 2 + DIGITS])
+        for row in rows:
+            self._watched(row, True)
+
+    def _watched(self, row: str, added: bool) -> None:
+        """The stream queue added or removed ``row``."""
+        if row >= self._below:
+            return
+        key = row[row.index("\x00") + 1 :]
+        if added:
+            self._due.setdefault(key, {})[row] = int(row[2 : 2 + DIGITS])
+        else:
+            rows = self._due.get(key)
+            if rows is not None and rows.pop(row, None) is not None and not rows:
+                del self._due[key]
+
+    def close(self) -> None:
+        """The call ended: the queue tells this flight no more."""
+        if self._queue.watch == self._watched:
+            self._queue.watch = None
 
     def value(self, number: int) -> tuple[Any, int]:
         """Record ``number``'s value and event time.
@@ -104,27 +156,60 @@ class TimedFlight:
         records read."""
         self.pending.add(number, time)
 
-    def bound(self, released: int) -> int | None:
-        """The first record that may not start yet (None: any may): the one after the first
-        place, at or after ``released``, where a timer may fire or a tick is."""
+    def places(self, released: int, keys: Sequence[Any]) -> tuple[int | None, Held | None]:
+        """Where records must wait, given every record below ``released`` is released:
+        the first record that may not start yet whatever its key (None: any may), the one
+        after a tick, a queued wall timer due already or the first queued stream timer not
+        read; and ``held(number)`` (None: none is), whether record ``number`` (of key
+        ``keys[number]``) must wait for the first place at or after ``released`` where a
+        timer of its key may fire."""
         time, stream = self.time, self.stream
+        if time.rollbacks != self._rollbacks or (  # (undone: the watcher was not told)
+            self._beyond <= MAX_TIME
+            and bisect_left(stream, self._beyond) < released
+            and time.left > 0  # (none left: the call ends, no record after starts)
+        ):  # (or past the rows read: more may fire)
+            self._scan()
         tick = bisect_left(self.ticks, released)  # (the first tick not released)
         places = self.ticks[tick : tick + 1]
-        first = bisect_left(stream, time.first_timer_due())
-        if first < len(stream):
-            places.append(first)
         if time.first_timer_due("wall") <= self.now:  # (fires after the next record released)
             places.append(released)
-        for timer, number in self.pending.timers.values():
+        if self._beyond <= MAX_TIME:
+            places.append(bisect_left(stream, self._beyond))
+        places = [p for p in places if p >= released]
+        first = min(places) + 1 if places else None
+        pending: dict[str, int] = {}  # the places of the timers set by records in flight
+        for (key, _), (timer, number) in self.pending.timers.items():
             if timer is None:
                 continue
             domain, at = timer
             if domain == "stream":
-                places.append(max(bisect_left(stream, at), number))
+                place = max(bisect_left(stream, at), number)
             elif at <= self.now:
-                places.append(number)
-        places = [p for p in places if p >= released]
-        return min(places) + 1 if places else None
+                place = number
+            else:
+                continue
+            if place >= released and place < pending.get(key, place + 1):
+                pending[key] = place
+        due = self._due
+        if not due and not pending:
+            return first, None
+        known: dict[Any, int] = {}
+
+        def held(number: int) -> bool:
+            key = keys[number]
+            place = known.get(key)
+            if place is None:
+                place = pending.get(key, sys.maxsize)
+                rows = due.get(key)
+                if rows:
+                    queued = bisect_left(stream, min(rows.values()))
+                    if released <= queued < place:
+                        place = queued
+                known[key] = place
+            return place < number
+
+        return first, held
 
     def release(self, records: list[tuple[int, Any, Exception | None]]) -> int | None:
         """Release ``records`` (number, context, failure), in offset order: replay each one's

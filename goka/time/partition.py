@@ -68,6 +68,9 @@ class PartitionTime(TimerMethods, TtlMethods, WindowTables):
     ) -> None:  # fmt: skip
         self.graph, self.clock, self.deferred_finals = graph, clock, deferred_finals
         self.whole_commits = whole_commits
+        #: how many times a record's (or a fired timer's) time changes were undone: what
+        #: :class:`~goka.time.timers.DueQueue`'s watchers are not told of
+        self.rollbacks = 0
         self._stream_key = stream_time_key(partition)
         self.journal: Journal | None = [] if undo else None
         self.timers_topic = graph.group.timers
@@ -163,6 +166,7 @@ class PartitionTime(TimerMethods, TtlMethods, WindowTables):
 
     def rollback(self) -> None:
         """Undo the time changes of the record since :meth:`mark` (it failed)."""
+        self.rollbacks += 1
         self.stream_time = self._mark_stream_time
         self.late_dropped, kept = self._mark_late
         del self.late_records[kept:]
@@ -260,6 +264,11 @@ class PartitionTime(TimerMethods, TtlMethods, WindowTables):
         """The wall clock what is due is measured by: :attr:`wall_now` if set (records in
         flight: one reading for a call), else the clock."""
         return self.clock() if self.wall_now is None else self.wall_now
+
+    def due_queue(self, domain: str) -> DueQueue:
+        """The queue of timers (TTLs' too) of ``domain`` (the call's: :meth:`begin` may make
+        new ones)."""
+        return self._queues[domain]
 
     def first_timer_due(self, domain: str = "stream") -> int:
         """When the earliest timer (a TTL's too) of ``domain`` is due (past ``MAX_TIME``: none

@@ -10,7 +10,8 @@ committed ones and those the batch added. What is due is chosen by
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable
+import itertools
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from goka.errors import ContextError
@@ -108,19 +109,27 @@ class DueQueue:
     ) -> None:  # fmt: skip
         start = None if after is None else after + "\x00"
         self._journal = journal
+        self._section, self._prefix = section, prefix
         self._rows = section.items(prefix=prefix, start=start)
         self._head: tuple[str, bytes] | None = next(self._rows, None)
         self._added: list[tuple[str, bytes]] = []
         self._live: dict[str, bytes | None] = {}
+        #: told of each row added (True) or removed (False), if set: ``watch(row, added)``
+        #: (not of a rollback's: :attr:`goka.time.partition.PartitionTime.rollbacks` counts them)
+        self.watch: Callable[[str, bool], None] | None = None
 
     def add(self, key: str, value: bytes) -> None:
         """A row the batch adds."""
         self._note(key)
         self._live[key] = value
         heapq.heappush(self._added, (key, value))
+        if self.watch is not None:
+            self.watch(key, True)
 
     def remove(self, key: str) -> None:
         """A row the batch removes."""
+        if self.watch is not None:
+            self.watch(key, False)
         head = self._head
         if head is not None and head[0] == key and self._journal is None and key not in self._live:
             self._head = next(self._rows, None)  # the committed first row (what fires): let go
@@ -131,6 +140,29 @@ class DueQueue:
     def _note(self, key: str) -> None:
         if self._journal is not None:
             self._journal.append((self._live, key, self._live.get(key, ABSENT)))
+
+    def rows_below(self, stop: str, most: int) -> tuple[list[str], str | None]:
+        """The first ``most`` rows queued now that sort below ``stop``, in order, and the
+        row after them (None: no more below ``stop``); the queue is left as it is."""
+        live, head = self._live, self._head
+        committed: Iterator[tuple[str, bytes]] = iter(())
+        if head is not None:  # (the committed rows from the first not yet let go)
+            committed = itertools.chain(
+                [head], self._section.items(prefix=self._prefix, start=head[0] + "\x00")
+            )
+        live_committed = (r for r, v in committed if live.get(r, v) is not None)
+        added = heapq.nsmallest(most + 1, {r for r, _ in self._added
+                                           if r < stop and live.get(r) is not None})  # fmt: skip
+        rows: list[str] = []
+        for row in heapq.merge(live_committed, added):
+            if row >= stop:
+                return rows, None
+            if rows and rows[-1] == row:  # (committed, and added again)
+                continue
+            if len(rows) == most:
+                return rows, row
+            rows.append(row)
+        return rows, None
 
     def first(self) -> tuple[str, bytes] | None:
         """The first row, or None."""

@@ -41,6 +41,7 @@ from goka.group.engine import Engine
 from goka.storage.memory import MemoryStorage
 from goka.tester import Tester
 from goka.time.rows import Timer
+from goka.time.timers import DueQueue
 
 from .fake_kafka import FakeKafka
 from .machines import Machine
@@ -538,3 +539,235 @@ def test_wall_timers_due_at_once_fire_after_their_record_in_flight_on_a_moving_c
     assert any(b"timer w" in v for _, v in expected)
     found = run(_graph(_visit_async, _fired_async, concurrency=8))
     assert _per_key(found) == _per_key(expected)
+
+
+def test_records_of_other_keys_go_on_past_where_a_key_s_timer_fires_and_its_own_wait() -> None:
+    """Key a's stream timer comes due at offset 1 (key b), whose callback waits until the
+    record at offset 3 (key c) has started: c's record starts while b's is in flight, before
+    a's timer fires; a's record at offset 2 starts only after the timer fired, and reads what
+    it set. (Effects are released in offset order whatever runs when: only "c started" and
+    "read 100" tell a scheduler that holds every key, or none, from this one.)"""
+    marked: set[str] = set()
+
+    async def visit(ctx: Context[int], page: str) -> None:
+        if page == "schedule":
+            ctx.schedule(NOW + 1_000, "t")
+        elif page == "wait":  # (up to 5 s: one at a time, c's record could never start first)
+            for _ in range(500):
+                if "c" in marked:
+                    break
+                await asyncio.sleep(0.01)
+            ctx.emit("out", ctx.key, f"c started: {'c' in marked}")
+        elif page == "mark":
+            marked.add(ctx.key)
+        ctx.emit("out", ctx.key, f"{page} {ctx.value()}")
+
+    def fired(ctx: Context[int], timer: Timer) -> None:
+        ctx.set_value(100)
+        ctx.emit("out", ctx.key, "fired")
+
+    graph = define_group("places", input("pages", StringCodec(), visit),
+                         output("out", StringCodec()), persist(Int64Codec()), timers(fired),
+                         concurrency=4)  # fmt: skip
+    engine = _engine(graph)
+    calls = [
+        [("a", "schedule", NOW)],
+        [("b", "wait", NOW + 1_000), ("a", "read", NOW + 1_001), ("c", "mark", NOW + 1_002)],
+    ]
+    outputs, offset = [], 0
+    for records in calls:
+        messages = []
+        for key, page, at in records:
+            messages.append(("pages", offset, key.encode(), page.encode(), at, None))
+            offset += 1
+        effects = engine.process(messages).effects
+        outputs += [(e[2], e[3].decode()) for e in effects if e[0] == EMIT]
+    assert outputs == [("a", "schedule None"), ("b", "c started: True"), ("b", "wait None"),
+                       ("a", "fired"), ("a", "read 100"), ("c", "mark None")]  # fmt: skip
+
+
+#: keys of every kind: NUL inside and last (a timer's index row ends with its key after a NUL),
+#: empty, not UTF-8, and one spelled like the TTL's internal timer
+ODD_KEYS = ["a", "a\x00b", "a\x00", b"\xff\xfe", "", "\x01ttl", "\u00e9", "b", "c", "d"]
+
+
+def _places_graph(concurrency: int, ttl: int | None, fail_timers: bool) -> Any:
+    """Records that set, move and cancel stream timers (some due at once or at a later
+    record's event time) and wall timers due now, delete their key now and then, and fail
+    now and then; timers that set timers and (``fail_timers``) fail."""
+
+    async def visit(ctx: Context[int], page: str) -> None:
+        n = int(page)
+        rng = random.Random(n)
+        await asyncio.sleep(0)
+        if rng.random() < 0.1:
+            ctx.delete()
+        else:
+            ctx.set_value((ctx.value() or 0) + 1)
+        ctx.window("m").update(lambda v: (v or 0) + 1)
+        draw = rng.random()
+        if draw < 0.45:
+            ctx.schedule(ctx.event_time_ms + rng.choice([-1_000, 0, 1_000, 2_000, 9_000]),
+                         f"t{rng.randrange(3)}", data=n)  # fmt: skip
+        elif draw < 0.55:
+            ctx.cancel(f"t{rng.randrange(3)}")
+        elif draw < 0.65:
+            ctx.schedule(dt.timedelta(0), "w", domain="wall", data=n)
+        ctx.emit("out", ctx.key, f"r{n} {ctx.value()} {ctx.stream_time_ms - NOW} "
+                                 f"{ctx.window('m').value()}")  # fmt: skip
+        if rng.random() < 0.1:
+            raise ValueError(f"record {n} fails")
+
+    def fired(ctx: Context[int], timer: Timer) -> None:
+        value = (ctx.value() or 0) + 100
+        ctx.set_value(value)
+        ctx.emit("out", ctx.key, f"fired {timer.name} {timer.at_ms - NOW} {timer.data} {value}")
+        if timer.domain == "stream" and timer.data % 3 == 0 and not timer.name.startswith("c"):
+            ctx.schedule(timer.at_ms + 1_500, f"c{timer.name}", data=timer.data + 1)
+        if fail_timers and timer.data % 5 == 1:
+            raise ValueError(f"timer {timer.name} fails")
+
+    return define_group(
+        "places", input("pages", StringCodec(), visit),
+        window("m", Tumbling(seconds=10), Int64Codec(), retention=10**9),
+        output("out", StringCodec()), timers(fired, wall=True),
+        persist(Int64Codec(), ttl=ttl, ttl_domain=None if ttl is None else "stream"),
+        concurrency=concurrency,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("budget", [None, 2], ids=["no-budget", "budget-2"])
+@pytest.mark.parametrize("ttl", [None, 7_000], ids=["no-ttl", "ttl"])
+@pytest.mark.parametrize(("seed", "keys"), [(1, 10), (2, 10), (5, 4)], ids=str)
+def test_records_held_only_by_their_own_key_s_timers_do_what_one_at_a_time_does(
+    seed: int, keys: int, ttl: int | None, budget: int | None
+) -> None:
+    """(seed 5: a timer past those the fire budget let a call read comes due, once the
+    records before it are released, in that call)"""
+    rng = random.Random(seed)
+    records = [(rng.choice(ODD_KEYS[:keys]), str(n), NOW + n * 1_000 + rng.randint(-4_000, 1_500))
+               for n in range(150)]  # fmt: skip
+
+    def run(concurrency: int) -> Any:
+        tester = Tester(_places_graph(concurrency, ttl, seed == 2), now=NOW,
+                        completion_seed=seed, on_error="skip")  # fmt: skip
+        made = tester._engine
+
+        def engine(graph: Any, partition: int) -> Engine:
+            built = made(graph, partition)
+            built.fire_budget = budget
+            return built
+
+        tester._engine = engine  # type: ignore[method-assign]
+        for first in range(0, len(records), 50):
+            tester.consume_many("pages", records[first : first + 50])
+            tester.advance_time(500)
+        tester.advance_stream_time("places", NOW + 10**7)
+        outputs: dict[Any, list[Any]] = {}
+        for record in tester.messages("out"):
+            outputs.setdefault(record.key, []).append(record.value)
+        return outputs, tester.table("places-table"), [m[1] for _, m in tester.failed]
+
+    expected = run(1)
+    assert any(v.startswith(b"fired t") for out in expected[0].values() for v in out)
+    assert run(8) == expected
+
+
+async def _schedule_or_count(ctx: Context[int], page: str) -> None:
+    if page.startswith("at "):
+        ctx.schedule(NOW + int(page[3:]), "t")
+    else:
+        ctx.set_value((ctx.value() or 0) + 1)
+
+
+def _expire(ctx: Context[int], timer: Timer) -> None:
+    ctx.set_value(-1)
+
+
+def test_a_backlog_of_timers_under_a_fire_budget_is_read_once_not_again_at_each_call() -> None:
+    """20,000 timers come due among 50 records under a fire budget of 1,000: the calls'
+    records in flight read at most the timers the budget lets fire each (about 20,000 rows
+    over the 20 calls, not 20,000 + 19,000 + ...), and every timer fires."""
+    graph = define_group("backlog", input("pages", StringCodec(), _schedule_or_count),
+                         persist(Int64Codec()), timers(_expire), concurrency=8)  # fmt: skip
+    engine = _engine(graph, fire_budget=1_000)
+    read: list[int] = []
+    rows_below = DueQueue.rows_below
+
+    def counted(self: DueQueue, stop: str, most: int) -> tuple[list[str], str | None]:
+        rows, beyond = rows_below(self, stop, most)
+        read.append(len(rows))
+        return rows, beyond
+
+    def drain(rest: list[Any]) -> tuple[int, list[Any]]:
+        calls, effects = 0, []
+        while rest or engine.backlog:
+            result = engine.process(rest)
+            effects += result.effects
+            rest, calls = rest[result.consumed :], calls + 1
+        return calls, effects
+
+    drain([("pages", n, f"k{n}".encode(), b"at %d" % (MINUTE + n), NOW, None)
+           for n in range(20_000)])  # fmt: skip
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(DueQueue, "rows_below", counted)
+        calls, effects = drain([("pages", 20_000 + n, b"z", b"1", NOW + MINUTE + n * 400, None)
+                                for n in range(51)])  # fmt: skip
+    expired = {e[2] for e in effects if e[0] == TABLE and e[3] == b"-1"}
+    assert len(expired) == 20_000 and calls >= 20
+    assert sum(read) <= 25_000, f"{sum(read):,} rows read over {calls} calls"
+
+
+async def _schedule_cancel_or_wait(ctx: Context[int], page: str) -> None:
+    command, _, at = page.partition(" ")
+    if command == "at":
+        ctx.schedule(NOW + int(at), "t")
+    elif command == "cancel":
+        ctx.cancel("t")
+    elif command == "slow":  # (the records after it finish first)
+        await asyncio.sleep(0.2)
+    ctx.emit("out", ctx.key, f"{page} {ctx.value()}")
+
+
+def _set_hundred(ctx: Context[int], timer: Timer) -> None:
+    ctx.set_value(100)
+    ctx.emit("out", ctx.key, "fired")
+
+
+@pytest.mark.parametrize(
+    ("calls", "budget"),
+    [
+        # a timer due exactly at the call's last stream time
+        ([[("a", "at 1000", 0)], [("b", "slow", 1_000), ("a", "read", 995)]], None),
+        # under a budget of 1 the call reads x's timer only; x cancels it, which leaves room
+        # for k's, set in flight, queued once k's first record is released, due before k's
+        # second record
+        ([[("x", "at 1000", 0), ("y", "at 3000", 0)],
+          [("x", "cancel", 100), ("k", "at 2000", 200), ("b", "slow", 2_000),
+           ("k", "read", 2_001), ("c", "c", 3_000), ("d", "d", 3_001)]], 1),
+    ],
+    ids=["due-at-the-last-stream-time", "budget-room-left-by-a-cancel"],
+)  # fmt: skip
+def test_a_key_s_record_after_its_timer_s_place_reads_what_the_timer_set(
+    calls: list[list[tuple[str, str, int]]], budget: int | None
+) -> None:
+    def run(concurrency: int) -> list[tuple[Any, Any]]:
+        graph = define_group("s", input("pages", StringCodec(), _schedule_cancel_or_wait),
+                             output("out", StringCodec()), persist(Int64Codec()),
+                             timers(_set_hundred), concurrency=concurrency)  # fmt: skip
+        tester = Tester(graph, now=NOW)
+        made = tester._engine
+
+        def engine(graph: Any, partition: int) -> Engine:
+            built = made(graph, partition)
+            built.fire_budget = budget
+            return built
+
+        tester._engine = engine  # type: ignore[method-assign]
+        for records in calls:
+            tester.consume_many("pages", [(k, p, NOW + at) for k, p, at in records])
+        return [(m.key, m.value) for m in tester.messages("out")]
+
+    expected = run(1)
+    assert ("k" if budget else "a", b"read 100") in expected
+    assert run(8) == expected
