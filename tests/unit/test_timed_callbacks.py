@@ -636,6 +636,18 @@ def _places_graph(concurrency: int, ttl: int | None, fail_timers: bool) -> Any:
     )  # fmt: skip
 
 
+def _budgeted(tester: Tester, budget: int | None) -> None:
+    """Give the engines ``tester`` makes a fire budget of ``budget``."""
+    made = tester._engine
+
+    def engine(graph: Any, partition: int) -> Engine:
+        built = made(graph, partition)
+        built.fire_budget = budget
+        return built
+
+    tester._engine = engine  # type: ignore[method-assign]
+
+
 @pytest.mark.parametrize("budget", [None, 2], ids=["no-budget", "budget-2"])
 @pytest.mark.parametrize("ttl", [None, 7_000], ids=["no-ttl", "ttl"])
 @pytest.mark.parametrize(("seed", "keys"), [(1, 10), (2, 10), (5, 4)], ids=str)
@@ -651,14 +663,7 @@ def test_records_held_only_by_their_own_key_s_timers_do_what_one_at_a_time_does(
     def run(concurrency: int) -> Any:
         tester = Tester(_places_graph(concurrency, ttl, seed == 2), now=NOW,
                         completion_seed=seed, on_error="skip")  # fmt: skip
-        made = tester._engine
-
-        def engine(graph: Any, partition: int) -> Engine:
-            built = made(graph, partition)
-            built.fire_budget = budget
-            return built
-
-        tester._engine = engine  # type: ignore[method-assign]
+        _budgeted(tester, budget)
         for first in range(0, len(records), 50):
             tester.consume_many("pages", records[first : first + 50])
             tester.advance_time(500)
@@ -756,14 +761,7 @@ def test_a_key_s_record_after_its_timer_s_place_reads_what_the_timer_set(
                              output("out", StringCodec()), persist(Int64Codec()),
                              timers(_set_hundred), concurrency=concurrency)  # fmt: skip
         tester = Tester(graph, now=NOW)
-        made = tester._engine
-
-        def engine(graph: Any, partition: int) -> Engine:
-            built = made(graph, partition)
-            built.fire_budget = budget
-            return built
-
-        tester._engine = engine  # type: ignore[method-assign]
+        _budgeted(tester, budget)
         for records in calls:
             tester.consume_many("pages", [(k, p, NOW + at) for k, p, at in records])
         return [(m.key, m.value) for m in tester.messages("out")]
