@@ -196,6 +196,7 @@ class _Call:
                         timed.finished(number, contexts[number]._time)
                     order.finish(number)
                 released = [n for n in order.release() if cut is None or n <= cut]
+                flight.held = max(flight.held, order.held)
                 if timed is not None and released:  # (on a thread: a timers callback is awaited)
                     records = [(n, contexts.pop(n), failures.pop(n, None)) for n in released]
                     cut = await asyncio.to_thread(timed.release, records)

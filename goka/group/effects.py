@@ -52,10 +52,13 @@ Effect = tuple[int, str, str, bytes | None, Headers | None, Message]
 class Flight:
     """How a call's records were in flight together (:mod:`goka.group.concurrent`): the
     ``most`` at once, the ``longest`` one record was (seconds), the ``seconds`` of all records
-    added up (over the call's time: the average in flight), and the records that ``waited``
-    behind an earlier record of their key, per key."""
+    added up (over the call's time: the average in flight), the most finished records
+    ``held`` in memory at once behind an earlier record not finished (their effects wait for
+    it: released in offset order), and the records that ``waited`` behind an earlier record
+    of their key, per key."""
 
     most: int = 0
+    held: int = 0
     longest: float = 0.0
     seconds: float = 0.0
     waited: dict[str, int] = field(default_factory=dict)

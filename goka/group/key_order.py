@@ -129,6 +129,11 @@ class KeyOrder:
         return self._released
 
     @property
+    def held(self) -> int:
+        """How many records finished but are not released (an earlier one has not)."""
+        return len(self._finished)
+
+    @property
     def in_flight(self) -> int:
         """How many records are running."""
         return len(self._running)

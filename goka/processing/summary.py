@@ -75,8 +75,10 @@ class PartitionSummary(Counts):
     any partition (JSON). ``timeline`` is the continuous loop's
     (:meth:`goka.processing.timeline.Timeline.report`; on one partition of the loop's task).
     ``in_flight_most`` and ``in_flight_longest`` are the most records in flight at once and
-    the longest one was (seconds), ``waiting_keys`` the keys whose records waited most behind
-    an earlier record of their key (JSON ``{key: records}``, the :data:`WAITING_KEYS` most).
+    the longest one was (seconds), ``in_flight_held`` the most finished records held back at
+    once behind an earlier one not finished, ``waiting_keys`` the keys whose records waited
+    most behind an earlier record of their key (JSON ``{key: records}``, the
+    :data:`WAITING_KEYS` most).
     """
 
     partition: int
@@ -93,6 +95,7 @@ class PartitionSummary(Counts):
     timeline: str = ""
     in_flight_most: int = 0
     in_flight_longest: float = 0.0
+    in_flight_held: int = 0
     waiting_keys: str = ""
 
     def absorb(self, other: PartitionSummary) -> None:
@@ -107,6 +110,7 @@ class PartitionSummary(Counts):
         self.timeline = merge_reports(self.timeline, other.timeline)
         self.in_flight_most = max(self.in_flight_most, other.in_flight_most)
         self.in_flight_longest = max(self.in_flight_longest, other.in_flight_longest)
+        self.in_flight_held = max(self.in_flight_held, other.in_flight_held)
         if other.waiting_keys:
             self.waiting_keys = _most_waiting(self.waiting_keys, json.loads(other.waiting_keys))
         emitted = Counter(json.loads(self.emitted or "{}"))
@@ -119,6 +123,7 @@ class PartitionSummary(Counts):
             return
         self.in_flight_most = max(self.in_flight_most, flight.most)
         self.in_flight_longest = max(self.in_flight_longest, flight.longest)
+        self.in_flight_held = max(self.in_flight_held, flight.held)
         self.in_flight_seconds += flight.seconds
         self.key_waits += sum(flight.waited.values())
         if flight.waited:

@@ -138,6 +138,13 @@ def _families() -> dict[str, Any]:
                     "The longest a record of the partition was in flight in the last batch (epoch)",
                     [*labels, "partition"],
                 ),
+                in_flight_held=Gauge(
+                    "goka_processor_in_flight_held_records",
+                    "The most finished records of the partition held back at once behind an "
+                    "earlier record not finished (released in offset order), in the last "
+                    "batch (epoch)",
+                    [*labels, "partition"],
+                ),
                 waiting_keys=Gauge(
                     "goka_processor_waiting_key_records",
                     "Records that waited behind an earlier record of their key in the last "
@@ -218,6 +225,7 @@ class ProcessorMetrics:
             if part.in_flight_most:
                 f["in_flight_most"].labels(g, part.partition).set(part.in_flight_most)
                 f["in_flight_longest"].labels(g, part.partition).set(part.in_flight_longest)
+                f["in_flight_held"].labels(g, part.partition).set(part.in_flight_held)
                 waiting.update(json.loads(part.waiting_keys or "{}"))
             f["table_records"].labels(g, part.partition).inc(part.table_records)
             if part.restored_bytes:

@@ -267,13 +267,14 @@ def _flight(concurrency: int, parts: Sequence[Any]) -> str:
         return ""
     most = max((p.in_flight_most for p in parts), default=0)
     longest = max((p.in_flight_longest for p in parts), default=0.0)
+    held = max((p.in_flight_held for p in parts), default=0)
     waiting: Counter[str] = Counter()
     for part in parts:
         waiting.update(json.loads(part.waiting_keys or "{}"))
     keys = ", ".join(f"{key} ({count})" for key, count in waiting.most_common(5))
     return (f"in flight: at most {most} of {concurrency} a partition, the longest "
-            f"{longest:.2f} s; records that waited for their key: "
-            f"{keys or 'none'}")  # fmt: skip
+            f"{longest:.2f} s; at most {held} finished and held behind an earlier record; "
+            f"records that waited for their key: {keys or 'none'}")  # fmt: skip
 
 
 def _summary(group: dict[str, Any]) -> str:

@@ -108,8 +108,8 @@ def test_records_in_flight_reach_the_summary_the_metrics_and_the_page(tmp_path: 
     from goka.group.engine import Engine
     from goka.spark.metrics import ProcessorMetrics
 
-    async def wait(ctx: Any, msg: str) -> None:
-        await asyncio.sleep(0.01)
+    async def wait(ctx: Any, msg: str) -> None:  # (the hot key's records the slowest: the
+        await asyncio.sleep(0.05 if ctx.key == "hot" else 0.01)  # others finish behind them)
 
     graph = define_group("flying", input("in", StringCodec(), wait), concurrency=8)
     keys = ["hot"] * 5 + [f"k{i}" for i in range(20)]
@@ -117,7 +117,8 @@ def test_records_in_flight_reach_the_summary_the_metrics_and_the_page(tmp_path: 
     result = Engine(graph, 3, store={}.get).process(messages)
     part = PartitionSummary(3)
     part.flown(result.flight)
-    assert part.in_flight_most == 8 and part.in_flight_longest >= 0.01
+    assert part.in_flight_most == 8 and part.in_flight_longest >= 0.05
+    assert 7 <= part.in_flight_held <= 20  # (k0-k6 finish while hot's first record runs)
     assert part.key_waits == 4 and json.loads(part.waiting_keys) == {"hot": 4}
     assert part.in_flight_seconds >= 25 * 0.01
     summary = BatchSummary.of(0, [part])
@@ -128,9 +129,12 @@ def test_records_in_flight_reach_the_summary_the_metrics_and_the_page(tmp_path: 
         sample("goka_processor_in_flight_most_records", {"group": "flying", "partition": "3"}) == 8
     )
     assert sample("goka_processor_key_waits_total", {"group": "flying"}) == 4
+    assert sample("goka_processor_in_flight_held_records",
+                  {"group": "flying", "partition": "3"}) == part.in_flight_held  # fmt: skip
     assert sample("goka_processor_waiting_key_records", {"group": "flying", "key": "hot"}) == 4
     processor = FakeProcessor(PartitionBoard(str(tmp_path / "board")))
     processor.graph = graph
     processor.totals.add_batch(summary)
     flight = ProcessorMonitor([processor]).sample()["groups"][0]["flight"]
     assert flight.startswith("in flight: at most 8 of 8 a partition") and "hot (4)" in flight
+    assert f"at most {part.in_flight_held} finished and held" in flight
