@@ -101,9 +101,9 @@ class TimedProcessing:
             domain = "stream" if due.row[1] == "s" else "wall"
             timer = Timer(due.name, due.at, domain, time.decode_data(due.data))
             out = graph.timers.callback(self.context, timer)
-            if out is not None:  # (an async def's coroutine: awaited)
-                awaited_now(out, None, (graph.group, self.partition, source, key,
-                                        graph.timers.callback))  # fmt: skip
+            if out is not None:  # (an async def's coroutine: awaited, cut by the timeout)
+                awaited_now(out, graph.timeout, (graph.group, self.partition, source, key,
+                                                 graph.timers.callback))  # fmt: skip
         elif due.kind == "close":
             edge = time.edge(due.name)
             raw = time.window_rows[due.name].get("w" + due.key)

@@ -221,8 +221,9 @@ def define_group(
         record whose callback fails is tried again, holding back only its key. ``timeout``
         (None, or positive seconds or a timedelta) cuts a callback's try that takes longer
         (an async one is cancelled; a plain one runs on a thread of its own, left to end,
-        what it does after the cut discarded) with :class:`~goka.errors.CallbackTimeout`.
-        Neither is available yet for a group with session windows.
+        what it does after the cut discarded) with :class:`~goka.errors.CallbackTimeout`;
+        an ``async def`` timers callback is cut by it too (not retried). Neither is
+        available yet for a group with session windows.
 
     A record whose event time cannot be had (its extractor raises or returns something else
     than a datetime or milliseconds, it is negative, or beyond ``max_future``) fails like a

@@ -769,3 +769,39 @@ def test_a_key_s_record_after_its_timer_s_place_reads_what_the_timer_set(
     expected = run(1)
     assert ("k" if budget else "a", b"read 100") in expected
     assert run(8) == expected
+
+
+@pytest.mark.parametrize("concurrency", [1, 4])
+def test_an_async_timers_callback_that_never_returns_is_cut_by_the_timeout(
+    concurrency: int,
+) -> None:  # fmt: skip
+    """Key a's timer callback sets the key's state, then hangs: the group's timeout cuts it,
+    the skip policy drops what it did (the timer is gone, the state as before), and the
+    records after it go on; under fail, the call fails naming the timer and the cut."""
+
+    async def visit(ctx: Context[int], page: str) -> None:
+        if page == "schedule":
+            ctx.schedule(NOW + 1_000, "t")
+        ctx.set_value((ctx.value() or 0) + 1)
+        ctx.emit("out", ctx.key, f"{page} {ctx.value()}")
+
+    async def hang(ctx: Context[int], timer: Timer) -> None:
+        ctx.set_value(500)
+        ctx.emit("out", ctx.key, "fired")
+        await asyncio.sleep(30)
+
+    graph = define_group("hangs", input("pages", StringCodec(), visit),
+                         output("out", StringCodec()), persist(Int64Codec()), timers(hang),
+                         concurrency=concurrency, timeout=0.2)  # fmt: skip
+    messages = [("pages", 0, b"a", b"schedule", NOW, None),
+                ("pages", 1, b"b", b"due", NOW + 1_000, None),
+                ("pages", 2, b"a", b"after", NOW + 1_001, None)]  # fmt: skip
+    began = time.monotonic()
+    result = _engine(graph, on_error="skip").process(messages)
+    assert time.monotonic() - began < 10
+    assert [m[1] for _, m in result.failed] == [1]  # (attributed to the record it fired after)
+    assert "timer 't'" in str(result.failed[0][0])
+    assert "took longer than its timeout of 0.2 s" in str(result.failed[0][0].__cause__)
+    assert [e[3] for e in result.effects if e[0] == EMIT] == [b"schedule 1", b"due 1", b"after 2"]
+    with pytest.raises(ProcessingError, match="timer 't'"):
+        _engine(graph).process(messages)
