@@ -64,7 +64,7 @@ image: $(STAMP)
 
 # the suite on Apache Kafka, then its smoke part on Tansu (the light broker without a JVM).
 # Three workers on two cores, a file each at a time: the suite mostly waits (brokers, Spark,
-# processes: 0.8 of the two cores busy on average with two workers), and each worker has its
+# processes: with two workers, 0.8 of a core busy on average), and each worker has its
 # own broker and SparkSession (1,137 tests: 11:06 with three and the image's layers cached,
 # 13:16 with two and the image built cold, on a fresh machine here)
 test: $(STAMP) $(CDS) $(BROWSER) $(POSTGRES) $(WAL2JSON) $(BUILDAH) kafka-libs

@@ -28,6 +28,9 @@ KINDS: tuple[str, ...] = get_args(BrokerKind)
 #: Seconds a stopping Apache Kafka broker is given after SIGTERM (it writes its clean-shutdown
 #: marks, so a restart on the same data need not recover its logs) before SIGKILL.
 KAFKA_GRACE = 15.0
+#: How many times a broker whose ports were picked for it starts on newly picked ones when
+#: another process took one of them first (the pick and the bind are apart: a busy machine)
+PICKS = 3
 
 
 class EmbeddedBroker:
@@ -73,6 +76,9 @@ class EmbeddedBroker:
             raise ConfigurationError("Tansu takes no broker settings")
         self.kind: BrokerKind = kind
         self.port = port or free_port(self.host)
+        #: the ports were picked here, and it never ran: a port another process took between
+        #: the pick and the broker's bind is picked again (:data:`PICKS` times at most)
+        self._picked = port is None and advertised is None
         self.startup_timeout = startup_timeout
         self.advertised = advertised
         self._settings = dict(settings or {})
@@ -116,19 +122,32 @@ class EmbeddedBroker:
         """
         if self.running:
             return self
-        if self.kind == "kafka":
-            command = self._kafka_command()
-        else:
-            binary = self._binary or find_tansu_binary()
-            self.name = tansu_version(binary)
-            self._process.name = f"{self.name} broker"
-            listen = self.bootstrap
-            command = tansu_command(binary, listen, self.advertised or listen)
-        self._process.start(command)
-        retry = (f"its command: {' '.join(command)}\nis port {self.port} taken? retry on another: "
-                 f"EmbeddedBroker({self.kind!r}, port=...), or goka broker --kind {self.kind} "
-                 "--port ...")  # fmt: skip
-        self._process.wait_ready(self._answers, self.startup_timeout, retry)
+        for pick in range(PICKS if self._picked else 1):
+            if self.kind == "kafka":
+                command = self._kafka_command()
+            else:
+                binary = self._binary or find_tansu_binary()
+                self.name = tansu_version(binary)
+                self._process.name = f"{self.name} broker"
+                listen = self.bootstrap
+                command = tansu_command(binary, listen, self.advertised or listen)
+            self._process.start(command)
+            retry = (f"its command: {' '.join(command)}\nis port {self.port} taken? retry on "
+                     f"another: EmbeddedBroker({self.kind!r}, port=...), or goka broker --kind "
+                     f"{self.kind} --port ...")  # fmt: skip
+            try:
+                self._process.wait_ready(self._answers, self.startup_timeout, retry)
+                break
+            except BrokerError as exc:
+                taken = "ddress already in use" in str(exc) or "AddrInUse" in str(exc)
+                if not (self._picked and taken) or pick + 1 == PICKS:
+                    raise
+                self._process.stop()  # (another process took a port picked for it: new ones)
+                self.port = free_port(self.host)
+                if self._node is not None:  # (its format names its controller's port)
+                    shutil.rmtree(self._node.data.parent, ignore_errors=True)
+                    self._node = None
+        self._picked = False  # (a restart keeps its ports)
         if self.kind == "kafka" and self.advertised is None:  # (a proxy may not be up yet)
             prime_group_coordinator(self.bootstrap, self.startup_timeout)  # as a broker up a while
         return self

@@ -19,6 +19,7 @@ from goka.dev import KAFKA_VERSION, TANSU_BINARY_ENV, EmbeddedBroker, find_tansu
 from goka.dev.kafka import KafkaNode, find_java, kafka_libs
 from goka.emitter import Emitter
 from goka.errors import BrokerError, BrokerNotFoundError, ConfigurationError
+from goka.kafka.admin import KafkaAdmin
 from goka.kafka.consumer import read_to_end
 
 from ..helpers import GRPC_BUSY, wait_for
@@ -131,6 +132,26 @@ def test_a_taken_port_fails_with_the_brokers_last_lines_and_what_to_retry(kind: 
     text = str(failed.value)
     assert "is port" in text and "taken? retry on another: EmbeddedBroker(" in text
     assert "ddress already in use" in text or "AddrInUse" in text  # the broker's own words
+
+
+@pytest.mark.parametrize("kind", ["kafka", "tansu"])
+def test_a_port_picked_for_the_broker_and_taken_before_it_binds_is_picked_again(
+    kind: str,
+) -> None:  # fmt: skip
+    """Another process takes the port picked for the broker before the broker binds it (as
+    a test beside it, picking its own, can): the broker starts on a newly picked one."""
+    broker = EmbeddedBroker(kind, startup_timeout=60)  # type: ignore[arg-type]
+    first = broker.port
+    try:
+        with socket.socket() as taken:
+            taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            taken.bind(("127.0.0.1", first))
+            taken.listen()
+            broker.start()
+        assert broker.port != first
+        assert KafkaAdmin(broker.bootstrap).cluster().brokers
+    finally:
+        broker.close()
 
 
 def test_no_java_is_one_clear_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
