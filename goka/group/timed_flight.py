@@ -36,7 +36,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from goka.time.record_time import Pending, RecordTime
-from goka.time.rows import DIGITS, MAX_TIME, ms15
+from goka.time.rows import MAX_TIME, decode_due, ms15
 
 if TYPE_CHECKING:
     from goka.group.effects import BatchResult, Message
@@ -115,7 +115,7 @@ class TimedFlight:
         rows, beyond = self._queue.rows_below(self._stop, max(self.time.left, 0))
         self._below, self._beyond = self._stop, MAX_TIME + 1
         if beyond is not None:
-            self._below, self._beyond = beyond, int(beyond[2 : 2 + DIGITS])
+            self._below, self._beyond = beyond, decode_due(beyond)[0]
         for row in rows:
             self._watched(row, True)
 
@@ -123,9 +123,9 @@ class TimedFlight:
         """The stream queue added or removed ``row``."""
         if row >= self._below:
             return
-        key = row[row.index("\x00") + 1 :]
+        at, _, key = decode_due(row)
         if added:
-            self._due.setdefault(key, {})[row] = int(row[2 : 2 + DIGITS])
+            self._due.setdefault(key, {})[row] = at
         else:
             rows = self._due.get(key)
             if rows is not None and rows.pop(row, None) is not None and not rows:

@@ -28,6 +28,7 @@ from goka.time.rows import (
     STREAM_TIME_HEADER,
     Due,
     decode_composite,
+    decode_due,
     stream_time_key,
     timer_key,
 )
@@ -245,13 +246,12 @@ class PartitionTime(TimerMethods, TtlMethods, WindowTables):
             row = self._queues[domain].first()
             if row is None:
                 continue
-            at = int(row[0][2 : 2 + DIGITS])
+            at, timer, key = decode_due(row[0])
             if domain == "stream":
                 floor_stream = min(floor_stream, at)
             else:
                 floor_wall = at
             if at <= (stream if domain == "stream" else self.wall_clock()):
-                timer, _, key = row[0][2 + DIGITS :].partition("\x00")
                 found.append(Due(at, 2, "timer", timer, key, row[1], row[0]))
         if found:
             self._floor_stream = self._floor_wall = -1  # recomputed after the firing
@@ -274,7 +274,7 @@ class PartitionTime(TimerMethods, TtlMethods, WindowTables):
         """When the earliest timer (a TTL's too) of ``domain`` is due (past ``MAX_TIME``: none
         queued)."""
         row = self._queues[domain].first()
-        return MAX_TIME + 1 if row is None else int(row[0][2 : 2 + DIGITS])
+        return MAX_TIME + 1 if row is None else decode_due(row[0])[0]
 
     def fired(self, due: Due, source: Any) -> None:
         """Remove what ``due`` was (a fired timer, a closed or expired window)."""

@@ -117,6 +117,12 @@ def due_key(domain: str, at: int, name: str, key: str) -> str:
     return f"q{domain[0]}{ms15(at)}{name}\x00{key}"
 
 
+def decode_due(row: str) -> tuple[int, str, str]:
+    """``(at, name, key)`` of a due index row (:func:`due_key`'s)."""
+    name, _, key = row[2 + DIGITS :].partition("\x00")
+    return int(row[2 : 2 + DIGITS]), name, key
+
+
 def composite(key: str, start: int, end: int) -> str:
     """A window's changelog key: the record key, ``@``, fixed-width start and end."""
     return f"{key}@{start:015d}-{end:015d}"  # ms15 inlined: a hot path
