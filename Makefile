@@ -63,12 +63,12 @@ image: $(STAMP)
 	$(PY) -m tools.image --target $(TARGET)
 
 # the suite on Apache Kafka, then its smoke part on Tansu (the light broker without a JVM).
-# Three workers on two cores, a file each at a time: the suite mostly waits (brokers, Spark,
-# processes: with two workers, 0.8 of a core busy on average), and each worker has its
-# own broker and SparkSession (1,137 tests: 11:06 with three and the image's layers cached,
-# 13:16 with two and the image built cold, on a fresh machine here)
+# Two workers, a file each at a time: the suite mostly waits (brokers, Spark, processes: 0.8
+# of a core busy on average), and each worker has its own broker and SparkSession. (Three
+# took 11:51-13:34 instead of 13:16 on 1,137-1,157 tests, but one run in five failed
+# test_continuous' check that a partition stays in its Python worker: kept at two.)
 test: $(STAMP) $(CDS) $(BROWSER) $(POSTGRES) $(WAL2JSON) $(BUILDAH) kafka-libs
-	$(PY) -m pytest -n 3 --dist loadfile --no-loadscope-reorder -m 'not longrun'
+	$(PY) -m pytest -n 2 --dist loadfile --no-loadscope-reorder -m 'not longrun'
 	$(PY) -m pytest -m 'smoke and not longrun' --broker tansu -p no:cacheprovider
 
 test-fast: $(STAMP)

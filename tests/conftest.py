@@ -5,7 +5,7 @@ from hypothesis import settings
 
 import goka.emitter
 
-#: No deadline for a generated example: make test's three workers keep this machine's two cores
+#: No deadline for a generated example: make test's two workers keep this machine's two cores
 #: busy, and an example that takes 285 ms there is slow, not wrong (a timeout still ends a hang).
 settings.register_profile("suite", deadline=None)
 settings.load_profile("suite")
