@@ -214,16 +214,16 @@ def define_group(
         1. Input and loop callbacks may be ``async def`` (awaited on an event loop) at any
         concurrency; above 1, plain ones run on a pool of that many threads. A group that
         keeps time (windows, timers, a TTL) keeps it per record as one at a time would
-        (:mod:`goka.group.timed_flight`); one with session windows runs plain callbacks at
-        concurrency 1 (:func:`~goka.group.retries.check_awaited`).
+        (:mod:`goka.group.timed_flight`); with records in flight (concurrency above 1, an
+        async callback, ``retry`` or ``timeout``) its session windows' ``retention`` is at
+        least their gap (:func:`~goka.group.retries.check_awaited`).
     15. ``retry`` is None or a :class:`~goka.group.concurrent.Retry` (at least one attempt,
         backoffs not negative, a multiplier of at least 1, ``on`` Exception classes): a
         record whose callback fails is tried again, holding back only its key. ``timeout``
         (None, or positive seconds or a timedelta) cuts a callback's try that takes longer
         (an async one is cancelled; a plain one runs on a thread of its own, left to end,
         what it does after the cut discarded) with :class:`~goka.errors.CallbackTimeout`;
-        an ``async def`` timers callback is cut by it too (not retried). Neither is
-        available yet for a group with session windows.
+        an ``async def`` timers callback is cut by it too (not retried).
 
     A record whose event time cannot be had (its extractor raises or returns something else
     than a datetime or milliseconds, it is negative, or beyond ``max_future``) fails like a

@@ -277,16 +277,20 @@ def check_concurrency(group: str, concurrency: object) -> int:
 
 
 def check_awaited(graph: Any) -> None:
-    """A group (a :class:`~goka.group.graph.GroupGraph`) with session windows runs one
-    plain callback at a time: concurrency 1, no async input or loop callbacks, no ``retry``,
-    no ``timeout`` (records in flight in a group that keeps time read its windows through
-    :class:`~goka.time.record_time.RecordTime`, which does not merge sessions yet).
+    """A group (a :class:`~goka.group.graph.GroupGraph`) with records in flight (concurrency
+    above 1, async input or loop callbacks, a ``retry`` or a ``timeout``) keeps each session
+    window readable for at least its gap after it closed (``retention`` >= ``gap``). A record
+    in flight reads its key's sessions before the records released ahead of it have fired
+    what their stream time made due; a session that expired earlier than its gap would then
+    be joined by a record that one at a time would find it gone.
 
     Raises:
         GraphError: it does not.
     """
-    sessions = [n for n, e in graph.windows.items() if isinstance(e.spec, Session)]
-    if not sessions:
+    short = [f"{n} (gap {e.spec.gap} ms, retention {e.retention} ms)"
+             for n, e in graph.windows.items()
+             if isinstance(e.spec, Session) and e.retention < e.spec.gap]  # fmt: skip
+    if not short:
         return
     edges = [*graph.inputs.values(), *([graph.loop] if graph.loop else [])]
     found = [f"concurrency {graph.concurrency}"] if graph.concurrency > 1 else []
@@ -296,9 +300,9 @@ def check_awaited(graph: Any) -> None:
               for e in edges if awaited(e.callback)]  # fmt: skip
     if found:
         raise GraphError(
-            f"group {graph.group!r} has session windows ({', '.join(sessions)}): they are not "
-            f"available with records in flight yet, got {'; '.join(found)} (use plain "
-            "callbacks at concurrency 1, or fixed windows)")  # fmt: skip
+            f"group {graph.group!r} runs records in flight ({'; '.join(found)}): its session "
+            f"windows must stay readable for at least their gap after they close, got "
+            f"{', '.join(short)} (set retention to the gap or more)")  # fmt: skip
 
 
 def with_concurrency(graph: Any, concurrency: int) -> Any:

@@ -80,9 +80,11 @@ class Overlay:
         self.changes[key] = value
 
     def items(self, prefix: str) -> list[tuple[str, bytes]]:
-        """Rows under ``prefix`` as of now, in key order."""
+        """Rows under ``prefix`` as of now, in key order. (A record in flight reads its
+        key's rows while records released before it write others': their changes are read
+        as one copy.)"""
         found = dict(self.section.items(prefix=prefix))
-        for key, value in self.changes.items():
+        for key, value in self.changes.copy().items():
             if key.startswith(prefix):
                 if value is None:
                     found.pop(key, None)

@@ -11,20 +11,21 @@ So a record in flight sees a :class:`RecordTime` of its own instead:
   kept in the record and **replayed** on the partition's time when the record is released, in
   offset order (:meth:`RecordTime.replay`), with the stream time it saw: the partition's time
   changes in the order and with the calls of one record at a time;
-* what it **reads** (a window's value, a timer, whether its key expired) is its own writes,
-  then those of the earlier records of its key that finished but are not released yet
-  (:class:`Pending`), then the partition's time. Rows and timers belong to one key, and a key's
-  records run one after another, so these are exactly the writes one at a time would show.
+* what it **reads** (a window's value, its key's sessions, a timer, whether its key expired)
+  is its own writes, then those of the earlier records of its key that finished but are not
+  released yet (:class:`Pending`), then the partition's time. Rows and timers belong to one
+  key, and a key's records run one after another, so these are exactly the writes one at a
+  time would show (for sessions, given they stay readable for their gap after they close:
+  :func:`~goka.group.retries.check_awaited`).
 
 A record that fails is never replayed: its writes are simply dropped.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from goka.errors import ContextError
 from goka.time.rows import MAX_TIME, composite
 from goka.time.ttl import TtlMethods
 
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
     from goka.time.ports import WindowDeclaration
     from goka.time.specs import Window
 
-__all__ = ["Pending", "RecordTime"]
+__all__ = ["Pending", "RecordTime", "SessionRows"]
 
 _NONE: Any = object()  # (not written by the record)
 
@@ -63,6 +64,47 @@ class Pending:
         for at in time.timers:
             if self.timers.get(at, (None, -1))[1] == number:
                 del self.timers[at]
+
+
+class SessionRows:
+    """The rows of one window table under a key's prefix, as record ``time`` reads them
+    (:func:`~goka.time.open_windows.sessions`): its own writes, then those of the earlier
+    records of its key that finished but are not released, then the partition's."""
+
+    def __init__(self, time: RecordTime, name: str) -> None:
+        self.time, self.name = time, name
+
+    def items(self, prefix: str) -> list[tuple[str, bytes]]:
+        """Rows (``w`` + composite key) under ``prefix`` as of now, in key order."""
+        time, name = self.time, self.name
+        found = {} if time.was_cut else dict(time.shared.window_rows[name].items(prefix))
+        layers = [] if time.was_cut else [{r: v for r, (v, _) in time.pending.rows.copy().items()}]
+        for layer in [*layers, time.rows]:  # (older first: a later write wins)
+            for (table, row), value in layer.items():
+                if table != name or not ("w" + row).startswith(prefix):
+                    continue
+                if value is None:
+                    found.pop("w" + row, None)
+                else:
+                    found["w" + row] = value
+        return sorted(found.items())
+
+
+class _RowsOf(Mapping[str, SessionRows]):
+    """:attr:`RecordTime.window_rows`: a :class:`SessionRows` by window table."""
+
+    def __init__(self, time: RecordTime) -> None:
+        self.time = time
+
+    def __getitem__(self, name: str) -> SessionRows:
+        self.time.edge(name)  # (an unknown table: its error)
+        return SessionRows(self.time, name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.time.graph.windows)
+
+    def __len__(self) -> int:
+        return len(self.time.graph.windows)
 
 
 class RecordTime(TtlMethods):
@@ -98,8 +140,10 @@ class RecordTime(TtlMethods):
         return self.shared.wall_clock()
 
     @property
-    def window_rows(self) -> Any:
-        raise ContextError("session windows are not available with concurrency above 1")
+    def window_rows(self) -> Mapping[str, SessionRows]:
+        """Each window table's rows as the record reads them (its sessions: a prefix scan
+        of its key's rows)."""
+        return _RowsOf(self)
 
     def edge(self, name: str) -> WindowDeclaration:
         return self.shared.edge(name)

@@ -160,22 +160,29 @@ def on_mixed(ctx: Context[int], event: dict[str, Any]) -> None:
         ctx.cancel("t")
 
 
+async def on_mixed_later(ctx: Context[int], event: dict[str, Any]) -> None:
+    await asyncio.sleep(0.001 * (sum(ctx.key.encode()) % 3))  # (keys finish out of order)
+    on_mixed(ctx, event)
+
+
 def on_mixed_timer(ctx: Context[int], timer: Timer) -> None:
     ctx.emit(f"{ctx.group}-fired", ctx.key, {"at": timer.at_ms, "in": timer.data})
 
 
-def mixed_graph(topic: str) -> Any:
+def mixed_graph(topic: str, concurrency: int = 1) -> Any:
     """Calendar days in Europe/Berlin across the 2026-10-25 switch (a 25-hour day), sessions
-    that merge, and stream timers set in the past and the future, cancelled and set again."""
+    that merge, and stream timers set in the past and the future, cancelled and set again;
+    above ``concurrency`` 1 its records await (:func:`on_mixed_later`)."""
     group = f"{topic}-mixed"
+    callback = on_mixed if concurrency == 1 else on_mixed_later
     return define_group(
-        group, input(topic, JsonCodec(), on_mixed, event_time=event_time),
+        group, input(topic, JsonCodec(), callback, event_time=event_time),
         window("day", Calendar("day", tz="Europe/Berlin"), Int64Codec(), grace=3_600_000,
                retention=10**11),
         window("visits", Session(2 * MINUTE), Int64Codec(), grace=MINUTE, retention=10**11,
                merge=lambda a, b: a + b),
         timers(on_mixed_timer, wall=False), output(f"{group}-fired", JsonCodec()),
-        persist(Int64Codec()),
+        persist(Int64Codec()), concurrency=concurrency,
     )  # fmt: skip
 
 

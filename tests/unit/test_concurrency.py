@@ -405,11 +405,19 @@ def test_the_command_line_s_concurrency_is_checked_as_the_graph_s() -> None:
     assert graph.concurrency == 1  # (a new graph: graphs are immutable)
     with pytest.raises(GraphError, match="concurrency must be a whole number"):
         with_concurrency(graph, 0)
-    sessions = define_group("t", input("in", StringCodec(), _apply), persist(Int64Codec()),
-                            window("w", Session(gap=60_000), Int64Codec(),
+
+    def sessions(retention: int) -> Any:
+        return define_group("t", input("in", StringCodec(), _apply), persist(Int64Codec()),
+                            window("w", Session(gap=60_000), Int64Codec(), retention=retention,
                                    merge=lambda a, b: a + b))  # fmt: skip
-    with pytest.raises(GraphError, match="has session windows .w.: they are not available"):
-        with_concurrency(sessions, 8)
+
+    assert with_concurrency(sessions(60_000), 8).concurrency == 8
+    with pytest.raises(
+        GraphError,
+        match=r"must stay readable for at least their gap after "
+        r"they close, got w \(gap 60000 ms, retention 59999",
+    ):
+        with_concurrency(sessions(59_999), 8)
 
 
 def test_a_forked_child_runs_its_records_on_a_loop_of_its_own() -> None:

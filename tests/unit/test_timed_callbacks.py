@@ -236,20 +236,88 @@ def _by_record(effects: list[Any]) -> list[Any]:
     return sorted((e[5][1], e[0], e[1], e[2], e[3] or b"") for e in effects)
 
 
-def test_session_windows_run_one_plain_callback_at_a_time_for_now() -> None:
-    def sessions(callback: Any, **settings: Any) -> Any:
-        return define_group(
-            "s", input("pages", StringCodec(), callback), persist(Int64Codec()),
-            window("visits", Session(gap=MINUTE), Int64Codec(), merge=lambda a, b: a + b),
-            **settings,
-        )  # fmt: skip
+def _sessions(callback: Callable[..., Any], retention: int = 20_000, **settings: Any) -> Any:
+    """Sessions of 20 s gap per key (merged by adding), their finals, and a count per key."""
+    return define_group(
+        "timed", input("pages", StringCodec(), callback), persist(Int64Codec()),
+        window("visits", Session(gap=20_000), Int64Codec(), merge=_merge,
+               grace=5_000, emit="final", output="per-session", retention=retention,
+               late=_late),
+        output("per-session", Int64Codec()), output("out", StringCodec()), **settings,
+    )  # fmt: skip
 
-    for callback, settings in ((_visit, {"concurrency": 2}), (_visit, {"retry": Retry()}),
-                               (_visit, {"timeout": 1.0}), (_visit_async, {})):  # fmt: skip
-        with pytest.raises(GraphError, match="has session windows .visits.: they are not "
-                                             "available with records in flight yet"):  # fmt: skip
-            sessions(callback, **settings)
-    assert sessions(_visit).concurrency == 1
+
+MERGES: list[tuple[int, int]] = []
+
+
+def _merge(a: int, b: int) -> int:
+    MERGES.append((a, b))
+    return a + b
+
+
+def _session_visit(ctx: Context[int], page: str) -> None:
+    count = (ctx.value() or 0) + 1
+    ctx.set_value(count)
+    _join_session(ctx, page, count)
+
+
+def _join_session(ctx: Context[int], page: str, count: int) -> None:
+    ctx.window("visits").update(lambda n: (n or 0) + 1)
+    again = ctx.window("visits")  # (reads what the record wrote: it merged the sessions)
+    ctx.emit("out", ctx.key, f"{page}:{count}:{[(w.start, w.end, w.value()) for w in again]}")
+
+
+async def _session_visit_async(ctx: Context[int], page: str) -> None:
+    count = (ctx.value() or 0) + 1
+    ctx.set_value(count)
+    await asyncio.sleep(0)  # (its state changed before, its session after the await)
+    _join_session(ctx, page, count)
+
+
+def _session_outcome(graph: Any, records: list[tuple[int, str, str, int]],
+                     seed: int = 0) -> dict[str, Any]:  # fmt: skip
+    tester = Tester(graph, now=NOW, completion_seed=seed)
+    for first in range(0, len(records), 20):  # (in flight together)
+        tester.consume_many("pages", [(k, p, at) for _, k, p, at in records[first : first + 20]])
+    keys = sorted({key for _, key, _, _ in records})
+    middle = {k: tester.windows("timed", "visits", k) for k in keys}  # (before they expire)
+    tester.advance_stream_time("timed", NOW + 10**7)
+    return {
+        "out": _per_key((r.key, (r.value or b"").decode()) for r in tester.messages("out")),
+        "finals": _per_key((r.key, (r.value, r.headers)) for r in tester.messages("per-session")),
+        "table": tester.table("timed-table"),
+        "sessions": middle,
+    }
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_session_windows_in_flight_merge_as_one_at_a_time_merges_them(seed: int) -> None:
+    rng = random.Random(5)  # (3 keys: a key's records about 21 s apart, some late)
+    records = [(n, f"k{rng.randrange(3)}", str(n), NOW + n * 7_000 + rng.randint(-40_000, 3_000))
+               for n in range(200)]  # fmt: skip
+    MERGES.clear()
+    reference = _session_outcome(_sessions(_session_visit), records)
+    outputs = [v for out in reference["out"].values() for v in out]
+    assert any("late" in v for v in outputs) and len(MERGES) > 3  # (sessions bridged)
+    assert sum(len(f) for f in reference["finals"].values()) > 20
+    for graph in (_sessions(_session_visit_async, concurrency=8),
+                  _sessions(_session_visit, concurrency=8)):  # fmt: skip
+        assert _session_outcome(graph, records, seed) == reference
+
+
+def test_session_windows_in_flight_must_stay_readable_for_their_gap() -> None:
+    for callback, settings in (
+        (_session_visit, {"concurrency": 2}),
+        (_session_visit, {"retry": Retry()}),
+        (_session_visit, {"timeout": 1.0}),
+        (_session_visit_async, {}),
+    ):
+        with pytest.raises(GraphError, match=r"its session windows must stay readable for at "
+                           r"least their gap after they close, got visits \(gap 20000 ms, "
+                           r"retention 19999 ms\)"):  # fmt: skip
+            _sessions(callback, retention=19_999, **settings)
+        assert _sessions(callback, **settings).windows["visits"].retention == 20_000
+    assert _sessions(_session_visit, retention=0).concurrency == 1  # (one at a time: any)
 
 
 def _per_key(items: Any) -> dict[str, list[Any]]:
