@@ -37,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import random
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -68,7 +69,7 @@ if TYPE_CHECKING:
     from goka.time.event_time import EventTimes
 
 __all__ = [
-    "Records", "await_on_loop", "awaited_now", "awaited_steps", "callback_loop",
+    "Carried", "Records", "await_on_loop", "awaited_now", "awaited_steps", "callback_loop",
     "check_awaited", "check_concurrency", "run_concurrently", "timed_out", "warn_slow",
     "with_concurrency",  # (the checks: retries.py)
 ]  # fmt: skip
@@ -150,78 +151,102 @@ class _Call:
         #: each input's callback: async (awaited on the loop) or plain
         self.awaits = {topic: awaited(c) for topic, (_, c) in engine.routes.items()}
         self.contexts: dict[int, Any] = {}  # of the records in flight and finished, unreleased
+        self.out: list[Any] = engine.effects  # where released records' effects go
 
     async def run(self) -> None:
-        engine, order, timed = self.engine, self.order, self.timed
-        # plain callbacks run on a pool of threads above concurrency 1, and on a thread each
-        # where a timeout may cut them (the loop's own thread cannot be cut)
-        plain = (engine.concurrency > 1 and engine.timeout is None
-                 and not all(self.awaits.values()))  # fmt: skip
-        pool = ThreadPoolExecutor(engine.concurrency, "goka-callback") if plain else None
-        running: dict[asyncio.Task[None], int] = {}
-        contexts = self.contexts
-        failures: dict[int, Exception] = {}
-        halt: int | None = None  # the first record whose failure ends the call (none start after)
-        cut: int | None = None  # (timed) the call ends after this record
-        flight, clock = self.flight, time.monotonic
-        started: dict[int, float] = {}
+        self._open()
         try:
             while True:
-                bound, held = halt, None
-                if timed is not None:  # (a record waits for the place of its key's timer)
-                    first, held = timed.places(order.released, self.keys)
-                    bound = _least(halt, first)
-                for number in order.start(before=bound, held=held):
-                    contexts[number], started[number] = self._context(number), clock()
-                    running[asyncio.create_task(self._tries(number, pool))] = number
-                if not running:  # (all released, or the rest may not start: a cut)
+                self._start()
+                if not self.running:  # (all released, or the rest may not start: a cut)
                     break
-                flight.most = max(flight.most, len(running))
-                done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
-                now = clock()
-                for task in done:
-                    number = running.pop(task)
-                    took = now - started.pop(number)
-                    flight.seconds += took
-                    flight.longest = max(flight.longest, took)
-                    failure = task.exception()
-                    if failure is not None:
-                        if not isinstance(failure, Exception) or isinstance(failure, Escaped):
-                            raise failure
-                        failures[number] = failure
-                        if engine.fatal(failure) and (halt is None or number < halt):
-                            halt = number
-                        self._undo(contexts[number])  # (before the key's next record starts)
-                    elif timed is not None:
-                        timed.finished(number, contexts[number]._time)
-                    order.finish(number)
-                released = [n for n in order.release() if cut is None or n <= cut]
-                flight.held = max(flight.held, order.held)
-                if timed is not None and released:  # (on a thread: a timers callback is awaited)
-                    records = [(n, contexts.pop(n), failures.pop(n, None)) for n in released]
-                    cut = await asyncio.to_thread(timed.release, records)
-                    if cut is not None:
-                        halt = _least(halt, cut + 1)
-                    continue
-                for number in released:
-                    ctx = contexts.pop(number)
-                    failure = failures.pop(number, None)
-                    if failure is None:
-                        engine.effects.extend(ctx._effects)
-                    else:  # fail: raises; else the record is skipped, its effects dropped
-                        engine.failed(failure, self.messages[number], len(engine.effects),
-                                      self.result, context=ctx)  # fmt: skip
-            if cut is not None:
-                self._abandon(cut)
+                done, _ = await asyncio.wait(self.running, return_when=asyncio.FIRST_COMPLETED)
+                await self._settle(done)
+            if self.cut is not None:
+                self._abandon(self.cut)
         finally:
-            for task in running:
-                task.cancel()
-            if running:
-                await asyncio.gather(*running, return_exceptions=True)
-            if timed is not None:
-                timed.close()
-            if pool is not None:  # (waited for off the loop: other calls may use it)
-                await asyncio.to_thread(pool.shutdown, wait=True, cancel_futures=True)
+            await self._close()
+
+    def _open(self) -> None:
+        """What running the records needs: plain callbacks run on a pool of threads above
+        concurrency 1, and on a thread each where a timeout may cut them (the loop's own
+        thread cannot be cut)."""
+        engine = self.engine
+        plain = (engine.concurrency > 1 and engine.timeout is None
+                 and not all(self.awaits.values()))  # fmt: skip
+        self.pool = ThreadPoolExecutor(engine.concurrency, "goka-callback") if plain else None
+        self.running: dict[asyncio.Task[None], int] = {}
+        self.failures: dict[int, Exception] = {}
+        self.halt: int | None = None  # the first record whose failure ends the call (none
+        self.cut: int | None = None  # start after); (timed) the call ends after this record
+        self.started: dict[int, float] = {}
+
+    def _start(self) -> None:
+        """Start the records that may start now."""
+        order, timed, contexts, started, clock = (self.order, self.timed, self.contexts,
+                                                  self.started, time.monotonic)  # fmt: skip
+        bound, held = self.halt, None
+        if timed is not None:  # (a record waits for the place of its key's timer)
+            first, held = timed.places(order.released, self.keys)
+            bound = _least(self.halt, first)
+        for number in order.start(before=bound, held=held):
+            contexts[number], started[number] = self._context(number), clock()
+            self.running[asyncio.create_task(self._tries(number, self.pool))] = number
+        self.flight.most = max(self.flight.most, len(self.running))
+
+    async def _settle(self, done: set[asyncio.Task[None]]) -> None:
+        """The records of ``done`` finished: release what may be, in offset order."""
+        engine, order, timed, flight = self.engine, self.order, self.timed, self.flight
+        contexts, failures, now = self.contexts, self.failures, time.monotonic()
+        for task in done:
+            number = self.running.pop(task)
+            took = now - self.started.pop(number)
+            flight.seconds += took
+            flight.longest = max(flight.longest, took)
+            failure = task.exception()
+            if failure is not None:
+                if not isinstance(failure, Exception) or isinstance(failure, Escaped):
+                    raise failure
+                failures[number] = failure
+                if engine.fatal(failure) and (self.halt is None or number < self.halt):
+                    self.halt = number
+                self._undo(contexts[number])  # (before the key's next record starts)
+            elif timed is not None:
+                timed.finished(number, contexts[number]._time)
+            order.finish(number)
+        cut = self.cut
+        released = [n for n in order.release() if cut is None or n <= cut]
+        flight.held = max(flight.held, order.held)
+        if timed is not None and released:  # (on a thread: a timers callback is awaited)
+            records = [(n, contexts.pop(n), failures.pop(n, None)) for n in released]
+            self.cut = await asyncio.to_thread(timed.release, records)
+            if self.cut is not None:
+                self.halt = _least(self.halt, self.cut + 1)
+            return
+        for number in released:
+            ctx = contexts.pop(number)
+            failure = failures.pop(number, None)
+            if failure is None:
+                self.out.extend(ctx._effects)
+            else:  # fail: raises; else the record is skipped (its effects never joined)
+                engine.failed(failure, self.messages[number], sys.maxsize, self.result,
+                              context=ctx)  # fmt: skip
+            self._released(number)
+
+    def _released(self, number: int) -> None:
+        """Record ``number`` was released (its effects went out)."""
+
+    async def _close(self) -> None:
+        """The records end: those still in flight are cancelled."""
+        running = self.running
+        for task in running:
+            task.cancel()
+        if running:
+            await asyncio.gather(*running, return_exceptions=True)
+        if self.timed is not None:
+            self.timed.close()
+        if self.pool is not None:  # (waited for off the loop: other calls may use it)
+            await asyncio.to_thread(self.pool.shutdown, wait=True, cancel_futures=True)
 
     def _abandon(self, cut: int) -> None:
         """The call ends after record ``cut``: the records after it that ran release nothing
@@ -368,6 +393,195 @@ class _Call:
             restore(self.engine.cache, ctx.key, ctx._saved)
         ctx._undo, ctx._saved = False, NOT_SAVED  # (in this order: work of a cut callback
         # that goes on changing the state would save it again, restored at its release)
+
+
+#: What a record admitted to a :class:`Carried` flight counts for beyond its key's and value's
+#: bytes (its message, context and effects while it waits to be released).
+RECORD_OVERHEAD = 1_024
+
+
+class Carried(_Call):
+    """Records of a partition in flight across an engine's calls (a group that keeps no
+    time, whose caller comes back for more: a continuous epoch). A call admits records and
+    returns at once with what was released since the last one, as long as the records
+    admitted and not released hold at most ``bound`` bytes (their keys' and values' plus
+    :data:`RECORD_OVERHEAD` each; else it waits for releases): the records run on the
+    callback loop meanwhile, a key's next record starting as soon as its last one finished.
+    A busy key then holds back only its own records, not the records after it in the next
+    reads; their effects are still released in offset order, so what the caller commits is
+    what it was given back, and a crash replays only what was never released.
+
+    Every method but :meth:`call` and :meth:`drain` runs on the callback loop, which owns
+    the flight; the state cache (the engine's, kept across calls) keeps the keys with records
+    not released (those without are dropped as their releases are taken: the caller has their
+    last values then).
+    """
+
+    def __init__(self, engine: Records, bound: int) -> None:
+        self.engine, self.bound, self.timed = engine, bound, None
+        self.result = BatchResult([])  # (what the policy skipped since the last call)
+        self.messages: dict[int, Message] = {}  # type: ignore[assignment]
+        self.keys: dict[int, Any] = {}  # type: ignore[assignment]
+        self.order = KeyOrder(engine.concurrency)
+        self.flight = Flight(waited={})
+        self.awaits = {topic: awaited(c) for topic, (_, c) in engine.routes.items()}
+        self.contexts = {}
+        self.out = []  # released effects since the last call
+        self.count = 0  # records released since the last call
+        self.bytes = 0  # held by the records admitted, not released
+        self.sizes: dict[int, int] = {}
+        self.ignored: set[int] = set()  # records that run no callback (nil values ignored)
+        self.holding: dict[Any, int] = {}  # each key's records admitted, not released
+        self.error: BaseException | None = None
+        self.pump: asyncio.Task[None] | None = None
+        self.wake: asyncio.Future[None] | None = None
+        self.changed: asyncio.Event | None = None
+        self._open()
+
+    def call(self, messages: Sequence[Message]) -> BatchResult:
+        """Admit ``messages`` (the partition's next records, in offset order); what was
+        released since the last call (``consumed``: how many records, the first ones not
+        given back yet).
+
+        Raises:
+            ProcessingError: as :meth:`Engine.process <goka.group.engine.Engine.process>`.
+        """
+        return await_on_loop(self._admit(messages))  # type: ignore[no-any-return]
+
+    def drain(self, seconds: float) -> BatchResult:
+        """Wait up to ``seconds`` for every record admitted to be released, then end the
+        flight: the records not released by then are cancelled (the caller reads them again
+        from what it committed). What was released since the last call.
+
+        Raises:
+            ProcessingError: as :meth:`call`.
+        """
+        return await_on_loop(self._drain(seconds))  # type: ignore[no-any-return]
+
+    def abandon(self) -> None:
+        """End the flight without waiting: every record not released is cancelled."""
+        if self.pump is not None:
+            await_on_loop(self._stop())
+
+    @property
+    def pending(self) -> int:
+        """How many records are admitted and not released."""
+        return self.order.pending
+
+    async def _admit(self, messages: Sequence[Message]) -> BatchResult:
+        self._check()
+        if self.pump is None:
+            self.changed = asyncio.Event()
+            self.pump = asyncio.create_task(self._pumped())
+        nil, order, holding = self.engine.nil_handling, self.order, self.holding
+        for message in messages:
+            raw_key, value = message[2], message[3]
+            key: Any = decode_text(raw_key) if raw_key is not None else ""
+            if value is None and nil == "ignore":  # (runs nothing, waits for nothing)
+                key = ("ignored", message[0], message[1])
+            elif key in holding:
+                waited = self.flight.waited
+                waited[key] = waited.get(key, 0) + 1
+            number = order.admit(key)
+            holding[key] = holding.get(key, 0) + 1
+            if isinstance(key, tuple):
+                self.ignored.add(number)
+            self.messages[number], self.keys[number] = message, key
+            size = RECORD_OVERHEAD + len(raw_key or b"") + len(value or b"")
+            self.sizes[number] = size
+            self.bytes += size
+        self._start()
+        self._wake()
+        while self.bytes > self.bound and self.error is None:  # (the partition stops reading)
+            await self._changed()
+        self._check()
+        return self._take()
+
+    async def _drain(self, seconds: float) -> BatchResult:
+        try:
+            async with asyncio.timeout(seconds):
+                while self.order.pending and self.error is None:
+                    await self._changed()
+        except TimeoutError:
+            pass
+        self._check()
+        taken = self._take()
+        await self._stop()
+        return taken
+
+    async def _stop(self) -> None:
+        if self.pump is not None:
+            self.pump.cancel()
+            await asyncio.gather(self.pump, return_exceptions=True)
+        await self._close()
+
+    def _check(self) -> None:
+        """Raise what ended the flight (a failure under the policy), if anything did."""
+        if self.error is not None:
+            raise self.error
+
+    def _take(self) -> BatchResult:
+        """What was released since the last call (and the keys it leaves idle forgotten)."""
+        effects, self.out = self.out, []
+        result = BatchResult(effects, failed=self.result.failed, processed=self.count,
+                             consumed=self.count)  # fmt: skip
+        result.flight, self.flight = self.flight, Flight(waited={})
+        self.result.failed, self.count = [], 0
+        cache, holding = self.engine.cache, self.holding
+        for key in [k for k in cache if k not in holding]:
+            del cache[key]
+        return result
+
+    async def _pumped(self) -> None:
+        """Run the records as they may start, release them as they may be, until cancelled
+        or a failure ends the flight (kept in :attr:`error`, the records cancelled)."""
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                self._start()
+                self.wake = loop.create_future()
+                done, _ = await asyncio.wait([*self.running, self.wake],
+                                             return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+                tasks = {t for t in done if t is not self.wake}
+                if tasks:
+                    await self._settle(tasks)  # type: ignore[arg-type]
+                    self._notify()
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # (the policy's ProcessingError, a callback's escape)
+            self.error = exc.inner if isinstance(exc, Escaped) else exc
+            self._notify()
+            await self._close()
+
+    def _wake(self) -> None:
+        if self.wake is not None and not self.wake.done():
+            self.wake.set_result(None)
+
+    def _notify(self) -> None:
+        assert self.changed is not None
+        self.changed.set()
+        self.changed = asyncio.Event()
+
+    async def _changed(self) -> None:
+        assert self.changed is not None
+        await self.changed.wait()
+
+    def _released(self, number: int) -> None:
+        self.count += 1
+        self.bytes -= self.sizes.pop(number)
+        key = self.keys.pop(number)
+        del self.messages[number]
+        self.ignored.discard(number)
+        left = self.holding[key] - 1
+        if left:
+            self.holding[key] = left
+        else:
+            del self.holding[key]
+
+    async def _tries(self, number: int, pool: ThreadPoolExecutor | None) -> None:
+        if number in self.ignored:
+            return
+        await super()._tries(number, pool)
 
 
 def _least(a: int | None, b: int | None) -> int | None:

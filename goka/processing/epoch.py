@@ -53,7 +53,7 @@ from goka.processing.summary import PartitionSummary
 from goka.processing.timeline import Timeline
 from goka.processing.worker import Worker
 
-__all__ = ["BRIDGE_SECONDS", "Epoch", "run_epoch"]
+__all__ = ["BRIDGE_SECONDS", "DRAIN_SECONDS", "Epoch", "run_epoch"]
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +64,10 @@ _POLL_SECONDS, _BRIDGE_POLL_SECONDS = 0.05, 0.01
 _MIN_CHUNK = 100
 #: The longest a worker goes on processing after an epoch, waiting for the next one's task.
 BRIDGE_SECONDS = 10.0
+#: The longest an epoch waits, as it ends, for its records in flight across reads (a group
+#: with records in flight that keeps no time) to be done: those still in flight then are
+#: read again by what comes next (their callbacks run again).
+DRAIN_SECONDS = 5.0
 #: ``{partition: {topic: offset}}``.
 Starts = Mapping[int, Mapping[str, int]]
 
@@ -215,6 +219,8 @@ def _run_epoch(
             tell(reader, group, leased, {**known, **take_notes(leased, noted)}, noted)
             timeline.lap("ask")  # (what the answers took beyond the leases)
             epochs = {p: Epoch.begin(leased[p], starts[p]) for p in sorted(starts)}
+            for epoch in epochs.values():  # (records in flight across reads end with it)
+                stack.callback(epoch.engine.abandon)
             reader.prefetch([])  # what the starts did not ask for is not kept (it would age)
             timeline.lap("begin")  # stores made current
             return _follow(
@@ -318,6 +324,9 @@ def _follow(
             for partition, rows in polled.items():
                 epochs[partition].apply(rows)
                 count += len(rows)
+            for partition, epoch in epochs.items():  # (records in flight across reads)
+                if partition not in polled:
+                    epoch.harvest()
             if count:  # a slow callback must not hold a commit back for a whole chunk
                 timeline.lap("process")
                 per_record = max(1e-7, (time.monotonic() - began) / count)
@@ -342,6 +351,7 @@ def _follow(
         if pool is not None:
             pool.shutdown()
     for epoch in epochs.values():
+        epoch.drain(DRAIN_SECONDS)
         epoch.commit(wait=True)
         epoch.deliver(wait=True)
         epoch.stores.group_offsets.catch_up()  # the group's offsets as far as the store's

@@ -30,7 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 
 from goka.errors import FencedError
-from goka.group.effects import Message
+from goka.group.effects import BatchResult, Message
 from goka.group.engine import Engine
 from goka.processing.applied import record_before
 from goka.processing.output import Generation
@@ -80,6 +80,10 @@ class Epoch:
             **stores.engine_sections(self.sections),
         )  # fmt: skip
         self.output = stores.output()
+        #: records stay in flight across calls (a group with records in flight that keeps no
+        #: time and joins no table: a join's record must wait for the records before it)
+        self.carrying = self.engine.carries and not self.joins
+        self.unreleased: deque[Message] = deque()  # given to the engine, not given back
         self.committed = self.reached = dict(positions)  # written; sealed
         # commits acknowledged, written together every write_interval (a group whose time
         # rows or final results go with each commit writes each, as does a bridge: the next
@@ -145,19 +149,50 @@ class Epoch:
         self._join(run) if run[0][0] in self.joins else self._process(run)
 
     def _process(self, messages: list[Message], after: Message | None = None) -> None:
+        if self.carrying:  # (records in flight across calls: what came back since the last)
+            self.unreleased.extend(messages)
+            self._took(self.engine.carry(messages, self.config.in_flight_bytes))
+            return
         rest = messages
         while True:
             result, after = self.engine.process(rest, after=after), None
-            self.stores.take(result, self.output, self.summary, self.sections)
-            changes = result.changes()
-            self.pending.update(changes)
-            self.changes.update(changes)
-            done, rest = rest[: result.consumed], rest[result.consumed :]
-            for message in done:
-                self.positions[message[0]] = message[1] + 1
+            self.unreleased.extend(rest)
+            self._took(result)
+            rest = rest[result.consumed :]
             if not rest and not self.engine.backlog:
                 return
             self.commit(wait=True)  # what fired hit the budget: commit, then go on
+
+    def _took(self, result: BatchResult) -> None:
+        """Pass on what an engine call did; its first ``consumed`` records of those not
+        given back yet (:attr:`unreleased`) are done."""
+        unreleased, positions = self.unreleased, self.positions
+        if self.carrying and not result.consumed:  # (nothing came back: nothing to send)
+            self.summary.flown(result.flight)
+            return
+        self.stores.take(result, self.output, self.summary, self.sections)
+        changes = result.changes()
+        self.pending.update(changes)
+        self.changes.update(changes)
+        for _ in range(result.consumed):
+            message = unreleased.popleft()
+            positions[message[0]] = message[1] + 1
+        if not self.carrying:
+            unreleased.clear()  # (the caller gives the rest again)
+
+    def harvest(self) -> None:
+        """Take what the records in flight across calls released since the last call (a
+        partition that read nothing new this time)."""
+        if self.carrying and self.unreleased:
+            self._took(self.engine.carry([], self.config.in_flight_bytes))
+
+    def drain(self, seconds: float) -> None:
+        """End the records in flight across calls: wait up to ``seconds`` for them to be
+        released; those that are not by then are read again from the positions committed
+        (by the next epoch or bridge)."""
+        if self.carrying:
+            self._took(self.engine.drain(seconds))
+            self.unreleased.clear()
 
     def _join(self, records: list[Message]) -> None:
         self.stores.apply_join(records[0][0], records, records[-1][1] + 1, self.summary)

@@ -48,6 +48,9 @@ GUARANTEES = ("at-least-once", "exactly-once")
 #: :class:`goka.group.engine.Engine`'s ``fire_budget``): a stream time jump over a million
 #: timers commits in slices instead of holding every effect in memory.
 FIRE_BUDGET = 10_000
+#: A partition's records read and not done with, at most (``in_flight_bytes``: 64 MiB, some
+#: 50,000 small records: a busy key's records may wait this long behind it).
+IN_FLIGHT_BYTES = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -159,6 +162,13 @@ class ProcessorSettings:
     fire_budget: int = _setting(FIRE_BUDGET, """The most timers and expiries a partition fires
         between two commits (a record that makes more due commits in slices: memory stays
         bounded).""", flag=int)  # fmt: skip
+    in_flight_bytes: int = _setting(IN_FLIGHT_BYTES, """The most a partition's records read and
+        not done with may hold in continuous mode, in a group with records in flight
+        (``concurrency``, async callbacks, ``retry`` or ``timeout``) that keeps no time: their
+        keys' and values' bytes plus 1 KiB each (their contexts and effects). A busy key's
+        records wait while the records after it run on, their effects kept until it is done
+        (released in offset order); once this is reached the partition stops reading until
+        it is done.""", flag=int)  # fmt: skip
     window_cache: int = _setting(WINDOW_CACHE, """How many windows of each window table (of
         fixed windows) a partition keeps in memory with their values until they close, to
         read them without its store (about 200 bytes each with short keys and values; 0:
@@ -289,7 +299,8 @@ def _check(s: ProcessorSettings) -> None:
         raise ConfigurationError(f"mode must be one of {MODES}, got {s.mode!r}")
     if s.guarantee not in GUARANTEES:
         raise ConfigurationError(f"guarantee must be one of {GUARANTEES}, got {s.guarantee!r}")
-    for name, least in (("fire_budget", 1), ("window_cache", 0), ("snapshots_kept", 1)):
+    for name, least in (("fire_budget", 1), ("window_cache", 0), ("snapshots_kept", 1),
+                        ("in_flight_bytes", 1)):  # fmt: skip
         value = getattr(s, name)
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
             raise ConfigurationError(f"{name} must be an int >= {least}, got {value!r}")

@@ -20,6 +20,7 @@ from goka.topic_manager import TopicManager
 
 from ..helpers import produce
 from .fixtures import table_of
+from .timed import run_to_end
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
@@ -49,6 +50,7 @@ class SlowServer:
 
     def _serve(self) -> None:
         asyncio.set_event_loop(self.loop)
+        self.last = asyncio.Event()
         self.server = self.loop.run_until_complete(
             asyncio.start_server(self._answer, "127.0.0.1", 0))  # fmt: skip
         self.port = self.server.sockets[0].getsockname()[1]
@@ -59,6 +61,10 @@ class SlowServer:
         request = await reader.readuntil(b"\r\n\r\n")
         self.now += 1
         self.most = max(self.most, self.now)
+        if request.startswith(b"GET /last "):
+            self.last.set()
+        if request.startswith(b"GET /first "):  # (answered once /last was asked)
+            await self.last.wait()
         await asyncio.sleep(self.delay)
         self.now -= 1
         key = request.split(b" ")[1][1:]
@@ -113,3 +119,22 @@ def test_records_of_a_partition_wait_on_a_server_together_in_key_order(
     parts = [part for batch in run.recent for part in batch.partitions]
     assert max(part.in_flight_most for part in parts) > 1  # as the summaries say
     assert 0 < run.key_waits < len(keys)  # (records behind their key in the same call)
+
+
+def test_a_record_waits_for_one_read_after_it_in_continuous_mode(
+    brokers: str, new_topic: Callable[..., str], make_processor: Any, server: SlowServer
+) -> None:
+    """The server answers the first record only once the last one asked: the first read
+    (100 records) cannot end before the next read's records ran. Records stay in flight
+    across reads; their effects still come out in offset order, each key's in input order."""
+    topic = new_topic(partitions=1)
+    rng = random.Random(2)
+    keys = ["first", *(rng.choice([f"user-{i}" for i in range(30)]) for _ in range(498)), "last"]
+    produce(brokers, topic, StringCodec(), [(k, f"{server.port}:{n}") for n, k in enumerate(keys)])
+    TopicManager(brokers).ensure_stream_exists(f"{topic}-out", 1)
+    graph = define_group(f"{topic}-g", input(topic, StringCodec(), enrich), persist(Int64Codec()),
+                         output(f"{topic}-out", StringCodec()), concurrency=16)  # fmt: skip
+    run_to_end(make_processor(graph, mode="continuous"), "continuous")
+    assert table_of(brokers, graph.table, Int64Codec()) == dict(Counter(keys))
+    out = [(r.key.decode(), r.value.decode()) for r in read_to_end(brokers, f"{topic}-out")]
+    assert [int(v.split(":")[0]) for _, v in out] == list(range(len(keys)))  # (offset order)

@@ -1,0 +1,176 @@
+"""Records in flight across an engine's calls (goka.group.concurrent.Carried, Engine.carry):
+what comes back is what one record at a time gives, in offset order, while a busy key holds
+back only its own records' work, not the records given after it."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from goka.errors import ContextError, ProcessingError
+from goka.group.concurrent import RECORD_OVERHEAD
+from goka.group.context import Context
+from goka.group.effects import EMIT, BatchResult, Message
+from goka.group.engine import Engine
+
+from .test_concurrency import _apply, _messages, _same, graph_of, msg, reference
+
+BIG = 1 << 30
+
+
+class Caller:
+    """What a continuous epoch does with a carrying engine: gives it records, takes what came
+    back, and keeps the state changes where the engine reads them (its store)."""
+
+    def __init__(self, callback: Callable[..., Any], concurrency: int = 8,
+                 on_error: str = "skip", bound: int = BIG) -> None:  # fmt: skip
+        self.store: dict[str, bytes | None] = {}
+        self.engine = Engine(graph_of(callback, concurrency), 0, store=self.store.get,  # type: ignore[arg-type]
+                             on_error=on_error)  # fmt: skip
+        self.bound = bound
+        self.done = BatchResult([])
+
+    def take(self, result: BatchResult) -> BatchResult:
+        self.store.update(result.changes())
+        self.done.effects += result.effects
+        self.done.failed += result.failed
+        self.done.consumed += result.consumed
+        return result
+
+    def carry(self, messages: list[Message]) -> BatchResult:
+        return self.take(self.engine.carry(messages, self.bound))
+
+    def until(self, condition: Callable[[], bool], seconds: float = 30.0) -> None:
+        """Come back (with no records) until ``condition()``."""
+        deadline = time.monotonic() + seconds
+        while not condition():
+            assert time.monotonic() < deadline, f"condition not met in time: {condition}"
+            self.carry([])
+            time.sleep(0.001)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("on_error", ["skip", "dead-letter"])
+def test_records_given_in_many_calls_come_back_as_one_at_a_time_gives(seed: int,
+                                                                      on_error: str) -> None:  # fmt: skip
+    rng = random.Random(seed)
+
+    async def awaits(ctx: Context[int], value: str) -> None:
+        await asyncio.sleep(rng.random() / 500)  # (finished in another order, across calls)
+        _apply(ctx, value)
+
+    messages = _messages(seed)
+    caller = Caller(awaits, concurrency=16, on_error=on_error)
+    given = 0
+    while given < len(messages):  # (a key's records span calls: its state read from the
+        chunk = messages[given : given + rng.randint(1, 12)]  # cache, or the store once
+        given += len(chunk)  # every record of it was given back)
+        caller.carry(chunk)
+    caller.take(caller.engine.drain(60))
+    assert caller.done.consumed == len(messages)
+    _same(caller.done, reference(messages, on_error))
+
+
+def _gated(gate: threading.Event, ran: list[int]) -> Callable[..., Any]:
+    """Records of key ``hot`` wait for ``gate``; every record notes its offset as it ends."""
+
+    async def callback(ctx: Context[int], value: str) -> None:
+        if ctx.key == "hot":
+            while not gate.is_set():
+                await asyncio.sleep(0.001)
+        _apply(ctx, value)
+        ran.append(int(value))
+
+    return callback
+
+
+def test_a_busy_key_holds_back_only_its_own_records_work_across_calls() -> None:
+    gate, ran = threading.Event(), list[int]()
+    caller = Caller(_gated(gate, ran), concurrency=4)
+    caller.carry([msg(0, "hot"), msg(1, "a"), msg(2, "hot"), msg(4, "b")])
+    caller.carry([msg(5, "a"), msg(6, "c"), msg(8, "d"), msg(9, "e"), msg(11, "a")])
+    # the other keys' records given in both calls run, 4 at most at once, while record 0 waits
+    caller.until(lambda: sorted(ran) == [1, 4, 5, 6, 8, 9, 11])
+    assert caller.done.consumed == 0 and not caller.done.effects  # (released in offset order)
+    gate.set()
+    caller.until(lambda: caller.done.consumed == 9)
+    assert [e[3] for e in caller.done.effects if e[0] == EMIT] == [
+        b"0:0", b"1:0", b"2:1", b"4:0", b"5:1", b"6:0", b"8:0", b"9:0", b"11:2"]  # fmt: skip
+    assert caller.engine.drain(1).consumed == 0
+
+
+def test_a_call_waits_while_the_records_not_given_back_hold_more_than_the_bound() -> None:
+    gate, ran = threading.Event(), list[int]()
+    caller = Caller(_gated(gate, ran), concurrency=4, bound=3 * (RECORD_OVERHEAD + 3))
+    caller.carry([msg(0, "hot"), msg(1, "a")])
+    returned = threading.Event()
+
+    def third() -> None:
+        caller.carry([msg(2, "b"), msg(4, "c")])  # 4 records held: over the bound
+        returned.set()
+
+    thread = threading.Thread(target=third)
+    thread.start()
+    assert not returned.wait(0.3)  # (it waits for record 0, held back by the gate)
+    assert sorted(ran) == [1, 2, 4]  # (its records run meanwhile)
+    gate.set()
+    thread.join(30)
+    assert returned.is_set()
+    caller.until(lambda: caller.done.consumed == 4)
+    assert caller.engine.drain(1).consumed == 0
+
+
+def test_a_failure_under_fail_is_raised_by_the_call_after_it_with_what_preceded_it() -> None:
+    async def awaits(ctx: Context[int], value: str) -> None:
+        await asyncio.sleep(0)
+        _apply(ctx, value)  # (record 3 fails)
+
+    caller = Caller(awaits, on_error="fail")
+
+    def run() -> None:
+        caller.carry([msg(n, f"k{n % 2}") for n in range(3)])
+        caller.carry([msg(3, "k1"), msg(4, "k0")])
+        caller.until(lambda: False)
+
+    with pytest.raises(ProcessingError) as raised:
+        run()
+    assert raised.value.offset == 3 and "record 3 fails" in str(raised.value)
+    assert caller.done.consumed <= 3  # (what preceded it may have come back)
+    assert caller.engine.drain(1).consumed == 0  # (the flight ended with the failure)
+
+
+def test_records_not_given_back_when_a_drain_ends_are_cancelled() -> None:
+    gate, ran, cancelled = threading.Event(), list[int](), list[int]()
+
+    async def callback(ctx: Context[int], value: str) -> None:
+        try:
+            await _gated(gate, ran)(ctx, value)
+        except asyncio.CancelledError:
+            cancelled.append(int(value))
+            raise
+
+    caller = Caller(callback)
+    caller.carry([msg(0, "a"), msg(1, "hot"), msg(2, "b")])
+    caller.until(lambda: sorted(ran) == [0, 2])
+    drained = caller.take(caller.engine.drain(0.05))
+    assert caller.done.consumed == 1 and cancelled == [1]  # (record 2 is read again)
+    assert [e[3] for e in caller.done.effects if e[0] == EMIT] == [b"0:0"]
+    assert drained.consumed <= 1
+    gate.set()
+    caller.carry([msg(1, "hot"), msg(2, "b")])  # (a new flight, from what was given back)
+    caller.until(lambda: caller.done.consumed == 3)
+    assert [e[3] for e in caller.done.effects if e[0] == EMIT] == [b"0:0", b"1:0", b"2:0"]
+    assert caller.engine.drain(1).consumed == 0
+
+
+def test_a_group_that_keeps_time_or_runs_one_record_at_a_time_cannot_carry() -> None:
+    engine = Engine(graph_of(_apply, 1), 0, store={}.get)  # type: ignore[arg-type]
+    assert not engine.carries
+    with pytest.raises(ContextError, match="records cannot stay in flight across calls"):
+        engine.carry([msg(0, "a")], BIG)
