@@ -27,8 +27,10 @@ client costs here is shown beside it: one Python process, and one a core, doing 
 aiohttp requests to the service (256 in flight each, no Kafka).
 
 Then a hot key (``--hot-runs``): 10% of the records on one key, the rest as before; the other
-keys' records/s (from the run's first request to their last output) against the uniform
-runs' median, for both.
+keys' records/s against the uniform runs' median, for both: by their outputs (from the run's
+first request to their last output: with effects released in offset order, the other keys of
+the hot key's partition come out behind its records) and by their work (to the service's last
+answer to one of them: the records run on, their effects waiting in memory).
 
     python -m bench.concurrency [--runs 3] [--messages 100000] [--hot-runs 1]
 
@@ -223,9 +225,8 @@ def group(topic: str, url: str, out: str, concurrency: int) -> GroupGraph:
 
 
 def goka_rate(spark: object, brokers: str, topic: str, url: str, truth: collections.Counter[str],
-              concurrency: int, hot: bool = False) -> tuple[float, float, int]:  # fmt: skip
-    """goka-py's records/s (all keys, the keys but the hot one), and the most requests the
-    service had in flight."""
+              concurrency: int, hot: bool = False) -> tuple[float, float, int, float]:  # fmt: skip
+    """goka-py's figures (:func:`_rates`)."""
     out = output_topic(brokers, f"{topic}-goka-{concurrency}-{time.monotonic_ns()}")
     messages = sum(truth.values())
     reset(url)
@@ -234,7 +235,10 @@ def goka_rate(spark: object, brokers: str, topic: str, url: str, truth: collecti
 
 
 def _rates(brokers: str, out: str, url: str, truth: collections.Counter[str],
-           hot: bool) -> tuple[float, float, int]:  # fmt: skip
+           hot: bool) -> tuple[float, float, int, float]:  # fmt: skip
+    """records/s by outputs (all keys, the keys but the hot one), the most requests in
+    flight, and the keys but the hot one's records/s by their work: their requests answered
+    over the time from the run's first request to their last answer."""
     times, stats = output_times(brokers, out, truth), service_stats(url)
     assert stats["answered"] == sum(truth.values()), stats  # (no record asked twice)
     began = stats["first_ms"]
@@ -242,11 +246,12 @@ def _rates(brokers: str, out: str, url: str, truth: collections.Counter[str],
         rate(times, began),
         rate(times, began, HOT.encode() if hot else None),
         stats["most_in_flight"],
+        stats["others_answered"] * 1000 / max(1, stats["others_last_ms"] - began),
     )
 
 
 def peer_rate(brokers: str, topic: str, url: str, truth: collections.Counter[str],
-              concurrency: int, hot: bool = False) -> tuple[float, float, int]:  # fmt: skip
+              concurrency: int, hot: bool = False) -> tuple[float, float, int, float]:  # fmt: skip
     """parallel-consumer's figures, as :func:`goka_rate`'s; ``concurrency`` is its whole
     consumer's (``maxConcurrency``), goka-py's a partition's."""
     out = output_topic(brokers, f"{topic}-pc-{concurrency}-{time.monotonic_ns()}")
@@ -312,22 +317,27 @@ def main() -> None:
               flush=True)  # fmt: skip
         floor_topic = f"bench-conc-floor-{time.monotonic_ns()}"
         floor_truth = fill(brokers, floor_topic, args.floor_messages)
-        floor, _, _ = goka_rate(spark, brokers, floor_topic, url, floor_truth, 1)
+        floor, *_ = goka_rate(spark, brokers, floor_topic, url, floor_truth, 1)
         print(f"goka-py concurrency 1: {floor:,.0f} records/s "
               f"(the floor: {PARTITIONS} x {1000 // DELAY_MS} = "
               f"{PARTITIONS * 1000 // DELAY_MS})", flush=True)  # fmt: skip
         topic = f"bench-conc-{time.monotonic_ns()}"
         truth = fill(brokers, topic, args.messages)
-        gokas, peers, ratios = [], [], []
+        gokas, peers, ratios, goka_works, peer_works = [], [], [], [], []
         for run in range(args.runs):
             both = {}
             for side in ("goka", "peer") if run % 2 == 0 else ("peer", "goka"):  # (in turn)
                 both[side] = (goka_rate(spark, brokers, topic, url, truth, CONCURRENCY)
                               if side == "goka" else
                               peer_rate(brokers, topic, url, truth, peer_concurrency))  # fmt: skip
-            (goka, _, goka_most), (peer, _, peer_most) = both["goka"], both["peer"]
+            (goka, _, goka_most, goka_work), (peer, _, peer_most, peer_work) = (
+                both["goka"],
+                both["peer"],
+            )
             gokas.append(goka)
             peers.append(peer)
+            goka_works.append(goka_work)
+            peer_works.append(peer_work)
             ratios.append(goka / peer)
             print(f"run {run}: goka-py {goka:,.0f} records/s ({goka / ideal:.0%} of ideal, "
                   f"{goka / alone:.0%} of aiohttp alone; at most {goka_most} requests in "
@@ -341,16 +351,20 @@ def main() -> None:
             hot_topic = f"bench-conc-hot-{time.monotonic_ns()}"
             hot_truth = fill(brokers, hot_topic, args.messages, hot=0.1)
             for run in range(args.hot_runs):
-                _, goka_others, _ = goka_rate(spark, brokers, hot_topic, url, hot_truth,
-                                              CONCURRENCY, hot=True)  # fmt: skip
-                _, peer_others, _ = peer_rate(brokers, hot_topic, url, hot_truth,
-                                              peer_concurrency, hot=True)  # fmt: skip
+                _, goka_others, _, goka_work = goka_rate(
+                    spark, brokers, hot_topic, url, hot_truth, CONCURRENCY, hot=True)  # fmt: skip
+                _, peer_others, _, peer_work = peer_rate(
+                    brokers, hot_topic, url, hot_truth, peer_concurrency, hot=True)  # fmt: skip
                 goka_drop = goka_others / statistics.median(gokas) - 1
                 peer_drop = peer_others / statistics.median(peers) - 1
-                print(f"hot run {run}: 10% on one key, the other keys: goka-py "
+                goka_work_drop = goka_work / statistics.median(goka_works) - 1
+                peer_work_drop = peer_work / statistics.median(peer_works) - 1
+                print(f"hot run {run}: 10% on one key, the other keys by their outputs: goka-py "
                       f"{goka_others:,.0f} records/s ({goka_drop:+.0%} against uniform), "
-                      f"parallel-consumer {peer_others:,.0f} records/s ({peer_drop:+.0%})",
-                      flush=True)  # fmt: skip
+                      f"parallel-consumer {peer_others:,.0f} records/s ({peer_drop:+.0%}); "
+                      f"by their work (requests answered): goka-py {goka_work:,.0f} records/s "
+                      f"({goka_work_drop:+.0%}), parallel-consumer {peer_work:,.0f} records/s "
+                      f"({peer_work_drop:+.0%})", flush=True)  # fmt: skip
         spark.stop()  # type: ignore[attr-defined]
     print(f"concurrency: goka/parallel-consumer {summary(ratios)}")
 
