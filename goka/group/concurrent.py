@@ -12,7 +12,10 @@ What comes out is what running the records one at a time in offset order would g
 key: each record has a context of its own, and the effects of a record (state, emits,
 loopbacks) join the call's in offset order, after those of every record before it. The
 call returns once every record finished (the caller commits then, as for any call), so a
-crash replays whole calls and exactly-once is unchanged. A record that fails is handled as
+crash replays whole calls and exactly-once is unchanged. (A :class:`Carried` flight, a
+continuous epoch's, keeps records in flight from one call to the next instead: a call
+returns what was released so far, the first records given and not given back yet, and the
+caller commits only those.) A record that fails is handled as
 the engine's policy says, in offset order: ``fail`` cancels the records in flight and
 raises; ``skip`` and ``dead-letter`` drop its effects and restore its key's state before the
 key's next record starts.
@@ -203,7 +206,9 @@ class _Call:
             took = now - self.started.pop(number)
             flight.seconds += took
             flight.longest = max(flight.longest, took)
-            failure = task.exception()
+            failure = (RuntimeError(f"record {self.messages[number][1]}'s task was cancelled "
+                                    "(by its callback?)") if task.cancelled()
+                       else task.exception())  # fmt: skip
             if failure is not None:
                 if not isinstance(failure, Exception) or isinstance(failure, Escaped):
                     raise failure
@@ -236,8 +241,9 @@ class _Call:
     def _released(self, number: int) -> None:
         """Record ``number`` was released (its effects went out)."""
 
-    async def _close(self) -> None:
-        """The records end: those still in flight are cancelled."""
+    async def _close(self, *, wait: bool = True) -> None:
+        """The records end: those still in flight are cancelled (``wait``: for plain
+        callbacks on the pool to end)."""
         running = self.running
         for task in running:
             task.cancel()
@@ -246,7 +252,7 @@ class _Call:
         if self.timed is not None:
             self.timed.close()
         if self.pool is not None:  # (waited for off the loop: other calls may use it)
-            await asyncio.to_thread(self.pool.shutdown, wait=True, cancel_futures=True)
+            await asyncio.to_thread(self.pool.shutdown, wait=wait, cancel_futures=True)
 
     def _abandon(self, cut: int) -> None:
         """The call ends after record ``cut``: the records after it that ran release nothing
@@ -411,10 +417,10 @@ class Carried(_Call):
     reads; their effects are still released in offset order, so what the caller commits is
     what it was given back, and a crash replays only what was never released.
 
-    Every method but :meth:`call` and :meth:`drain` runs on the callback loop, which owns
-    the flight; the state cache (the engine's, kept across calls) keeps the keys with records
-    not released (those without are dropped as their releases are taken: the caller has their
-    last values then).
+    Every method but :meth:`call`, :meth:`drain` and :meth:`abandon` runs on the callback
+    loop, which owns the flight; the state cache (the engine's, kept across calls) keeps the
+    keys with records not released (those without are dropped as their releases are taken:
+    the caller has their last values then).
     """
 
     def __init__(self, engine: Records, bound: int) -> None:
@@ -499,21 +505,23 @@ class Carried(_Call):
 
     async def _drain(self, seconds: float) -> BatchResult:
         try:
-            async with asyncio.timeout(seconds):
-                while self.order.pending and self.error is None:
-                    await self._changed()
-        except TimeoutError:
-            pass
-        self._check()
-        taken = self._take()
-        await self._stop()
-        return taken
+            try:
+                async with asyncio.timeout(seconds):
+                    while self.order.pending and self.error is None:
+                        await self._changed()
+            except TimeoutError:
+                pass
+            self._check()
+            return self._take()
+        finally:
+            await self._stop()
 
     async def _stop(self) -> None:
         if self.pump is not None:
             self.pump.cancel()
             await asyncio.gather(self.pump, return_exceptions=True)
-        await self._close()
+        await self._close(wait=False)  # (a plain callback on the pool cannot be stopped: it
+        # ends on its own, in a cache and effects no longer read)
 
     def _check(self) -> None:
         """Raise what ended the flight (a failure under the policy), if anything did."""
@@ -528,8 +536,8 @@ class Carried(_Call):
         result.flight, self.flight = self.flight, Flight(waited={})
         self.result.failed, self.count = [], 0
         cache, holding = self.engine.cache, self.holding
-        for key in [k for k in cache if k not in holding]:
-            del cache[key]
+        for key in [k for k in list(cache) if k not in holding]:  # (one copy: callbacks on
+            cache.pop(key, None)  # the pool's threads may add keys meanwhile)
         return result
 
     async def _pumped(self) -> None:
@@ -551,7 +559,7 @@ class Carried(_Call):
         except BaseException as exc:  # (the policy's ProcessingError, a callback's escape)
             self.error = exc.inner if isinstance(exc, Escaped) else exc
             self._notify()
-            await self._close()
+            await self._close(wait=False)
 
     def _wake(self) -> None:
         if self.wake is not None and not self.wake.done():

@@ -350,8 +350,9 @@ def _follow(
         tail.close()
         if pool is not None:
             pool.shutdown()
+    drained = time.monotonic() + DRAIN_SECONDS  # (the partitions' records run on meanwhile)
     for epoch in epochs.values():
-        epoch.drain(DRAIN_SECONDS)
+        epoch.drain(max(0.0, drained - time.monotonic()))
         epoch.commit(wait=True)
         epoch.deliver(wait=True)
         epoch.stores.group_offsets.catch_up()  # the group's offsets as far as the store's

@@ -167,8 +167,9 @@ class ProcessorSettings:
         (``concurrency``, async callbacks, ``retry`` or ``timeout``) that keeps no time: their
         keys' and values' bytes plus 1 KiB each (their contexts and effects). A busy key's
         records wait while the records after it run on, their effects kept until it is done
-        (released in offset order); once this is reached the partition stops reading until
-        it is done.""", flag=int)  # fmt: skip
+        (released in offset order); once a partition reaches this, its task stops reading
+        (for its other partitions too) until the partition is below it again.""",
+        flag=int)  # fmt: skip
     window_cache: int = _setting(WINDOW_CACHE, """How many windows of each window table (of
         fixed windows) a partition keeps in memory with their values until they close, to
         read them without its store (about 200 bytes each with short keys and values; 0:

@@ -5,6 +5,7 @@ back only its own records' work, not the records given after it."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 import threading
 import time
@@ -29,10 +30,10 @@ class Caller:
     back, and keeps the state changes where the engine reads them (its store)."""
 
     def __init__(self, callback: Callable[..., Any], concurrency: int = 8,
-                 on_error: str = "skip", bound: int = BIG) -> None:  # fmt: skip
+                 on_error: str = "skip", bound: int = BIG, timeout: float | None = None) -> None:  # fmt: skip
         self.store: dict[str, bytes | None] = {}
-        self.engine = Engine(graph_of(callback, concurrency), 0, store=self.store.get,  # type: ignore[arg-type]
-                             on_error=on_error)  # fmt: skip
+        graph = dataclasses.replace(graph_of(callback, concurrency), timeout=timeout)
+        self.engine = Engine(graph, 0, store=self.store.get, on_error=on_error)  # type: ignore[arg-type]
         self.bound = bound
         self.done = BatchResult([])
 
@@ -55,18 +56,27 @@ class Caller:
             time.sleep(0.001)
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize(("seed", "kind"), [(1, "async"), (2, "async"), (3, "plain"),
+                                            (4, "plain-timeout")])  # fmt: skip
 @pytest.mark.parametrize("on_error", ["skip", "dead-letter"])
-def test_records_given_in_many_calls_come_back_as_one_at_a_time_gives(seed: int,
+def test_records_given_in_many_calls_come_back_as_one_at_a_time_gives(seed: int, kind: str,
                                                                       on_error: str) -> None:  # fmt: skip
+    """Async callbacks on the loop, plain ones on the pool's threads, and plain ones with a
+    timeout on a thread each (their state changes laid on the key's once they return); a
+    record in 17 has no value (ignored: it runs nothing, waits for nothing)."""
     rng = random.Random(seed)
 
     async def awaits(ctx: Context[int], value: str) -> None:
         await asyncio.sleep(rng.random() / 500)  # (finished in another order, across calls)
         _apply(ctx, value)
 
-    messages = _messages(seed)
-    caller = Caller(awaits, concurrency=16, on_error=on_error)
+    def blocks(ctx: Context[int], value: str) -> None:
+        time.sleep(rng.random() / 500)
+        _apply(ctx, value)
+
+    messages = [m if m[1] % 17 != 5 else (*m[:3], None, *m[4:]) for m in _messages(seed)]
+    caller = Caller(awaits if kind == "async" else blocks, concurrency=16, on_error=on_error,
+                    timeout=30.0 if kind == "plain-timeout" else None)  # fmt: skip
     given = 0
     while given < len(messages):  # (a key's records span calls: its state read from the
         chunk = messages[given : given + rng.randint(1, 12)]  # cache, or the store once
@@ -141,8 +151,29 @@ def test_a_failure_under_fail_is_raised_by_the_call_after_it_with_what_preceded_
     with pytest.raises(ProcessingError) as raised:
         run()
     assert raised.value.offset == 3 and "record 3 fails" in str(raised.value)
-    assert caller.done.consumed <= 3  # (what preceded it may have come back)
-    assert caller.engine.drain(1).consumed == 0  # (the flight ended with the failure)
+    assert caller.engine._carried is None  # (the flight ended with the failure, cancelled)
+    before = caller.done.consumed
+    caller.carry([msg(4, "k0")])  # (the caller starts again from what it committed)
+    caller.until(lambda: caller.done.consumed == before + 1)
+    assert [e[3] for e in caller.done.effects if e[0] == EMIT][-1].startswith(b"4:")
+    caller.engine.drain(1)
+
+
+def test_a_callback_that_cancels_its_own_task_fails_its_record_and_the_flight_goes_on() -> None:
+    async def cancels(ctx: Context[int], value: str) -> None:
+        if value == "1":
+            task = asyncio.current_task()
+            assert task is not None
+            task.cancel()
+            await asyncio.sleep(0)
+        _apply(ctx, value)
+
+    caller = Caller(cancels)
+    caller.carry([msg(0, "a"), msg(1, "b"), msg(2, "a")])
+    caller.until(lambda: caller.done.consumed == 3)
+    assert [e[3] for e in caller.done.effects if e[0] == EMIT] == [b"0:0", b"2:1"]
+    assert "record 1's task was cancelled" in str(caller.done.failed[0][0])
+    caller.engine.drain(1)
 
 
 def test_records_not_given_back_when_a_drain_ends_are_cancelled() -> None:
@@ -158,10 +189,9 @@ def test_records_not_given_back_when_a_drain_ends_are_cancelled() -> None:
     caller = Caller(callback)
     caller.carry([msg(0, "a"), msg(1, "hot"), msg(2, "b")])
     caller.until(lambda: sorted(ran) == [0, 2])
-    drained = caller.take(caller.engine.drain(0.05))
+    caller.take(caller.engine.drain(0.05))
     assert caller.done.consumed == 1 and cancelled == [1]  # (record 2 is read again)
     assert [e[3] for e in caller.done.effects if e[0] == EMIT] == [b"0:0"]
-    assert drained.consumed <= 1
     gate.set()
     caller.carry([msg(1, "hot"), msg(2, "b")])  # (a new flight, from what was given back)
     caller.until(lambda: caller.done.consumed == 3)
