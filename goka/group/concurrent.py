@@ -12,22 +12,13 @@ What comes out is what running the records one at a time in offset order would g
 key: each record has a context of its own, and the effects of a record (state, emits,
 loopbacks) join the call's in offset order, after those of every record before it. The
 call returns once every record finished (the caller commits then, as for any call), so a
-crash replays whole calls and exactly-once is unchanged. (A :class:`Carried` flight, a
-continuous epoch's, keeps records in flight from one call to the next instead: a call
-returns what was released so far, the first records given and not given back yet, and the
-caller commits only those.) A record that fails is handled as
+crash replays whole calls and exactly-once is unchanged (records in flight from one call to
+the next, a continuous epoch's: :mod:`goka.group.carried`). A record that fails is handled as
 the engine's policy says, in offset order: ``fail`` cancels the records in flight and
 raises; ``skip`` and ``dead-letter`` drop its effects and restore its key's state before the
 key's next record starts.
 
-Example (an enrichment that awaits a service)::
-
-    async def enrich(ctx, click):
-        profile = await client.get(f"/users/{ctx.key}")
-        ctx.emit("enriched", ctx.key, {**click, "segment": profile["segment"]})
-
-    graph = define_group("enricher", input("clicks", JsonCodec(), enrich),
-                         output("enriched", JsonCodec()), concurrency=64)
+(An example: docs/processors.md, "Callbacks that wait on the network".)
 
 An input's event times (``input(..., event_time=...)``) are extracted for each record before
 its callback runs, as one at a time. In a group that keeps time (windows, timers, a TTL)
@@ -72,7 +63,7 @@ if TYPE_CHECKING:
     from goka.time.event_time import EventTimes
 
 __all__ = [
-    "Carried", "Records", "await_on_loop", "awaited_now", "awaited_steps", "callback_loop",
+    "Records", "await_on_loop", "awaited_now", "awaited_steps", "callback_loop",
     "check_awaited", "check_concurrency", "run_concurrently", "timed_out", "warn_slow",
     "with_concurrency",  # (the checks: retries.py)
 ]  # fmt: skip
@@ -399,197 +390,6 @@ class _Call:
             restore(self.engine.cache, ctx.key, ctx._saved)
         ctx._undo, ctx._saved = False, NOT_SAVED  # (in this order: work of a cut callback
         # that goes on changing the state would save it again, restored at its release)
-
-
-#: What a record admitted to a :class:`Carried` flight counts for beyond its key's and value's
-#: bytes (its message, context and effects while it waits to be released).
-RECORD_OVERHEAD = 1_024
-
-
-class Carried(_Call):
-    """Records of a partition in flight across an engine's calls (a group that keeps no
-    time, whose caller comes back for more: a continuous epoch). A call admits records and
-    returns at once with what was released since the last one, as long as the records
-    admitted and not released hold at most ``bound`` bytes (their keys' and values' plus
-    :data:`RECORD_OVERHEAD` each; else it waits for releases): the records run on the
-    callback loop meanwhile, a key's next record starting as soon as its last one finished.
-    A busy key then holds back only its own records, not the records after it in the next
-    reads; their effects are still released in offset order, so what the caller commits is
-    what it was given back, and a crash replays only what was never released.
-
-    Every method but :meth:`call`, :meth:`drain` and :meth:`abandon` runs on the callback
-    loop, which owns the flight; the state cache (the engine's, kept across calls) keeps the
-    keys with records not released (those without are dropped as their releases are taken:
-    the caller has their last values then).
-    """
-
-    def __init__(self, engine: Records, bound: int) -> None:
-        self.engine, self.bound, self.timed = engine, bound, None
-        self.result = BatchResult([])  # (what the policy skipped since the last call)
-        self.messages: dict[int, Message] = {}  # type: ignore[assignment]
-        self.keys: dict[int, Any] = {}  # type: ignore[assignment]
-        self.order = KeyOrder(engine.concurrency)
-        self.flight = Flight(waited={})
-        self.awaits = {topic: awaited(c) for topic, (_, c) in engine.routes.items()}
-        self.contexts = {}
-        self.out = []  # released effects since the last call
-        self.count = 0  # records released since the last call
-        self.bytes = 0  # held by the records admitted, not released
-        self.sizes: dict[int, int] = {}
-        self.ignored: set[int] = set()  # records that run no callback (nil values ignored)
-        self.holding: dict[Any, int] = {}  # each key's records admitted, not released
-        self.error: BaseException | None = None
-        self.pump: asyncio.Task[None] | None = None
-        self.wake: asyncio.Future[None] | None = None
-        self.changed: asyncio.Event | None = None
-        self._open()
-
-    def call(self, messages: Sequence[Message]) -> BatchResult:
-        """Admit ``messages`` (the partition's next records, in offset order); what was
-        released since the last call (``consumed``: how many records, the first ones not
-        given back yet).
-
-        Raises:
-            ProcessingError: as :meth:`Engine.process <goka.group.engine.Engine.process>`.
-        """
-        return await_on_loop(self._admit(messages))  # type: ignore[no-any-return]
-
-    def drain(self, seconds: float) -> BatchResult:
-        """Wait up to ``seconds`` for every record admitted to be released, then end the
-        flight: the records not released by then are cancelled (the caller reads them again
-        from what it committed). What was released since the last call.
-
-        Raises:
-            ProcessingError: as :meth:`call`.
-        """
-        return await_on_loop(self._drain(seconds))  # type: ignore[no-any-return]
-
-    def abandon(self) -> None:
-        """End the flight without waiting: every record not released is cancelled."""
-        if self.pump is not None:
-            await_on_loop(self._stop())
-
-    @property
-    def pending(self) -> int:
-        """How many records are admitted and not released."""
-        return self.order.pending
-
-    async def _admit(self, messages: Sequence[Message]) -> BatchResult:
-        self._check()
-        if self.pump is None:
-            self.changed = asyncio.Event()
-            self.pump = asyncio.create_task(self._pumped())
-        nil, order, holding = self.engine.nil_handling, self.order, self.holding
-        for message in messages:
-            raw_key, value = message[2], message[3]
-            key: Any = decode_text(raw_key) if raw_key is not None else ""
-            if value is None and nil == "ignore":  # (runs nothing, waits for nothing)
-                key = ("ignored", message[0], message[1])
-            elif key in holding:
-                waited = self.flight.waited
-                waited[key] = waited.get(key, 0) + 1
-            number = order.admit(key)
-            holding[key] = holding.get(key, 0) + 1
-            if isinstance(key, tuple):
-                self.ignored.add(number)
-            self.messages[number], self.keys[number] = message, key
-            size = RECORD_OVERHEAD + len(raw_key or b"") + len(value or b"")
-            self.sizes[number] = size
-            self.bytes += size
-        self._start()
-        self._wake()
-        while self.bytes > self.bound and self.error is None:  # (the partition stops reading)
-            await self._changed()
-        self._check()
-        return self._take()
-
-    async def _drain(self, seconds: float) -> BatchResult:
-        try:
-            try:
-                async with asyncio.timeout(seconds):
-                    while self.order.pending and self.error is None:
-                        await self._changed()
-            except TimeoutError:
-                pass
-            self._check()
-            return self._take()
-        finally:
-            await self._stop()
-
-    async def _stop(self) -> None:
-        if self.pump is not None:
-            self.pump.cancel()
-            await asyncio.gather(self.pump, return_exceptions=True)
-        await self._close(wait=False)  # (a plain callback on the pool cannot be stopped: it
-        # ends on its own, in a cache and effects no longer read)
-
-    def _check(self) -> None:
-        """Raise what ended the flight (a failure under the policy), if anything did."""
-        if self.error is not None:
-            raise self.error
-
-    def _take(self) -> BatchResult:
-        """What was released since the last call (and the keys it leaves idle forgotten)."""
-        effects, self.out = self.out, []
-        result = BatchResult(effects, failed=self.result.failed, processed=self.count,
-                             consumed=self.count)  # fmt: skip
-        result.flight, self.flight = self.flight, Flight(waited={})
-        self.result.failed, self.count = [], 0
-        cache, holding = self.engine.cache, self.holding
-        for key in [k for k in list(cache) if k not in holding]:  # (one copy: callbacks on
-            cache.pop(key, None)  # the pool's threads may add keys meanwhile)
-        return result
-
-    async def _pumped(self) -> None:
-        """Run the records as they may start, release them as they may be, until cancelled
-        or a failure ends the flight (kept in :attr:`error`, the records cancelled)."""
-        loop = asyncio.get_running_loop()
-        try:
-            while True:
-                self._start()
-                self.wake = loop.create_future()
-                done, _ = await asyncio.wait([*self.running, self.wake],
-                                             return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
-                tasks = {t for t in done if t is not self.wake}
-                if tasks:
-                    await self._settle(tasks)  # type: ignore[arg-type]
-                    self._notify()
-        except asyncio.CancelledError:
-            raise
-        except BaseException as exc:  # (the policy's ProcessingError, a callback's escape)
-            self.error = exc.inner if isinstance(exc, Escaped) else exc
-            self._notify()
-            await self._close(wait=False)
-
-    def _wake(self) -> None:
-        if self.wake is not None and not self.wake.done():
-            self.wake.set_result(None)
-
-    def _notify(self) -> None:
-        assert self.changed is not None
-        self.changed.set()
-        self.changed = asyncio.Event()
-
-    async def _changed(self) -> None:
-        assert self.changed is not None
-        await self.changed.wait()
-
-    def _released(self, number: int) -> None:
-        self.count += 1
-        self.bytes -= self.sizes.pop(number)
-        key = self.keys.pop(number)
-        del self.messages[number]
-        self.ignored.discard(number)
-        left = self.holding[key] - 1
-        if left:
-            self.holding[key] = left
-        else:
-            del self.holding[key]
-
-    async def _tries(self, number: int, pool: ThreadPoolExecutor | None) -> None:
-        if number in self.ignored:
-            return
-        await super()._tries(number, pool)
 
 
 def _least(a: int | None, b: int | None) -> int | None:

@@ -23,7 +23,8 @@ from goka.errors import (
     ProcessingError,
     StorageError,
 )
-from goka.group.concurrent import Carried, Records, awaited_now, run_concurrently
+from goka.group.carried import Carrying
+from goka.group.concurrent import Records, awaited_now, run_concurrently
 from goka.group.context import Context
 from goka.group.edges import awaited
 from goka.group.effects import NOT_SAVED, BatchResult, Effect, Message, restore
@@ -45,7 +46,7 @@ ErrorPolicy = Literal["fail", "skip", "dead-letter"]
 POLICIES = ("fail", "skip", "dead-letter")
 
 
-class Engine(TimedProcessing):
+class Engine(TimedProcessing, Carrying):
     """Runs the callbacks of ``graph`` for one partition.
 
     Not thread-safe: one engine per (group, partition), used by one thread.
@@ -132,7 +133,7 @@ class Engine(TimedProcessing):
         if graph.loop:
             self._routes[graph.loop_topic] = _route(graph.loop)
             self._codecs[graph.loop_topic] = graph.loop.codec
-        self._carried: Carried | None = None  # records in flight across calls
+        self._carried = None  # records in flight across calls (goka.group.carried)
         #: records in flight together, or async callbacks (goka.group.concurrent)
         self._concurrent = (graph.concurrency > 1 or graph.retry is not None
                             or graph.timeout is not None
@@ -212,60 +213,6 @@ class Engine(TimedProcessing):
                 self.time.wall_now = None  # (a call of records in flight read it once)
             self._reset()
         return result
-
-    @property
-    def carries(self) -> bool:
-        """May records stay in flight from one call to the next (:meth:`carry`)? In a group
-        with records in flight (concurrency, async callbacks, retries or a timeout) that keeps
-        no time."""
-        return self._concurrent and self.time is None
-
-    def carry(self, messages: Sequence[Message], bound: int) -> BatchResult:
-        """Admit ``messages`` (the records after those given before, in offset order) to the
-        records in flight across calls, and return at once what was released since the last
-        call (``consumed``: how many of the records given, the first ones not returned yet):
-        see :class:`~goka.group.concurrent.Carried` (``bound``: its bytes). The caller
-        comes back for the rest (:meth:`carry` with no records, or :meth:`drain`).
-
-        Raises:
-            ContextError: the group cannot (:attr:`carries`).
-            ProcessingError: as :meth:`process`, for a record given to this call or before.
-        """
-        if self._carried is None:
-            if not self.carries:
-                raise ContextError(
-                    f"group {self.graph.group!r}: records cannot stay in flight "
-                    "across calls (it keeps time, or runs one record at a time)"
-                )
-            self._carried = Carried(self._records(), bound)
-        try:
-            return self._carried.call(messages)
-        except BaseException:
-            self.abandon()
-            raise
-
-    def drain(self, seconds: float) -> BatchResult:
-        """End the records in flight across calls: wait up to ``seconds`` for them to be
-        released and return what was since the last call; those not released by then are
-        cancelled (the caller gives them again, from where it committed).
-
-        Raises:
-            ProcessingError: as :meth:`carry`.
-        """
-        carried, self._carried = self._carried, None
-        if carried is None:
-            return BatchResult(self.effects)
-        try:
-            return carried.drain(seconds)
-        finally:
-            self._reset()
-
-    def abandon(self) -> None:
-        """End the records in flight across calls without waiting (they are cancelled)."""
-        carried, self._carried = self._carried, None
-        if carried is not None:
-            carried.abandon()
-            self._reset()
 
     def _records(self) -> Records:
         """What :func:`run_concurrently` uses of this engine."""

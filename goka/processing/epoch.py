@@ -38,6 +38,7 @@ from goka.processing.clients import Clients
 from goka.processing.config import TaskConfig
 from goka.processing.epoch_partition import CommitLead, Epoch, commit_all
 from goka.processing.exactly_once import retrying, start_early
+from goka.processing.parked import adopt_parked, park
 from goka.processing.recovery import CHUNK
 from goka.processing.starts import (
     Asking,
@@ -65,8 +66,10 @@ _MIN_CHUNK = 100
 #: The longest a worker goes on processing after an epoch, waiting for the next one's task.
 BRIDGE_SECONDS = 10.0
 #: The longest an epoch waits, as it ends, for its records in flight across reads (a group
-#: with records in flight that keeps no time) to be done: those still in flight then are
-#: read again by what comes next (their callbacks run again).
+#: with records in flight that keeps no time) to be done, unless it leaves them to a bridge
+#: or the next task of its process: those still in flight then are read again by what comes
+#: next (their callbacks run again), but for the first one not done, always waited for (a
+#: record longer than this is not cut at every epoch's end).
 DRAIN_SECONDS = 5.0
 #: ``{partition: {topic: offset}}``.
 Starts = Mapping[int, Mapping[str, int]]
@@ -145,6 +148,7 @@ def _bridge(
         if not ended():  # else the next task of this process takes the stores over
             worker.hold(False)
             forget_followed(worker, group)  # (only that task may take them as they are)
+            adopt_parked(worker, group, {})  # (records left in flight: cancelled)
     log.debug("group %s: between epochs: %s records in %.2f s", group,
               sum(s.processed for s in summaries), max(s.seconds for s in summaries))  # fmt: skip
     worker.carry(group, summaries)
@@ -219,8 +223,9 @@ def _run_epoch(
             tell(reader, group, leased, {**known, **take_notes(leased, noted)}, noted)
             timeline.lap("ask")  # (what the answers took beyond the leases)
             epochs = {p: Epoch.begin(leased[p], starts[p]) for p in sorted(starts)}
-            for epoch in epochs.values():  # (records in flight across reads end with it)
-                stack.callback(epoch.engine.abandon)
+            adopt_parked(worker, group, epochs)  # (records in flight the last one here left)
+            for epoch in epochs.values():  # (records in flight across reads end with it, unless
+                stack.callback(epoch.engine.abandon)  # parked for what follows here)
             reader.prefetch([])  # what the starts did not ask for is not kept (it would age)
             timeline.lap("begin")  # stores made current
             return _follow(
@@ -293,7 +298,7 @@ def _follow(
     task here or elsewhere goes on at once otherwise; waiting held its first records back
     2-10 ms a partition, 60 ms at times, in ``bench.latency``)."""
     interval, longest = config.commit_interval, _BRIDGE_POLL_SECONDS if bridging else _POLL_SECONDS
-    tail = Clients(config, worker).reader().tail({p: e.positions for p, e in epochs.items()})
+    tail = Clients(config, worker).reader().tail({p: e.reading for p, e in epochs.items()})
     for epoch in epochs.values():
         epoch.summary.ready_seconds = time.monotonic() - started
     leases = [lease for e in epochs.values() for lease in e.stores.leased] if bridging else []
@@ -350,9 +355,15 @@ def _follow(
         tail.close()
         if pool is not None:
             pool.shutdown()
+    # records in flight across reads go on in what follows here (a bridge after an epoch, the
+    # next task after a bridge), else they end: up to DRAIN_SECONDS, the rest read again
+    parking = not stopped and (ended() if bridging else deadline and handover)
     drained = time.monotonic() + DRAIN_SECONDS  # (the partitions' records run on meanwhile)
     for epoch in epochs.values():
-        epoch.drain(max(0.0, drained - time.monotonic()))
+        if parking:
+            park(epoch, worker)
+        else:
+            epoch.drain(max(0.0, drained - time.monotonic()))
         epoch.commit(wait=True)
         epoch.deliver(wait=True)
         epoch.stores.group_offsets.catch_up()  # the group's offsets as far as the store's

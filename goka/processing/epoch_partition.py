@@ -164,8 +164,7 @@ class Epoch:
             self.commit(wait=True)  # what fired hit the budget: commit, then go on
 
     def _took(self, result: BatchResult) -> None:
-        """Pass on what an engine call did; its first ``consumed`` records of those not
-        given back yet (:attr:`unreleased`) are done."""
+        """Pass on what an engine call did: the first ``consumed`` :attr:`unreleased` done."""
         unreleased, positions = self.unreleased, self.positions
         if self.carrying and not result.consumed:  # (nothing came back: nothing to send)
             self.summary.flown(result.flight)
@@ -185,6 +184,14 @@ class Epoch:
         partition that read nothing new this time)."""
         if self.carrying and self.unreleased:
             self._took(self.engine.carry([], self.config.in_flight_bytes))
+
+    @property
+    def reading(self) -> dict[str, int]:
+        """Where reading goes on: past the records given to the engine, not given back yet."""
+        reading = dict(self.positions)
+        for message in self.unreleased:
+            reading[message[0]] = message[1] + 1
+        return reading
 
     def drain(self, seconds: float) -> None:
         """End the records in flight across calls: wait up to ``seconds`` for them to be

@@ -42,8 +42,9 @@ async def enrich(ctx: Context[int], value: str) -> None:
 class SlowServer:
     """An HTTP server that answers each request after ``delay`` s; counts those in flight."""
 
-    def __init__(self, delay: float) -> None:
-        self.delay, self.now, self.most = delay, 0, 0
+    def __init__(self, delay: float, first_after: float = 0.0) -> None:
+        self.delay, self.now, self.most, self.first_after = delay, 0, 0, first_after
+        self.asked: Counter[str] = Counter()  # requests by key
         self.loop = asyncio.new_event_loop()
         self.ready = threading.Event()
         self.thread = threading.Thread(target=self._serve, daemon=True)
@@ -61,10 +62,12 @@ class SlowServer:
         request = await reader.readuntil(b"\r\n\r\n")
         self.now += 1
         self.most = max(self.most, self.now)
+        self.asked[request.split(b" ")[1][1:].decode()] += 1
         if request.startswith(b"GET /last "):
             self.last.set()
-        if request.startswith(b"GET /first "):  # (answered once /last was asked)
+        if request.startswith(b"GET /first "):  # (answered once /last was asked, and after)
             await self.last.wait()
+            await asyncio.sleep(self.first_after)
         await asyncio.sleep(self.delay)
         self.now -= 1
         key = request.split(b" ")[1][1:]
@@ -122,11 +125,19 @@ def test_records_of_a_partition_wait_on_a_server_together_in_key_order(
 
 
 def test_a_record_waits_for_one_read_after_it_in_continuous_mode(
-    brokers: str, new_topic: Callable[..., str], make_processor: Any, server: SlowServer
+    brokers: str, new_topic: Callable[..., str], make_processor: Any
 ) -> None:
-    """The server answers the first record only once the last one asked: the first read
-    (100 records) cannot end before the next read's records ran. Records stay in flight
-    across reads; their effects still come out in offset order, each key's in input order."""
+    """The server answers the first record only once the last one asked, and 6.5 s after:
+    the first read (100 records) cannot end before the next read's records ran. Records stay
+    in flight across reads, and across the ends of 1 s epochs (handed to the bridge after
+    each, then to the next epoch's task: not cancelled and asked again after 5 s); their
+    effects still come out in offset order, each key's in input order."""
+    with SlowServer(0.02, first_after=6.5) as server:
+        _first_waits_for_last(brokers, new_topic, make_processor, server)
+
+
+def _first_waits_for_last(brokers: str, new_topic: Callable[..., str], make_processor: Any,
+                          server: SlowServer) -> None:  # fmt: skip
     topic = new_topic(partitions=1)
     rng = random.Random(2)
     keys = ["first", *(rng.choice([f"user-{i}" for i in range(30)]) for _ in range(498)), "last"]
@@ -134,7 +145,8 @@ def test_a_record_waits_for_one_read_after_it_in_continuous_mode(
     TopicManager(brokers).ensure_stream_exists(f"{topic}-out", 1)
     graph = define_group(f"{topic}-g", input(topic, StringCodec(), enrich), persist(Int64Codec()),
                          output(f"{topic}-out", StringCodec()), concurrency=16)  # fmt: skip
-    run_to_end(make_processor(graph, mode="continuous"), "continuous")
+    run_to_end(make_processor(graph, mode="continuous", epoch=1.0), "continuous")
+    assert server.asked == Counter(keys)  # (each record once)
     assert table_of(brokers, graph.table, Int64Codec()) == dict(Counter(keys))
     out = [(r.key.decode(), r.value.decode()) for r in read_to_end(brokers, f"{topic}-out")]
     assert [int(v.split(":")[0]) for _, v in out] == list(range(len(keys)))  # (offset order)

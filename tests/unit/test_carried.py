@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from goka.errors import ContextError, ProcessingError
-from goka.group.concurrent import RECORD_OVERHEAD
+from goka.group.carried import RECORD_OVERHEAD
 from goka.group.context import Context
 from goka.group.effects import EMIT, BatchResult, Message
 from goka.group.engine import Engine
@@ -176,27 +176,57 @@ def test_a_callback_that_cancels_its_own_task_fails_its_record_and_the_flight_go
     caller.engine.drain(1)
 
 
-def test_records_not_given_back_when_a_drain_ends_are_cancelled() -> None:
-    gate, ran, cancelled = threading.Event(), list[int](), list[int]()
+def test_a_drain_waits_for_the_first_record_not_given_back_then_cancels_the_rest() -> None:
+    gates = {1: threading.Event(), 2: threading.Event()}  # (records 1 and 2 wait for theirs)
+    ran, cancelled = list[int](), list[int]()
 
     async def callback(ctx: Context[int], value: str) -> None:
         try:
-            await _gated(gate, ran)(ctx, value)
+            while int(value) in gates and not gates[int(value)].is_set():
+                await asyncio.sleep(0.001)
         except asyncio.CancelledError:
             cancelled.append(int(value))
             raise
+        _apply(ctx, value)
+        ran.append(int(value))
 
     caller = Caller(callback)
-    caller.carry([msg(0, "a"), msg(1, "hot"), msg(2, "b")])
-    caller.until(lambda: sorted(ran) == [0, 2])
-    caller.take(caller.engine.drain(0.05))
-    assert caller.done.consumed == 1 and cancelled == [1]  # (record 2 is read again)
-    assert [e[3] for e in caller.done.effects if e[0] == EMIT] == [b"0:0"]
-    gate.set()
-    caller.carry([msg(1, "hot"), msg(2, "b")])  # (a new flight, from what was given back)
-    caller.until(lambda: caller.done.consumed == 3)
-    assert [e[3] for e in caller.done.effects if e[0] == EMIT] == [b"0:0", b"1:0", b"2:0"]
+    caller.carry([msg(0, "a"), msg(1, "slow"), msg(2, "slower"), msg(4, "b")])
+    caller.until(lambda: sorted(ran) == [0, 4])
+    drained = threading.Thread(target=lambda: caller.take(caller.engine.drain(0.05)))
+    drained.start()
+    drained.join(0.3)
+    assert drained.is_alive()  # (past its time, it waits for record 1: the first not back)
+    gates[1].set()
+    drained.join(30)
+    assert caller.done.consumed == 2 and cancelled == [2]  # (records 2 and 4 read again)
+    assert [e[3] for e in caller.done.effects if e[0] == EMIT] == [b"0:0", b"1:0"]
+    gates[2].set()
+    caller.carry([msg(2, "slower"), msg(4, "b")])  # (a new flight, from what was given back)
+    caller.until(lambda: caller.done.consumed == 4)
+    assert [e[3] for e in caller.done.effects if e[0] == EMIT] == [b"0:0", b"1:0", b"2:0",
+                                                                   b"4:0"]  # fmt: skip
     assert caller.engine.drain(1).consumed == 0
+
+
+def test_records_left_in_flight_go_on_in_the_engine_that_adopts_them() -> None:
+    """An epoch ending hands its records in flight to the bridge of its process (a new engine
+    over the same store): they are not cancelled, nor run again."""
+    gate, ran = threading.Event(), list[int]()
+    first = Caller(_gated(gate, ran))
+    first.carry([msg(0, "hot"), msg(1, "a"), msg(2, "hot"), msg(4, "a")])
+    first.until(lambda: sorted(ran) == [1, 4])
+    carried = first.engine.detach()
+    assert carried is not None and first.engine.drain(1).consumed == 0  # (it let go)
+    second = Caller(_gated(gate, ran))
+    second.store.update(first.store)
+    second.engine.adopt(carried)
+    gate.set()
+    second.until(lambda: second.done.consumed == 4)
+    assert [e[3] for e in second.done.effects if e[0] == EMIT] == [b"0:0", b"1:0", b"2:1",
+                                                                   b"4:1"]  # fmt: skip
+    assert sorted(ran) == [0, 1, 2, 4]  # (each once)
+    assert second.engine.drain(1).consumed == 0
 
 
 def test_a_group_that_keeps_time_or_runs_one_record_at_a_time_cannot_carry() -> None:
