@@ -5,7 +5,8 @@ running from one read to the next (:class:`Carried`), and the engine's side of i
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -77,16 +78,27 @@ class Carried(_Call):
         """
         return await_on_loop(self._admit(messages))  # type: ignore[no-any-return]
 
-    def drain(self, seconds: float) -> BatchResult:
-        """Wait up to ``seconds`` for every record admitted to be released (and at least
-        for the first one not released yet, however long it takes), then end the flight: the
+    def drain(self, seconds: float, first: float = 0.0) -> BatchResult:
+        """Wait up to ``seconds`` for every record admitted to be released, and up to
+        ``first`` more for the first one not released yet (so that each drain moves on: a
+        record longer than ``seconds`` is not cut at every one), then end the flight: the
         records not released by then are cancelled (the caller reads them again from what it
         committed). What was released since the last call.
 
         Raises:
             ProcessingError: as :meth:`call`.
         """
-        return await_on_loop(self._drain(seconds))  # type: ignore[no-any-return]
+        return await_on_loop(self._drain(seconds, first))  # type: ignore[no-any-return]
+
+    def rebind(self, engine: Records, rebind: Callable[[Any], None]) -> None:
+        """Go on for another engine (:meth:`Carrying.adopt`): the records started from now on
+        take its context, ``rebind(context)`` the contexts of those admitted already."""
+        await_on_loop(self._rebind(engine, rebind))
+
+    async def _rebind(self, engine: Records, rebind: Callable[[Any], None]) -> None:
+        self.engine = engine  # (on the loop: no record starts or settles meanwhile)
+        for ctx in self.contexts.values():
+            rebind(ctx)
 
     def abandon(self) -> None:
         """End the flight without waiting: every record not released is cancelled."""
@@ -127,16 +139,18 @@ class Carried(_Call):
         self._check()
         return self._take()
 
-    async def _drain(self, seconds: float) -> BatchResult:
-        order, first = self.order, self.order.released
+    async def _drain(self, seconds: float, first: float) -> BatchResult:
+        order, head = self.order, self.order.released
         try:
             try:
                 async with asyncio.timeout(seconds):
                     while order.pending and self.error is None:
                         await self._changed()
-            except TimeoutError:  # (the first record not released is waited for still: each
-                while order.released == first and self.error is None:  # drain moves on, a
-                    await self._changed()  # record longer than the time is not cut for ever)
+            except TimeoutError:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(first):
+                        while order.released == head and self.error is None:
+                            await self._changed()
             self._check()
             return self._take()
         finally:
@@ -267,10 +281,11 @@ class Carrying:
             self.abandon()
             raise
 
-    def drain(self, seconds: float) -> BatchResult:
+    def drain(self, seconds: float, first: float = 0.0) -> BatchResult:
         """End the records in flight across calls: wait up to ``seconds`` for them to be
-        released and return what was since the last call; those not released by then are
-        cancelled (the caller gives them again, from where it committed).
+        released (and up to ``first`` more for the first one not released) and return what
+        was since the last call; those not released by then are cancelled (the caller gives
+        them again, from where it committed).
 
         Raises:
             ProcessingError: as :meth:`carry`.
@@ -279,7 +294,7 @@ class Carrying:
         if carried is None:
             return BatchResult(self.effects)
         try:
-            return carried.drain(seconds)
+            return carried.drain(seconds, first)
         finally:
             self._reset()
 
@@ -299,9 +314,12 @@ class Carrying:
         self.abandon()
         self.cache = carried.engine.cache
         self.context._bind(self.cache, self.effects)
-        for ctx in list(carried.contexts.values()):  # (running meanwhile, on the loop)
-            ctx._store_get, ctx._read_table = self.context._store_get, self.context._read_table
-        carried.engine = self._records()
+        own = self.context
+
+        def rebind(ctx: Any) -> None:
+            ctx._store_get, ctx._read_table = own._store_get, own._read_table
+
+        carried.rebind(self._records(), rebind)
         self._carried = carried
 
     def abandon(self) -> None:

@@ -38,7 +38,7 @@ from goka.processing.clients import Clients
 from goka.processing.config import TaskConfig
 from goka.processing.epoch_partition import CommitLead, Epoch, commit_all
 from goka.processing.exactly_once import retrying, start_early
-from goka.processing.parked import adopt_parked, park
+from goka.processing.parked import adopt_parked, cancel_parked, park
 from goka.processing.recovery import CHUNK
 from goka.processing.starts import (
     Asking,
@@ -54,7 +54,7 @@ from goka.processing.summary import PartitionSummary
 from goka.processing.timeline import Timeline
 from goka.processing.worker import Worker
 
-__all__ = ["BRIDGE_SECONDS", "DRAIN_SECONDS", "Epoch", "run_epoch"]
+__all__ = ["BRIDGE_SECONDS", "DRAIN_SECONDS", "FIRST_SECONDS", "Epoch", "run_epoch"]
 
 log = logging.getLogger(__name__)
 
@@ -68,9 +68,9 @@ BRIDGE_SECONDS = 10.0
 #: The longest an epoch waits, as it ends, for its records in flight across reads (a group
 #: with records in flight that keeps no time) to be done, unless it leaves them to a bridge
 #: or the next task of its process: those still in flight then are read again by what comes
-#: next (their callbacks run again), but for the first one not done, always waited for (a
-#: record longer than this is not cut at every epoch's end).
-DRAIN_SECONDS = 5.0
+#: next (their callbacks run again); and how much longer for the first one not done, unless
+#: the processor stops (so that a record longer than an epoch is not cut at every one).
+DRAIN_SECONDS, FIRST_SECONDS = 5.0, 60.0
 #: ``{partition: {topic: offset}}``.
 Starts = Mapping[int, Mapping[str, int]]
 
@@ -148,7 +148,7 @@ def _bridge(
         if not ended():  # else the next task of this process takes the stores over
             worker.hold(False)
             forget_followed(worker, group)  # (only that task may take them as they are)
-            adopt_parked(worker, group, {})  # (records left in flight: cancelled)
+            cancel_parked(worker, group)  # (records left in flight: read again elsewhere)
     log.debug("group %s: between epochs: %s records in %.2f s", group,
               sum(s.processed for s in summaries), max(s.seconds for s in summaries))  # fmt: skip
     worker.carry(group, summaries)
@@ -193,6 +193,7 @@ def _run_epoch(
     # now are not asked about: what their last reads answered is known; nor are those whose
     # stores another process here holds: it leaves what it knew as it lets go of them
     known = take_followed(worker, group, starts)
+    cancel_parked(worker, group, keep=starts)  # (records left in flight of other partitions)
     held = worker.stores.holder
     noted = {p for p in starts if p not in known and not bridging
              and held(config.store_path("partition", p)) == "elsewhere"}  # fmt: skip
@@ -359,11 +360,12 @@ def _follow(
     # next task after a bridge), else they end: up to DRAIN_SECONDS, the rest read again
     parking = not stopped and (ended() if bridging else deadline and handover)
     drained = time.monotonic() + DRAIN_SECONDS  # (the partitions' records run on meanwhile)
+    first = 0.0 if stopped else FIRST_SECONDS
     for epoch in epochs.values():
         if parking:
             park(epoch, worker)
         else:
-            epoch.drain(max(0.0, drained - time.monotonic()))
+            epoch.drain(max(0.0, drained - time.monotonic()), first)
         epoch.commit(wait=True)
         epoch.deliver(wait=True)
         epoch.stores.group_offsets.catch_up()  # the group's offsets as far as the store's

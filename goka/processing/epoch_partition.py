@@ -193,12 +193,12 @@ class Epoch:
             reading[message[0]] = message[1] + 1
         return reading
 
-    def drain(self, seconds: float) -> None:
+    def drain(self, seconds: float, first: float = 0.0) -> None:
         """End the records in flight across calls: wait up to ``seconds`` for them to be
-        released; those that are not by then are read again from the positions committed
-        (by the next epoch or bridge)."""
+        released (``first`` more for the first one); those that are not by then are read
+        again from the positions committed (by the next epoch or bridge)."""
         if self.carrying:
-            self._took(self.engine.drain(seconds))
+            self._took(self.engine.drain(seconds, first))
             self.unreleased.clear()
 
     def _join(self, records: list[Message]) -> None:

@@ -127,12 +127,14 @@ def test_records_of_a_partition_wait_on_a_server_together_in_key_order(
 def test_a_record_waits_for_one_read_after_it_in_continuous_mode(
     brokers: str, new_topic: Callable[..., str], make_processor: Any
 ) -> None:
-    """The server answers the first record only once the last one asked, and 6.5 s after:
-    the first read (100 records) cannot end before the next read's records ran. Records stay
-    in flight across reads, and across the ends of 1 s epochs (handed to the bridge after
-    each, then to the next epoch's task: not cancelled and asked again after 5 s); their
-    effects still come out in offset order, each key's in input order."""
-    with SlowServer(0.02, first_after=6.5) as server:
+    """The server answers the key ``first`` only once the last record asked, and 3 s after
+    each of its three records: the first read (100 records) cannot end before the next
+    read's records ran. Records stay in flight across reads, and across the ends of 3 s
+    epochs, handed to the bridge after each and on to the next epoch's task (an end that
+    waited 5 s for them, then for the first not done, would cancel the key's third record
+    and ask it again); their effects still come out in offset order, each key's in input
+    order."""
+    with SlowServer(0.02, first_after=3.0) as server:
         _first_waits_for_last(brokers, new_topic, make_processor, server)
 
 
@@ -140,12 +142,13 @@ def _first_waits_for_last(brokers: str, new_topic: Callable[..., str], make_proc
                           server: SlowServer) -> None:  # fmt: skip
     topic = new_topic(partitions=1)
     rng = random.Random(2)
-    keys = ["first", *(rng.choice([f"user-{i}" for i in range(30)]) for _ in range(498)), "last"]
+    keys = ["first"] * 3 + [rng.choice([f"user-{i}" for i in range(30)]) for _ in range(496)]
+    keys.append("last")
     produce(brokers, topic, StringCodec(), [(k, f"{server.port}:{n}") for n, k in enumerate(keys)])
     TopicManager(brokers).ensure_stream_exists(f"{topic}-out", 1)
     graph = define_group(f"{topic}-g", input(topic, StringCodec(), enrich), persist(Int64Codec()),
                          output(f"{topic}-out", StringCodec()), concurrency=16)  # fmt: skip
-    run_to_end(make_processor(graph, mode="continuous", epoch=1.0), "continuous")
+    run_to_end(make_processor(graph, mode="continuous", epoch=3.0), "continuous")
     assert server.asked == Counter(keys)  # (each record once)
     assert table_of(brokers, graph.table, Int64Codec()) == dict(Counter(keys))
     out = [(r.key.decode(), r.value.decode()) for r in read_to_end(brokers, f"{topic}-out")]

@@ -193,10 +193,11 @@ def test_a_drain_waits_for_the_first_record_not_given_back_then_cancels_the_rest
     caller = Caller(callback)
     caller.carry([msg(0, "a"), msg(1, "slow"), msg(2, "slower"), msg(4, "b")])
     caller.until(lambda: sorted(ran) == [0, 4])
-    drained = threading.Thread(target=lambda: caller.take(caller.engine.drain(0.05)))
+    drained = threading.Thread(target=lambda: caller.take(caller.engine.drain(0.05, 30)))
     drained.start()
     drained.join(0.3)
-    assert drained.is_alive()  # (past its time, it waits for record 1: the first not back)
+    assert drained.is_alive()  # (past its time, it waits for record 1: the first not back,
+    # up to 30 s more)
     gates[1].set()
     drained.join(30)
     assert caller.done.consumed == 2 and cancelled == [2]  # (records 2 and 4 read again)
@@ -227,6 +228,55 @@ def test_records_left_in_flight_go_on_in_the_engine_that_adopts_them() -> None:
                                                                    b"4:1"]  # fmt: skip
     assert sorted(ran) == [0, 1, 2, 4]  # (each once)
     assert second.engine.drain(1).consumed == 0
+
+
+def test_a_drain_on_a_stop_waits_for_no_first_record() -> None:
+    gate, ran = threading.Event(), list[int]()
+    caller = Caller(_gated(gate, ran))
+    caller.carry([msg(0, "hot"), msg(1, "a")])
+    caller.until(lambda: ran == [1])
+    assert caller.take(caller.engine.drain(0.01)).consumed == 0  # (record 0 is read again)
+    gate.set()
+
+
+def test_parked_records_are_cancelled_unless_adopted_in_time() -> None:
+    """What an epoch leaves in flight for the next one of its process is cancelled when the
+    next epoch of the group takes other partitions, or when none comes in time."""
+    from collections import deque
+
+    from goka.processing import parked
+    from goka.processing.worker import Worker
+
+    gate, ran, cancelled = threading.Event(), list[int](), list[int]()
+
+    async def callback(ctx: Context[int], value: str) -> None:
+        try:
+            await _gated(gate, ran)(ctx, value)
+        except asyncio.CancelledError:
+            cancelled.append(int(value))
+            raise
+
+    worker = Worker(inbox=False)
+    flights = []
+    for partition in (0, 1, 2):
+        caller = Caller(callback)
+        caller.carry([msg(10 * partition, "hot")])
+        carried = caller.engine.detach()
+        assert carried is not None
+        flights.append(parked.Parked(partition, carried, deque(), {"in": 10 * partition}))
+    worker.carry((parked._PARKED, "conc"), flights)
+    parked.cancel_parked(worker, "conc", keep={1, 2})  # (a task of partitions 1 and 2 begins)
+    assert [p.partition for p in worker.take_carried((parked._PARKED, "conc"))] == [1, 2]
+    assert flights[0]._claimed and not flights[1]._claimed
+    assert flights[1].claim()  # (adopted: its expiry finds it taken)
+    flights[1].expire(0.01)
+    flights[2].expire(0.01)  # (none came for it)
+    deadline = time.monotonic() + 30
+    while sorted(cancelled) != [0, 20]:
+        assert time.monotonic() < deadline, cancelled
+        time.sleep(0.01)
+    gate.set()
+    flights[1].carried.abandon()
 
 
 def test_a_group_that_keeps_time_or_runs_one_record_at_a_time_cannot_carry() -> None:
