@@ -78,11 +78,20 @@ def _late(ctx: Context[int], page: str, window: Any) -> None:
     ctx.emit("out", ctx.key, f"late {page} for {window.start}")
 
 
-async def _visit_async(ctx: Context[int], page: str) -> None:
-    count = (ctx.value() or 0) + 1
-    ctx.set_value(count)
-    await asyncio.sleep(0)  # (its state changed before, its windows after the await)
-    _aggregate(ctx, page, count)
+def _later(then: Callable[[Context[int], str, int], None]) -> Callable[..., Any]:
+    """An async callback that counts the key, awaits, then does ``then(ctx, page, count)``
+    (its state changed before, its windows after the await)."""
+
+    async def callback(ctx: Context[int], page: str) -> None:
+        count = (ctx.value() or 0) + 1
+        ctx.set_value(count)
+        await asyncio.sleep(0)
+        then(ctx, page, count)
+
+    return callback
+
+
+_visit_async = _later(_aggregate)
 
 
 async def _fired_async(ctx: Context[int], timer: Timer) -> None:
@@ -267,11 +276,7 @@ def _join_session(ctx: Context[int], page: str, count: int) -> None:
     ctx.emit("out", ctx.key, f"{page}:{count}:{[(w.start, w.end, w.value()) for w in again]}")
 
 
-async def _session_visit_async(ctx: Context[int], page: str) -> None:
-    count = (ctx.value() or 0) + 1
-    ctx.set_value(count)
-    await asyncio.sleep(0)  # (its state changed before, its session after the await)
-    _join_session(ctx, page, count)
+_session_visit_async = _later(_join_session)
 
 
 def _session_outcome(graph: Any, records: list[tuple[int, str, str, int]],
