@@ -77,8 +77,10 @@ class SessionRows:
     def items(self, prefix: str) -> list[tuple[str, bytes]]:
         """Rows (``w`` + composite key) under ``prefix`` as of now, in key order."""
         time, name = self.time, self.name
-        found = {} if time.was_cut else dict(time.shared.window_rows[name].items(prefix))
+        # the pending rows first: a record released meanwhile (on the release thread) is
+        # replayed on the partition's rows before it leaves them, so one of the two has it
         layers = [] if time.was_cut else [{r: v for r, (v, _) in time.pending.rows.copy().items()}]
+        found = {} if time.was_cut else dict(time.shared.window_rows[name].items(prefix))
         for layer in [*layers, time.rows]:  # (older first: a later write wins)
             for (table, row), value in layer.items():
                 if table != name or not ("w" + row).startswith(prefix):

@@ -306,8 +306,38 @@ def test_session_windows_in_flight_merge_as_one_at_a_time_merges_them(seed: int)
     assert any("late" in v for v in outputs) and len(MERGES) > 3  # (sessions bridged)
     assert sum(len(f) for f in reference["finals"].values()) > 20
     for graph in (_sessions(_session_visit_async, concurrency=8),
+                  _sessions(_session_visit_async, concurrency=64),
                   _sessions(_session_visit, concurrency=8)):  # fmt: skip
         assert _session_outcome(graph, records, seed) == reference
+
+
+def test_a_record_reads_its_key_s_sessions_whole_while_an_earlier_record_is_released() -> None:
+    """Record 7 (key k) finished with a merged session, not released; record 9 of k reads
+    k's sessions just as record 7 is released on the release thread (replayed on the
+    partition's rows, then dropped from the pending ones): it sees the merged session."""
+    from types import SimpleNamespace
+
+    from goka.time.record_time import Pending, RecordTime
+
+    merged, old = "wk@000000000000100-000000000000300", "wk@000000000000100-000000000000200"
+    pending, rows = Pending(), {old: b"1"}
+    released = SimpleNamespace(rows={("visits", merged[1:]): b"2", ("visits", old[1:]): None},
+                               timers={})  # fmt: skip
+    pending.add(7, released)  # type: ignore[arg-type]
+
+    class Released:  # the partition's rows: record 7 is released right after they are read
+        def items(self, prefix: str) -> list[tuple[str, bytes]]:
+            found = sorted(rows.items())
+            rows.pop(old)
+            rows[merged] = b"2"
+            pending.drop(7, released)  # type: ignore[arg-type]
+            return found
+
+    graph = SimpleNamespace(windows={"visits": None})
+    shared = SimpleNamespace(graph=graph, window_rows={"visits": Released()},
+                             edge=lambda name: graph.windows[name])  # fmt: skip
+    record = RecordTime(shared, 0, pending)  # type: ignore[arg-type]
+    assert record.window_rows["visits"].items("wk@") == [(merged, b"2")]
 
 
 def test_session_windows_in_flight_must_stay_readable_for_their_gap() -> None:
