@@ -6,9 +6,10 @@ HTTP service that answers after 10 ms (``bench/peers/slowhttp``, a Go program: t
 costs the machine little of its two cores), then counts the key and emits the count:
 
 * goka-py: ``async def`` callback with aiohttp, the count in the group's table, in continuous
-  mode on a local SparkSession with a task slot per partition (``local[4]``, ``--slots``: a
-  continuous task runs its partitions one after the other), at ``concurrency`` 64 a partition
-  (and 1: the floor, on fewer records, since it runs at about 4 x 100 records/s);
+  mode on a local SparkSession with a task slot per partition (``local[4]``; ``--slots 1``:
+  one task runs the 4 partitions, their records in flight at once), at ``concurrency`` 64
+  a partition (and 1: the floor, on fewer records, since it runs at about 4 x 100
+  records/s);
 * parallel-consumer 0.5.3.3 (:mod:`bench.peers.parallel_consumer`): ``KEY`` ordering,
   ``maxConcurrency`` 256 (its whole consumer's: as many in flight as goka-py's 4 x 64), a
   blocking ``java.net.http`` call per record on its worker threads, the count in memory, the
