@@ -25,7 +25,7 @@ import heapq
 import json
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 
@@ -151,39 +151,39 @@ class Epoch:
     def _process(self, messages: list[Message], after: Message | None = None) -> None:
         if self.carrying:  # (records in flight across calls: what came back since the last)
             self.unreleased.extend(messages)
-            self._took(self.engine.carry(messages, self.config.in_flight_bytes))
+            self._carried(self.engine.carry(messages, self.config.in_flight_bytes))
             return
         rest = messages
         while True:
             result, after = self.engine.process(rest, after=after), None
-            self.unreleased.extend(rest)
-            self._took(result)
+            self._took(result, rest[: result.consumed])
             rest = rest[result.consumed :]
             if not rest and not self.engine.backlog:
                 return
             self.commit(wait=True)  # what fired hit the budget: commit, then go on
 
-    def _took(self, result: BatchResult) -> None:
-        """Pass on what an engine call did: the first ``consumed`` :attr:`unreleased` done."""
-        unreleased, positions = self.unreleased, self.positions
-        if self.carrying and not result.consumed:  # (nothing came back: nothing to send)
-            self.summary.flown(result.flight)
-            return
+    def _took(self, result: BatchResult, done: Iterable[Message]) -> None:
+        """Pass on what an engine call did, ``done`` its records done."""
         self.stores.take(result, self.output, self.summary, self.sections)
         changes = result.changes()
         self.pending.update(changes)
         self.changes.update(changes)
-        for _ in range(result.consumed):
-            message = unreleased.popleft()
+        positions = self.positions
+        for message in done:
             positions[message[0]] = message[1] + 1
-        if not self.carrying:
-            unreleased.clear()  # (the caller gives the rest again)
+
+    def _carried(self, result: BatchResult) -> None:
+        """Pass on what came back of the records in flight: the first ``consumed`` given."""
+        if not result.consumed:  # (nothing came back: nothing to send)
+            self.summary.flown(result.flight)
+            return
+        self._took(result, [self.unreleased.popleft() for _ in range(result.consumed)])
 
     def harvest(self) -> None:
         """Take what the records in flight across calls released since the last call (a
         partition that read nothing new this time)."""
         if self.carrying and self.unreleased:
-            self._took(self.engine.carry([], self.config.in_flight_bytes))
+            self._carried(self.engine.carry([], self.config.in_flight_bytes))
 
     @property
     def reading(self) -> dict[str, int]:
@@ -198,7 +198,7 @@ class Epoch:
         released (``first`` more for the first one); those that are not by then are read
         again from the positions committed (by the next epoch or bridge)."""
         if self.carrying:
-            self._took(self.engine.drain(seconds, first))
+            self._carried(self.engine.drain(seconds, first))
             self.unreleased.clear()
 
     def _join(self, records: list[Message]) -> None:

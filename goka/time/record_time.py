@@ -23,7 +23,7 @@ A record that fails is never replayed: its writes are simply dropped.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from goka.time.rows import MAX_TIME, composite
@@ -92,23 +92,6 @@ class SessionRows:
         return sorted(found.items())
 
 
-class _RowsOf(Mapping[str, SessionRows]):
-    """:attr:`RecordTime.window_rows`: a :class:`SessionRows` by window table."""
-
-    def __init__(self, time: RecordTime) -> None:
-        self.time = time
-
-    def __getitem__(self, name: str) -> SessionRows:
-        self.time.edge(name)  # (an unknown table: its error)
-        return SessionRows(self.time, name)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.time.graph.windows)
-
-    def __len__(self) -> int:
-        return len(self.time.graph.windows)
-
-
 class RecordTime(TtlMethods):
     """The time of one record in flight (see the module docstring): a
     :class:`~goka.time.ports.PartitionClock` over ``shared`` and ``pending``, at ``stream_time``
@@ -145,7 +128,7 @@ class RecordTime(TtlMethods):
     def window_rows(self) -> Mapping[str, SessionRows]:
         """Each window table's rows as the record reads them (its sessions: a prefix scan
         of its key's rows)."""
-        return _RowsOf(self)
+        return {name: SessionRows(self, name) for name in self.graph.windows}
 
     def edge(self, name: str) -> WindowDeclaration:
         return self.shared.edge(name)
