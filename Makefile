@@ -72,7 +72,7 @@ test: $(STAMP) $(CDS) $(BROWSER) $(POSTGRES) $(WAL2JSON) $(BUILDAH) kafka-libs
 	$(PY) -m pytest -m 'smoke and not longrun' --broker tansu -p no:cacheprovider
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -m 'not kafka and not spark and not slow and not postgres and not longrun'
+	$(PY) -m pytest -m 'not kafka and not spark and not slow and not postgres and not s3 and not longrun'
 
 # the tests that take minutes each (a 3-broker cluster losing its leader): not in make test
 test-slow: $(STAMP) $(CDS) $(POSTGRES) kafka-libs

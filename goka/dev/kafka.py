@@ -25,7 +25,7 @@ from goka.errors import BrokerError, BrokerNotFoundError
 
 __all__ = [
     "DEV_CLUSTER_ID", "KAFKA_VERSION", "KafkaNode", "cache_root", "fill_cache", "find_java",
-    "kafka_libs", "scratch_folder",
+    "kafka_libs", "maven_jars", "scratch_folder",
 ]  # fmt: skip
 
 #: The Apache Kafka release the development broker runs: the newest 4.x whose whole dependency
@@ -124,26 +124,37 @@ def kafka_libs(version: str = KAFKA_VERSION, *, cache: Path | None = None) -> Pa
         BrokerNotFoundError: the jars are not there and Maven is not installed.
         BrokerError: Maven could not resolve them (its last lines and the command to retry).
     """
-    root = cache or cache_root()
-    libs = root / f"kafka-{version}" / "libs"
+    libs = (cache or cache_root()) / f"kafka-{version}" / "libs"
+    pom = _POM.format(kafka=version, log4j=LOG4J_VERSION)
+    return maven_jars(f"Apache Kafka {version}", libs, pom, hint=_OR_TANSU)
+
+
+def maven_jars(what: str, libs: Path, pom: str, *, hint: str = "") -> Path:
+    """Return ``libs``, filled the first time with the runtime jars of the dependencies ``pom``
+    names (Maven's ``dependency:copy-dependencies`` into a new folder renamed into place by
+    :func:`fill_cache`). ``what`` names them in errors; ``hint``: another way out.
+
+    Raises:
+        BrokerNotFoundError: the jars are not there and Maven is not installed.
+        BrokerError: Maven could not resolve them (its last lines and the command to retry).
+    """
     if libs.is_dir():
         return libs
     mvn = shutil.which("mvn")
     if mvn is None:
-        raise BrokerNotFoundError(f"Apache Kafka {version}'s jars are not in {libs.parent} and "
-                                  f"Maven is needed to fetch them: {_INSTALL_MAVEN}, "
-                                  f"{_OR_TANSU}")  # fmt: skip
+        raise BrokerNotFoundError(f"{what}'s jars are not in {libs.parent} and Maven is needed "
+                                  f"to fetch them: {_INSTALL_MAVEN}"
+                                  + (f", {hint}" if hint else ""))  # fmt: skip
 
     def fetch(work: Path) -> None:
-        (work / "pom.xml").write_text(_POM.format(kafka=version, log4j=LOG4J_VERSION))
+        (work / "pom.xml").write_text(pom)
         command = [mvn, "-q", "-B", "-f", str(work / "pom.xml"), "dependency:copy-dependencies",
                    f"-DoutputDirectory={work / 'libs'}", "-DincludeScope=runtime"]  # fmt: skip
         done = subprocess.run(command, capture_output=True, text=True, timeout=900, check=False)
         if done.returncode != 0:
             tail = "\n".join((done.stdout + done.stderr).splitlines()[-25:])
-            raise BrokerError(f"Maven could not fetch Apache Kafka {version} "
-                              f"(exit code {done.returncode}):\n{tail}\n"
-                              f"retry with: {' '.join(command)}")  # fmt: skip
+            raise BrokerError(f"Maven could not fetch {what} (exit code {done.returncode}):"
+                              f"\n{tail}\nretry with: {' '.join(command)}")  # fmt: skip
 
     return fill_cache(libs, fetch, "libs")
 

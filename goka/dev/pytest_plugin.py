@@ -6,6 +6,9 @@
   closed after the test).
 * ``brokers``: the session broker's bootstrap servers string.
 * ``new_topic``: a factory creating a uniquely named topic, ``new_topic(partitions=4)``.
+* ``s3_server``: one S3 API server for the session (:class:`goka.dev.s3.LocalS3`, S3Proxy);
+  ``s3``: a new bucket on it for the test (:class:`S3Bucket`: its URL, storage options,
+  environment and file system).
 
 A test that uses the session broker fails at once, with the broker's last log lines, if the
 broker is no longer running; a failing test's report holds them too, and the whole log is kept
@@ -17,11 +20,13 @@ from __future__ import annotations
 import itertools
 import shutil
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
 from goka.dev.broker import KINDS, EmbeddedBroker
+from goka.dev.s3 import LocalS3
 from goka.topic_manager import TopicManager
 
 _counter = itertools.count()
@@ -116,3 +121,58 @@ def new_topic(topic_manager: TopicManager, request: pytest.FixtureRequest) -> Ca
         return name
 
     return create
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory,
+              request: pytest.FixtureRequest) -> Iterator[LocalS3]:  # fmt: skip
+    """The S3 API server shared by the session (its log kept when a test failed)."""
+    with LocalS3() as server:
+        yield server
+        if request.session.testsfailed and server.log_path.exists():
+            kept = tmp_path_factory.getbasetemp() / "s3proxy.log"
+            shutil.copyfile(server.log_path, kept)
+            print(f"\nthe session S3 server's log: {kept}")
+
+
+@dataclass(frozen=True)
+class S3Bucket:
+    """A test's own bucket on the session's S3 server.
+
+    Attributes:
+        server: the server.
+        name: the bucket's name.
+    """
+
+    server: LocalS3
+    name: str
+
+    @property
+    def url(self) -> str:
+        """``s3://<bucket>``."""
+        return f"s3://{self.name}"
+
+    @property
+    def storage_options(self) -> dict[str, Any]:
+        return self.server.storage_options
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The AWS variables that point another process at the server."""
+        return self.server.env
+
+    def fs(self) -> Any:
+        """An s3fs file system of the server (its own instance: no cache shared with code under
+        test)."""
+        import s3fs
+
+        return s3fs.S3FileSystem(skip_instance_cache=True, **self.storage_options)
+
+
+@pytest.fixture
+def s3(s3_server: LocalS3) -> S3Bucket:
+    """A new bucket on the session's S3 server."""
+    if not s3_server.running:
+        pytest.fail(f"the session's S3 server is not running; its log ends:\n"
+                    f"{s3_server.log_tail(REPORT_LINES)}", pytrace=False)  # fmt: skip
+    return S3Bucket(s3_server, s3_server.make_bucket())

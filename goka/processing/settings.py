@@ -74,6 +74,21 @@ def _setting(default: Any, description: str, *, flag: Callable[[str], Any] | Non
     return field(default=default, metadata=metadata)
 
 
+def json_options(text: str) -> dict[str, Any]:
+    """A JSON object given on the command line (``--storage-options '{"endpoint_url": ...}'``).
+
+    Raises:
+        ConfigurationError: not a JSON object.
+    """
+    try:
+        found = json.loads(text)
+    except ValueError as exc:
+        raise ConfigurationError(f"not JSON ({exc}): {text!r}") from None
+    if not isinstance(found, dict):
+        raise ConfigurationError(f"a JSON object is expected, got {text!r}")
+    return found
+
+
 def _topics() -> TopicManagerConfig:
     from goka.topic_manager import TopicManagerConfig
 
@@ -202,8 +217,14 @@ class ProcessorSettings:
         ``gs://``, ``hdfs://``; shared by all executors; default:
         ``<checkpoint_dir>/state``).""", flag=str)  # fmt: skip
     snapshots_kept: int = _setting(3, "Snapshots kept per partition.", flag=int)
+    storage_options: Mapping[str, Any] = _setting(None, """fsspec storage options of every
+        location that is a URL: ``snapshot_dir``, and the stop signal and partition board
+        beside ``checkpoint_dir`` (for ``s3://``: s3fs's ``key``, ``secret``,
+        ``endpoint_url``, ``client_kwargs``, ``config_kwargs``; the standard AWS variables
+        and profiles apply without them). On the command line a JSON object.""",
+        factory=dict, flag=json_options)  # fmt: skip
     snapshot_options: Mapping[str, Any] = _setting(None, """fsspec storage options for
-        ``snapshot_dir`` (credentials, endpoints).""", factory=dict)  # fmt: skip
+        ``snapshot_dir`` only (they win over ``storage_options``).""", factory=dict)  # fmt: skip
     kafka_config: Mapping[str, Any] = _setting(None, """librdkafka settings for every
         client; a key prefixed ``consumer.``, ``producer.`` or ``admin.`` goes to those
         clients only, without its prefix (``consumer.fetch.wait.max.ms``), as Kafka Streams'
@@ -236,6 +257,7 @@ class ProcessorSettings:
             level = self.log_level.upper()
             self._set(log_level="WARNING" if level == "WARN" else level)
         _check(self)
+        self._set(snapshot_options={**self.storage_options, **self.snapshot_options})
 
     def _set(self, **values: Any) -> None:
         for name, value in values.items():
@@ -282,7 +304,7 @@ def _check_types(s: ProcessorSettings) -> None:
             or not math.isfinite(value)
         ):
             raise ConfigurationError(f"{name} must be a number of seconds, got {value!r}")
-    for name in ("kafka_config", "producer_config", "snapshot_options"):
+    for name in ("kafka_config", "producer_config", "snapshot_options", "storage_options"):
         if not isinstance(getattr(s, name), Mapping):
             raise ConfigurationError(f"{name} must be a mapping of settings, got "
                                      f"{getattr(s, name)!r}")  # fmt: skip

@@ -10,10 +10,11 @@ import json
 import os
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from goka.storage.urls import filesystem
+from goka.storage.urls import filesystem, remove
 
 __all__ = ["PartitionBoard", "StopSignal"]
 
@@ -26,11 +27,12 @@ class StopSignal:
         ConfigurationError: the URL's protocol is unknown or its package is not installed.
     """
 
-    def __init__(self, url: str, every: float = 0.2) -> None:
+    def __init__(self, url: str, every: float = 0.2,
+                 storage_options: Mapping[str, Any] | None = None) -> None:  # fmt: skip
         self.url, self.every = url, every
         self._next = 0.0
         self._set = False
-        self._fs, self._path = filesystem(url, local_as_none=True)
+        self._fs, self._path = filesystem(url, storage_options, local_as_none=True)
 
     def __call__(self) -> bool:
         """Whether the stop was asked for (checked at most every ``every`` seconds)."""
@@ -59,7 +61,7 @@ class StopSignal:
             if self._fs is None:
                 os.unlink(self._path)
             elif self._fs.exists(self._path):
-                self._fs.rm(self._path)
+                remove(self._fs, self._path)
 
 
 class PartitionBoard:
@@ -77,10 +79,11 @@ class PartitionBoard:
         ConfigurationError: the URL's protocol is unknown or its package is not installed.
     """
 
-    def __init__(self, url: str, every: float = 1.0) -> None:
+    def __init__(self, url: str, every: float = 1.0,
+                 storage_options: Mapping[str, Any] | None = None) -> None:  # fmt: skip
         self.url, self.every = url.rstrip("/"), every
         self._written: dict[str, tuple[str, float]] = {}
-        self._fs, self._path = filesystem(self.url, local_as_none=True)
+        self._fs, self._path = filesystem(self.url, storage_options, local_as_none=True)
         self._lock = threading.Condition()
         self._pending: dict[str, dict[str, Any]] = {}  # progress to write, the last per name
         self._writing = False

@@ -33,7 +33,7 @@ from goka.processing.signals import PartitionBoard
 from goka.processing.summary import PartitionSummary
 from goka.processing.timeline import no_lap
 from goka.processing.uploads import stage_due
-from goka.processing.worker import Worker
+from goka.processing.worker import Worker, frozen
 from goka.storage import Storage, WriteBatch
 from goka.storage.snapshots import Manifest
 from goka.time.pending_rows import PendingRows, section_graces
@@ -75,8 +75,11 @@ class PartitionStores:
         self._manifests: list[Manifest] | None = None
         url = config.board_url
         self.bridging = not ask  # (a bridge between epochs)
+        options = config.storage_options
         self.board: PartitionBoard | None = None if url is None else worker.client(
-            ("board", url), lambda: PartitionBoard(url), PartitionBoard.settle)  # fmt: skip
+            ("board", url, frozen(options)),
+            lambda: PartitionBoard(url, storage_options=options), PartitionBoard.settle,
+        )  # fmt: skip
         self.delivery: Delivery | None = None  # final results being produced (``defer``)
         self._written: Mapping[str, int] = {}  # the inputs' positions last written
         self.leases: dict[str, Lease] = {

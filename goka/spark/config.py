@@ -12,6 +12,7 @@ from goka.kafka.config import bootstrap_servers
 from goka.processing.config import TaskConfig
 from goka.processing.settings import MODES, ProcessorSettings
 from goka.spark.session import SessionSettings
+from goka.storage.urls import check_location
 
 __all__ = ["MODES", "ProcessorConfig"]
 
@@ -47,9 +48,12 @@ class ProcessorConfig(ProcessorSettings):
         )
         snapshots = self.snapshot_dir or f"{checkpoint.rstrip('/')}/state"
         self._set(checkpoint_dir=checkpoint, snapshot_dir=snapshots)
-        if self.snapshot_interval:  # the location must be usable now, not in the first snapshot
+        # the locations must be usable now, not in the first snapshot or from inside a task
+        if self.snapshot_interval:
             self.builders.snapshots(self.snapshot_dir, keep=self.snapshots_kept,
                                     storage_options=dict(self.snapshot_options))  # fmt: skip
+            check_location(self.snapshot_dir, self.snapshot_options, what="snapshot_dir")
+        check_location(self.checkpoint_dir, self.storage_options, what="checkpoint_dir")
 
     @property
     def stop_url(self) -> str:

@@ -87,9 +87,10 @@ class Processor:
         self._stopping = threading.Event()
         self._epoch_ended = threading.Event()
         self._continuous = False  # the running query is continuous
-        self._stop_signal = StopSignal(self.config.stop_url)
+        options = self.config.storage_options
+        self._stop_signal = StopSignal(self.config.stop_url, storage_options=options)
         #: what the tasks say their partitions are doing while they recover (the monitor)
-        self.board = PartitionBoard(self.config.board_url)
+        self.board = PartitionBoard(self.config.board_url, storage_options=options)
         self.started_at = time.time()  # (what the board said before is another run's)
         self._partitions = 0
         self.failure: str | None = None  # why the query failed (see wait)

@@ -114,7 +114,8 @@ def process_epoch(
                       config.graph.group, index, share, sorted(starts))  # fmt: skip
         if not starts:
             return _rows([])
-    stop = StopSignal(config.stop_url) if config.stop_url else lambda: False
+    stop = StopSignal(config.stop_url, storage_options=config.storage_options) \
+        if config.stop_url else lambda: False  # fmt: skip
     seconds = min(config.epoch, max(0.0, deadline_ms / 1000 - time.time()))
     return _rows(run_epoch(config, worker, starts, seconds, stop, bridge=True))
 

@@ -23,7 +23,6 @@ its files already are, so snapshots stay incremental across processes sharing th
 from __future__ import annotations
 
 import logging
-import secrets
 import time
 import zlib
 from collections.abc import Mapping
@@ -42,7 +41,7 @@ from goka.storage.manifests import (
     remove_abandoned,
     stage,
 )
-from goka.storage.urls import filesystem
+from goka.storage.urls import filesystem, remove, write_whole
 
 __all__ = [
     "Manifest",
@@ -205,29 +204,25 @@ class SnapshotStore:
         self.fs.get_file(remote, str(local))
 
     def _upload(self, local: Path, remote: str) -> int:
-        """Copy ``local`` to ``remote`` atomically (a temporary name, then a rename)."""
+        """Copy ``local`` to ``remote`` whole or not at all (:func:`write_whole`)."""
         crc = _crc32(local)
-        temporary = f"{remote}.{secrets.token_hex(4)}.tmp"
-        self.fs.put_file(str(local), temporary)
-        self.fs.mv(temporary, remote)
+        write_whole(self.fs, remote, local=str(local))
         return crc
 
     def _put(self, remote: str, data: bytes) -> None:
-        temporary = f"{remote}.{secrets.token_hex(4)}.tmp"
-        self.fs.pipe_file(temporary, data)
-        self.fs.mv(temporary, remote)
+        write_whole(self.fs, remote, data)
 
     def _prune(self, group: str, partition: int) -> None:
         base = self.location(group, partition)
         manifests = self.manifests(group, partition)  # read again: others may have published
         for old in manifests[self.keep :]:
-            self.fs.rm(f"{base}/manifests/{old.id}.json")
+            remove(self.fs, f"{base}/manifests/{old.id}.json")
         named = {f"{base}/{f.object}" for m in manifests[: self.keep] for f in m.objects()}
         unused = [p for p in self._list(f"{base}/files") if p not in named]
         unused += [p for p in self._list(f"{base}/manifests") if p.endswith(".tmp")]
         for path in unused:
             if self._old(path):
-                self.fs.rm(path)
+                remove(self.fs, path)
 
     def _old(self, path: str) -> bool:
         try:

@@ -118,8 +118,16 @@ class Machine:
         self.worker.close()
 
 
-@pytest.fixture
-def url() -> Iterator[str]:
+@pytest.fixture(params=["memory", pytest.param("s3", marks=pytest.mark.s3)])
+def url(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """Where snapshots go: fsspec's memory file system, or a bucket on the S3 server (reached
+    through the standard AWS variables, as a deployed processor is)."""
+    if request.param == "s3":
+        bucket = request.getfixturevalue("s3")
+        for name, value in bucket.env.items():
+            monkeypatch.setenv(name, value)
+        yield f"{bucket.url}/snapshots"
+        return
     location = f"memory://snapshots-{next(_urls)}"
     yield location
     fs = fsspec.filesystem("memory")

@@ -1,5 +1,5 @@
 """The partition processor without Spark or a broker: memory storage, a recording producer, a
-reader over lists, snapshots in fsspec's memory file system. Each `Machine` is an executor: its
+reader over lists, snapshots in fsspec's memory file system or on the S3 server. Each `Machine` is an executor: its
 own state directory and its own worker process resources."""
 
 from __future__ import annotations
@@ -9,7 +9,6 @@ import logging
 from pathlib import Path
 from typing import Any
 
-import fsspec
 import pytest
 
 from goka import (
@@ -227,7 +226,7 @@ def test_a_corrupt_snapshot_file_is_named_and_an_older_snapshot_used(
     store = SnapshotStore(url)
     newest, older = store.manifests(CLICKS.group, 0)[:2]
     (file,) = newest.stores["partition"].files.values()
-    fs = fsspec.filesystem("memory")
+    fs = store.fs
     target = f"{store.location(CLICKS.group, 0)}/{file.object}"
     fs.pipe_file(target, fs.cat_file(target)[:-3] + b"xyz")  # same size, other bytes
     b = Machine(kafka, tmp_path / "b", snapshots=url)
@@ -250,7 +249,7 @@ def test_truncated_and_missing_snapshot_files_fall_back_to_a_rebuild(
     store = SnapshotStore(url)
     (only,) = store.manifests(CLICKS.group, 0)
     (file,) = only.stores["partition"].files.values()
-    fs = fsspec.filesystem("memory")
+    fs = store.fs
     target = f"{store.location(CLICKS.group, 0)}/{file.object}"
     fs.pipe_file(target, fs.cat_file(target)[:100])
     with caplog.at_level(logging.WARNING):
@@ -260,7 +259,7 @@ def test_truncated_and_missing_snapshot_files_fall_back_to_a_rebuild(
     newest = store.manifests(CLICKS.group, 0)[0]  # b's own, after its rebuild
     (file,) = newest.stores["partition"].files.values()
     missing = f"{store.location(CLICKS.group, 0)}/{file.object}"
-    fs.rm(missing)
+    fs.rm_file(missing)
     caplog.clear()
     c = Machine(kafka, tmp_path / "c", snapshots=url)
     with caplog.at_level(logging.WARNING):
