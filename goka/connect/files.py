@@ -145,10 +145,11 @@ class FileSourceJob(SourceJob[Position]):
                  kafka_config: dict[str, Any] | None = None) -> None:  # fmt: skip
         if not isinstance(source, FileSource):
             raise ConfigurationError(f"source must be a FileSource, got {source!r}")
-        from fsspec.core import url_to_fs
+        from goka.storage.urls import check_location, filesystem
 
         super().__init__(source, brokers, kafka_config=kafka_config)
-        self.fs, root = url_to_fs(source.path, **dict(source.storage_options or {}))
+        check_location(source.path, source.storage_options, what=f"file source {source.name!r}")
+        self.fs, root = filesystem(source.path, source.storage_options)
         self.root = root.rstrip("/") or "/"
         self._late: set[tuple[int, str]] = set()
         self._done: set[tuple[int, str]] = set()
@@ -181,6 +182,7 @@ class FileSourceJob(SourceJob[Position]):
         such a late file is reported once and not read, or the order would break)."""
         found = []
         now = time.time()
+        self.fs.invalidate_cache()  # (what another writer put there since the last look)
         try:
             listing = self.fs.find(self.root, detail=True)
         except FileNotFoundError:

@@ -64,6 +64,7 @@ class Manifest:
         write_whole(self.fs, path, data)
 
     def _list(self, directory: str) -> list[str]:
+        self.fs.invalidate_cache(directory)  # (what other processes wrote since: s3fs caches)
         try:
             return sorted(str(p) for p in self.fs.ls(directory, detail=False))
         except FileNotFoundError:

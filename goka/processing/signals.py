@@ -45,6 +45,7 @@ class StopSignal:
     def _exists(self) -> bool:
         if self._fs is None:
             return os.path.exists(self._path)
+        self._fs.invalidate_cache(self._path)  # (the driver's, another process: s3fs caches)
         return bool(self._fs.exists(self._path))
 
     def set(self) -> None:
@@ -172,6 +173,7 @@ class PartitionBoard:
                 names = [n for n in os.listdir(self._path) if n.endswith(".json")]
                 texts = {n: Path(self._path, n).read_text() for n in names}
             else:
+                self._fs.invalidate_cache(self._path)  # (the tasks write it: s3fs caches)
                 names = [p.rsplit("/", 1)[-1] for p in self._fs.ls(self._path, detail=False)]
                 texts = {n: self._fs.cat(f"{self._path}/{n}").decode() for n in names
                          if n.endswith(".json")}  # fmt: skip

@@ -27,6 +27,7 @@ from goka.connect.task import COUNTS, SinkTask, Writer, encode_task, open_writer
 from goka.errors import ConfigurationError
 from goka.kafka.config import check_settings
 from goka.processing.values import check_master, trigger_seconds
+from goka.storage.urls import check_location
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -117,6 +118,8 @@ class SinkJob:
         if trigger != "available-now":
             trigger_seconds(trigger)
         check_settings(self.kafka_config)
+        if isinstance(sink, ParquetSink):  # (reached now, not from inside a task)
+            check_location(sink.path, sink.storage_options, what=f"Parquet sink {sink.name!r}")
         self.task = SinkTask(sink, brokers, self.kafka_config, chunk=chunk, writer=writer)
         self._spark, self._master = spark, master
         self._query: StreamingQuery | None = None

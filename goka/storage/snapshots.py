@@ -195,6 +195,7 @@ class SnapshotStore:
 
     # -- internals -------------------------------------------------------------------------------
     def _list(self, path: str) -> list[str]:
+        self.fs.invalidate_cache(path)  # (what other processes published since: s3fs caches)
         try:
             return [str(p) for p in self.fs.ls(path, detail=False)]
         except FileNotFoundError:
