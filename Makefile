@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo kafka-libs test test-fast test-slow check lint format typecheck bench proto docs image clean
+.PHONY: demo kafka-libs s3-libs test test-fast test-slow check lint format typecheck bench proto docs image clean
 
 $(STAMP): pyproject.toml setup.py goka/_speedups.c goka/_window_update.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -21,6 +21,10 @@ $(CDS): $(STAMP) goka/spark/session.py goka/spark/class_data.py goka/commands/cl
 # Apache Kafka's jars (Maven Central, into ~/.cache/goka-py, once): the development broker
 kafka-libs: $(STAMP)
 	$(PY) -m goka.cli broker --fetch >/dev/null
+
+# S3Proxy's jars (Maven Central, into ~/.cache/goka-py, once): the S3 API server of the tests
+s3-libs: $(STAMP)
+	$(PY) -m goka.cli s3 --fetch >/dev/null
 
 demo: $(STAMP) $(CDS) kafka-libs
 	$(PY) -m examples.click_count.demo $(ARGS)
@@ -67,7 +71,7 @@ image: $(STAMP)
 # of a core busy on average), and each worker has its own broker and SparkSession. (Three
 # took 11:51-13:34 instead of 13:16 on 1,137-1,157 tests, but one run in five failed
 # test_continuous' check that a partition stays in its Python worker: kept at two.)
-test: $(STAMP) $(CDS) $(BROWSER) $(POSTGRES) $(WAL2JSON) $(BUILDAH) kafka-libs
+test: $(STAMP) $(CDS) $(BROWSER) $(POSTGRES) $(WAL2JSON) $(BUILDAH) kafka-libs s3-libs
 	$(PY) -m pytest -n 2 --dist loadfile --no-loadscope-reorder -m 'not longrun'
 	$(PY) -m pytest -m 'smoke and not longrun' --broker tansu -p no:cacheprovider
 
@@ -75,7 +79,7 @@ test-fast: $(STAMP)
 	$(PY) -m pytest -m 'not kafka and not spark and not slow and not postgres and not s3 and not longrun'
 
 # the tests that take minutes each (a 3-broker cluster losing its leader): not in make test
-test-slow: $(STAMP) $(CDS) $(POSTGRES) kafka-libs
+test-slow: $(STAMP) $(CDS) $(POSTGRES) kafka-libs s3-libs
 	$(PY) -m pytest -m longrun
 
 lint: $(STAMP)

@@ -51,7 +51,7 @@ def _version() -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     """Return the parser of the ``goka`` command."""
-    from goka.commands import broker, connect, processor, table, topics, view
+    from goka.commands import broker, connect, processor, s3, table, topics, view
     from goka.commands.options import Parser
 
     parser = Parser(
@@ -68,7 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="text, or one JSON object per line (default: text; env "
                         "GOKA_LOG_FORMAT)")  # fmt: skip
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (processor, view, table, topics, connect, broker):
+    for module in (processor, view, table, topics, connect, broker, s3):
         module.register(commands)
     return parser
 

@@ -58,7 +58,9 @@ class Container:
             capture_output=True, text=True).stdout)  # fmt: skip
         if entrypoint is None:
             entrypoint = config["OCIv1"]["config"].get("Entrypoint") or []
-        command = ["buildah", "run", "--isolation", "chroot", "--network", "host"]
+        # the host's network and its name, which resolves there as with docker --network host
+        # (a name of its own did not: Spark looks it up where AWS variables are set)
+        command = ["buildah", "run", "--isolation", "chroot", "--network", "host", "--uts", "host"]
         for host, inside in (volumes or {}).items():
             command += ["--volume", f"{host}:{inside}"]
         for key, value in (env or {}).items():

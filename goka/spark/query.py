@@ -10,10 +10,11 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
+from goka.errors import ConfigurationError
 from goka.spark.config import ProcessorConfig
 from goka.spark.source import GokaKafkaSource
 
-__all__ = ["start_query"]
+__all__ = ["check_checkpoint_scheme", "start_query"]
 
 
 def start_query(
@@ -32,6 +33,7 @@ def start_query(
     micro-batch's (epoch's) summary rows; in continuous mode an epoch has ``slots`` tasks
     (``claims``: all on one machine, see :mod:`goka.processing.claims`)."""
     graph = config.graph
+    check_checkpoint_scheme(spark, config.checkpoint_dir)
     spark.dataSource.register(GokaKafkaSource)
     reader = (
         spark.readStream.format("goka-kafka")
@@ -64,3 +66,28 @@ def start_query(
     else:  # epochs follow each other at once
         writer = writer.trigger(processingTime="0 seconds" if continuous else config.trigger)
     return writer.start()
+
+
+def check_checkpoint_scheme(spark: SparkSession, checkpoint_dir: str) -> None:
+    """Refuse, with one error naming it, a checkpoint URL whose scheme Spark's JVM has no
+    Hadoop file system for (``s3a://`` without hadoop-aws and the AWS SDK on its classpath),
+    before the query starts and fails deep inside Spark.
+
+    Raises:
+        ConfigurationError: no Hadoop file system for the scheme.
+    """
+    scheme = checkpoint_dir.split("://", 1)[0] if "://" in checkpoint_dir else ""
+    if scheme in ("", "file"):
+        return
+    jvm: Any = spark._jvm
+    conf = spark._jsc.hadoopConfiguration()
+    try:
+        jvm.org.apache.hadoop.fs.FileSystem.getFileSystemClass(scheme, conf)
+    except Exception as exc:  # (py4j's error of the JVM's UnsupportedFileSystemException)
+        raise ConfigurationError(
+            f"checkpoint_dir {checkpoint_dir}: Spark has no Hadoop file system for {scheme}:// "
+            f"on its classpath ({str(exc).splitlines()[0][:200]}). Put it there (for s3a://: "
+            "org.apache.hadoop:hadoop-aws of Spark's Hadoop version and the AWS SDK), or keep "
+            "the checkpoint on the container's disk with snapshots on object storage "
+            '(docs/operations.md, "State in object storage")'
+        ) from None

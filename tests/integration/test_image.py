@@ -1,9 +1,11 @@
 """The Dockerfile's images, built (``tools.image``: buildah, on a stand-in base where the
 official one cannot be pulled) and run as containers on the host's network against an embedded
-broker and a PostgreSQL server on this machine: the click-count processor and the PostgreSQL
-sink from the full image, the view server from the slim one, each as the image's non-root user
-with its state on a mounted directory; clicks emitted from the host, the counts read over gRPC
-and HTTP from the view container and in PostgreSQL; every container stopped with SIGTERM."""
+broker, a PostgreSQL server and an S3 server on this machine: the click-count processor (its
+snapshots on S3) and the PostgreSQL sink from the full image, the view server from the slim
+one, each as the image's non-root user with its state on a mounted directory; clicks emitted
+from the host, the counts read over gRPC and HTTP from the view container and in PostgreSQL;
+every container stopped with SIGTERM; then a new processor container with empty state restores
+every partition from the snapshots on S3 (the AWS variables point it there)."""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from examples.click_count.group import GROUP, TOPIC
 from goka import Emitter, StringCodec, TopicManager
 from goka.dev import EmbeddedBroker
 from goka.dev.postgres import LocalPostgres, find_postgres
+from goka.dev.pytest_plugin import S3Bucket
 from goka.grpc import ViewClient
 from tools.containers import Container, buildah_problem
 from tools.image import build
@@ -67,7 +70,9 @@ def test_images_run_the_click_count_services(
     tmp_path: Path,
     kafka_broker: EmbeddedBroker,
     make_broker: Callable[..., EmbeddedBroker],
+    s3: S3Bucket,
 ) -> None:
+    snapshots = f"{s3.url}/snapshots"
     with contextlib.nullcontext(without(kafka_broker, make_broker, TOPIC, TABLE)) as broker:
         brokers = broker.bootstrap
         topics = TopicManager(brokers)
@@ -81,7 +86,8 @@ def test_images_run_the_click_count_services(
             "processor": Container(images["full"], [
                 "processor", "run", "examples.click_count.group:graph", "--brokers", brokers,
                 "--state-dir", "/state/processor", "--http-port", str(processor_http),
-            ], log=tmp_path / "processor.log", volumes={state: "/state"}),
+                "--snapshot-dir", snapshots,
+            ], log=tmp_path / "processor.log", volumes={state: "/state"}, env=s3.env),
             "view": Container(images["slim"], [
                 "view", "serve", "--table", TABLE, "--codec", "int64", "--brokers", brokers,
                 "--path", "/state/view", "--port", str(grpc_port), "--http-port", str(view_http),
@@ -99,6 +105,10 @@ def test_images_run_the_click_count_services(
             _counts_in_postgres(containers, clicks, postgres.dsn)
             wait_for(lambda: http_status(f"http://127.0.0.1:{processor_http}/readyz") == 200,
                      what="the processor's /readyz")  # fmt: skip
+            fs = s3.fs()
+            wait_for(lambda: all(fs.invalidate_cache() or fs.glob(
+                f"{s3.name}/snapshots/{GROUP}/{p}/manifests/*.json") for p in range(4)),
+                what="a snapshot of each partition on S3")  # fmt: skip
             for name, container in containers.items():
                 code, took = container.stop(GRACE[name])
                 assert code == 0, f"{name} exited with {code}: {container.output()[-3000:]}"
@@ -108,6 +118,21 @@ def test_images_run_the_click_count_services(
     owners = {path.stat().st_uid for path in state.rglob("*")}
     assert owners == {UID}, owners  # everything the services wrote, as the image's user
     assert {"processor", "view", "sink"} <= {path.name for path in state.iterdir()}
+    _restored_in_a_new_container(images["full"], brokers, snapshots, s3, tmp_path)
+
+
+def _restored_in_a_new_container(image: str, brokers: str, snapshots: str, s3: S3Bucket,
+                                 tmp_path: Path) -> None:  # fmt: skip
+    """A processor container with nothing on its disk restores every partition from S3."""
+    with Container(image, [
+        "processor", "run", "examples.click_count.group:graph", "--brokers", brokers,
+        "--state-dir", "/state/processor", "--snapshot-dir", snapshots, "--until-caught-up",
+    ], log=tmp_path / "restore.log", volumes={state_dir(tmp_path / "new"): "/state"},
+            env=s3.env) as container:  # fmt: skip
+        code = container.process.wait(timeout=300)
+        said = container.output()
+    assert code == 0, said[-3000:]
+    assert "stores: 0 reused, 0 opened, 0 caught_up, 4 restored, 0 rebuilt" in said, said[-3000:]
 
 
 def _emit(brokers: str) -> Counter[str]:

@@ -91,3 +91,17 @@ def test_a_wrong_endpoint_credential_or_bucket_fails_at_declaration_naming_the_u
         with pytest.raises(ConfigurationError) as refused:
             make_processor(graph, snapshot_dir=where, storage_options=options)
         assert f"snapshot_dir {where}: {said}" in str(refused.value)
+
+
+def test_a_checkpoint_on_s3a_without_hadoop_aws_is_refused_before_the_query_starts(
+    s3: S3Bucket, brokers: str, new_topic: Callable[..., str], make_processor: Any,
+) -> None:  # fmt: skip
+    topic = new_topic(partitions=1)
+    graph = define_group(f"{topic}-g", input(topic, StringCodec(), count), persist(Int64Codec()))
+    checkpoint = f"s3a://{s3.name}/checkpoint"
+    processor = make_processor(graph, checkpoint_dir=checkpoint, snapshot_interval=0.0,
+                               storage_options=s3.storage_options)  # fmt: skip
+    with pytest.raises(ConfigurationError) as refused:
+        processor.run_until_caught_up(timeout=60)
+    assert str(refused.value).startswith(f"checkpoint_dir {checkpoint}: Spark has "
+                                         "no Hadoop file system for s3a://")  # fmt: skip

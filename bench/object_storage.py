@@ -1,0 +1,194 @@
+"""State and archives in object storage, on an S3 server (S3Proxy, ``goka.dev.s3``) beside the
+Apache Kafka development broker, each figure against its baseline in the same run:
+
+* ``restore``: a group whose table holds ``--keys`` keys over 4 partitions, run in a new
+  container (its state directory and Spark checkpoint deleted) after a few records more: its
+  stores restored from snapshots on S3, against the same with snapshots off (every store
+  rebuilt from the table topic). Measured: the tasks' time to lease and recover their stores
+  (``ready_seconds``, summed over the partitions; the target is restore <= 0.3x rebuild), and
+  the whole run's wall time beside it. Runs alternate which goes first.
+* ``latency``: the count group in continuous mode at ``--rate`` events/s for ``--seconds``
+  (``bench.latency``'s measurement): p99 emit -> table record with snapshots to S3 every 30 s,
+  against snapshots off (target: within 1.2x).
+* ``parquet``: the Parquet sink archiving ``--messages`` JSON records to ``s3://`` against the
+  same to a local directory (target: >= 0.7x the local rate); both read back and compared.
+
+    python -m bench.object_storage [--only restore,latency,parquet] [--runs 3] [--keys 1000000]
+        [--rate 2000] [--seconds 65] [--messages 1000000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.common import fresh_topic, percentile, produce_records, start_broker, summary
+from goka import Int64Codec, JsonCodec, StringCodec, define_group, input, persist
+from goka.connect import ParquetSink, read_table
+from goka.dev.s3 import LocalS3
+from goka.spark import Processor
+from goka.spark.session import build_session
+from goka.spark.sink import SinkJob
+
+PARTITIONS = 4
+
+
+def count(ctx: Any, msg: str) -> None:
+    ctx.set_value((ctx.value() or 0) + 1)
+
+
+def restore(spark: Any, brokers: str, s3: LocalS3, keys: int, runs: int) -> list[str]:
+    """Restore from S3 against rebuild from the table (see the module docstring)."""
+    topic = fresh_topic(brokers, "restore", PARTITIONS)
+    graph = define_group(f"{topic}-g", input(topic, StringCodec(), count), persist(Int64Codec()))
+    produce_records(brokers, topic, ((f"user-{i:08d}", b"/p") for i in range(keys)))
+    bucket = s3.make_bucket()
+    snapshots = {"snapshot_dir": f"s3://{bucket}/snapshots", "snapshot_interval": 30.0,
+                 "storage_options": s3.storage_options}  # fmt: skip
+    state = Path(tempfile.mkdtemp(prefix="goka-bench-s3-"))
+
+    def run(**settings: Any) -> tuple[float, float, Any]:
+        shutil.rmtree(state, ignore_errors=True)  # a new container: nothing on its disk
+        processor = Processor(graph, brokers, spark=spark, mode="micro-batch",
+                              state_dir=state / "state", checkpoint_dir=state / "checkpoint",
+                              **settings)  # fmt: skip
+        started = time.monotonic()
+        totals = processor.run_until_caught_up(timeout=900)
+        wall = time.monotonic() - started
+        ready = sum(p.ready_seconds for b in totals.recent for p in b.partitions)
+        return ready, wall, totals
+
+    first = run(**snapshots)[2]  # the stores made, their first snapshots published
+    print(f"restore: {keys:,} keys in {PARTITIONS} partitions, first run: {first.describe()}",
+          flush=True)  # fmt: skip
+    _wait_for_snapshots(s3, bucket, graph.group)
+    lines, ratios = [], []
+    for number in range(runs):
+        more = range(0, keys, max(1, keys // 400))  # (a few records in every partition)
+        produce_records(brokers, topic, ((f"user-{i:08d}", b"/p") for i in more))
+        order = ("restore", "rebuild") if number % 2 == 0 else ("rebuild", "restore")
+        got: dict[str, tuple[float, float, Any]] = {}
+        for what in order:
+            got[what] = run(**snapshots) if what == "restore" else run(snapshot_interval=0.0)
+            stores = got[what][2].stores
+            want = "restored" if what == "restore" else "rebuilt"
+            assert stores[want] == PARTITIONS, f"{what}: {dict(stores)}"
+        ratio = got["restore"][0] / got["rebuild"][0]
+        ratios.append(ratio)
+        lines.append(f"restore run {number + 1}: stores ready in {got['restore'][0]:.2f} s "
+                     f"restored from S3 ({got['restore'][2].restored_bytes / 2**20:.1f} MB) vs "
+                     f"{got['rebuild'][0]:.2f} s rebuilt from the table "
+                     f"({got['rebuild'][2].table_records:,} records): {ratio:.3f}; whole runs "
+                     f"{got['restore'][1]:.1f} s vs {got['rebuild'][1]:.1f} s "
+                     f"({got['restore'][1] / got['rebuild'][1]:.2f})")  # fmt: skip
+        print(lines[-1], flush=True)
+    shutil.rmtree(state, ignore_errors=True)
+    lines.append(f"restore/rebuild (stores ready): {summary(ratios)} (target <= 0.3)")
+    return lines
+
+
+def _wait_for_snapshots(s3: LocalS3, bucket: str, group: str) -> None:
+    import s3fs
+
+    fs = s3fs.S3FileSystem(skip_instance_cache=True, **s3.storage_options)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        fs.invalidate_cache()
+        if all(fs.glob(f"{bucket}/snapshots/{group}/{p}/manifests/*.json")
+               for p in range(PARTITIONS)):  # fmt: skip
+            return
+        time.sleep(0.2)
+    raise AssertionError("no snapshot of every partition on S3 within 120 s")
+
+
+def latency(spark: Any, brokers: str, s3: LocalS3, rate: int, seconds: float,
+            runs: int) -> list[str]:  # fmt: skip
+    """p99 with snapshots to S3 every 30 s against snapshots off."""
+    from bench.latency import measure
+
+    lines, ratios = [], []
+    for number in range(runs):
+        bucket = s3.make_bucket()
+        on = {"snapshot_dir": f"s3://{bucket}/snapshots", "snapshot_interval": 30.0,
+              "storage_options": s3.storage_options}  # fmt: skip
+        order = ("on", "off") if number % 2 == 0 else ("off", "on")
+        p99: dict[str, float] = {}
+        for what in order:
+            settings = on if what == "on" else {"snapshot_interval": 0.0}
+            run = measure(spark, rate, seconds, "continuous", brokers=brokers, **settings)
+            took = [t for sent, t in run.series if sent >= run.begin]
+            p99[what] = 1000 * percentile(took, 99)
+        ratios.append(p99["on"] / p99["off"])
+        lines.append(f"latency run {number + 1}: continuous, {rate:,} events/s for "
+                     f"{seconds:.0f} s: p99 {p99['on']:.0f} ms with snapshots to S3 every "
+                     f"30 s, {p99['off']:.0f} ms without: {ratios[-1]:.2f}")  # fmt: skip
+        print(lines[-1], flush=True)
+    lines.append(f"p99 snapshots to S3 / off: {summary(ratios)} (target <= 1.2)")
+    return lines
+
+
+def parquet(spark: Any, brokers: str, s3: LocalS3, messages: int, runs: int) -> list[str]:
+    """The Parquet sink to S3 against the same to a local directory."""
+    topic = fresh_topic(brokers, "parquet", PARTITIONS)
+    produce_records(brokers, topic, (
+        (f"user-{i % 100_000}", b'{"clicks": %d, "page": "/p%d"}' % (i, i % 50))
+        for i in range(messages)))  # fmt: skip
+    state = Path(tempfile.mkdtemp(prefix="goka-bench-parquet-"))
+    lines, ratios = [], []
+    for number in range(runs):
+        bucket = s3.make_bucket()
+        order = ("s3", "local") if number % 2 == 0 else ("local", "s3")
+        rates: dict[str, float] = {}
+        for what in order:
+            root = f"s3://{bucket}/archive" if what == "s3" else str(state / f"archive{number}")
+            options = s3.storage_options if what == "s3" else None
+            job = SinkJob(ParquetSink(topic, JsonCodec(), root, storage_options=options),
+                          brokers, spark=spark,
+                          checkpoint_dir=state / f"checkpoint-{what}{number}")  # fmt: skip
+            started = time.monotonic()
+            job.run_until_caught_up(timeout=900)
+            rates[what] = messages / (time.monotonic() - started)
+            assert read_table(root, options).num_rows == messages, what
+        ratios.append(rates["s3"] / rates["local"])
+        lines.append(f"parquet run {number + 1}: {rates['s3']:,.0f} records/s to S3, "
+                     f"{rates['local']:,.0f} to local files: {ratios[-1]:.2f}")  # fmt: skip
+        print(lines[-1], flush=True)
+    shutil.rmtree(state, ignore_errors=True)
+    lines.append(f"parquet sink S3/local: {summary(ratios)} (target >= 0.7)")
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", default="restore,latency,parquet")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--keys", type=int, default=1_000_000)
+    parser.add_argument("--rate", type=int, default=2_000)
+    parser.add_argument("--seconds", type=float, default=65.0)
+    parser.add_argument("--messages", type=int, default=1_000_000)
+    args = parser.parse_args()
+    parts = args.only.split(",")
+    lines: list[str] = []
+    with contextlib.ExitStack() as stack:
+        brokers = stack.enter_context(start_broker("kafka")).bootstrap
+        s3 = stack.enter_context(LocalS3())
+        print(f"S3 server: S3Proxy at {s3.endpoint}", flush=True)
+        spark = build_session("bench-object-storage", "local[2]")
+        stack.callback(spark.stop)
+        spark.sparkContext.setLogLevel("ERROR")
+        if "restore" in parts:
+            lines += restore(spark, brokers, s3, args.keys, args.runs)
+        if "latency" in parts:
+            lines += latency(spark, brokers, s3, args.rate, args.seconds, args.runs)
+        if "parquet" in parts:
+            lines += parquet(spark, brokers, s3, args.messages, args.runs)
+    print("\n".join(lines), flush=True)
+
+
+if __name__ == "__main__":
+    main()
