@@ -30,6 +30,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--crash-concurrency", type=int, default=1,
                      help="the concurrency of the crash series' group (its count awaits at "
                      "random above 1)")  # fmt: skip
+    parser.addoption("--crash-storage", choices=("files", "s3"), default="files",
+                     help="where the crash series keep snapshots, the sink series its Parquet "
+                     "archive and the source series its files: files, or a bucket on the S3 "
+                     "server")  # fmt: skip
     parser.addoption("--crash-graph", choices=("count", "timed"), default="count",
                      help="the group of the writer-change series: the click count, or the "
                      "windows, timers and TTL of tests/spark/timed.py")  # fmt: skip
@@ -39,7 +43,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 SERIES = ("test_a_series_of_generated_sequences_ends_exact",
           "test_a_series_of_overlapping_writers_ends_exactly_once",
           "test_killed_timed_groups_end_with_exact_windows_and_final_results_once",
-          "test_killed_sink_jobs_end_with_exact_tables")  # fmt: skip
+          "test_killed_sink_jobs_end_with_exact_tables",
+          "test_killed_file_sources_produce_each_row_once")  # fmt: skip
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -4,6 +4,8 @@ it is declared, not mid-stream."""
 
 from __future__ import annotations
 
+import json
+
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -193,8 +195,8 @@ class ParquetSink:
     @property
     def identity(self) -> tuple[Any, ...]:
         """What tells this sink's writers apart (a worker keeps one per identity)."""
-        options = tuple(sorted((self.storage_options or {}).items()))
-        return ("parquet", self.path, self.name, self.topic, options)
+        options = json.dumps(self.storage_options or {}, sort_keys=True, default=repr)
+        return ("parquet", self.path, self.name, self.topic, options)  # (nested options too)
 
     def describe(self) -> str:
         """Where the sink writes, for logs and the CLI."""

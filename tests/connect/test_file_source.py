@@ -11,7 +11,6 @@ import csv
 import json
 import os
 import threading
-from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,39 +23,20 @@ from goka import JsonCodec, StringCodec
 from goka.connect import FileSource, FileSourceJob, SourceError
 from goka.connect.positions import POSITION_HEADER
 from goka.errors import ConfigurationError
-from goka.kafka.consumer import Record, read_to_end
 from goka.partitioner import partition_for
 
 from ..helpers import produce, wait_for
-from .records import forget_progress
+from .records import forget_progress, orders, topic_records, values, want
 
 pytestmark = pytest.mark.kafka
 
 T0 = 1_700_000_000_000
 
 
-def orders(first: int, n: int) -> list[dict[str, Any]]:
-    return [{"id": i, "user": f"u{i % 13}", "amount": i * 3} for i in range(first, first + n)]
-
-
 def write_jsonl(path: Path, rows: list[dict[str, Any]], mtime: int | None = None) -> None:
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     if mtime is not None:
         os.utime(path, (mtime, mtime))
-
-
-def records(brokers: str, topic: str) -> list[Record]:
-    return list(read_to_end(brokers, topic, timeout=30))
-
-
-def values(brokers: str, topic: str) -> Counter[str]:
-    """Each record's value as text, counted (a duplicate counts twice)."""
-    return Counter(json.dumps(json.loads(r.value or b""), sort_keys=True)
-                   for r in records(brokers, topic))  # fmt: skip
-
-
-def want(rows: list[dict[str, Any]]) -> Counter[str]:
-    return Counter(json.dumps(r, sort_keys=True) for r in rows)
 
 
 def test_jsonl_csv_and_parquet_files_each_record_once_keyed_with_positions(
@@ -79,7 +59,7 @@ def test_jsonl_csv_and_parquet_files_each_record_once_keyed_with_positions(
     assert (totals.files, totals.records, totals.produced) == (3, 750, 750)
     expected = orders(0, 300) + [{k: str(v) for k, v in r.items()} for r in orders(300, 200)]
     assert values(brokers, topic) == want(expected + orders(500, 250))
-    for record in records(brokers, topic):
+    for record in topic_records(brokers, topic):
         value = json.loads(record.value or b"")
         assert record.key == value["user"].encode()
         assert record.partition == partition_for(record.key, 4)  # as goka's emitters
@@ -165,11 +145,11 @@ def test_bad_rows_fail_skip_or_go_to_the_dead_letter_topic(
     lettered = FileSource(str(tmp_path), third, key="user", on_error="dead-letter",
                           dead_letter=dead)  # fmt: skip
     assert FileSourceJob(lettered, brokers).run_until_caught_up().dead_lettered == 2
-    letters = records(brokers, dead)
+    letters = topic_records(brokers, dead)
     assert [r.value for r in letters] == [b'{"id": 2, oops', b'{"id": 3}']
     assert b"row 1: JSONDecodeError" in dict(letters[0].headers)["goka-error"]
     assert FileSourceJob(lettered, brokers).run_until_caught_up().dead_lettered == 0
-    assert len(records(brokers, dead)) == 2  # dead letters resume too
+    assert len(topic_records(brokers, dead)) == 2  # dead letters resume too
 
 
 def test_json_lines_produced_as_read_equal_what_the_general_path_produces(
@@ -191,7 +171,7 @@ def test_json_lines_produced_as_read_equal_what_the_general_path_produces(
         topic = new_topic(partitions=3)
         source = FileSource(str(tmp_path), topic, key=key, on_error="skip", name=name)
         totals = FileSourceJob(source, brokers).run_until_caught_up()
-        found = records(brokers, topic)
+        found = topic_records(brokers, topic)
         assert all(r.timestamp > 0 for r in found)  # the producer's time, both ways
         seen.append(([(r.partition, r.key, r.value,
                        dict(r.headers)[POSITION_HEADER].removeprefix(name.encode()))

@@ -12,7 +12,6 @@ import random
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
@@ -20,30 +19,13 @@ import pytest
 from goka import JsonCodec, StringCodec
 from goka.connect import ParquetSink, ParquetWriter, SinkError, read_table
 from goka.connect.manifest import Manifest, committed_files
-from goka.connect.rows import Record
 from goka.errors import ConfigurationError
 
-T0 = 1_764_000_000_000  # 2025-11-24T16:00:00Z
-
-
-def records(n: int, *, seed: int = 1, start: int = 0, step_ms: int = 1_000) -> list[Record]:
-    """JSON values over 30 keys and 3 countries, a tombstone now and then."""
-    rng = random.Random(seed)
-    out: list[Record] = []
-    for offset in range(start, start + n):
-        key = f"user-{rng.randrange(30)}".encode()
-        value = None if rng.random() < 0.1 else json.dumps(
-            {"n": offset, "country": rng.choice(["DE", "FR", "NL"])}).encode()  # fmt: skip
-        out.append(("clicks", offset, key, value, T0 + offset * step_ms, None))
-    return out
+from .records import T0, offsets_of, records
 
 
 def sink(path: Path | str, **options: Any) -> ParquetSink:
     return ParquetSink("clicks", options.pop("codec", JsonCodec()), str(path), **options)
-
-
-def offsets_of(table: pa.Table) -> list[int]:
-    return sorted(table.column("goka_offset").to_pylist())
 
 
 def test_each_record_once_in_the_directory_and_through_the_manifest(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ import csv
 import io
 import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -24,8 +25,8 @@ from goka.dev.pytest_plugin import S3Bucket
 from goka.errors import ConfigurationError
 from goka.spark.sink import SinkJob
 
-from .test_file_source import orders, values, want
-from .test_parquet_sink import offsets_of, records
+from ..helpers import produce
+from .records import offsets_of, orders, records, values, want
 
 pytestmark = [pytest.mark.s3, pytest.mark.cost(8)]
 
@@ -113,3 +114,32 @@ def test_a_wrong_bucket_or_credential_is_refused_when_the_job_is_made_naming_the
         with pytest.raises(ConfigurationError) as refused:
             made()
         assert said in str(refused.value)
+
+
+@pytest.mark.spark
+@pytest.mark.kafka
+def test_a_parquet_sink_job_archives_a_topic_to_s3_with_nested_storage_options(
+    s3: S3Bucket, spark: Any, brokers: str, new_topic: Callable[..., str], tmp_path: Path
+) -> None:
+    topic = new_topic(partitions=4)
+    sent = [(f"user-{i % 40}", {"n": i}) for i in range(2_000)]
+    produce(brokers, topic, JsonCodec(), sent)
+    root = f"{s3.url}/archive"  # (options with dicts inside: client_kwargs, config_kwargs)
+    job = SinkJob(ParquetSink(topic, JsonCodec(), root, storage_options=s3.storage_options,
+                              ),
+                  brokers, spark=spark, checkpoint_dir=tmp_path / "checkpoint")  # fmt: skip
+    assert job.run_until_caught_up(timeout=300).records == 2_000
+    table = read_table(root, s3.storage_options)
+    assert sorted(table.column("n").to_pylist()) == list(range(2_000))
+    assert job.offsets() == {p: n for p, n in _ends(brokers, topic).items() if n}
+
+
+def _ends(brokers: str, topic: str) -> dict[int, int]:
+    from goka.kafka.offsets import EndOffsets
+
+    ends = EndOffsets(brokers, {})
+    try:
+        high = ends.high([(topic, p) for p in range(4)])
+    finally:
+        ends.close()
+    return {p: high[(topic, p)] for p in range(4)}

@@ -29,9 +29,10 @@ from goka import JsonCodec
 from goka.connect import read_table
 from goka.connect.manifest import Manifest
 from goka.kafka.offsets import EndOffsets
+from goka.storage.urls import filesystem
 
 from ..helpers import produce
-from ..spark.crash import crash_seeds, kill_session, run_killable
+from ..spark.crash import crash_seeds, crash_storage, kill_session, run_killable
 from .records import last_values
 
 pytestmark = [pytest.mark.postgres, pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow,
@@ -47,8 +48,11 @@ def items(n: int, rng: random.Random, start: int) -> list[tuple[str, Any]]:
             for i in range(n)]  # fmt: skip
 
 
-def trial(seed: int, brokers: str, topic: str, dsn: str, work: Path) -> tuple[int, list[str]]:
-    """Play one trial; return its kills and what its runs did."""
+def trial(seed: int, brokers: str, topic: str, dsn: str, work: Path,
+          archive: str = "") -> tuple[int, list[str]]:  # fmt: skip
+    """Play one trial (the Parquet archive in ``archive``, default ``work/archive``); return
+    its kills and what its runs did."""
+    archive = archive or str(work / "archive")
     rng = random.Random(seed)
     written: list[tuple[str, Any]] = []
     kills, log = 0, []
@@ -66,7 +70,7 @@ def trial(seed: int, brokers: str, topic: str, dsn: str, work: Path) -> tuple[in
             args += ["--kill", point, "--nth", str(rng.randint(1, 4)),
                      "--marker", str(work / f"killed-{number}")]  # fmt: skip
         command = [sys.executable, "-m", "tests.connect.crash_sink_run", brokers, topic, dsn,
-                   str(work / "checkpoints"), str(work / "archive"), *args]  # fmt: skip
+                   str(work / "checkpoints"), archive, *args]  # fmt: skip
 
         def outside(pid: int, point: str | None = point) -> None:
             if point == "outside":
@@ -106,10 +110,12 @@ def trial(seed: int, brokers: str, topic: str, dsn: str, work: Path) -> tuple[in
                        for p in range(4)}, f"seed {seed}: offsets ({runs})"  # fmt: skip
     every = sorted((p, o) for p in range(4) for o in range(high[(topic, p)]))
     assert len(every) == len(written)
-    assert Manifest(str(work / "archive")).offsets() == {p: high[(topic, p)] for p in range(4)
-                                                          if high[(topic, p)]}, f"seed {seed}: manifest ({runs})"  # fmt: skip
-    for name, table in (("manifest", read_table(str(work / "archive"))),
-                        ("directory", ds.dataset(str(work / "archive"), format="parquet",
+    assert Manifest(archive).offsets() == {p: high[(topic, p)] for p in range(4)
+                                           if high[(topic, p)]}, f"seed {seed}: manifest ({runs})"  # fmt: skip
+    fs, root = filesystem(archive)
+    fs.invalidate_cache()
+    for name, table in (("manifest", read_table(archive)),
+                        ("directory", ds.dataset(root, filesystem=fs, format="parquet",
                                                  partitioning="hive").to_table())):  # fmt: skip
         pairs = sorted(zip(table.column("goka_partition").to_pylist(),
                            table.column("goka_offset").to_pylist(), strict=True))  # fmt: skip
@@ -125,11 +131,13 @@ def test_killed_sink_jobs_end_with_exact_tables(
     tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest,
 ) -> None:  # fmt: skip
     seeds = crash_seeds(request)
+    storage = crash_storage(request, "archive")
     lines, total = [], 0
     for seed in seeds:
         dsn = _database(postgres_server, f"crash{seed}_{time.monotonic_ns()}")
         kills, log = trial(seed, brokers, new_topic(partitions=4), dsn,
-                           tmp_path_factory.mktemp(f"sink{seed}"))  # fmt: skip
+                           tmp_path_factory.mktemp(f"sink{seed}"),
+                           f"{storage}{seed}" if storage else "")  # fmt: skip
         total += kills
         lines.append(f"seed {seed}: {kills} kills: {'; '.join(log)}")
         print(lines[-1], flush=True)

@@ -27,8 +27,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from goka.kafka.consumer import read_to_end
+from goka.storage.urls import filesystem
 
-from ..spark.crash import crash_seeds, kill_session, run_killable
+from ..spark.crash import crash_seeds, crash_storage, kill_session, run_killable
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -78,7 +79,9 @@ def drop_file(rng: random.Random, directory: Path, number: int, first: int) -> t
 
 
 def trial(seed: int, brokers: str, new_topic: Callable[..., str], work: Path,
-          transform: bool) -> list[str]:  # fmt: skip
+          transform: bool, storage: str = "") -> list[str]:  # fmt: skip
+    """Play one trial; the source reads ``storage`` (an ``s3://`` prefix each file is uploaded
+    to once written) or the local folder the files are written to."""
     rng = random.Random(seed)
     topic, dead = new_topic(partitions=4), new_topic(partitions=2)
     incoming = work / "incoming"
@@ -86,13 +89,20 @@ def trial(seed: int, brokers: str, new_topic: Callable[..., str], work: Path,
     module = f"sources_{seed}_{time.monotonic_ns()}"
     (work / f"{module}.py").write_text(
         SOURCES.format(
-            path=str(incoming), topic=topic, dead=dead, transform="split" if transform else None
+            path=storage or str(incoming),
+            topic=topic,
+            dead=dead,
+            transform="split" if transform else None,
         )
     )
     ids, bad, files, log = 0, 0, 0, []
     for number in range(5):
         for _ in range(rng.randint(1, 3)):
             rows, broken = drop_file(rng, incoming, files, ids)
+            if storage:  # (one put: the object appears whole)
+                (dropped,) = incoming.glob(f"{files:04d}.*")
+                fs, prefix = filesystem(storage)
+                fs.put_file(str(dropped), f"{prefix}/{dropped.name}")
             ids, bad, files = ids + rows, bad + broken, files + 1
         last = number == 4
         command = [sys.executable, "-m", "goka", "connect", "run", f"{module}:source",
@@ -129,10 +139,11 @@ def test_killed_file_sources_produce_each_row_once(
     tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest,
 ) -> None:  # fmt: skip
     seeds = crash_seeds(request)
+    storage = crash_storage(request, "incoming")
     kills = 0
     for seed in seeds:
         lines = trial(seed, brokers, new_topic, tmp_path_factory.mktemp(f"source{seed}"),
-                      transform)  # fmt: skip
+                      transform, f"{storage}-{seed}-{transform}" if storage else "")  # fmt: skip
         kills += lines[0].count("killed")
         print(f"seed {seed}: {lines[0]}", flush=True)
     assert kills > 0, "no run was killed"

@@ -122,6 +122,19 @@ def kill_of(args: argparse.Namespace) -> Kill | None:
     return Kill(args.kill, args.nth, args.marker) if args.kill else None
 
 
+def crash_storage(request: Any, name: str) -> str:
+    """Where a crash series keeps ``name`` (snapshots, an archive) when ``--crash-storage s3``
+    says so: a prefix in a new bucket on the session's S3 server, the AWS variables pointing
+    this process and the runs it starts there; else "" (the series' own place on files)."""
+    if request.config.getoption("--crash-storage") != "s3":
+        return ""
+    bucket = request.getfixturevalue("s3")
+    patch = request.getfixturevalue("monkeypatch")
+    for variable, value in bucket.env.items():
+        patch.setenv(variable, value)
+    return f"{bucket.url}/{name}"
+
+
 def crash_seeds(request: Any, suite: tuple[int, ...] = (1,)) -> list[int]:
     """The seeds of a crash test: ``--crash-sequences N`` from ``--crash-seed`` on, else the
     suite's own."""

@@ -38,6 +38,8 @@ def main() -> None:
     parser.add_argument("--trigger", type=float, default=0.0)
     parser.add_argument("--commit-interval", type=float, default=0.1)
     parser.add_argument("--snapshot-interval", type=float, default=0.5)
+    parser.add_argument("--snapshot-dir", default="",
+                        help="where snapshots go (default: beside the checkpoint)")  # fmt: skip
     parser.add_argument("--guarantee", default="at-least-once")
     parser.add_argument("--tell", default="", help="emit each click's place to this topic")
     parser.add_argument("--transaction-timeout-ms", type=int, default=None)
@@ -71,6 +73,7 @@ def main() -> None:
     processor = Processor(
         graph, args.brokers, state_dir=args.state, checkpoint_dir=args.checkpoint,
         max_offsets_per_trigger=args.max_offsets, snapshot_interval=args.snapshot_interval,
+        snapshot_dir=args.snapshot_dir or None,
         builders=builders(kill, transaction_timeout_ms=args.transaction_timeout_ms),
         mode=args.mode, epoch=args.epoch,
         **timing,

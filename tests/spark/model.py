@@ -257,8 +257,10 @@ class Player:
     """Plays one sequence on ``topic`` against the broker, in ``work`` (state directories of
     the machines, one Spark checkpoint shared by all runs as on a cluster)."""
 
-    def __init__(self, sequence: Sequence, brokers: str, topic: str, work: Path) -> None:
+    def __init__(self, sequence: Sequence, brokers: str, topic: str, work: Path,
+                 snapshot_dir: str = "") -> None:  # fmt: skip
         self.sequence, self.brokers, self.topic, self.work = sequence, brokers, topic, work
+        self.snapshot_dir = snapshot_dir
         self.group = f"{topic}-g"
         self.outcome = Outcome()
         self.machine = 0
@@ -271,7 +273,9 @@ class Player:
                 self.group, str(self.state()), str(self.work / "checkpoint"), "--marker",
                 str(marker), "--guarantee", self.sequence.guarantee, "--tell",
                 told_topic(self.topic), "--concurrency", str(self.sequence.concurrency),
-                "--graph", getattr(self.sequence, "graph", "count"), *run.args()]  # fmt: skip
+                "--graph", getattr(self.sequence, "graph", "count"),
+                *(["--snapshot-dir", self.snapshot_dir] if self.snapshot_dir else []),
+                *run.args()]  # fmt: skip
 
     def start(self, run: Run, number: int) -> tuple[subprocess.Popen[str], Path]:
         self.machine += run.new_machine
@@ -461,8 +465,10 @@ def _runs(offsets: list[int]) -> list[tuple[int, int]]:
     return found
 
 
-def play(sequence: Sequence, brokers: str, new_topic: Callable[..., str], work: Path) -> Outcome:
-    """Play ``sequence``; fail unless the table topic, the partition stores and a view all
+def play(sequence: Sequence, brokers: str, new_topic: Callable[..., str], work: Path,
+         snapshot_dir: str = "") -> Outcome:  # fmt: skip
+    """Play ``sequence`` (its snapshots in ``snapshot_dir``, default beside the checkpoint);
+    fail unless the table topic, the partition stores and a view all
     equal the truth afterwards, and a ``read_committed`` reader finds every click told (once,
     under exactly-once)."""
     topic = new_topic(f"model-{sequence.seed}", partitions=sequence.partitions)
@@ -474,7 +480,7 @@ def play(sequence: Sequence, brokers: str, new_topic: Callable[..., str], work: 
     produce(brokers, topic, StringCodec(), items)
     flow = (Flow(brokers, topic, sequence.live, sequence.users, sequence.seed)
             if sequence.live else None)  # fmt: skip
-    player = Player(sequence, brokers, topic, work)
+    player = Player(sequence, brokers, topic, work, snapshot_dir)
     try:
         for number, run in enumerate(sequence.runs[:-1]):
             player.killed_run(run, number)

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pytest
 
+from .crash import crash_storage
 from .model import generate, play
 
 pytestmark = [pytest.mark.cost(265), pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow]
@@ -67,12 +68,14 @@ def test_a_series_of_generated_sequences_ends_exact(
     if not count:
         pytest.skip("a long series: run with --crash-sequences N")
     first = request.config.getoption("--crash-seed")
+    snapshot_dir = crash_storage(request, "snapshots")
     seeds, kills, duplicates, unkilled, guarantees = [], [], [], [], []
     for seed in range(first, first + 2 * count):  # sequences no kill reached do not count
         if len(seeds) == count:
             break
         sequence = generate(seed, concurrency=request.config.getoption("--crash-concurrency"))
-        outcome = play(sequence, brokers, new_topic, tmp_path_factory.mktemp(f"seed{seed}"))
+        outcome = play(sequence, brokers, new_topic, tmp_path_factory.mktemp(f"seed{seed}"),
+                       snapshot_dir)  # fmt: skip
         print(f"\n{outcome.line(sequence)}", flush=True)
         if not outcome.kills:
             unkilled.append(seed)
