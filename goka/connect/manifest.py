@@ -10,11 +10,14 @@ pandas, Spark and DuckDB's ``**/*.parquet`` globs alike)::
     _goka/staging/<file>.parquet.tmp         written, not committed yet
     <partition_by dirs>/part-<partition>-<first offset>-<last offset>.parquet
 
-A write stages its files, commits a manifest entry (written whole under a temporary name,
-then renamed: the commit point), then moves each staged file to its place. Recovery (before
-each write) finishes the moves of committed entries and deletes staged files no entry names.
-So a file at its place is committed, a partial file is never at its place, and a reader of
-the directory (or of :func:`committed_files`) sees every committed record once.
+A write stages its files, commits a manifest entry (written whole: a single put on an object
+store, elsewhere a temporary name renamed; the commit point), then moves each staged file to
+its place (on an object store a copy, then a delete). Recovery (before each write) finishes
+the moves of committed entries and deletes staged files no entry names once they are older
+than :data:`STAGED_GRACE` (a younger one may be another writer's). So a file at its place is
+committed, a partial file is never at its place, and a reader of the directory (or of
+:func:`committed_files`) sees every committed record once; a committed file found neither in
+place nor staged is an error, never a silent loss.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import posixpath
+import time
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +38,9 @@ if TYPE_CHECKING:
 __all__ = ["Manifest", "committed_files", "read_table"]
 
 META_DIR = "_goka"
+#: Seconds a staged file that no entry names is left alone by recovery: it may be the file of
+#: another writer of the partition (a retried task beside one not dead yet) about to commit.
+STAGED_GRACE = 600.0
 #: A partition's entries are merged into one when it has more than this many.
 MERGE_AFTER = 32
 
@@ -153,9 +160,14 @@ class Manifest:
     def _place(self, files: Iterable[dict[str, Any]]) -> None:
         for item in files:
             staged, place = self.staged(posixpath.basename(item["path"])), self.place(item["path"])
+            self.fs.invalidate_cache(posixpath.dirname(staged))
             if self.fs.exists(staged):
                 self.fs.makedirs(posixpath.dirname(place), exist_ok=True)
                 move(self.fs, staged, place)
+            elif not self.fs.exists(place):  # (never silently: its records would be lost)
+                raise SinkError(f"Parquet sink {self.name!r}: committed file {place} is neither "
+                                f"in place nor staged ({staged}): another writer of the "
+                                "partition deleted it")  # fmt: skip
 
     def _merge(self, partition: int, entries: list[str]) -> None:
         """Fold the partition's entries into its newest (rewritten whole), then delete the
@@ -192,8 +204,17 @@ class Manifest:
                 continue
             if name.endswith(".parquet.tmp") and name[:-4] in committed:
                 self._place([committed[name[:-4]]])
-            else:
+            elif self._abandoned(staged):  # (a young one may be another writer's, in use)
                 remove(self.fs, staged)
+
+    def _abandoned(self, staged: str) -> bool:
+        """Whether a staged file no entry names is older than :data:`STAGED_GRACE` (unknown
+        age: left alone)."""
+        try:
+            modified = self.fs.modified(staged)
+        except (NotImplementedError, OSError):
+            return False
+        return bool(time.time() - modified.timestamp() > STAGED_GRACE)
 
     def files(self) -> list[str]:
         """Every committed file's place (relative to the root), sorted."""
@@ -231,12 +252,13 @@ def read_table(path: str, storage_options: Mapping[str, Any] | None = None,
     import pyarrow.dataset as ds
 
     manifest = Manifest(path, storage_options)
+    files = [manifest.place(p) for p in manifest.files()]  # (then the schemas: each file's
+    # columns were stored before its commit, so they are all there, whatever commits meanwhile)
     schemas = [s for s in (manifest.schema(p) for p in manifest.offsets()) if s is not None]
     try:
         schema = pa.unify_schemas(schemas) if schemas else None
     except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
         raise SinkError(f"{path}: partitions store a column with different types: {exc}") from None
-    files = [manifest.place(p) for p in manifest.files()]
     if not files:
         return (schema or pa.schema([])).empty_table()
     dataset = ds.dataset(files, schema=schema, filesystem=manifest.fs, format="parquet")

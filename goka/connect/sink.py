@@ -5,7 +5,6 @@ it is declared, not mid-stream."""
 from __future__ import annotations
 
 import json
-
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal

@@ -89,6 +89,17 @@ def json_options(text: str) -> dict[str, Any]:
     return found
 
 
+def merged(base: Mapping[str, Any], more: Mapping[str, Any]) -> dict[str, Any]:
+    """``more`` over ``base``, a nested mapping merged key by key (s3fs's ``client_kwargs``
+    and ``config_kwargs`` of both are kept)."""
+    out = dict(base)
+    for key, value in more.items():
+        below = out.get(key)
+        both = isinstance(value, Mapping) and isinstance(below, Mapping)
+        out[key] = merged(below, value) if both else value  # type: ignore[arg-type]
+    return out
+
+
 def _topics() -> TopicManagerConfig:
     from goka.topic_manager import TopicManagerConfig
 
@@ -257,7 +268,7 @@ class ProcessorSettings:
             level = self.log_level.upper()
             self._set(log_level="WARNING" if level == "WARN" else level)
         _check(self)
-        self._set(snapshot_options={**self.storage_options, **self.snapshot_options})
+        self._set(snapshot_options=merged(self.storage_options, self.snapshot_options))
 
     def _set(self, **values: Any) -> None:
         for name, value in values.items():

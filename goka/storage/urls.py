@@ -13,8 +13,10 @@ profile's ``endpoint_url``) for a store that is not AWS, ``AWS_REGION``. ``stora
 
 from __future__ import annotations
 
-import concurrent.futures
+import contextlib
+import queue
 import secrets
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -136,30 +138,55 @@ def check_location(url: str, storage_options: Mapping[str, Any] | None = None, *
     """
     if is_local(url):
         return
-    fs, path = filesystem(url, storage_options)
     label = f"{what} {url}" if what else url
-    pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="goka-check")
+    fs, path = filesystem(url, _bounded(url, storage_options, timeout))
+    done: queue.Queue[BaseException | None] = queue.Queue()
+
+    def probe() -> None:
+        try:
+            _probe(fs, path)
+            done.put(None)
+        except BaseException as exc:  # (handed to the caller)
+            done.put(exc)
+
+    # a daemon thread: a store that never answers must not keep the process from exiting
+    threading.Thread(target=probe, name="goka-check", daemon=True).start()
     try:
-        pool.submit(_probe, fs, path).result(timeout)
-    except concurrent.futures.TimeoutError:
+        failed = done.get(timeout=timeout)
+    except queue.Empty:
         raise ConfigurationError(f"{label}: its store did not answer within {timeout:g}s "
                                  f"({_endpoint(fs)})") from None  # fmt: skip
-    except Exception as exc:  # (botocore's, aiohttp's, fsspec's: named in the message)
-        raise ConfigurationError(f"{label}: {_why(exc, fs, path)}") from exc
-    finally:
-        pool.shutdown(wait=False)
+    if failed is not None:  # (botocore's, aiohttp's, fsspec's: named in the message)
+        raise ConfigurationError(f"{label}: {_why(failed, fs, path)}") from failed
+
+
+def _bounded(url: str, options: Mapping[str, Any] | None, timeout: float) -> dict[str, Any]:
+    """``options`` for a client of its own whose calls give up within ``timeout``: on S3,
+    connect and read timeouts below it and one retry (botocore's default retries a refused
+    connection for seconds)."""
+    bounded: dict[str, Any] = {**(options or {}), "skip_instance_cache": True}
+    if fsspec_url(url).startswith("s3://"):
+        seconds = max(1.0, min(10.0, timeout / 3))
+        bounded["config_kwargs"] = {"connect_timeout": seconds, "read_timeout": seconds,
+                                    "retries": {"max_attempts": 2},
+                                    **(bounded.get("config_kwargs") or {})}  # fmt: skip
+    return bounded
 
 
 def _probe(fs: Any, path: str) -> None:
     protocol = fs.protocol[0] if isinstance(fs.protocol, tuple | list) else fs.protocol
     if protocol in ("s3", "s3a"):
-        bucket, _, prefix = path.partition("/")
+        bucket, _, key = path.partition("/")
         # a listing, not exists(): some S3-compatible servers answer GetBucketLocation for
-        # any name, and exists() says True for a bucket that is not there
-        fs.call_s3("list_objects_v2", Bucket=bucket, Prefix=prefix, MaxKeys=1)
+        # any name, and exists() says True for a bucket that is not there; under the key as
+        # a folder, as the code that uses it lists (a policy may allow only "key/*")
+        prefix = f"{key.rstrip('/')}/" if key.strip("/") else ""
+        fs.call_s3("list_objects_v2", Bucket=bucket, Prefix=prefix, MaxKeys=1,
+                   **getattr(fs, "req_kw", {}))  # fmt: skip
         return
-    parent = path.rstrip("/").rpartition("/")[0] or path
-    fs.exists(parent)
+    # (exists() would swallow the store's errors); a folder not made yet is made by a write
+    with contextlib.suppress(FileNotFoundError):
+        fs.ls(path.rstrip("/") or path, detail=False)
 
 
 def _why(exc: BaseException, fs: Any, path: str) -> str:

@@ -12,6 +12,7 @@ import random
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
@@ -188,3 +189,27 @@ def test_invalid_declarations_fail_at_once(options: dict[str, Any], message: str
     path = options.pop("path", "/tmp/x")
     with pytest.raises(ConfigurationError, match=message):
         ParquetSink("clicks", JsonCodec(), path, **options)
+
+
+def test_a_second_writer_leaves_a_young_staged_file_alone_and_a_lost_one_is_an_error(
+    tmp_path: Path,
+) -> None:
+    items = records(300)
+    slow, other = ParquetWriter(sink(tmp_path)), ParquetWriter(sink(tmp_path))
+    commit = slow.manifest.commit
+    held: list[tuple[int, int, list[dict[str, Any]]]] = []
+    slow.manifest.commit = lambda p, end, files: held.append((p, end, files))  # type: ignore[method-assign]
+    slow.write(0, items[:200], 200)  # staged; its commit comes after the other's recovery
+    other.write(1, records(10, seed=2), 10)  # (another partition: its recovery is partition 1's)
+    other.manifest.recover(0)  # the other writer of partition 0 recovers before it writes
+    (_, end, files) = held[0]
+    commit(0, end, files)  # the slow writer's staged file was left alone: placed now
+    assert sorted(o for p, o in zip(*_columns(read_table(str(tmp_path))), strict=True)
+                  if p == 0) == list(range(200))  # fmt: skip
+    (tmp_path / files[0]["path"]).unlink()  # a committed file gone: never silently
+    with pytest.raises(SinkError, match="is neither in place nor staged"):
+        ParquetWriter(sink(tmp_path)).manifest._place(files)
+
+
+def _columns(table: pa.Table) -> tuple[list[int], list[int]]:
+    return table.column("goka_partition").to_pylist(), table.column("goka_offset").to_pylist()

@@ -143,3 +143,21 @@ def _ends(brokers: str, topic: str) -> dict[int, int]:
     finally:
         ends.close()
     return {p: high[(topic, p)] for p in range(4)}
+
+
+def test_a_move_cut_between_its_copy_and_its_delete_is_finished_once_on_s3(
+    s3: S3Bucket, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import goka.connect.manifest as manifest_module
+
+    items = records(400)
+    fs = s3.fs()
+    monkeypatch.setattr(manifest_module, "move", lambda fs, a, b: fs.copy(a, b))  # no delete
+    ParquetWriter(sink(s3, "cut")).write(0, items[:250], 250)  # killed after the copy
+    monkeypatch.undo()
+    ParquetWriter(sink(s3, "cut")).write(0, items, 400)  # recovers, then writes the rest
+    fs.invalidate_cache()
+    assert not fs.find(f"{s3.name}/cut/_goka/staging")  # the copy's source deleted
+    assert offsets_of(read_table(f"{s3.url}/cut", s3.storage_options)) == list(range(400))
+    plain = ds.dataset(f"{s3.name}/cut", filesystem=fs, format="parquet").to_table()
+    assert offsets_of(plain) == list(range(400))

@@ -6,6 +6,7 @@ or bucket refused at once with one error naming the URL."""
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
@@ -102,3 +103,5 @@ def test_a_store_that_does_not_answer_is_refused_within_the_time_given(s3: S3Buc
         with pytest.raises(ConfigurationError, match="did not answer within 2s"):
             check_location(f"{s3.url}/x", {**_own(s3), "endpoint_url": endpoint}, timeout=2)
         assert time.monotonic() - started < 5
+        waiting = [t for t in threading.enumerate() if t.name == "goka-check"]
+        assert waiting and all(t.daemon for t in waiting)  # (the process can still exit)

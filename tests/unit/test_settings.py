@@ -122,3 +122,17 @@ def test_the_longest_exactly_once_commit_interval_is_a_quarter_of_the_transactio
 
     assert MOST_EXACTLY_ONCE_COMMIT_INTERVAL == TRANSACTION_TIMEOUT_MS / 1000 / 4
     ProcessorSettings(guarantee="exactly-once", kafka_config={"isolation.level": "read_committed"})
+
+
+def test_storage_options_reach_the_snapshots_merged_key_by_key_and_the_flag_takes_json() -> None:
+    config = TaskConfig(
+        GRAPH, "b:9092",
+        storage_options={"endpoint_url": "http://minio:9000", "config_kwargs": {"a": 1}},
+        snapshot_options={"config_kwargs": {"b": 2}, "key": "k"},
+    )  # fmt: skip
+    assert config.snapshot_options == {"endpoint_url": "http://minio:9000", "key": "k",
+                                       "config_kwargs": {"a": 1, "b": 2}}  # fmt: skip
+    args = _run_parser().parse_args(["g:graph", "--storage-options", '{"anon": true}'])
+    assert args.storage_options == {"anon": True}
+    with pytest.raises(SystemExit):
+        _run_parser().parse_args(["g:graph", "--storage-options", "[1]"])
