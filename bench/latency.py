@@ -268,6 +268,24 @@ def _within(series: list[tuple[float, float]], start: float, end: float) -> list
     return [took for sent, took in series if start <= sent < end]
 
 
+def judged(run: Run, window: float) -> tuple[list[float], list[float]]:
+    """The processor's latencies and the probe's two-hop ones in the windows where the
+    broker's one hop met :data:`HOP_TARGET` (the windows :func:`report` judges)."""
+    end = max((sent for sent, _ in run.series), default=run.begin)
+    count = max(1, round(run.seconds / window)) if run.seconds else math.ceil((end - run.begin)
+                                                                             / window)  # fmt: skip
+    kept: tuple[list[float], list[float]] = ([], [])
+    for k in range(count):
+        start = run.begin + k * window
+        until = start + window if k < count - 1 else math.inf
+        mine = _within(run.series, start, until)
+        one, two = (_within(s, start, until) for s in (run.one_hop, run.two_hops))
+        if mine and one and two and _p(one, 99) <= HOP_TARGET * 1000:
+            kept[0].extend(mine)
+            kept[1].extend(two)
+    return kept
+
+
 def report(run: Run, window: float) -> list[str]:
     """Lines: the whole run, each window, the longest stalls."""
     lines = [f"{run.mode}, {run.guarantee}, {run.rate:,} events/s, {run.partitions} partitions "

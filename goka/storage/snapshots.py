@@ -41,7 +41,7 @@ from goka.storage.manifests import (
     remove_abandoned,
     stage,
 )
-from goka.storage.urls import filesystem, remove, write_whole
+from goka.storage.urls import filesystem, is_object_store, remove, write_whole
 
 __all__ = [
     "Manifest",
@@ -110,6 +110,8 @@ class SnapshotStore:
         except ConfigurationError as exc:
             raise ConfigurationError(f"snapshot location {url!r} is not usable: {exc}") from exc
         self.root = root.rstrip("/")
+        #: parsed manifests by path, per manifests folder: each is written once, never changed
+        self._parsed: dict[str, dict[str, Manifest]] = {}
 
     def __reduce__(self) -> tuple[Any, ...]:  # the file system client is rebuilt, not pickled
         return (_rebuild, (type(self), self.url, self.keep, self.grace, self.fs.storage_options))
@@ -122,14 +124,20 @@ class SnapshotStore:
         """Return the readable manifests of a partition, newest first (unreadable ones are
         skipped with a warning naming them)."""
         found = []
-        paths = self._list(f"{self.location(group, partition)}/manifests")
+        where = f"{self.location(group, partition)}/manifests"
+        paths = [p for p in self._list(where) if p.endswith(".json")]
+        known = self._parsed.setdefault(where, {})
+        for gone in set(known) - set(paths):  # (pruned by someone: forgotten here too)
+            known.pop(gone, None)
         for path in sorted(paths, reverse=True):
-            if not path.endswith(".json"):
-                continue
-            try:
-                found.append(Manifest.from_json(self.fs.cat_file(path)))
-            except (OSError, ValueError) as exc:
-                log.warning("snapshot manifest %s is unreadable (%s): not used", path, exc)
+            manifest = known.get(path)
+            if manifest is None:  # (a manifest is written once: read it once)
+                try:
+                    manifest = known[path] = Manifest.from_json(self.fs.cat_file(path))
+                except (OSError, ValueError) as exc:
+                    log.warning("snapshot manifest %s is unreadable (%s): not used", path, exc)
+                    continue
+            found.append(manifest)
         return found
 
     def publish(self, staged: Staged) -> UploadReport:
@@ -140,8 +148,9 @@ class SnapshotStore:
         """
         started = time.monotonic()
         base = self.location(staged.group, staged.partition)
-        for sub in ("files", "manifests"):
-            self.fs.makedirs(f"{base}/{sub}", exist_ok=True)
+        if not is_object_store(self.fs):  # (an object store has no folders to make)
+            for sub in ("files", "manifests"):
+                self.fs.makedirs(f"{base}/{sub}", exist_ok=True)
         present = {f.object: f for m in self.manifests(staged.group, staged.partition)
                    for f in m.objects()}  # fmt: skip
         stores, sent, files, reused = {}, 0, 0, 0
@@ -220,7 +229,8 @@ class SnapshotStore:
             remove(self.fs, f"{base}/manifests/{old.id}.json")
         named = {f"{base}/{f.object}" for m in manifests[: self.keep] for f in m.objects()}
         unused = [p for p in self._list(f"{base}/files") if p not in named]
-        unused += [p for p in self._list(f"{base}/manifests") if p.endswith(".tmp")]
+        if not is_object_store(self.fs):  # (a manifest written by a rename left behind)
+            unused += [p for p in self._list(f"{base}/manifests") if p.endswith(".tmp")]
         for path in unused:
             if self._old(path):
                 remove(self.fs, path)
