@@ -28,7 +28,7 @@ from goka.spark.sink import SinkJob
 from ..helpers import produce
 from .records import offsets_of, orders, records, values, want
 
-pytestmark = [pytest.mark.s3, pytest.mark.cost(8)]
+pytestmark = [pytest.mark.s3, pytest.mark.cost(25)]
 
 
 def sink(s3: S3Bucket, root: str, **options: Any) -> ParquetSink:
@@ -71,6 +71,7 @@ def test_the_parquet_archive_on_s3_holds_each_record_once_through_a_crash_either
     assert offsets_of(plain) == list(range(900))  # a plain reader of the prefix sees the same
 
 
+@pytest.mark.kafka
 def test_the_file_source_reads_jsonl_csv_and_parquet_from_an_s3_prefix_each_record_once(
     s3: S3Bucket, brokers: str, new_topic: Callable[..., str]
 ) -> None:
@@ -99,6 +100,7 @@ def test_the_file_source_reads_jsonl_csv_and_parquet_from_an_s3_prefix_each_reco
     assert values(brokers, topic) == want(expected + orders(500, 250) + orders(750, 40))
 
 
+@pytest.mark.kafka
 def test_a_wrong_bucket_or_credential_is_refused_when_the_job_is_made_naming_the_url(
     s3: S3Bucket, brokers: str
 ) -> None:

@@ -34,7 +34,7 @@ from .rewinds import without
 #: (the first test builds both images: on a machine whose build cache is cold, the base image
 #: (debootstrap), Java and every package, several minutes beside the rest of the suite; with the
 #: cache, about a minute: the costliest file on a fresh machine, handed to a worker first)
-pytestmark = [pytest.mark.slow, pytest.mark.kafka, pytest.mark.spark, pytest.mark.postgres,
+pytestmark = [pytest.mark.slow, pytest.mark.kafka, pytest.mark.spark, pytest.mark.postgres, pytest.mark.s3,
               pytest.mark.timeout(900), pytest.mark.cost(300)]  # fmt: skip
 UID = 10001  # the image's user (Dockerfile: useradd --uid)
 TABLE = f"{GROUP}-table"

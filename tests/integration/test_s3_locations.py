@@ -19,7 +19,7 @@ from goka.storage.urls import check_location
 
 from ..helpers import wait_for
 
-pytestmark = [pytest.mark.s3, pytest.mark.cost(4)]
+pytestmark = [pytest.mark.s3, pytest.mark.cost(13)]
 
 
 def _own(s3: S3Bucket) -> dict[str, object]:
