@@ -22,6 +22,7 @@ place nor staged is an error, never a silent loss.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import posixpath
@@ -30,7 +31,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from goka.errors import SinkError
-from goka.storage.urls import filesystem, move, remove, write_whole
+from goka.storage.urls import ensure_dir, filesystem, move, remove, write_whole
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -67,7 +68,7 @@ class Manifest:
 
     def _write_whole(self, path: str, data: bytes) -> None:
         """Write ``path`` whole or not at all (:func:`~goka.storage.urls.write_whole`)."""
-        self.fs.makedirs(posixpath.dirname(path), exist_ok=True)
+        ensure_dir(self.fs, posixpath.dirname(path))
         write_whole(self.fs, path, data)
 
     def _list(self, directory: str) -> list[str]:
@@ -160,11 +161,14 @@ class Manifest:
     def _place(self, files: Iterable[dict[str, Any]]) -> None:
         for item in files:
             staged, place = self.staged(posixpath.basename(item["path"])), self.place(item["path"])
-            self.fs.invalidate_cache(posixpath.dirname(staged))
+            for folder in (posixpath.dirname(staged), posixpath.dirname(place)):
+                self.fs.invalidate_cache(folder)  # (another writer may have moved it since)
             if self.fs.exists(staged):
-                self.fs.makedirs(posixpath.dirname(place), exist_ok=True)
-                move(self.fs, staged, place)
-            elif not self.fs.exists(place):  # (never silently: its records would be lost)
+                ensure_dir(self.fs, posixpath.dirname(place))
+                with contextlib.suppress(FileNotFoundError):  # (another writer moved it first)
+                    move(self.fs, staged, place)
+                self.fs.invalidate_cache(posixpath.dirname(place))
+            if not self.fs.exists(place):  # (never silently: its records would be lost)
                 raise SinkError(f"Parquet sink {self.name!r}: committed file {place} is neither "
                                 f"in place nor staged ({staged}): another writer of the "
                                 "partition deleted it")  # fmt: skip

@@ -38,6 +38,7 @@ from goka.connect.manifest import Manifest
 from goka.connect.rows import DeadLetterSender, Record, Row, WriteSummary, decode_rows
 from goka.connect.sink import PARQUET_META, ParquetSink, partition_template
 from goka.errors import SinkError
+from goka.storage.urls import ensure_dir
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -288,7 +289,7 @@ class ParquetWriter:
         table = pa.table(data, schema=schema)
         name = f"part-{partition:05d}-{file.first:020d}-{rows[-1][0]:020d}.parquet"
         staged = self.manifest.staged(name)
-        self.manifest.fs.makedirs(staged.rsplit("/", 1)[0], exist_ok=True)
+        ensure_dir(self.manifest.fs, staged.rsplit("/", 1)[0])
         with self.manifest.fs.open(staged, "wb") as out:
             pq.write_table(table, out, compression=self.sink.compression)
         place = f"{file.directory}/{name}" if file.directory else name

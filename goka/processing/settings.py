@@ -80,12 +80,12 @@ def json_options(text: str) -> dict[str, Any]:
     Raises:
         ConfigurationError: not a JSON object.
     """
-    try:
+    try:  # (the text is never echoed: it may hold a secret)
         found = json.loads(text)
     except ValueError as exc:
-        raise ConfigurationError(f"not JSON ({exc}): {text!r}") from None
+        raise ConfigurationError(f"not JSON: {exc}") from None
     if not isinstance(found, dict):
-        raise ConfigurationError(f"a JSON object is expected, got {text!r}")
+        raise ConfigurationError(f"a JSON object is expected, got a {type(found).__name__}")
     return found
 
 

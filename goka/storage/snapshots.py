@@ -169,6 +169,9 @@ class SnapshotStore:
             stores[name] = StoreSnapshot(store.table, store.offsets, kept)
         manifest = Manifest(staged.id, staged.group, staged.partition, staged.created, stores)
         self._put(f"{base}/manifests/{staged.id}.json", manifest.to_json())
+        self._parsed.setdefault(f"{base}/manifests", {})[f"{base}/manifests/{staged.id}.json"] = (
+            manifest  # (the prune's listing finds it: not read back)
+        )
         self._prune(staged.group, staged.partition)
         return UploadReport(staged.group, staged.partition, staged.id, sent, files, reused,
                             time.monotonic() - started)  # fmt: skip

@@ -22,7 +22,10 @@ from typing import Any
 
 from goka.errors import ConfigurationError
 
-__all__ = ["check_location", "filesystem", "is_object_store", "move", "remove", "write_whole"]
+__all__ = [
+    "check_location", "ensure_dir", "filesystem", "is_object_store", "move", "remove",
+    "write_whole",
+]  # fmt: skip
 
 #: Seconds :func:`check_location` waits for an answer.
 CHECK_SECONDS = 30.0
@@ -68,6 +71,13 @@ def is_object_store(fs: Any) -> bool:
     """Whether ``fs`` is an object store (see :data:`OBJECT_STORES`)."""
     protocols = fs.protocol if isinstance(fs.protocol, tuple | list) else (fs.protocol,)
     return any(p in OBJECT_STORES for p in protocols)
+
+
+def ensure_dir(fs: Any, path: str) -> None:
+    """Make folder ``path`` where folders exist; nothing on an object store (s3fs's makedirs
+    asks for the bucket, and tries to create it where a policy allows only the prefix)."""
+    if not is_object_store(fs):
+        fs.makedirs(path, exist_ok=True)
 
 
 def write_whole(fs: Any, path: str, data: bytes | None = None, *, local: str | None = None,
