@@ -16,7 +16,7 @@ Apache Kafka development broker, each figure against its baseline in the same ru
   same to a local directory (target: >= 0.7x the local rate); both read back and compared.
 
     python -m bench.object_storage [--only restore,latency,parquet] [--runs 3] [--keys 1000000]
-        [--rate 2000] [--seconds 65] [--messages 1000000]
+        [--rate 2000] [--seconds 65] [--messages 1000000] [--s3-nice 19]
 """
 
 from __future__ import annotations
@@ -198,13 +198,15 @@ def main() -> None:
     parser.add_argument("--rate", type=int, default=2_000)
     parser.add_argument("--seconds", type=float, default=65.0)
     parser.add_argument("--messages", type=int, default=1_000_000)
+    parser.add_argument("--s3-nice", type=int, default=0,
+                        help="the S3 server's nice increment (19: as if elsewhere)")  # fmt: skip
     args = parser.parse_args()
     parts = args.only.split(",")
     lines: list[str] = []
     with contextlib.ExitStack() as stack:
         brokers = stack.enter_context(start_broker("kafka")).bootstrap
-        s3 = stack.enter_context(LocalS3())
-        print(f"S3 server: S3Proxy at {s3.endpoint}", flush=True)
+        s3 = stack.enter_context(LocalS3(nice=args.s3_nice))
+        print(f"S3 server: S3Proxy at {s3.endpoint} (nice {args.s3_nice})", flush=True)
         spark = build_session("bench-object-storage", "local[2]")
         stack.callback(spark.stop)
         spark.sparkContext.setLogLevel("ERROR")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import threading
 
-from goka.commands.options import add, port
+from goka.commands.options import add, port, serve
 
 __all__ = ["register"]
 
@@ -36,8 +36,4 @@ def run(args: argparse.Namespace, stop: threading.Event) -> int:
     with EmbeddedBroker(args.kind, port=args.port or None) as broker:
         print(f"{broker.name} broker listening; bootstrap servers: {broker.bootstrap}",
               flush=True)  # fmt: skip
-        while not stop.wait(0.5):
-            if not broker.running:
-                print(f"goka: error: the broker exited:\n{broker.log_tail()}", flush=True)
-                return 1
-    return 0
+        return serve(stop, lambda: broker.running, broker.log_tail, "broker")

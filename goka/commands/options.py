@@ -6,13 +6,14 @@ import argparse
 import contextlib
 import os
 import re
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, NoReturn
 
 from goka.errors import ConfigurationError, UsageError
 
 __all__ = ["HTTP_PORTS", "Parser", "add", "add_brokers", "add_http", "as_flags", "at_least",
-           "brokers", "env_name", "port", "said_with_flags", "seconds",
+           "brokers", "env_name", "port", "said_with_flags", "seconds", "serve",
            "setting_flags"]  # fmt: skip
 
 
@@ -156,3 +157,14 @@ def add_http(parser: argparse.ArgumentParser, number: int) -> None:
         default="127.0.0.1")  # fmt: skip
     add(parser, "--http-port", "HTTP port (0: any free port, printed at start)",
         default=number, type=port)  # fmt: skip
+
+
+def serve(stop: threading.Event, running: Callable[[], bool], tail: Callable[[], str],
+          what: str) -> int:  # fmt: skip
+    """Wait until ``stop`` (Ctrl-C, SIGTERM): 0; or until ``what`` is no longer ``running``:
+    1, its log's ``tail`` printed."""
+    while not stop.wait(0.5):
+        if not running():
+            print(f"goka: error: the {what} exited:\n{tail()}", flush=True)
+            return 1
+    return 0

@@ -7,7 +7,7 @@ import shlex
 import threading
 from pathlib import Path
 
-from goka.commands.options import add, port
+from goka.commands.options import add, port, serve
 
 __all__ = ["register"]
 
@@ -44,8 +44,4 @@ def run(args: argparse.Namespace, stop: threading.Event) -> int:
               f"{', '.join(made) or 'none'}; in a shell:", flush=True)  # fmt: skip
         for name, value in server.env.items():
             print(f"export {name}={shlex.quote(value)}", flush=True)
-        while not stop.wait(0.5):
-            if not server.running:
-                print(f"goka: error: the S3 server exited:\n{server.log_tail()}", flush=True)
-                return 1
-    return 0
+        return serve(stop, lambda: server.running, server.log_tail, "S3 server")

@@ -20,8 +20,8 @@ import socket
 import subprocess
 import tempfile
 from pathlib import Path
-from types import TracebackType
 
+from goka.dev.process import Started
 from goka.errors import ConfigurationError
 
 __all__ = ["LocalPostgres", "find_postgres"]
@@ -46,7 +46,7 @@ def _version(path: str) -> int:
         return 0
 
 
-class LocalPostgres:
+class LocalPostgres(Started):
     """A PostgreSQL cluster in a temporary directory, started on a Unix socket; removed when
     stopped.
 
@@ -138,14 +138,6 @@ class LocalPostgres:
             tail = log.read_text()[-2000:] if log is not None and log.exists() else ""
             raise RuntimeError(f"{program} failed ({done.returncode}): {done.stderr[-2000:]}"
                                f"{tail}")  # fmt: skip
-
-    def __enter__(self) -> LocalPostgres:
-        return self.start()
-
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
 
     def __repr__(self) -> str:
         return f"LocalPostgres({self.dsn if self.root else 'stopped'})"

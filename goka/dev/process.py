@@ -20,10 +20,11 @@ import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any, Self
 
 from goka.errors import BrokerError
 
-__all__ = ["BrokerProcess", "free_port"]
+__all__ = ["BrokerProcess", "Started", "free_port"]
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -31,6 +32,23 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
+
+
+class Started:
+    """A development server as a context manager: ``with Server() as s`` starts it (its
+    ``start()`` returns it) and stops it (its ``stop()``)."""
+
+    def start(self) -> Self:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
 
 
 def _dies_with_parent(command: Sequence[str]) -> list[str]:

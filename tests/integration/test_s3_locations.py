@@ -105,3 +105,26 @@ def test_a_store_that_does_not_answer_is_refused_within_the_time_given(s3: S3Buc
         assert time.monotonic() - started < 5
         waiting = [t for t in threading.enumerate() if t.name == "goka-check"]
         assert waiting and all(t.daemon for t in waiting)  # (the process can still exit)
+
+
+def test_goka_s3_serves_until_sigterm_and_says_how_to_reach_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    with subprocess.Popen([sys.executable, "-m", "goka.cli", "s3", "--bucket", "made-here"],
+                          stdout=subprocess.PIPE, text=True) as server:  # fmt: skip
+        try:
+            assert server.stdout is not None
+            said = [server.stdout.readline() for _ in range(8)]
+            assert "buckets made: made-here" in said[0], said
+            exports = dict(line.removeprefix("export ").strip().split("=", 1)
+                           for line in said[1:])  # fmt: skip
+            for name, value in exports.items():
+                monkeypatch.setenv(name, value)
+            check_location("s3://made-here/x", {"skip_instance_cache": True})  # (its variables)
+        finally:
+            server.send_signal(signal.SIGTERM)
+            assert server.wait(30) == 0
