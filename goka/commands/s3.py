@@ -25,7 +25,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         env="GOKA_S3_PORT")  # fmt: skip
     add(parser, "--data-dir", "where its buckets are folders (kept)", default=None)
     parser.add_argument("--bucket", action="append", default=[],
-                        help="a bucket to make (repeatable)")  # fmt: skip
+                        help="a bucket to make (repeatable; default: none)")  # fmt: skip
     parser.add_argument("--fetch", action="store_true",
                         help="fetch S3Proxy's jars, print their folder, exit")  # fmt: skip
     parser.set_defaults(run=run)

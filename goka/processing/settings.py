@@ -22,7 +22,7 @@ from goka.errors import ConfigurationError
 from goka.group.edges import spelled
 from goka.group.engine import POLICIES, ErrorPolicy
 from goka.kafka.config import check_settings, scoped
-from goka.processing.values import LOG_LEVELS, TRIGGER, trigger_seconds
+from goka.processing.values import LOG_LEVELS, TRIGGER, json_options, merged, trigger_seconds
 from goka.time.window_cache import WINDOW_CACHE
 
 if TYPE_CHECKING:  # imported when first built: the command line declares its flags from here
@@ -72,32 +72,6 @@ def _setting(default: Any, description: str, *, flag: Callable[[str], Any] | Non
     if factory is not None:
         return field(default_factory=factory, metadata=metadata)
     return field(default=default, metadata=metadata)
-
-
-def json_options(text: str) -> dict[str, Any]:
-    """A JSON object given on the command line (``--storage-options '{"endpoint_url": ...}'``).
-
-    Raises:
-        ConfigurationError: not a JSON object.
-    """
-    try:  # (the text is never echoed: it may hold a secret)
-        found = json.loads(text)
-    except ValueError as exc:
-        raise ConfigurationError(f"not JSON: {exc}") from None
-    if not isinstance(found, dict):
-        raise ConfigurationError(f"a JSON object is expected, got a {type(found).__name__}")
-    return found
-
-
-def merged(base: Mapping[str, Any], more: Mapping[str, Any]) -> dict[str, Any]:
-    """``more`` over ``base``, a nested mapping merged key by key (s3fs's ``client_kwargs``
-    and ``config_kwargs`` of both are kept)."""
-    out = dict(base)
-    for key, value in more.items():
-        below = out.get(key)
-        both = isinstance(value, Mapping) and isinstance(below, Mapping)
-        out[key] = merged(below, value) if both else value  # type: ignore[arg-type]
-    return out
 
 
 def _topics() -> TopicManagerConfig:
@@ -228,12 +202,9 @@ class ProcessorSettings:
         ``gs://``, ``hdfs://``; shared by all executors; default:
         ``<checkpoint_dir>/state``).""", flag=str)  # fmt: skip
     snapshots_kept: int = _setting(3, "Snapshots kept per partition.", flag=int)
-    storage_options: Mapping[str, Any] = _setting(None, """fsspec storage options of every
-        location that is a URL: ``snapshot_dir``, and the stop signal and partition board
-        beside ``checkpoint_dir`` (for ``s3://``: s3fs's ``key``, ``secret``,
-        ``endpoint_url``, ``client_kwargs``, ``config_kwargs``; the standard AWS variables
-        and profiles apply without them). On the command line a JSON object.""",
-        factory=dict, flag=json_options)  # fmt: skip
+    storage_options: Mapping[str, Any] = _setting(None, """fsspec (s3fs) options of every URL
+        location: ``snapshot_dir``, the stop signal and board by ``checkpoint_dir``; JSON on
+        the command line.""", factory=dict, flag=json_options)  # fmt: skip
     snapshot_options: Mapping[str, Any] = _setting(None, """fsspec storage options for
         ``snapshot_dir`` only (they win over ``storage_options``).""", factory=dict)  # fmt: skip
     kafka_config: Mapping[str, Any] = _setting(None, """librdkafka settings for every

@@ -1,13 +1,18 @@
-"""How the text of a setting is read and checked: micro-batch triggers and Spark masters
-(used at declaration by :mod:`goka.processing.settings`, and where they are used)."""
+"""How the text of a setting is read and checked: micro-batch triggers, Spark masters and
+storage options (used at declaration by :mod:`goka.processing.settings`, and where they are
+used)."""
 
 from __future__ import annotations
 
+import json
 import re
+from collections.abc import Mapping
+from typing import Any
 
 from goka.errors import ConfigurationError
 
-__all__ = ["LOG_LEVELS", "TRIGGER", "TRIGGER_UNITS", "check_master", "trigger_seconds"]
+__all__ = ["LOG_LEVELS", "TRIGGER", "TRIGGER_UNITS", "check_master", "json_options", "merged",
+           "trigger_seconds"]  # fmt: skip
 
 #: The units a micro-batch trigger is given in (Spark's interval units, singular or plural), in
 #: seconds.
@@ -63,3 +68,29 @@ def trigger_seconds(trigger: str) -> float:
         f"seconds' (units: {', '.join(u + 's' for u in TRIGGER_UNITS)}), or 'available-now'; "
         f"got {trigger!r}"
     )
+
+
+def json_options(text: str) -> dict[str, Any]:
+    """A JSON object given on the command line (``--storage-options '{"endpoint_url": ...}'``).
+
+    Raises:
+        ConfigurationError: not a JSON object.
+    """
+    try:  # (the text is never echoed: it may hold a secret)
+        found = json.loads(text)
+    except ValueError as exc:
+        raise ConfigurationError(f"not JSON: {exc}") from None
+    if not isinstance(found, dict):
+        raise ConfigurationError(f"a JSON object is expected, got a {type(found).__name__}")
+    return found
+
+
+def merged(base: Mapping[str, Any], more: Mapping[str, Any]) -> dict[str, Any]:
+    """``more`` over ``base``, a nested mapping merged key by key (s3fs's ``client_kwargs``
+    and ``config_kwargs`` of both are kept)."""
+    out = dict(base)
+    for key, value in more.items():
+        below = out.get(key)
+        both = isinstance(value, Mapping) and isinstance(below, Mapping)
+        out[key] = merged(below, value) if both else value  # type: ignore[arg-type]
+    return out
