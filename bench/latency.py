@@ -217,10 +217,11 @@ def warm_up(brokers: str, rate: int, seconds: float, fetch_wait: int) -> None:
 
 def measure(spark: object, rate: int, seconds: float, mode: str, *, partitions: int = 4,
             fetch_wait: int = 10, broker_kind: str = "kafka", brokers: str | None = None,
-            guarantee: str = "at-least-once", **settings: Any) -> Run:  # fmt: skip
+            guarantee: str = "at-least-once", epoch: float = LATENCY_EPOCH,
+            **settings: Any) -> Run:  # fmt: skip
     """Run the count group in ``mode`` at ``rate`` events/s on ``brokers``, or on a fresh
-    broker of ``broker_kind`` (see the module docstring); ``settings``: more processor
-    settings (``snapshot_dir``...)."""
+    broker of ``broker_kind`` (see the module docstring), with epochs of ``epoch`` seconds;
+    ``settings``: more processor settings (``snapshot_dir``...)."""
     with contextlib.nullcontext(brokers) if brokers else start_broker(broker_kind) as broker:
         brokers = broker if isinstance(broker, str) else broker.bootstrap
         topic = f"latency-{time.monotonic_ns()}"
@@ -236,7 +237,7 @@ def measure(spark: object, rate: int, seconds: float, mode: str, *, partitions: 
         processor = Processor(graph, brokers, spark=spark, state_dir=state,  # type: ignore[arg-type]
                               mode=mode, checkpoint_dir=state / "checkpoint",
                               **({"trigger": "0 seconds"} if mode == "micro-batch" else {}),
-                              epoch=LATENCY_EPOCH, guarantee=guarantee,
+                              epoch=epoch, guarantee=guarantee,
                               commit_interval=COMMIT_INTERVAL,
                               kafka_config={"consumer.fetch.wait.max.ms": fetch_wait},
                               **settings)  # fmt: skip

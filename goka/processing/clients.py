@@ -133,7 +133,8 @@ class Clients:
         self.worker.discard(self._producer_settings()[0])
 
     def snapshots(self) -> SnapshotStore | None:
-        """The snapshot store (None: snapshots are off)."""
+        """The snapshot store (None: snapshots are off), its client ready when it is built
+        (at a lease or the worker's readying, not at the first upload beside the loop)."""
         config = self.config
         if not config.snapshot_dir or config.snapshot_interval <= 0:
             return None
@@ -146,10 +147,13 @@ class Clients:
                 config.snapshots_kept,
                 frozen(config.snapshot_options),
             ),
-            lambda: builder(
-                config.snapshot_dir,
-                keep=config.snapshots_kept,
-                storage_options=config.snapshot_options,
+            lambda: _warmed(
+                builder(
+                    config.snapshot_dir,
+                    keep=config.snapshots_kept,
+                    storage_options=config.snapshot_options,
+                ),
+                config.graph.group,
             ),
             lambda store: None,
         )
@@ -171,3 +175,10 @@ class Clients:
             view.wait_recovered(self.config.broker_timeout)
             readers[table] = view.get_raw
         return readers
+
+
+def _warmed(store: SnapshotStore, group: str) -> SnapshotStore:
+    warm = getattr(store, "warm", None)  # (a builder of the user's may give another kind)
+    if warm is not None:
+        warm(group)
+    return store

@@ -194,8 +194,9 @@ _CONNECT_SECONDS = 5.0
 
 def _prime_clients(config: TaskConfig, worker: Worker) -> None:
     """Build the worker's clients for ``config`` and have the producer learn where its
-    outputs go (its first flush waited ~0.4 s for a connection and metadata otherwise). A
-    broker that does not answer costs only this wait: the tasks report it."""
+    outputs go (its first flush waited ~0.4 s for a connection and metadata otherwise), and
+    the snapshot store's client its first request. A broker that does not answer costs only
+    this wait: the tasks report it."""
     from goka.errors import GokaError
     from goka.processing.clients import Clients
 
@@ -203,6 +204,7 @@ def _prime_clients(config: TaskConfig, worker: Worker) -> None:
     clients.reader()
     producer = clients.producer()
     graph = config.graph
+    clients.snapshots()
     try:
         for topic in [*graph.outputs, *([graph.table] if graph.persist else [])]:
             producer.partition_count(topic, min(config.broker_timeout, _CONNECT_SECONDS))

@@ -22,6 +22,7 @@ from goka import (
 )
 from goka.processing.applied import SRC_OFFSET, SRC_PARTITION, SRC_TOPIC, from_unfinished_batch
 from goka.processing.builders import Builders
+from goka.processing.clients import Clients
 from goka.processing.config import TaskConfig
 from goka.processing.output import ORIGINAL_SIZE, TRUNCATED
 from goka.storage.snapshots import SnapshotStore
@@ -309,6 +310,19 @@ def test_old_snapshots_are_pruned_to_the_kept_number(
     store = SnapshotStore(url, grace=0)
     manifests = store.manifests(CLICKS.group, 0)
     assert [m.stores["partition"].offsets[(IN, 0)] for m in manifests] == [20, 15]
+
+
+@pytest.mark.s3
+def test_a_workers_s3_snapshot_store_is_ready_before_its_first_upload(
+    kafka: FakeKafka, tmp_path: Path, s3: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name, value in s3.env.items():
+        monkeypatch.setenv(name, value)
+    machine = Machine(kafka, tmp_path / "a", snapshots=f"{s3.url}/snapshots")
+    store = Clients(machine.config, machine.worker).snapshots()
+    # (its first request made the client: not the upload thread, beside a task's loop)
+    assert store is not None and store.fs._s3 is not None
+    assert Clients(machine.config, machine.worker).snapshots() is store  # (built once)
 
 
 def test_a_joined_table_store_follows_its_partition_too(
