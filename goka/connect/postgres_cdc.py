@@ -1,12 +1,17 @@
 """Change data capture: the inserts, updates and deletes of PostgreSQL tables into topics,
-exactly once, through logical decoding (the ``wal2json`` output plugin; Debian's
-``postgresql-<version>-wal2json``, and ``wal_level = logical`` on the server).
+exactly once, through logical decoding (``wal_level = logical`` on the server) with
+PostgreSQL's own ``pgoutput`` (the default: a publication of the tables, made or checked by
+the source; values mapped as Debezium maps them, :mod:`goka.connect.pgoutput`) or the
+``wal2json`` plugin (``decoder="wal2json"``; Debian's ``postgresql-<version>-wal2json``).
 
 The source reads the changes of its replication slot with the SQL functions
-(``pg_logical_slot_peek_changes``: no replication connection), whole transactions at a time,
-in commit order. Each change becomes a record keyed by the row's primary key (one column: its
-text; several: a JSON array of their values): an insert or update the row as a dict, a delete
-a tombstone (an update that changes the key: a tombstone of the old key, then the new row).
+(``pg_logical_slot_peek_binary_changes``, ``..._peek_changes``: no replication connection),
+whole transactions at a time, in commit order. Each change becomes a record keyed by the row's
+primary key (else its replica identity index; one column: its text; several: a JSON array of
+their values): an insert or update the row as a dict, a delete a tombstone (an update that
+changes the key: a tombstone of the old key, then the new row). A table whose changes would
+have no key (no primary key, no replica identity index, no ``key`` option with ``REPLICA
+IDENTITY FULL``) or could not be decoded (``REPLICA IDENTITY NOTHING``) is refused at start.
 Each record carries its position, the transaction's commit LSN and the change's index in it
 (:mod:`goka.connect.source`), and headers ``goka-op`` (``c``, ``u``, ``d``) and
 ``goka-table``. Only once every record of a read is acknowledged is the slot advanced past
@@ -16,21 +21,35 @@ partition has, so a crash at any moment neither loses nor duplicates a change.
 What to know: a slot keeps WAL on the server until it is advanced (a source stopped for long
 holds disk space; ``reset`` drops its slot); a TRUNCATE is not turned into deletes (it is
 logged and reported in the totals' errors); a table needs a primary key or ``REPLICA
-IDENTITY FULL`` for its updates and deletes to be decoded; column values are as wal2json
-writes them (numbers, text; bytea as hex; json columns are parsed).
+IDENTITY FULL`` for its updates and deletes to be decoded; a publication must exist before
+the slot is made (the source makes both in that order; a table added to the publication later
+is published from then on); with ``wal2json``, column values are as it writes them (numbers,
+text; bytea as hex; json columns are parsed).
 """
 
 from __future__ import annotations
 
-import datetime as dt
-import json
+import contextlib
 import logging
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from goka.codec import Codec, JsonCodec
+from goka.connect import wal2json
 from goka.connect.database import Database
+from goka.connect.pgoutput import SESSION, Decoder, Event, lsn_int, lsn_text
+from goka.connect.postgres_catalog import ensure_publication, key_columns, type_infos
+from goka.connect.postgres_snapshot import (
+    BASE,
+    MODES,
+    PREFIX,
+    Snapshots,
+    done_at,
+    is_milestone,
+    record_key,
+)
 from goka.connect.source import FROM_OPTIONS, SourceWriter, check_number, check_options
 from goka.connect.source_job import SourceJob
 from goka.errors import ConfigurationError, SourceError
@@ -43,7 +62,7 @@ log = logging.getLogger(__name__)
 Position = tuple[int, int, int]
 OP_HEADER, TABLE_HEADER = "goka-op", "goka-table"
 _OPS = {"I": b"c", "U": b"u", "D": b"d"}
-_PLUGIN = "wal2json"
+DECODERS = ("pgoutput", "wal2json")
 
 
 @dataclass(frozen=True)
@@ -56,6 +75,17 @@ class PostgresCdcSource:
             owner of the slot).
         tables: each table (``schema.table``) and the topic its changes go to.
         slot: the replication slot (default: ``goka_<name>``; created if missing).
+        decoder: ``"pgoutput"`` (PostgreSQL's own) or ``"wal2json"`` (a plugin the server
+            must have).
+        publication: pgoutput's publication of the tables (default: the slot's name; made
+            if missing, tables it lacks added).
+        snapshot: when the tables' existing rows are read (records with ``goka-op: r``):
+            ``"initial"`` (when the slot is made), ``"never"``, ``"initial_only"`` (then no
+            changes), ``"when_needed"`` (also when the slot is gone).
+        snapshot_chunk: rows a snapshot reads at a time (its progress is noted after each).
+        snapshot_transaction: seconds the initial snapshot reads in the snapshot exported
+            with the slot (one transaction, which holds back vacuum); the rest is read in
+            chunks between watermarks beside the changes.
         codec: encodes each row (a dict).
         key: the record's key: a column, or ``key(row) -> str`` (default: the primary key).
         timestamp: the record's time: a column or ``timestamp(row) -> ms`` (default: the
@@ -78,6 +108,11 @@ class PostgresCdcSource:
     dsn: str
     tables: Mapping[str, str]
     slot: str = ""
+    decoder: Literal["pgoutput", "wal2json"] = "pgoutput"
+    publication: str = ""
+    snapshot: Literal["initial", "never", "initial_only", "when_needed"] = "initial"
+    snapshot_chunk: int = 10_000
+    snapshot_transaction: float = 600.0
     codec: Codec[Any] = field(default_factory=JsonCodec)
     key: str | Callable[[Any], str] | None = None
     timestamp: str | Callable[[Any], int] | None = None
@@ -101,6 +136,8 @@ class PostgresCdcSource:
         object.__setattr__(self, "tables", dict(self.tables))
         check_number(where, self, "batch", integer=True)
         check_number(where, self, "poll_interval")
+        check_number(where, self, "snapshot_chunk", integer=True)
+        check_number(where, self, "snapshot_transaction")
         check_options(where, self, self.topics)
         slot = self.slot or f"goka_{self.name}"
         slot = "".join(c if c.isalnum() or c == "_" else "_" for c in slot.lower())[:63]
@@ -108,6 +145,19 @@ class PostgresCdcSource:
             raise ConfigurationError(f"{where}: slot {self.slot!r} must be lower-case letters, "
                                      "digits and _ (at most 63)")  # fmt: skip
         object.__setattr__(self, "slot", slot)
+        if self.decoder not in DECODERS:
+            raise ConfigurationError(f"{where}: decoder must be one of {', '.join(DECODERS)}, "
+                                     f"got {self.decoder!r}")  # fmt: skip
+        if not isinstance(self.publication, str):
+            raise ConfigurationError(f"{where}: publication must be a str")
+        object.__setattr__(self, "publication", self.publication or slot)
+        if self.snapshot not in MODES:
+            raise ConfigurationError(f"{where}: snapshot must be one of {', '.join(MODES)}, "
+                                     f"got {self.snapshot!r}")  # fmt: skip
+        if self.decoder == "wal2json" and self.snapshot != "never":
+            raise ConfigurationError(f"{where}: snapshots read rows as pgoutput's changes "
+                                     "have them: with decoder='wal2json', set "
+                                     "snapshot='never'")  # fmt: skip
 
     @property
     def topics(self) -> list[str]:
@@ -123,7 +173,7 @@ class PostgresCdcSource:
         return f"slot {self.slot} of {', '.join(self.tables)}"
 
 
-class PostgresCdcSourceJob(SourceJob[Position]):
+class PostgresCdcSourceJob(Snapshots, SourceJob[Position]):
     """Runs a :class:`PostgresCdcSource` in this process.
 
     Args:
@@ -142,27 +192,43 @@ class PostgresCdcSourceJob(SourceJob[Position]):
         super().__init__(source, brokers, kafka_config=kafka_config)
         self._db = Database(source.dsn, f"PostgreSQL change source {source.name!r}",
                             retries=retries, autocommit=True)  # fmt: skip
-        self._options = ("format-version", "2", "include-pk", "1", "include-lsn", "1",
-                         "include-timestamp", "1",
-                         "add-tables", ",".join(source.tables))  # fmt: skip
+        if source.decoder == "wal2json":
+            self._query = ("SELECT data FROM pg_logical_slot_peek_changes(%s, %s, %s, "
+                           "'format-version', '2', 'include-lsn', '1', 'include-timestamp', "
+                           "'1', 'add-tables', %s)")  # fmt: skip
+            self._argument = ",".join(source.tables)
+        else:
+            self._query = ("SELECT data FROM pg_logical_slot_peek_binary_changes(%s, %s, %s, "
+                           "'proto_version', '1', 'publication_names', %s, 'messages', "
+                           "'true')")  # fmt: skip
+            self._argument = source.publication
+        self._decoder = Decoder(lambda oids: self._db.run(lambda conn: type_infos(conn, oids)))
+        self._keys: dict[str, list[str]] = {}
 
     def parse(self, text: str) -> Position:
-        lsn, change, index = text.split("\t")
+        lsn, change, index = text.split("\t")[:3]  # (a progress text: a plan may follow)
         return (lsn_int(lsn), int(change), int(index))
 
     def header(self, position: Position) -> str:
         return f"{lsn_text(position[0])}\t{position[1]}\t{position[2]}"
 
     def where(self, position: tuple[Any, ...]) -> str:
+        if position[1] == -BASE - 1:
+            return f"the beginning of the snapshot at {lsn_text(position[0])}"
+        if position[1] == -1:
+            return f"the end of the snapshot at {lsn_text(position[0])}"
+        if position[1] < -1:
+            return f"row {position[1] + BASE} of the snapshot at {lsn_text(position[0])}"
         return f"change {position[1]} of the transaction committed at {lsn_text(position[0])}"
+
+    def milestone(self, position: Position) -> bool:
+        return is_milestone(position)  # (a snapshot's beginning or end)
 
     def reset(self) -> None:
         """Drop the slot (the next run creates it anew, at the database's current position);
         the topics keep their records."""
         try:
-            self._db.run(lambda conn: conn.execute(
-                "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
-                "WHERE slot_name = %s", (self.source.slot,)))  # fmt: skip
+            self._drop_slot()
         finally:
             self.close()
 
@@ -178,62 +244,102 @@ class PostgresCdcSourceJob(SourceJob[Position]):
 
     def read(self, writer: SourceWriter[Position], floor: Position | None, first: bool,
              watch: bool) -> None:  # fmt: skip
-        if first:
-            self._ensure_slot()
-        upto = None if watch else self._db.run(_committed_now)
-        peek = ("SELECT data FROM pg_logical_slot_peek_changes(%s, %s, %s, "
-                + ", ".join(["%s"] * len(self._options)) + ")")  # fmt: skip
-        arguments = (self.source.slot, upto, self.source.batch, *self._options)
-        while not self.stopping:
-            rows = self._db.run(lambda conn: conn.execute(peek, arguments).fetchall())
-            if not rows:
+        if first and not self._prepare(writer):
+            return
+        while True:
+            plan = self._plan
+            if plan is not None and self._window is None:
+                self._open_window()  # (a snapshot's next chunk, between two watermarks)
+            self._stream(writer)
+            if self._window is not None and not self.stopping:
+                raise SourceError(f"source {self.source.name!r}: the watermark of a snapshot "
+                                  "chunk was not found in the changes read")  # fmt: skip
+            if plan is not None and self._plan is None:
+                writer.reach(done_at(plan.point))  # (read to its end: even if no row was left)
+            if self._plan is None or self.stopping:
                 return
+            self.checkpoint(writer)  # (a chunk given: the plan's progress noted)
+
+    def _stream(self, writer: SourceWriter[Position]) -> None:
+        """Give the changes committed until now."""
+        # (up to what is committed now, also when watching: a read that finds nothing there
+        # moves the slot past it, so that WAL without changes of these tables, which pgoutput
+        # leaves out whole, is neither decoded again at every read nor kept on the server)
+        upto = self._db.run(_committed_now)
+        arguments = (self.source.slot, upto, self.source.batch, self._argument)
+        given = False
+        while not self.stopping:
+            rows = self._db.run(lambda conn: self._peek(conn, arguments))
+            if not rows:
+                if not given:  # (else the slot is at a commit that may end beyond upto)
+                    self._advance(upto)
+                return
+            given = True
             self.totals.files += 1
-            end = self._give(writer, rows)
+            events: Iterator[Event]
+            if self.source.decoder == "wal2json":
+                events = map(wal2json.event, rows)
+            else:
+                events = self._decoder.decode(data for (data,) in rows)
+            end = self._give(writer, events)
             if end is None:
                 return
             writer.producer.flush()
             self._advance(end)
             self.lifecycle.committed()
 
-    def _give(self, writer: SourceWriter[Position], rows: list[Any]) -> str | None:
-        """Give the changes of the whole transactions among ``rows`` to the writer; return
+    def _peek(self, conn: Any, arguments: tuple[Any, ...]) -> list[Any]:
+        conn.execute(SESSION)  # (values' text as the decoder reads it, on any new connection)
+        return list(conn.execute(self._query, arguments).fetchall())
+
+    def _give(self, writer: SourceWriter[Position], events: Any) -> str | None:
+        """Give the changes of the whole transactions among ``events`` to the writer; return
         the end LSN of the last one (None: none ended)."""
         commit, change, stamp, end = 0, 0, 0, None
         tables = self.source.tables
-        for (data,) in rows:
-            row = json.loads(data)
-            action = row["action"]
+        for event in events:
+            action = event[0]
             if action == "B":
-                commit, change, stamp = lsn_int(row["lsn"]), 0, _ms(row.get("timestamp"))
+                commit, change, stamp = event[1], 0, event[2]
             elif action == "C":
-                end = row["nextlsn"]
+                end = event[1]
             elif action in _OPS:
-                table = f"{row['schema']}.{row['table']}"
-                change = self._change(writer, row, tables[table], table, commit, change, stamp)
+                table = event[1]
+                change = self._change(writer, event, tables[table], commit, change, stamp)
+            elif action == "M":
+                if event[1] == PREFIX and self._plan is not None:
+                    given = self._watermark(event[2], self._table_key)
+                    for table, row in given:  # (a chunk's rows: reads, at this point)
+                        self._read(writer, (commit, change), table, row, stamp)
+                        change += 1
             elif action == "T":
-                why = (f"table {row['schema']}.{row['table']} was truncated (transaction "
-                       f"committed at {lsn_text(commit)}): its rows were not deleted in the "
-                       "topic")  # fmt: skip
+                why = (f"table {', '.join(event[1])} was truncated (transaction committed at "
+                       f"{lsn_text(commit)}): its rows were not deleted in the topic")  # fmt: skip
                 log.warning("source %s: %s", self.source.name, why)
                 self.totals.errors.append(why)
         return end
 
-    def _change(self, writer: SourceWriter[Position], row: dict[str, Any], topic: str,
-                table: str, commit: int, change: int, stamp: int) -> int:  # fmt: skip
+    def _change(self, writer: SourceWriter[Position], event: Event, topic: str, commit: int,
+                change: int, stamp: int) -> int:  # fmt: skip
         """Give one change to the writer; return the next change's index."""
-        action = row["action"]
+        action, table, values, identity = event
+        if self._window is not None:
+            self._changed(
+                table,
+                [
+                    self._table_key(table, identity),
+                    None if values is None else self._table_key(table, values),
+                ],
+            )
         headers = [(OP_HEADER, _OPS[action]), (TABLE_HEADER, table.encode())]
-        names = [c["name"] for c in row.get("pk") or ()]
-        identity = {c["name"]: _value(c) for c in row.get("identity") or ()}
-        old = _key(names, identity)
+        names = self._keys[table]
+        old = record_key(names, identity)
         own = self.source.key is not None  # the source's key option keys the rows
         if action == "D":
             writer.record((commit, change), None, identity, key=FROM_OPTIONS if own else old,
                           headers=headers, stamp=stamp, topic=topic, tombstone=True)  # fmt: skip
             return change + 1
-        values = {c["name"]: _value(c) for c in row["columns"]}
-        new = _key(names, values)
+        new = record_key(names, values)
         if action == "U" and old is not None and new != old and not own:
             writer.record((commit, change), None, identity, key=old, stamp=stamp, topic=topic,
                           headers=[(OP_HEADER, b"d"), (TABLE_HEADER, table.encode())],
@@ -244,32 +350,68 @@ class PostgresCdcSourceJob(SourceJob[Position]):
                       headers=headers, stamp=when, topic=topic)  # fmt: skip
         return change + 1
 
-    def _ensure_slot(self) -> None:
-        import psycopg
+    def _prepare(self, writer: SourceWriter[Position]) -> bool:
+        """Check the tables, make or check the publication (pgoutput) and the slot (a
+        publication made after its slot is unknown to the slot's earlier changes), and read
+        the tables' rows if a snapshot is due; return whether changes are to be read (not
+        after ``initial_only``'s snapshot)."""
+        source, where = self.source, f"source {self.source.name!r}"
+        plugin = source.decoder
 
-        def ensure(conn: Any) -> None:
-            found = conn.execute("SELECT plugin FROM pg_replication_slots WHERE slot_name = %s",
-                                 (self.source.slot,)).fetchone()  # fmt: skip
-            if found is not None:
-                if found[0] != _PLUGIN:
-                    raise SourceError(f"source {self.source.name!r}: slot "
-                                      f"{self.source.slot!r} decodes with {found[0]!r}, not "
-                                      f"{_PLUGIN!r}")  # fmt: skip
-                return
-            conn.execute("SELECT pg_create_logical_replication_slot(%s, %s)",
-                         (self.source.slot, _PLUGIN))  # fmt: skip
-            log.info("source %s: created replication slot %s", self.source.name,
-                     self.source.slot)  # fmt: skip
+        def check(conn: Any) -> Any:
+            self._keys = key_columns(conn, where, source.tables, source.key is not None)
+            if plugin == "pgoutput":
+                ensure_publication(conn, where, source.publication, list(source.tables))
+            return conn.execute("SELECT plugin FROM pg_replication_slots WHERE slot_name = %s",
+                                (source.slot,)).fetchone()  # fmt: skip
 
-        try:
-            self._db.run(ensure)
-        except psycopg.errors.ObjectNotInPrerequisiteState as exc:
-            raise SourceError(f"source {self.source.name!r}: the server cannot decode changes: "
-                              f"{str(exc).strip()} (set wal_level = logical)") from exc  # fmt: skip
-        except psycopg.errors.UndefinedFile as exc:
-            raise SourceError(f"source {self.source.name!r}: the output plugin {_PLUGIN} is "
-                              f"not installed on the server ({str(exc).strip()}; Debian: "
-                              "postgresql-<version>-wal2json)") from exc  # fmt: skip
+        with _server_errors(where, plugin):
+            found = self._db.run(check)
+            if found is not None and found[0] != plugin:
+                raise SourceError(f"{where}: slot {source.slot!r} decodes with {found[0]!r}, "
+                                  f"not {plugin!r} (the source's decoder; reset the source to "
+                                  "make the slot anew)")  # fmt: skip
+            due = self._snapshot_due(found is not None, writer)
+            if due == "create":
+                self._db.run(lambda conn: conn.execute(
+                    "SELECT pg_create_logical_replication_slot(%s, %s)",
+                    (source.slot, plugin)))  # fmt: skip
+                log.info("%s: created replication slot %s", where, source.slot)
+            elif due == "snapshot":
+                if found is not None:
+                    self._drop_slot()
+                stamp = int(time.time() * 1000)
+
+                def record(at: tuple[int, int], table: str, row: dict[str, Any]) -> None:
+                    self._read(writer, at, table, row, stamp)
+
+                if not self._initial(writer, record):
+                    return False
+                if source.snapshot == "initial_only" and self._plan is None:
+                    self._drop_slot()  # (it would keep WAL for changes nobody reads)
+            return due not in ("none",) and source.snapshot != "initial_only"
+
+    def _read(self, writer: SourceWriter[Position], at: tuple[int, int], table: str,
+              row: dict[str, Any], stamp: int) -> None:  # fmt: skip
+        """Give a snapshot's row (a record with ``goka-op: r``)."""
+        key = FROM_OPTIONS if self.source.key is not None else record_key(self._keys[table], row)
+        writer.record(at, None, row, key=key,
+                      headers=[(OP_HEADER, b"r"), (TABLE_HEADER, table.encode())],
+                      stamp=stamp if self.source.timestamp is None else None,
+                      topic=self.source.tables[table])  # fmt: skip
+
+    def _table_key(self, table: str, row: dict[str, Any]) -> bytes | None:
+        """A row's record key (the source's key option's, or its key columns')."""
+        key = self.source.key
+        if key is None:
+            return record_key(self._keys[table], row)
+        found = key(row) if callable(key) else row.get(key)
+        return None if found is None else str(found).encode()
+
+    def _drop_slot(self) -> None:
+        self._db.run(lambda conn: conn.execute(
+            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+            "WHERE slot_name = %s", (self.source.slot,)))  # fmt: skip
 
     def _advance(self, end: str) -> None:
         """Every change before ``end`` is acknowledged: the slot moves past them."""
@@ -278,6 +420,22 @@ class PostgresCdcSourceJob(SourceJob[Position]):
 
     def close(self) -> None:
         self._db.close()
+
+
+@contextlib.contextmanager
+def _server_errors(where: str, plugin: str) -> Iterator[None]:
+    """The server's refusals to decode as errors that say what to do."""
+    import psycopg
+
+    try:
+        yield
+    except psycopg.errors.ObjectNotInPrerequisiteState as exc:
+        raise SourceError(f"{where}: the server cannot decode changes: {str(exc).strip()} "
+                          "(set wal_level = logical)") from exc  # fmt: skip
+    except psycopg.errors.UndefinedFile as exc:
+        raise SourceError(f"{where}: the output plugin {plugin} is not installed on the "
+                          f"server ({str(exc).strip()}; Debian: postgresql-<version>-wal2json; "
+                          "or decoder='pgoutput', PostgreSQL's own)") from exc  # fmt: skip
 
 
 def _committed_now(conn: Any) -> str:
@@ -289,36 +447,3 @@ def _committed_now(conn: Any) -> str:
         conn.execute("SET LOCAL synchronous_commit = on")
         conn.execute("SELECT pg_logical_emit_message(true, 'goka-source', '')")
     return str(conn.execute("SELECT pg_current_wal_insert_lsn()").fetchone()[0])
-
-
-def lsn_int(text: str) -> int:
-    """An LSN (``16/B374D848``) as an int."""
-    high, _, low = text.partition("/")
-    return (int(high, 16) << 32) | int(low, 16)
-
-
-def lsn_text(value: int) -> str:
-    """An LSN as PostgreSQL writes it."""
-    return f"{value >> 32:X}/{value & 0xFFFFFFFF:X}"
-
-
-def _key(names: list[str], values: Mapping[str, Any]) -> bytes | None:
-    if not names or any(n not in values for n in names):
-        return None
-    if len(names) == 1:
-        value = values[names[0]]
-        return None if value is None else str(value).encode()
-    return json.dumps([values[n] for n in names], separators=(",", ":")).encode()
-
-
-def _value(column: Mapping[str, Any]) -> Any:
-    value = column.get("value")
-    if isinstance(value, str) and column.get("type") in ("json", "jsonb"):
-        return json.loads(value)
-    return value
-
-
-def _ms(text: str | None) -> int:
-    if not text:
-        return 0
-    return round(dt.datetime.fromisoformat(text).timestamp() * 1000)

@@ -122,11 +122,14 @@ class SourceTotals:
     dead_lettered: int = 0
     errors: list[str] = field(default_factory=list)
     unit: str = "files"
+    snapshot_rows: int = 0  # (a change source's: rows read by its snapshots)
 
     def describe(self) -> str:
-        return (f"{self.records} records from {self.files} {self.unit}: {self.produced} "
-                f"produced, {self.already} produced before, {self.filtered} filtered out, "
-                f"{self.skipped} skipped, {self.dead_lettered} dead-lettered")  # fmt: skip
+        snapshot = f" ({self.snapshot_rows} by a snapshot)" if self.snapshot_rows else ""
+        return (f"{self.records} records{snapshot} from {self.files} {self.unit}: "
+                f"{self.produced} produced, {self.already} produced before, {self.filtered} "
+                f"filtered out, {self.skipped} skipped, {self.dead_lettered} "
+                "dead-lettered")  # fmt: skip
 
 
 class SourceWriter(Generic[P]):
@@ -260,6 +263,13 @@ class SourceWriter(Generic[P]):
         else:
             self.totals.produced += 1
         self.last = position
+
+    def reach(self, position: P) -> None:
+        """Reading got to ``position`` with nothing more to produce below it (a source's
+        milestone, such as a snapshot's end: the next checkpoint keeps it in the progress
+        topic)."""
+        if self.last is None or position > self.last:
+            self.last = position
 
     def _key_of(self, record: Any) -> bytes | None:
         key = self._key

@@ -100,6 +100,11 @@ class SourceJob(Generic[P]):
     def close(self) -> None:
         """Let go of what the reads hold (connections); called when a run ends."""
 
+    def milestone(self, position: P) -> bool:
+        """Whether ``position`` marks where reading got to rather than a record (see
+        :meth:`SourceWriter.reach`): a progress topic may hold it beyond every record."""
+        return False
+
     def flushed(self, writer: SourceWriter[P]) -> None:
         """Everything given to ``writer`` so far is acknowledged (a change stream confirms
         its position here)."""
@@ -118,11 +123,14 @@ class SourceJob(Generic[P]):
         writer.producer.flush()
         self.flushed(writer)
         last = writer.last
-        if last is not None and self._saved_ok and (self._saved is None or last > self._saved):
-            writer.producer.produce(self.progress_topic, self.header(last).encode(),
+        text = None if last is None else self.note(last)
+        saved = self._saved
+        if last is not None and self._saved_ok and (saved is None or last > saved or (
+                last == saved and text != self._saved_text)):  # fmt: skip
+            writer.producer.produce(self.progress_topic, str(text).encode(),
                                     self.source.name.encode(), 0, 0, [])  # fmt: skip
             writer.producer.flush()
-            self._saved = last
+            self._saved, self._saved_text = last, text
         self.lifecycle.committed()
 
     def _progress(self) -> P | None:
@@ -143,9 +151,20 @@ class SourceJob(Generic[P]):
         record = found.get((topic, 0))
         if record is None or record.value is None or record.key != self.source.name.encode():
             return None
-        return self.parse(record.value.decode())
+        self._saved_text = text = record.value.decode()
+        self.noted(text)
+        return self.parse(text)
+
+    def note(self, position: P) -> str:
+        """The text :attr:`progress_topic` keeps for ``position`` (a source may add its own
+        state after it; :meth:`parse` reads the position back)."""
+        return self.header(position)
+
+    def noted(self, text: str) -> None:
+        """The text :attr:`progress_topic` held at the start (a source's state in it)."""
 
     _saved: P | None = None
+    _saved_text: str | None = None
     _saved_ok = True
 
     # -- running ---------------------------------------------------------------------------------
@@ -208,7 +227,8 @@ class SourceJob(Generic[P]):
                               fnv1a=config.get("partitioner") == "fnv1a")  # fmt: skip
         floor, first = self.floor(positions), True
         known = [p for p in positions.values() if p is not None]
-        if progress is not None and (not known or progress > max(known)):
+        if progress is not None and (not known or progress > max(known)) \
+                and not self.milestone(progress):  # fmt: skip
             log.warning("source %s: %s says %s, beyond every record of %s (records deleted, "
                         "topics made anew?): reading from the beginning", self.source.name,
                         self.progress_topic, self.where(progress), self.topics)  # fmt: skip

@@ -26,6 +26,7 @@ from goka.connect.positions import POSITION_HEADER
 from goka.kafka.consumer import read_to_end
 
 from ..spark.crash import crash_seeds, kill_session, run_killable
+from .versions import database_of
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres, pytest.mark.slow]
 
@@ -138,7 +139,6 @@ def trial(seed: int, brokers: str, new_topic: Callable[..., str], dsn: str,
     return f"{items} rows, {made[0]} changes, {kills} kills: {'; '.join(log)}"
 
 
-@pytest.mark.usefixtures("wal2json")
 def test_killed_postgres_sources_produce_each_row_and_change_once(
     brokers: str, new_topic: Callable[..., str], dsn: str,
     tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest,
@@ -146,16 +146,8 @@ def test_killed_postgres_sources_produce_each_row_and_change_once(
     seeds = crash_seeds(request)
     kills = 0
     for seed in seeds:
-        line = trial(seed, brokers, new_topic, _database(dsn, seed),
+        line = trial(seed, brokers, new_topic, database_of(dsn, f"crash{seed}"),
                      tmp_path_factory.mktemp(f"pg{seed}"))  # fmt: skip
         kills += int(line.split(" kills")[0].rsplit(" ", 1)[1])
         print(f"seed {seed}: {line}", flush=True)
     assert kills > 0, "no run was killed"
-
-
-def _database(dsn: str, seed: int) -> str:
-    """A database of its own for each trial."""
-    name = f"crash{seed}_{time.monotonic_ns()}"
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name}")
-    return dsn.rsplit("dbname=", 1)[0] + f"dbname={name}"

@@ -1,0 +1,109 @@
+"""What a PostgreSQL change source asks the catalog: each table's key columns (and whether its
+changes can be decoded at all), its publication, the types of its columns."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from goka.connect.pgoutput import TypeInfo
+from goka.errors import SourceError
+
+__all__ = ["ensure_publication", "key_columns", "type_infos"]
+
+_TABLE = """
+SELECT c.relreplident,
+       ARRAY(SELECT a.attname::text FROM pg_index i
+             JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, n) ON true
+             JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = k.attnum
+             WHERE i.indrelid = c.oid AND i.indisprimary ORDER BY k.n),
+       ARRAY(SELECT a.attname::text FROM pg_index i
+             JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, n) ON true
+             JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = k.attnum
+             WHERE i.indrelid = c.oid AND i.indisreplident ORDER BY k.n)
+FROM pg_class c JOIN pg_namespace s ON s.oid = c.relnamespace
+WHERE s.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p')
+"""
+
+
+def key_columns(conn: Any, where: str, tables: Iterable[str],
+                own_key: bool) -> dict[str, list[str]]:  # fmt: skip
+    """Each table's key columns: its primary key, else its replica identity index ([] when
+    ``own_key``: the source's key option keys the rows, which needs ``REPLICA IDENTITY
+    FULL`` for deletes to carry the row).
+
+    Raises:
+        SourceError: a table is missing, or its updates and deletes would have no key or could
+            not be decoded (naming the table and what to change).
+    """
+    found: dict[str, list[str]] = {}
+    for table in tables:
+        schema, name = table.split(".")
+        row = conn.execute(_TABLE, (schema, name)).fetchone()
+        if row is None:
+            raise SourceError(f"{where}: table {table} does not exist (or is not a table)")
+        identity, primary, index = row[0], list(row[1]), list(row[2])
+        if identity == "n":
+            raise SourceError(f"{where}: table {table} has REPLICA IDENTITY NOTHING: its updates "
+                              "and deletes cannot be decoded; ALTER TABLE ... REPLICA IDENTITY "
+                              "DEFAULT (with a primary key) or FULL")  # fmt: skip
+        keys = primary or (index if identity == "i" else [])
+        if not keys and not (own_key and identity == "f"):
+            raise SourceError(
+                f"{where}: table {table} has no primary key (nor a replica identity index): "
+                "its changes have no key, and a publication of its updates makes the server "
+                "refuse them; add a primary key, or ALTER TABLE ... REPLICA IDENTITY FULL and "
+                "give the source a key option"
+            )
+        found[table] = keys
+    return found
+
+
+def ensure_publication(conn: Any, where: str, name: str, tables: Sequence[str]) -> None:
+    """Make publication ``name`` of ``tables``, or check that it publishes every change of
+    them (adding the tables it lacks).
+
+    Raises:
+        SourceError: it leaves out inserts, updates, deletes or truncates, or cannot be made
+            or changed (naming what to do instead).
+    """
+    import psycopg
+    from psycopg import sql
+
+    found = conn.execute(
+        "SELECT puballtables, pubinsert AND pubupdate AND pubdelete AND pubtruncate "
+        "FROM pg_publication WHERE pubname = %s", (name,)).fetchone()  # fmt: skip
+    listed = sql.SQL(", ").join(sql.Identifier(*t.split(".")) for t in tables)
+    try:
+        if found is None:
+            conn.execute(sql.SQL("CREATE PUBLICATION {} FOR TABLE {}").format(
+                sql.Identifier(name), listed))  # fmt: skip
+            return
+        if not found[1]:
+            raise SourceError(f"{where}: publication {name!r} does not publish every insert, "
+                              "update, delete and truncate; ALTER PUBLICATION ... SET (publish "
+                              "= 'insert, update, delete, truncate')")  # fmt: skip
+        if found[0]:
+            return
+        have = {f"{s}.{t}" for s, t in conn.execute(
+            "SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = %s",
+            (name,)).fetchall()}  # fmt: skip
+        missing = [t for t in tables if t not in have]
+        if missing:
+            conn.execute(sql.SQL("ALTER PUBLICATION {} ADD TABLE {}").format(
+                sql.Identifier(name),
+                sql.SQL(", ").join(sql.Identifier(*t.split(".")) for t in missing)))  # fmt: skip
+    except psycopg.errors.InsufficientPrivilege as exc:
+        raise SourceError(f"{where}: cannot make or change publication {name!r} of "
+                          f"{', '.join(tables)} ({str(exc).strip()}); its owner can: CREATE "
+                          "PUBLICATION ... FOR TABLE ..., or give the source a publication "
+                          "that has them") from exc  # fmt: skip
+
+
+def type_infos(conn: Any, oids: Iterable[int]) -> Mapping[int, TypeInfo]:
+    """The ``pg_type`` facts of ``oids``."""
+    rows = conn.execute("SELECT oid::int, typname::text, typcategory::text, typelem::int, "
+                        "typdelim::text FROM pg_type WHERE oid = ANY(%s)",
+                        (list(oids),)).fetchall()  # fmt: skip
+    return {oid: TypeInfo(name, category, element, delimiter)
+            for oid, name, category, element, delimiter in rows}  # fmt: skip

@@ -1,0 +1,360 @@
+"""The snapshots of a PostgreSQL change source: every existing row of its tables, in chunks of
+primary key order, so that with the changes the slot gives each key's records are its rows'
+versions in commit order (none missing, none twice).
+
+**Initial snapshot.** The slot is made on a replication connection (``CREATE_REPLICATION_SLOT
+... EXPORT_SNAPSHOT``: its consistent point ``P`` and a snapshot's name); a second connection
+imports the snapshot into a ``REPEATABLE READ`` transaction and copies each table out, chunk
+by chunk (``COPY (SELECT ... WHERE key > last ORDER BY key LIMIT n) TO STDOUT``; the values'
+text read by the decoder's converters, so that a row reads as its changes do). Its rows are at
+``(P, n - BASE, 0)`` in read order, below every change (a change commits after ``P``);
+:func:`begun_at` marks the snapshot begun and :func:`done_at` ``(P, -1, 0)`` wholly read.
+Before the first row and after each chunk, the source's progress notes the :class:`Plan` (the
+tables left, the last key done).
+
+**Chunks with watermarks** (a snapshot cut before its end, resumed; later, a table snapshotted
+again while changes stream). The exported snapshot is gone with its connection, but the slot
+has not moved past ``P``: the rest is read while the changes stream, a chunk at a time, each
+between two watermarks (logical decoding messages ``goka-watermark``, committed before and
+after its ``SELECT``: :class:`Window`). Where the stream reaches the low watermark, every
+change of the chunk's table until the high one removes its keys from the chunk (the change
+carries a state at least as new); at the high watermark the rest of the chunk is given as
+reads, at that point of the stream. A chunk's rows read a state between the two marks that no
+change inside them touched: the state at the high mark. A window whose marks come back after
+a restart is not the open one: it is ignored, and its chunk read again in a new window (its
+rows, if some were given, read twice: reads, never changes).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from goka.connect.pgoutput import SESSION, Decoder, lsn_int
+
+__all__ = ["BASE", "MODES", "PREFIX", "Chunk", "Plan", "Snapshots", "Window", "begun_at",
+           "columns_of", "done_at", "is_milestone", "is_snapshot", "make_slot", "read_chunk",
+           "record_key"]  # fmt: skip
+
+log = logging.getLogger(__name__)
+
+#: The snapshot modes (Debezium's names): ``initial`` (the default: a snapshot when the slot is
+#: made, then the changes), ``never``, ``initial_only`` (the snapshot, no changes: the slot is
+#: dropped after it), ``when_needed`` (also when the slot or its position is gone).
+MODES = ("initial", "never", "initial_only", "when_needed")
+#: Snapshot rows' change indexes are ``n - BASE``: below every change's and :func:`done_at`'s.
+BASE = 1 << 62
+#: The prefix of the watermark messages.
+PREFIX = "goka-watermark"
+
+
+def done_at(point: int) -> tuple[int, int, int]:
+    """The position that marks a snapshot at ``point`` wholly read."""
+    return (point, -1, 0)
+
+
+def begun_at(point: int) -> tuple[int, int, int]:
+    """The position that marks a snapshot at ``point`` begun (its plan noted before a row)."""
+    return (point, -BASE - 1, 0)
+
+
+def is_milestone(position: tuple[int, ...]) -> bool:
+    """Whether ``position`` is :func:`done_at`'s or :func:`begun_at`'s, not a record's."""
+    return position[1] in (-1, -BASE - 1)
+
+
+def is_snapshot(position: tuple[int, ...] | None) -> bool:
+    """Whether ``position`` is an initial snapshot row's (not a change's, nor its end)."""
+    return position is not None and position[1] < -1
+
+
+@dataclass
+class Plan:
+    """What is left of a snapshot: ``tables`` (the first being read, after key ``after``:
+    its columns' text; None: from its start), ``count`` rows given so far, at consistent point
+    ``point`` (0: read in windows from the start)."""
+
+    point: int
+    tables: list[str]
+    after: list[str] | None = None
+    count: int = 0
+
+    def text(self) -> str:
+        return json.dumps({"point": self.point, "tables": self.tables, "after": self.after,
+                           "count": self.count}, separators=(",", ":"))  # fmt: skip
+
+    @classmethod
+    def parse(cls, text: str) -> Plan:
+        found = json.loads(text)
+        return cls(int(found["point"]), list(found["tables"]), found["after"], int(found["count"]))
+
+    def advance(self, chunk: Chunk, size: int) -> None:
+        """``chunk`` of the first table was given: go on after it (or to the next table)."""
+        self.count += len(chunk.rows)
+        if chunk.last is None or len(chunk.rows) < size:
+            self.tables.pop(0)
+            self.after = None
+        else:
+            self.after = chunk.last
+
+
+@dataclass
+class Chunk:
+    """Rows of a table in key order, the last one's key (its columns' text)."""
+
+    table: str
+    rows: list[dict[str, Any]]
+    last: list[str] | None
+
+
+@dataclass
+class Window:
+    """A chunk read between two watermarks (see the module docstring)."""
+
+    id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    chunk: Chunk | None = None
+    open: bool = False  # (the stream is between its marks)
+    changed: set[bytes | None] = field(default_factory=set)  # record keys changed while open
+
+    def mark(self, slot: str, which: str) -> str:
+        return f"{slot}:{self.id}:{which}"
+
+
+def make_slot(dsn: str, slot: str, plugin: str) -> tuple[Any, str, str]:
+    """Make logical slot ``slot`` with ``plugin`` on a replication connection and export its
+    snapshot: return the connection (the snapshot lives while it is open and idle), the
+    consistent point and the snapshot's name."""
+    import psycopg
+
+    conn = psycopg.connect(dsn, replication="database", autocommit=True)
+    try:
+        # (a replication command: the simple query protocol, no parameters)
+        row = conn.execute(f'CREATE_REPLICATION_SLOT "{slot}" LOGICAL {plugin} '
+                           "EXPORT_SNAPSHOT", prepare=False).fetchone()  # fmt: skip
+    except BaseException:
+        conn.close()
+        raise
+    assert row is not None
+    return conn, str(row[1]), str(row[2])
+
+
+def columns_of(conn: Any, table: str,
+               decoder: Decoder) -> tuple[list[str], list[Callable[[str], Any]]]:  # fmt: skip
+    """A table's columns and their values' converters (as the decoder converts a change's)."""
+    rows = conn.execute(
+        "SELECT a.attname::text, a.atttypid::int, a.atttypmod FROM pg_attribute a "
+        "WHERE a.attrelid = %s::regclass AND a.attnum > 0 AND NOT a.attisdropped "
+        "ORDER BY a.attnum", (_qualified(table),)).fetchall()  # fmt: skip
+    decoder.learn({oid for _, oid, _ in rows})
+    return [name for name, _, _ in rows], [decoder.converter(oid, mod) for _, oid, mod in rows]
+
+
+def read_chunk(conn: Any, table: str, columns: Sequence[str],
+               converters: Sequence[Callable[[str], Any]], keys: Sequence[str],
+               after: Sequence[str] | None, size: int) -> Chunk:  # fmt: skip
+    """Up to ``size`` rows of ``table`` after key ``after`` (its columns' text), in key order
+    (a table without key columns: all its rows)."""
+    from psycopg import sql
+
+    names = sql.SQL(", ").join(sql.Identifier(c) for c in columns)
+    where: Any = sql.SQL("")
+    limit: Any = sql.SQL("")
+    if keys:
+        ordered = sql.SQL(", ").join(sql.Identifier(k) for k in keys)
+        limit = sql.SQL(" ORDER BY {} LIMIT {}").format(ordered, sql.Literal(size))
+        if after is not None:
+            where = sql.SQL(" WHERE ({}) > ({})").format(
+                ordered, sql.SQL(", ").join(sql.Literal(v) for v in after))  # fmt: skip
+    query = sql.SQL("COPY (SELECT {} FROM {}{}{}) TO STDOUT").format(
+        names, sql.Identifier(*table.split(".")), where, limit)  # fmt: skip
+    pairs = list(zip(columns, converters, strict=True))
+    rows: list[dict[str, Any]] = []
+    values: Any = None
+    with conn.cursor().copy(query) as copy:
+        for values in copy.rows():
+            pairs_values = zip(pairs, values, strict=True)
+            rows.append({name: None if value is None else convert(value)
+                         for (name, convert), value in pairs_values})  # fmt: skip
+    last = [values[list(columns).index(k)] for k in keys] if rows and keys else None
+    return Chunk(table, rows, last)
+
+
+def _qualified(table: str) -> str:
+    return ".".join('"' + part.replace('"', '""') + '"' for part in table.split("."))
+
+
+def record_key(names: Sequence[str], values: Mapping[str, Any] | None) -> bytes | None:
+    """A row's record key by its key columns ``names``: one column's text, or several as a
+    JSON array of their values (None: no key)."""
+    if not names or values is None or any(n not in values for n in names):
+        return None
+    if len(names) == 1:
+        value = values[names[0]]
+        return None if value is None else str(value).encode()
+    return json.dumps([values[n] for n in names], separators=(",", ":")).encode()
+
+
+class Snapshots:
+    """The snapshot steps of :class:`~goka.connect.postgres_cdc.PostgresCdcSourceJob` (see the
+    module docstring): deciding whether one is due, the initial one, the windows."""
+
+    source: Any
+    totals: Any
+    _db: Any
+    _keys: dict[str, list[str]]
+    _decoder: Decoder
+    _saved: Any
+    _plan: Plan | None = None
+    _window: Window | None = None
+
+    if TYPE_CHECKING:  # (the job's own: SourceJob's, before which this comes)
+
+        @property
+        def stopping(self) -> bool: ...
+        def checkpoint(self, writer: Any) -> None: ...
+        def where(self, position: tuple[Any, ...]) -> str: ...
+        def header(self, position: Any) -> str: ...
+
+    def noted(self, text: str) -> None:
+        """The progress topic's text at the start: the plan of an unfinished snapshot."""
+        parts = text.split("\t", 3)
+        self._plan = Plan.parse(parts[3]) if len(parts) > 3 else None
+
+    def note(self, position: tuple[Any, ...]) -> str:
+        """The progress topic's text: the position, and the plan of an unfinished one."""
+        text = self.header(position)
+        return text if self._plan is None else f"{text}\t{self._plan.text()}"
+
+    def _snapshot_due(self, found: bool, writer: Any) -> str:
+        """What the first read does: ``"stream"``, ``"resume"`` (a plan left: in windows),
+        ``"snapshot"`` (a new slot and its snapshot), ``"create"`` (a slot, no snapshot) or
+        ``"none"`` (``initial_only``'s snapshot was read)."""
+        mode, where = self.source.snapshot, f"source {self.source.name!r}"
+        known = max((p for p in (writer.last, self._saved) if p is not None), default=None)
+        if self._plan is not None:
+            if found and mode != "initial_only":  # (whose windows would need the changes)
+                log.info("%s: the snapshot of %s goes on after %s, in chunks beside the "
+                         "changes", where, ", ".join(self._plan.tables),
+                         self.where(known) if known else "its start")  # fmt: skip
+                return "resume"
+            return "snapshot"  # (its slot gone: begun again)
+        done = known is not None and not is_snapshot(known)  # (a change or a snapshot's end)
+        if mode == "never" or (done and (found or mode != "when_needed")):
+            if found:
+                return "stream" if mode != "initial_only" else "none"
+            if mode == "initial_only":
+                return "none"
+            if known is not None:
+                log.warning("%s: slot %s is gone (reset?): changes since %s are not read "
+                            "(snapshot='when_needed' reads the tables again)", where,
+                            self.source.slot, self.where(known))  # fmt: skip
+            return "create"
+        if found:  # (a slot without a snapshot's plan or end: made by a run cut before both)
+            log.warning("%s: the snapshot of %s was not begun: its slot is made anew", where,
+                        ", ".join(self.source.tables))  # fmt: skip
+        return "snapshot"
+
+    def _initial(self, writer: Any, record: Callable[..., None]) -> bool:
+        """Make the slot with its exported snapshot and give the rows of the tables in it,
+        noting the plan after each chunk, for up to ``snapshot_transaction`` seconds (the rest
+        is left to windows: the plan stays); return False if stopped."""
+        import psycopg
+
+        source, started = self.source, time.monotonic()
+        # (initial_only reads no changes, so no windows: all in the exported snapshot)
+        limit = source.snapshot_transaction if source.snapshot != "initial_only" else math.inf
+        replication, point_text, name = make_slot(source.dsn, source.slot, source.decoder)
+        point = lsn_int(point_text)
+        self._plan = plan = Plan(point, list(source.tables))
+        writer.reach(begun_at(point))
+        self.checkpoint(writer)  # (the plan noted: a cut snapshot goes on where it was)
+        try:
+            with psycopg.connect(source.dsn, autocommit=True) as conn, conn.transaction():
+                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                conn.execute(f"SET TRANSACTION SNAPSHOT '{name}'", prepare=False)
+                replication.close()  # (the snapshot is imported: its exporter may go)
+                conn.execute(SESSION)
+                while plan.tables and not self.stopping:
+                    if time.monotonic() - started > limit:
+                        log.info("source %s: the snapshot's transaction was open %.0f s: the "
+                                 "rest is read in chunks beside the changes", source.name,
+                                 source.snapshot_transaction)  # fmt: skip
+                        return True
+                    table = plan.tables[0]
+                    columns, converters = columns_of(conn, table, self._decoder)
+                    chunk = read_chunk(conn, table, columns, converters, self._keys[table],
+                                       plan.after, self.source.snapshot_chunk)  # fmt: skip
+                    for n, row in enumerate(chunk.rows, plan.count):
+                        record((point, n - BASE), table, row)
+                    plan.advance(chunk, self.source.snapshot_chunk)
+                    self.totals.snapshot_rows += len(chunk.rows)
+                    if plan.tables:
+                        self.checkpoint(writer)
+        finally:
+            replication.close()
+        if self.stopping:
+            return False
+        self._plan = None  # (read to its end)
+        writer.reach(done_at(point))
+        self.checkpoint(writer)
+        log.info("source %s: snapshot of %s at %s: %d rows", source.name,
+                 ", ".join(source.tables), point_text, plan.count)  # fmt: skip
+        return True
+
+    def _open_window(self) -> None:
+        """Read the plan's next chunk between two watermarks (see the module docstring)."""
+        plan, slot = self._plan, self.source.slot
+        assert plan is not None and plan.tables
+        window = Window()
+        table = plan.tables[0]
+
+        def read(conn: Any) -> Chunk:
+            conn.execute("SELECT pg_logical_emit_message(true, %s, %s)",
+                         (PREFIX, window.mark(slot, "low")))  # fmt: skip
+            conn.execute(SESSION)
+            columns, converters = columns_of(conn, table, self._decoder)
+            chunk = read_chunk(conn, table, columns, converters, self._keys[table], plan.after,
+                               self.source.snapshot_chunk)  # fmt: skip
+            conn.execute("SELECT pg_logical_emit_message(true, %s, %s)",
+                         (PREFIX, window.mark(slot, "high")))  # fmt: skip
+            return chunk
+
+        window.chunk = self._db.run(read)
+        self._window = window
+
+    def _watermark(self, content: str, table_key: Callable[[str, dict[str, Any]], bytes | None]
+                   ) -> list[tuple[str, dict[str, Any]]]:  # fmt: skip
+        """A watermark message met in the stream: the open window's low one opens it; its high
+        one ends it and returns the chunk's rows no change touched, to be given there."""
+        window, slot = self._window, self.source.slot
+        if window is None or window.chunk is None:
+            return []
+        if content == window.mark(slot, "low"):
+            window.open = True
+            return []
+        if content != window.mark(slot, "high"):
+            return []  # (a mark of a window before a restart)
+        chunk, plan = window.chunk, self._plan
+        assert plan is not None
+        given = [(chunk.table, row) for row in chunk.rows
+                 if table_key(chunk.table, row) not in window.changed]  # fmt: skip
+        self.totals.snapshot_rows += len(given)
+        plan.advance(chunk, self.source.snapshot_chunk)
+        self._window = None
+        if not plan.tables:
+            self._plan = None
+            log.info("source %s: snapshot read to its end", self.source.name)
+        return given
+
+    def _changed(self, table: str, keys: Sequence[bytes | None]) -> None:
+        """A change of ``table`` (its record keys, old and new) met in the stream."""
+        window = self._window
+        if window is not None and window.open and window.chunk is not None \
+                and window.chunk.table == table:  # fmt: skip
+            window.changed.update(keys)

@@ -1,0 +1,125 @@
+"""The change source's initial snapshot on a real server: a table's existing rows read in the
+snapshot exported with the slot while a writer changes it, then its changes, each key's
+records a gapless run of versions (a read, then every change once, in commit order) ending
+equal to the table; a snapshot cut half-way goes on in chunks between watermarks beside the
+changes since its slot; the modes (never, initial_only, when_needed, initial after a reset)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from goka.connect import PostgresCdcSource, PostgresCdcSourceJob
+from goka.connect.postgres_cdc import OP_HEADER
+from goka.kafka.consumer import read_to_end
+
+from .versions import Writer, check_runs
+
+pytestmark = [pytest.mark.kafka, pytest.mark.postgres]
+
+psycopg = pytest.importorskip("psycopg")
+
+
+def execute(dsn: str, *statements: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for statement in statements:
+            conn.execute(statement)
+
+
+def test_existing_rows_then_their_changes_while_a_writer_runs(
+    brokers: str, new_topic: Callable[..., str], dsn: str
+) -> None:
+    topic = new_topic(partitions=3)
+    execute(dsn, "CREATE TABLE items (id int PRIMARY KEY, n int)",
+            "INSERT INTO items SELECT g, 0 FROM generate_series(1, 30000) g")  # fmt: skip
+    writer = Writer(dsn, 1, 30_001)
+    try:
+        source = PostgresCdcSource(dsn, {"public.items": topic})
+        first = PostgresCdcSourceJob(source, brokers).run_until_caught_up()
+        assert first.snapshot_rows >= 30_000 * 0.9
+    finally:
+        writer.close()
+    PostgresCdcSourceJob(source, brokers).run_until_caught_up()
+    ops = check_runs(brokers, topic, dsn)
+    assert ops[b"r"] == first.snapshot_rows and writer.done > 100
+    assert sum(ops.values()) - ops[b"r"] <= writer.done  # (changes before the slot: in reads)
+    again = PostgresCdcSourceJob(source, brokers).run_until_caught_up()
+    assert (again.produced, again.snapshot_rows) == (0, 0)
+
+
+def test_past_its_transaction_time_a_snapshot_goes_on_in_chunks_beside_a_writer(
+    brokers: str, new_topic: Callable[..., str], dsn: str
+) -> None:
+    topic = new_topic(partitions=3)
+    execute(dsn, "CREATE TABLE items (id int PRIMARY KEY, n int)",
+            "INSERT INTO items SELECT g, 0 FROM generate_series(1, 20000) g")  # fmt: skip
+    writer = Writer(dsn, 2, 20_001)
+    try:  # (every chunk in a window: 20 windows of 1,000 rows while the writer runs)
+        source = PostgresCdcSource(dsn, {"public.items": topic}, snapshot_chunk=1000,
+                                   snapshot_transaction=0)  # fmt: skip
+        first = PostgresCdcSourceJob(source, brokers).run_until_caught_up()
+    finally:
+        writer.close()
+    PostgresCdcSourceJob(source, brokers).run_until_caught_up()
+    ops = check_runs(brokers, topic, dsn, reads_twice=True)
+    assert ops[b"r"] == first.snapshot_rows > 15_000 and writer.done > 100
+
+
+def test_a_snapshot_cut_half_way_goes_on_beside_the_changes_since_its_slot(
+    brokers: str, new_topic: Callable[..., str], dsn: str
+) -> None:
+    topic = new_topic(partitions=2)
+    execute(dsn, "CREATE TABLE items (id int PRIMARY KEY, n int)",
+            "INSERT INTO items SELECT g, 0 FROM generate_series(1, 5000) g")  # fmt: skip
+    source = PostgresCdcSource(dsn, {"public.items": topic})
+
+    class Cut(Exception):
+        pass
+
+    class Cutting(PostgresCdcSourceJob):  # dies after 2,000 rows, produced and flushed
+        def _read(self, writer: Any, *args: Any) -> None:
+            if writer.totals.records == 2000:
+                writer.producer.flush()
+                raise Cut
+            super()._read(writer, *args)
+
+    cutting = Cutting(source, brokers)
+    with pytest.raises(Cut):
+        cutting.run_until_caught_up()
+    execute(dsn, "UPDATE items SET n = n + 1 WHERE id % 7 = 0", "DELETE FROM items WHERE id < 10")
+    totals = PostgresCdcSourceJob(source, brokers).run_until_caught_up()
+    assert totals.snapshot_rows == 4991  # (read again in a window, beside the changes)
+    ops = check_runs(brokers, topic, dsn, reads_twice=True)
+    assert ops == {b"r": 2000 + 4991, b"u": 5000 // 7, b"d": 9}  # (the changes since the slot)
+
+
+def test_the_snapshot_modes(brokers: str, new_topic: Callable[..., str], dsn: str) -> None:
+    execute(dsn, "CREATE TABLE items (id int PRIMARY KEY, n int)",
+            "INSERT INTO items SELECT g, 0 FROM generate_series(1, 100) g")  # fmt: skip
+    topics = {mode: new_topic() for mode in ("never", "initial_only", "when_needed", "initial")}
+    sources = {mode: PostgresCdcSource(dsn, {"public.items": topic}, snapshot=mode)  # type: ignore[arg-type]
+               for mode, topic in topics.items()}  # fmt: skip
+    for source in sources.values():
+        PostgresCdcSourceJob(source, brokers).run_until_caught_up()
+    execute(dsn, "UPDATE items SET n = 1 WHERE id <= 10")
+    for mode, source in sources.items():
+        job = PostgresCdcSourceJob(source, brokers)
+        job.run_until_caught_up()
+        assert (job.slot_position() is None) == (mode == "initial_only"), mode
+    for mode in ("when_needed", "initial"):  # the slot gone: only when_needed reads again
+        PostgresCdcSourceJob(sources[mode], brokers).reset()
+        PostgresCdcSourceJob(sources[mode], brokers).run_until_caught_up()
+    execute(dsn, "UPDATE items SET n = 2 WHERE id <= 5")
+    for source in sources.values():
+        PostgresCdcSourceJob(source, brokers).run_until_caught_up()
+    ops = {mode: check_runs(brokers, topics[mode], dsn, reads_twice=mode == "when_needed")
+           for mode in ("initial", "when_needed")}  # fmt: skip
+    never = [dict(r.headers)[OP_HEADER] for r in read_to_end(brokers, topics["never"])]
+    assert never == [b"u"] * 15
+    assert ops["initial"] == {b"r": 100, b"u": 15}
+    assert ops["when_needed"] == {b"r": 200, b"u": 15}
+    only = [json.loads(r.value)["n"] for r in read_to_end(brokers, topics["initial_only"])]
+    assert only == [0] * 100

@@ -1,0 +1,102 @@
+"""SIGKILL ``goka connect run`` of a change source while it snapshots a table of 200,000 rows and
+while it streams, with a writer inserting, updating and deleting rows the whole time (single-row
+transactions, each update counting the row's version); restarts until caught up; then each
+key's records are its versions in commit order (a read or an insert, then every change once:
+no version skipped or repeated; a read never older than the record before it), every position
+once, and the last equal to the table. A trial reads its snapshot in the snapshot exported with
+the slot, or, with no time for that transaction, wholly in chunks between watermarks.
+
+The suite plays seed 1; ``pytest tests/connect/test_postgres_snapshot_crash.py
+--crash-sequences 5`` plays a series from ``--crash-seed`` on, one line per trial.
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from goka.connect.positions import POSITION_HEADER
+from goka.kafka.consumer import read_to_end
+
+from ..spark.crash import crash_seeds, kill_session, run_killable
+from .versions import Writer, check_runs, database_of
+
+pytestmark = [pytest.mark.kafka, pytest.mark.postgres, pytest.mark.slow]
+
+psycopg = pytest.importorskip("psycopg")
+
+ROWS = 200_000
+SOURCES = """
+from goka.connect import PostgresCdcSource
+
+changes = PostgresCdcSource({dsn!r}, {{"public.items": {topic!r}}}, slot={slot!r},
+                            snapshot_chunk={chunk}, snapshot_transaction={transaction})
+"""
+
+
+def trial(seed: int, brokers: str, new_topic: Callable[..., str], dsn: str,
+          work: Path) -> str:  # fmt: skip
+    rng = random.Random(seed)
+    topic = new_topic(partitions=3)
+    module = f"pg_snapshot_{seed}_{time.monotonic_ns()}"
+    transaction = rng.choice([0, 600])  # (0: every chunk between watermarks)
+    (work / f"{module}.py").write_text(SOURCES.format(
+        dsn=dsn, topic=topic, slot=f"snap_{seed}_{time.monotonic_ns()}",
+        chunk=rng.choice([5_000, 20_000]), transaction=transaction))  # fmt: skip
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE items (id int PRIMARY KEY, n int)")
+        conn.execute("INSERT INTO items SELECT g, 0 FROM generate_series(1, %s) g", (ROWS,))
+    writer = Writer(dsn, seed, ROWS + 1)
+    command = [sys.executable, "-m", "goka", "connect", "run", f"{module}:changes",
+               "--brokers", brokers, "--until-caught-up"]  # fmt: skip
+    log: list[str] = []
+    try:
+        for number in range(6):
+            last = number == 5
+            if last:
+                writer.close()
+
+            def outside(pid: int, last: bool = last) -> None:
+                if not last:
+                    time.sleep(rng.uniform(0.5, 4.0))
+                    kill_session(pid)
+
+            code, err = run_killable(command, work, work / f"run-{number}.log", meanwhile=outside)
+            killed = code == -signal.SIGKILL
+            if code not in (0, -signal.SIGKILL) or (last and killed):
+                raise AssertionError(f"seed {seed} run {number} exited with {code}:\n"
+                                     f"{err[-4000:]}")  # fmt: skip
+            log.append("killed" if killed else "caught up")
+    finally:
+        writer.close()
+    ops = check_runs(brokers, topic, dsn, reads_twice=True)
+    records = list(read_to_end(brokers, topic, timeout=60))
+    twice = sum(n - 1 for n in Counter(dict(r.headers)[POSITION_HEADER] for r in records).values())
+    assert twice == 0, f"seed {seed}: {twice} positions twice ({'; '.join(log)}; logs: {work})"
+    changes = sum(n for op, n in ops.items() if op != b"r")
+    assert ops[b"r"] >= ROWS * 0.5 and changes <= writer.done, (ops, writer.done)
+    with psycopg.connect(dsn, autocommit=True) as conn:  # (slots hold WAL: gone with the trial)
+        conn.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                     "WHERE database = current_database()")  # fmt: skip
+    kills = log.count("killed")
+    return (
+        f"{ops[b'r']} reads, {changes} changes of {writer.done} written, {kills} kills, "
+        f"transaction {transaction} s: {'; '.join(log)}"
+    )
+
+
+def test_killed_snapshots_and_streams_give_each_version_once_in_order(
+    brokers: str, new_topic: Callable[..., str], dsn: str,
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest,
+) -> None:  # fmt: skip
+    for seed in crash_seeds(request):
+        line = trial(seed, brokers, new_topic, database_of(dsn, f"snapshot{seed}"),
+                     tmp_path_factory.mktemp(f"snap{seed}"))  # fmt: skip
+        print(f"seed {seed}: {line}", flush=True)
