@@ -91,7 +91,7 @@ def snapshot(brokers: str, dsn: str, rows: int, runs: int) -> list[str]:
     """The initial snapshot against COPY and a producer (see the module docstring)."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("CREATE TABLE big (id int PRIMARY KEY, n int, note text)")
-        conn.execute("INSERT INTO big SELECT g, g % 1000, 'row ' || g "
+        conn.execute("INSERT INTO big SELECT g, g %% 1000, 'row ' || g "
                      "FROM generate_series(1, %s) AS g", (rows,))  # fmt: skip
         conn.execute("VACUUM ANALYZE big")
     lines, ratios = [], []

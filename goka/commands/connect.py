@@ -1,4 +1,4 @@
-"""``goka connect run|status|offsets|reset``: connectors (a sink declared in Python as
+"""``goka connect run|status|offsets|reset|snapshot``: connectors (a sink declared in Python as
 ``module:attribute``, e.g. ``examples.click_count.sinks:clicks``) from the command line."""
 
 from __future__ import annotations
@@ -44,7 +44,10 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
                              "database, the manifest) says")  # fmt: skip
     reset = sub.add_parser("reset", help="forget the target's offsets and the checkpoint: the "
                            "next run starts over")  # fmt: skip
-    for parser in (run, status, offsets, reset):
+    snapshot = sub.add_parser("snapshot", help="have a PostgreSQL change source read tables "
+                              "again, in chunks beside its changes (an incremental "
+                              "snapshot)")  # fmt: skip
+    for parser in (run, status, offsets, reset, snapshot):
         parser.add_argument("sink", metavar="MODULE:CONNECTOR",
                             help="the connector: a goka.connect sink (PostgresSink, ParquetSink) "
                             "or source (FileSource, PostgresSource, PostgresCdcSource), or a "
@@ -67,10 +70,13 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     for parser in (status, offsets):
         parser.add_argument("--json", action="store_true", help="print JSON")
     reset.add_argument("--yes", action="store_true", help="do it (else only say what it does)")
+    add(snapshot, "--tables", "the tables to read, comma-separated schema.table",
+        shown="all of the source's", env=False)  # fmt: skip
     run.set_defaults(run=_run)
     status.set_defaults(run=_status)
     offsets.set_defaults(run=_offsets)
     reset.set_defaults(run=_reset)
+    snapshot.set_defaults(run=_snapshot)
 
 
 def load_sink(spec: str) -> Any:
@@ -276,6 +282,20 @@ def _reset(args: argparse.Namespace, stop: threading.Event) -> int:
         return 0
     job.reset()
     print(f"sink {sink.name}: offsets forgotten, checkpoint {job.checkpoint_dir} removed")
+    return 0
+
+
+def _snapshot(args: argparse.Namespace, stop: threading.Event) -> int:
+    from goka.connect import PostgresCdcSource, PostgresCdcSourceJob
+
+    source = load_sink(args.sink)
+    if not isinstance(source, PostgresCdcSource):
+        raise UsageError(f"{args.sink}: only a PostgresCdcSource takes snapshots, not "
+                         f"{type(source).__name__}")  # fmt: skip
+    tables = args.tables.split(",") if args.tables else list(source.tables)
+    PostgresCdcSourceJob(source, "").snapshot(tables)
+    print(f"source {source.name}: snapshot of {', '.join(tables)} asked for (read by the "
+          "source, in chunks beside its changes, when it meets the signal)")  # fmt: skip
     return 0
 
 

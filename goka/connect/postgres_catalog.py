@@ -1,15 +1,17 @@
-"""What a PostgreSQL change source asks the catalog: each table's key columns (and whether its
-changes can be decoded at all), its publication, the types of its columns."""
+"""What a PostgreSQL change source asks the server: each table's key columns (and whether its
+changes can be decoded at all), its publication, the types of its columns, a position every
+committed transaction precedes; the server's refusals to decode as errors that say what to do."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import contextlib
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from goka.connect.pgoutput import TypeInfo
 from goka.errors import SourceError
 
-__all__ = ["ensure_publication", "key_columns", "type_infos"]
+__all__ = ["committed_now", "ensure_publication", "key_columns", "server_errors", "type_infos"]
 
 _TABLE = """
 SELECT c.relreplident,
@@ -107,3 +109,30 @@ def type_infos(conn: Any, oids: Iterable[int]) -> Mapping[int, TypeInfo]:
                         (list(oids),)).fetchall()  # fmt: skip
     return {oid: TypeInfo(name, category, element, delimiter)
             for oid, name, category, element, delimiter in rows}  # fmt: skip
+
+
+@contextlib.contextmanager
+def server_errors(where: str, plugin: str) -> Iterator[None]:
+    """The server's refusals to decode as errors that say what to do."""
+    import psycopg
+
+    try:
+        yield
+    except psycopg.errors.ObjectNotInPrerequisiteState as exc:
+        raise SourceError(f"{where}: the server cannot decode changes: {str(exc).strip()} "
+                          "(set wal_level = logical)") from exc  # fmt: skip
+    except psycopg.errors.UndefinedFile as exc:
+        raise SourceError(f"{where}: the output plugin {plugin} is not installed on the "
+                          f"server ({str(exc).strip()}; Debian: postgresql-<version>-wal2json; "
+                          "or decoder='pgoutput', PostgreSQL's own)") from exc  # fmt: skip
+
+
+def committed_now(conn: Any) -> str:
+    """An LSN that every transaction committed before now precedes, with the WAL flushed up
+    to it (decoding reads flushed WAL only, and a server with ``synchronous_commit = off``
+    leaves commits unflushed for a while): a transaction that commits synchronously and
+    writes WAL (a logical decoding message, which the source ignores) flushes it."""
+    with conn.transaction():
+        conn.execute("SET LOCAL synchronous_commit = on")
+        conn.execute("SELECT pg_logical_emit_message(true, 'goka-source', '')")
+    return str(conn.execute("SELECT pg_current_wal_insert_lsn()").fetchone()[0])

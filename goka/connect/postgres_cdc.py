@@ -29,9 +29,7 @@ text; bytea as hex; json columns are parsed).
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -40,16 +38,17 @@ from goka.codec import Codec, JsonCodec
 from goka.connect import wal2json
 from goka.connect.database import Database
 from goka.connect.pgoutput import SESSION, Decoder, Event, lsn_int, lsn_text
-from goka.connect.postgres_catalog import ensure_publication, key_columns, type_infos
+from goka.connect.postgres_catalog import committed_now, type_infos
 from goka.connect.postgres_snapshot import (
     BASE,
     MODES,
     PREFIX,
-    Snapshots,
+    SIGNAL,
     done_at,
     is_milestone,
     record_key,
 )
+from goka.connect.postgres_snapshot_steps import OP_HEADER, TABLE_HEADER, Snapshots
 from goka.connect.source import FROM_OPTIONS, SourceWriter, check_number, check_options
 from goka.connect.source_job import SourceJob
 from goka.errors import ConfigurationError, SourceError
@@ -60,7 +59,6 @@ log = logging.getLogger(__name__)
 
 #: A position: (commit LSN, the change's index in its transaction, output index).
 Position = tuple[int, int, int]
-OP_HEADER, TABLE_HEADER = "goka-op", "goka-table"
 _OPS = {"I": b"c", "U": b"u", "D": b"d"}
 DECODERS = ("pgoutput", "wal2json")
 
@@ -204,6 +202,7 @@ class PostgresCdcSourceJob(Snapshots, SourceJob[Position]):
             self._argument = source.publication
         self._decoder = Decoder(lambda oids: self._db.run(lambda conn: type_infos(conn, oids)))
         self._keys: dict[str, list[str]] = {}
+        self._signalled = False
 
     def parse(self, text: str) -> Position:
         lsn, change, index = text.split("\t")[:3]  # (a progress text: a plan may follow)
@@ -265,7 +264,7 @@ class PostgresCdcSourceJob(Snapshots, SourceJob[Position]):
         # (up to what is committed now, also when watching: a read that finds nothing there
         # moves the slot past it, so that WAL without changes of these tables, which pgoutput
         # leaves out whole, is neither decoded again at every read nor kept on the server)
-        upto = self._db.run(_committed_now)
+        upto = self._db.run(committed_now)
         arguments = (self.source.slot, upto, self.source.batch, self._argument)
         given = False
         while not self.stopping:
@@ -284,6 +283,9 @@ class PostgresCdcSourceJob(Snapshots, SourceJob[Position]):
             end = self._give(writer, events)
             if end is None:
                 return
+            if self._signalled:  # (noted before the slot moves past the signal)
+                self.checkpoint(writer)
+                self._signalled = False
             writer.producer.flush()
             self._advance(end)
             self.lifecycle.committed()
@@ -304,10 +306,13 @@ class PostgresCdcSourceJob(Snapshots, SourceJob[Position]):
             elif action == "C":
                 end = event[1]
             elif action in _OPS:
-                table = event[1]
-                change = self._change(writer, event, tables[table], commit, change, stamp)
+                topic = tables.get(event[1])
+                if topic is not None:  # (else a table the publication has, the source not)
+                    change = self._change(writer, event, topic, commit, change, stamp)
             elif action == "M":
-                if event[1] == PREFIX and self._plan is not None:
+                if event[1] == SIGNAL:
+                    self._signalled |= self._signal(event[2])
+                elif event[1] == PREFIX and self._plan is not None:
                     given = self._watermark(event[2], self._table_key)
                     for table, row in given:  # (a chunk's rows: reads, at this point)
                         self._read(writer, (commit, change), table, row, stamp)
@@ -350,64 +355,6 @@ class PostgresCdcSourceJob(Snapshots, SourceJob[Position]):
                       headers=headers, stamp=when, topic=topic)  # fmt: skip
         return change + 1
 
-    def _prepare(self, writer: SourceWriter[Position]) -> bool:
-        """Check the tables, make or check the publication (pgoutput) and the slot (a
-        publication made after its slot is unknown to the slot's earlier changes), and read
-        the tables' rows if a snapshot is due; return whether changes are to be read (not
-        after ``initial_only``'s snapshot)."""
-        source, where = self.source, f"source {self.source.name!r}"
-        plugin = source.decoder
-
-        def check(conn: Any) -> Any:
-            self._keys = key_columns(conn, where, source.tables, source.key is not None)
-            if plugin == "pgoutput":
-                ensure_publication(conn, where, source.publication, list(source.tables))
-            return conn.execute("SELECT plugin FROM pg_replication_slots WHERE slot_name = %s",
-                                (source.slot,)).fetchone()  # fmt: skip
-
-        with _server_errors(where, plugin):
-            found = self._db.run(check)
-            if found is not None and found[0] != plugin:
-                raise SourceError(f"{where}: slot {source.slot!r} decodes with {found[0]!r}, "
-                                  f"not {plugin!r} (the source's decoder; reset the source to "
-                                  "make the slot anew)")  # fmt: skip
-            due = self._snapshot_due(found is not None, writer)
-            if due == "create":
-                self._db.run(lambda conn: conn.execute(
-                    "SELECT pg_create_logical_replication_slot(%s, %s)",
-                    (source.slot, plugin)))  # fmt: skip
-                log.info("%s: created replication slot %s", where, source.slot)
-            elif due == "snapshot":
-                if found is not None:
-                    self._drop_slot()
-                stamp = int(time.time() * 1000)
-
-                def record(at: tuple[int, int], table: str, row: dict[str, Any]) -> None:
-                    self._read(writer, at, table, row, stamp)
-
-                if not self._initial(writer, record):
-                    return False
-                if source.snapshot == "initial_only" and self._plan is None:
-                    self._drop_slot()  # (it would keep WAL for changes nobody reads)
-            return due not in ("none",) and source.snapshot != "initial_only"
-
-    def _read(self, writer: SourceWriter[Position], at: tuple[int, int], table: str,
-              row: dict[str, Any], stamp: int) -> None:  # fmt: skip
-        """Give a snapshot's row (a record with ``goka-op: r``)."""
-        key = FROM_OPTIONS if self.source.key is not None else record_key(self._keys[table], row)
-        writer.record(at, None, row, key=key,
-                      headers=[(OP_HEADER, b"r"), (TABLE_HEADER, table.encode())],
-                      stamp=stamp if self.source.timestamp is None else None,
-                      topic=self.source.tables[table])  # fmt: skip
-
-    def _table_key(self, table: str, row: dict[str, Any]) -> bytes | None:
-        """A row's record key (the source's key option's, or its key columns')."""
-        key = self.source.key
-        if key is None:
-            return record_key(self._keys[table], row)
-        found = key(row) if callable(key) else row.get(key)
-        return None if found is None else str(found).encode()
-
     def _drop_slot(self) -> None:
         self._db.run(lambda conn: conn.execute(
             "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
@@ -420,30 +367,3 @@ class PostgresCdcSourceJob(Snapshots, SourceJob[Position]):
 
     def close(self) -> None:
         self._db.close()
-
-
-@contextlib.contextmanager
-def _server_errors(where: str, plugin: str) -> Iterator[None]:
-    """The server's refusals to decode as errors that say what to do."""
-    import psycopg
-
-    try:
-        yield
-    except psycopg.errors.ObjectNotInPrerequisiteState as exc:
-        raise SourceError(f"{where}: the server cannot decode changes: {str(exc).strip()} "
-                          "(set wal_level = logical)") from exc  # fmt: skip
-    except psycopg.errors.UndefinedFile as exc:
-        raise SourceError(f"{where}: the output plugin {plugin} is not installed on the "
-                          f"server ({str(exc).strip()}; Debian: postgresql-<version>-wal2json; "
-                          "or decoder='pgoutput', PostgreSQL's own)") from exc  # fmt: skip
-
-
-def _committed_now(conn: Any) -> str:
-    """An LSN that every transaction committed before now precedes, with the WAL flushed up
-    to it (decoding reads flushed WAL only, and a server with ``synchronous_commit = off``
-    leaves commits unflushed for a while): a transaction that commits synchronously and
-    writes WAL (a logical decoding message, which the source ignores) flushes it."""
-    with conn.transaction():
-        conn.execute("SET LOCAL synchronous_commit = on")
-        conn.execute("SELECT pg_logical_emit_message(true, 'goka-source', '')")
-    return str(conn.execute("SELECT pg_current_wal_insert_lsn()").fetchone()[0])

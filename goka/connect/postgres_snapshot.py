@@ -29,16 +29,14 @@ from __future__ import annotations
 
 import json
 import logging
-import math
-import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from goka.connect.pgoutput import SESSION, Decoder, lsn_int
+from goka.connect.pgoutput import Decoder
 
-__all__ = ["BASE", "MODES", "PREFIX", "Chunk", "Plan", "Snapshots", "Window", "begun_at",
+__all__ = ["BASE", "MODES", "PREFIX", "SIGNAL", "Chunk", "Plan", "Window", "begun_at",
            "columns_of", "done_at", "is_milestone", "is_snapshot", "make_slot", "read_chunk",
            "record_key"]  # fmt: skip
 
@@ -52,6 +50,8 @@ MODES = ("initial", "never", "initial_only", "when_needed")
 BASE = 1 << 62
 #: The prefix of the watermark messages.
 PREFIX = "goka-watermark"
+#: The prefix of the snapshot signals (:meth:`Snapshots.snapshot`).
+SIGNAL = "goka-snapshot"
 
 
 def done_at(point: int) -> tuple[int, int, int]:
@@ -198,163 +198,3 @@ def record_key(names: Sequence[str], values: Mapping[str, Any] | None) -> bytes 
         value = values[names[0]]
         return None if value is None else str(value).encode()
     return json.dumps([values[n] for n in names], separators=(",", ":")).encode()
-
-
-class Snapshots:
-    """The snapshot steps of :class:`~goka.connect.postgres_cdc.PostgresCdcSourceJob` (see the
-    module docstring): deciding whether one is due, the initial one, the windows."""
-
-    source: Any
-    totals: Any
-    _db: Any
-    _keys: dict[str, list[str]]
-    _decoder: Decoder
-    _saved: Any
-    _plan: Plan | None = None
-    _window: Window | None = None
-
-    if TYPE_CHECKING:  # (the job's own: SourceJob's, before which this comes)
-
-        @property
-        def stopping(self) -> bool: ...
-        def checkpoint(self, writer: Any) -> None: ...
-        def where(self, position: tuple[Any, ...]) -> str: ...
-        def header(self, position: Any) -> str: ...
-
-    def noted(self, text: str) -> None:
-        """The progress topic's text at the start: the plan of an unfinished snapshot."""
-        parts = text.split("\t", 3)
-        self._plan = Plan.parse(parts[3]) if len(parts) > 3 else None
-
-    def note(self, position: tuple[Any, ...]) -> str:
-        """The progress topic's text: the position, and the plan of an unfinished one."""
-        text = self.header(position)
-        return text if self._plan is None else f"{text}\t{self._plan.text()}"
-
-    def _snapshot_due(self, found: bool, writer: Any) -> str:
-        """What the first read does: ``"stream"``, ``"resume"`` (a plan left: in windows),
-        ``"snapshot"`` (a new slot and its snapshot), ``"create"`` (a slot, no snapshot) or
-        ``"none"`` (``initial_only``'s snapshot was read)."""
-        mode, where = self.source.snapshot, f"source {self.source.name!r}"
-        known = max((p for p in (writer.last, self._saved) if p is not None), default=None)
-        if self._plan is not None:
-            if found and mode != "initial_only":  # (whose windows would need the changes)
-                log.info("%s: the snapshot of %s goes on after %s, in chunks beside the "
-                         "changes", where, ", ".join(self._plan.tables),
-                         self.where(known) if known else "its start")  # fmt: skip
-                return "resume"
-            return "snapshot"  # (its slot gone: begun again)
-        done = known is not None and not is_snapshot(known)  # (a change or a snapshot's end)
-        if mode == "never" or (done and (found or mode != "when_needed")):
-            if found:
-                return "stream" if mode != "initial_only" else "none"
-            if mode == "initial_only":
-                return "none"
-            if known is not None:
-                log.warning("%s: slot %s is gone (reset?): changes since %s are not read "
-                            "(snapshot='when_needed' reads the tables again)", where,
-                            self.source.slot, self.where(known))  # fmt: skip
-            return "create"
-        if found:  # (a slot without a snapshot's plan or end: made by a run cut before both)
-            log.warning("%s: the snapshot of %s was not begun: its slot is made anew", where,
-                        ", ".join(self.source.tables))  # fmt: skip
-        return "snapshot"
-
-    def _initial(self, writer: Any, record: Callable[..., None]) -> bool:
-        """Make the slot with its exported snapshot and give the rows of the tables in it,
-        noting the plan after each chunk, for up to ``snapshot_transaction`` seconds (the rest
-        is left to windows: the plan stays); return False if stopped."""
-        import psycopg
-
-        source, started = self.source, time.monotonic()
-        # (initial_only reads no changes, so no windows: all in the exported snapshot)
-        limit = source.snapshot_transaction if source.snapshot != "initial_only" else math.inf
-        replication, point_text, name = make_slot(source.dsn, source.slot, source.decoder)
-        point = lsn_int(point_text)
-        self._plan = plan = Plan(point, list(source.tables))
-        writer.reach(begun_at(point))
-        self.checkpoint(writer)  # (the plan noted: a cut snapshot goes on where it was)
-        try:
-            with psycopg.connect(source.dsn, autocommit=True) as conn, conn.transaction():
-                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-                conn.execute(f"SET TRANSACTION SNAPSHOT '{name}'", prepare=False)
-                replication.close()  # (the snapshot is imported: its exporter may go)
-                conn.execute(SESSION)
-                while plan.tables and not self.stopping:
-                    if time.monotonic() - started > limit:
-                        log.info("source %s: the snapshot's transaction was open %.0f s: the "
-                                 "rest is read in chunks beside the changes", source.name,
-                                 source.snapshot_transaction)  # fmt: skip
-                        return True
-                    table = plan.tables[0]
-                    columns, converters = columns_of(conn, table, self._decoder)
-                    chunk = read_chunk(conn, table, columns, converters, self._keys[table],
-                                       plan.after, self.source.snapshot_chunk)  # fmt: skip
-                    for n, row in enumerate(chunk.rows, plan.count):
-                        record((point, n - BASE), table, row)
-                    plan.advance(chunk, self.source.snapshot_chunk)
-                    self.totals.snapshot_rows += len(chunk.rows)
-                    if plan.tables:
-                        self.checkpoint(writer)
-        finally:
-            replication.close()
-        if self.stopping:
-            return False
-        self._plan = None  # (read to its end)
-        writer.reach(done_at(point))
-        self.checkpoint(writer)
-        log.info("source %s: snapshot of %s at %s: %d rows", source.name,
-                 ", ".join(source.tables), point_text, plan.count)  # fmt: skip
-        return True
-
-    def _open_window(self) -> None:
-        """Read the plan's next chunk between two watermarks (see the module docstring)."""
-        plan, slot = self._plan, self.source.slot
-        assert plan is not None and plan.tables
-        window = Window()
-        table = plan.tables[0]
-
-        def read(conn: Any) -> Chunk:
-            conn.execute("SELECT pg_logical_emit_message(true, %s, %s)",
-                         (PREFIX, window.mark(slot, "low")))  # fmt: skip
-            conn.execute(SESSION)
-            columns, converters = columns_of(conn, table, self._decoder)
-            chunk = read_chunk(conn, table, columns, converters, self._keys[table], plan.after,
-                               self.source.snapshot_chunk)  # fmt: skip
-            conn.execute("SELECT pg_logical_emit_message(true, %s, %s)",
-                         (PREFIX, window.mark(slot, "high")))  # fmt: skip
-            return chunk
-
-        window.chunk = self._db.run(read)
-        self._window = window
-
-    def _watermark(self, content: str, table_key: Callable[[str, dict[str, Any]], bytes | None]
-                   ) -> list[tuple[str, dict[str, Any]]]:  # fmt: skip
-        """A watermark message met in the stream: the open window's low one opens it; its high
-        one ends it and returns the chunk's rows no change touched, to be given there."""
-        window, slot = self._window, self.source.slot
-        if window is None or window.chunk is None:
-            return []
-        if content == window.mark(slot, "low"):
-            window.open = True
-            return []
-        if content != window.mark(slot, "high"):
-            return []  # (a mark of a window before a restart)
-        chunk, plan = window.chunk, self._plan
-        assert plan is not None
-        given = [(chunk.table, row) for row in chunk.rows
-                 if table_key(chunk.table, row) not in window.changed]  # fmt: skip
-        self.totals.snapshot_rows += len(given)
-        plan.advance(chunk, self.source.snapshot_chunk)
-        self._window = None
-        if not plan.tables:
-            self._plan = None
-            log.info("source %s: snapshot read to its end", self.source.name)
-        return given
-
-    def _changed(self, table: str, keys: Sequence[bytes | None]) -> None:
-        """A change of ``table`` (its record keys, old and new) met in the stream."""
-        window = self._window
-        if window is not None and window.open and window.chunk is not None \
-                and window.chunk.table == table:  # fmt: skip
-            window.changed.update(keys)

@@ -14,6 +14,7 @@ import pytest
 
 from goka.connect import PostgresCdcSource, PostgresCdcSourceJob
 from goka.connect.postgres_cdc import OP_HEADER
+from goka.errors import ConfigurationError
 from goka.kafka.consumer import read_to_end
 
 from .versions import Writer, check_runs
@@ -123,3 +124,37 @@ def test_the_snapshot_modes(brokers: str, new_topic: Callable[..., str], dsn: st
     assert ops["when_needed"] == {b"r": 200, b"u": 15}
     only = [json.loads(r.value)["n"] for r in read_to_end(brokers, topics["initial_only"])]
     assert only == [0] * 100
+
+
+def test_incremental_snapshots_asked_for_and_of_an_added_table_read_beside_the_changes(
+    brokers: str, new_topic: Callable[..., str], dsn: str, tmp_path: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    from goka import cli
+
+    items, more = new_topic(partitions=2), new_topic(partitions=2)
+    execute(dsn, "CREATE TABLE items (id int PRIMARY KEY, n int)",
+            "INSERT INTO items SELECT g, 0 FROM generate_series(1, 3000) g",
+            "CREATE TABLE more (id int PRIMARY KEY, n int)",
+            "INSERT INTO more SELECT g, 0 FROM generate_series(1, 2000) g")  # fmt: skip
+    declared = f"PostgresCdcSource({dsn!r}, {{'public.items': {items!r}}}, snapshot_chunk=700)"
+    (tmp_path / "cdc_sources.py").write_text(
+        f"from goka.connect import PostgresCdcSource\nchanges = {declared}\n")  # fmt: skip
+    monkeypatch.syspath_prepend(str(tmp_path))
+    source = PostgresCdcSource(dsn, {"public.items": items}, snapshot_chunk=700)
+    assert PostgresCdcSourceJob(source, brokers).run_until_caught_up().snapshot_rows == 3000
+    execute(dsn, "UPDATE items SET n = n + 1 WHERE id % 3 = 0")
+    assert cli.main(["connect", "snapshot", "cdc_sources:changes"]) == 0  # (a signal, in order)
+    execute(dsn, "UPDATE items SET n = n + 1 WHERE id % 5 = 0", "UPDATE more SET n = 1")
+    again = PostgresCdcSourceJob(source, brokers).run_until_caught_up()
+    assert again.snapshot_rows == 3000
+    grown = PostgresCdcSource(dsn, {"public.items": items, "public.more": more},
+                              snapshot_chunk=700)  # fmt: skip
+    added = PostgresCdcSourceJob(grown, brokers).run_until_caught_up()
+    assert added.snapshot_rows == 2000  # (more's rows, not items' again)
+    execute(dsn, "UPDATE more SET n = n + 1 WHERE id <= 10")
+    PostgresCdcSourceJob(grown, brokers).run_until_caught_up()
+    assert check_runs(brokers, items, dsn, reads_twice=True) == {b"r": 6000, b"u": 1000 + 600}
+    assert check_runs(brokers, more, dsn, table="more") == {b"r": 2000, b"u": 10}
+    with pytest.raises(ConfigurationError, match="not public.other"):
+        PostgresCdcSourceJob(grown, brokers).snapshot(["public.other"])

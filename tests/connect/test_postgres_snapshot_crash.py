@@ -1,6 +1,8 @@
 """SIGKILL ``goka connect run`` of a change source while it snapshots a table of 200,000 rows and
 while it streams, with a writer inserting, updating and deleting rows the whole time (single-row
-transactions, each update counting the row's version); restarts until caught up; then each
+transactions, each update counting the row's version), a second table of 50,000 rows (and a
+writer of its own) added to the source half-way (read by a snapshot of its own, in chunks
+beside the changes, under the same kills); restarts until caught up; then for both, each
 key's records are its versions in commit order (a read or an insert, then every change once:
 no version skipped or repeated; a read never older than the record before it), every position
 once, and the last equal to the table. A trial reads its snapshot in the snapshot exported with
@@ -36,32 +38,40 @@ ROWS = 200_000
 SOURCES = """
 from goka.connect import PostgresCdcSource
 
-changes = PostgresCdcSource({dsn!r}, {{"public.items": {topic!r}}}, slot={slot!r},
-                            snapshot_chunk={chunk}, snapshot_transaction={transaction})
+changes = PostgresCdcSource({dsn!r}, {tables!r}, slot={slot!r}, snapshot_chunk={chunk},
+                            snapshot_transaction={transaction})
 """
+MORE = 50_000  # the rows of the table added to the source half-way
 
 
 def trial(seed: int, brokers: str, new_topic: Callable[..., str], dsn: str,
           work: Path) -> str:  # fmt: skip
     rng = random.Random(seed)
-    topic = new_topic(partitions=3)
+    topic, second = new_topic(partitions=3), new_topic(partitions=2)
     module = f"pg_snapshot_{seed}_{time.monotonic_ns()}"
     transaction = rng.choice([0, 600])  # (0: every chunk between watermarks)
-    (work / f"{module}.py").write_text(SOURCES.format(
-        dsn=dsn, topic=topic, slot=f"snap_{seed}_{time.monotonic_ns()}",
-        chunk=rng.choice([5_000, 20_000]), transaction=transaction))  # fmt: skip
+    settings = {"dsn": dsn, "slot": f"snap_{seed}_{time.monotonic_ns()}",
+                "chunk": rng.choice([5_000, 20_000]), "transaction": transaction}  # fmt: skip
+    (work / f"{module}.py").write_text(SOURCES.format(tables={"public.items": topic},
+                                                      **settings))  # fmt: skip
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("CREATE TABLE items (id int PRIMARY KEY, n int)")
-        conn.execute("INSERT INTO items SELECT g, 0 FROM generate_series(1, %s) g", (ROWS,))
-    writer = Writer(dsn, seed, ROWS + 1)
+        for table, rows in (("items", ROWS), ("more", MORE)):
+            conn.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, n int)")
+            conn.execute(f"INSERT INTO {table} SELECT g, 0 FROM generate_series(1, %s) g",
+                         (rows,))  # fmt: skip
+    writer, other = Writer(dsn, seed, ROWS + 1), Writer(dsn, seed + 1, MORE + 1, "more")
     command = [sys.executable, "-m", "goka", "connect", "run", f"{module}:changes",
                "--brokers", brokers, "--until-caught-up"]  # fmt: skip
     log: list[str] = []
     try:
-        for number in range(6):
-            last = number == 5
+        for number in range(8):
+            last = number == 7
+            if number == 3:  # (a table added to the source while it streams)
+                (work / f"{module}.py").write_text(SOURCES.format(
+                    tables={"public.items": topic, "public.more": second}, **settings))  # fmt: skip
             if last:
                 writer.close()
+                other.close()
 
             def outside(pid: int, last: bool = last) -> None:
                 if not last:
@@ -76,8 +86,11 @@ def trial(seed: int, brokers: str, new_topic: Callable[..., str], dsn: str,
             log.append("killed" if killed else "caught up")
     finally:
         writer.close()
+        other.close()
     ops = check_runs(brokers, topic, dsn, reads_twice=True)
-    records = list(read_to_end(brokers, topic, timeout=60))
+    added = check_runs(brokers, second, dsn, reads_twice=True, table="more")
+    assert added[b"r"] >= MORE * 0.5, added
+    records = [*read_to_end(brokers, topic, timeout=60), *read_to_end(brokers, second)]
     twice = sum(n - 1 for n in Counter(dict(r.headers)[POSITION_HEADER] for r in records).values())
     assert twice == 0, f"seed {seed}: {twice} positions twice ({'; '.join(log)}; logs: {work})"
     changes = sum(n for op, n in ops.items() if op != b"r")
@@ -86,10 +99,9 @@ def trial(seed: int, brokers: str, new_topic: Callable[..., str], dsn: str,
         conn.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
                      "WHERE database = current_database()")  # fmt: skip
     kills = log.count("killed")
-    return (
-        f"{ops[b'r']} reads, {changes} changes of {writer.done} written, {kills} kills, "
-        f"transaction {transaction} s: {'; '.join(log)}"
-    )
+    return (f"{ops[b'r']} reads, {changes} changes of {writer.done} written, then "
+            f"{added[b'r']} reads of the table added and {sum(added.values()) - added[b'r']} "
+            f"changes, {kills} kills, transaction {transaction} s: {'; '.join(log)}")  # fmt: skip
 
 
 def test_killed_snapshots_and_streams_give_each_version_once_in_order(

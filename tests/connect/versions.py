@@ -17,8 +17,8 @@ class Writer:
     """Single-row transactions on ``items (id, n)`` until stopped: inserts (n = 0), updates
     (n + 1) and deletes, by a thread of its own."""
 
-    def __init__(self, dsn: str, seed: int, first: int) -> None:
-        self.dsn, self.rng, self.next = dsn, random.Random(seed), first
+    def __init__(self, dsn: str, seed: int, first: int, table: str = "items") -> None:
+        self.dsn, self.rng, self.next, self.table = dsn, random.Random(seed), first, table
         self.stop, self.done = threading.Event(), 0
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
@@ -28,14 +28,14 @@ class Writer:
             while not self.stop.is_set():
                 kind = self.rng.random()
                 if kind < 0.2:
-                    conn.execute("INSERT INTO items VALUES (%s, 0)", (self.next,))
+                    conn.execute(f"INSERT INTO {self.table} VALUES (%s, 0)", (self.next,))
                     self.next += 1
                 else:
                     key = self.rng.randrange(1, self.next)
                     if kind < 0.3:
-                        conn.execute("DELETE FROM items WHERE id = %s", (key,))
+                        conn.execute(f"DELETE FROM {self.table} WHERE id = %s", (key,))
                     else:
-                        conn.execute("UPDATE items SET n = n + 1 WHERE id = %s", (key,))
+                        conn.execute(f"UPDATE {self.table} SET n = n + 1 WHERE id = %s", (key,))
                 self.done += 1
 
     def close(self) -> None:
@@ -43,7 +43,8 @@ class Writer:
         self.thread.join(30)
 
 
-def check_runs(brokers: str, topic: str, dsn: str, *, reads_twice: bool = False) -> Any:
+def check_runs(brokers: str, topic: str, dsn: str, *, reads_twice: bool = False,
+               table: str = "items") -> Any:  # fmt: skip
     """Each key's records: a read (or an insert at n = 0), then n + 1 per update, a tombstone
     for a delete (after which only an insert at 0), no version skipped or repeated, the last
     equal to the table. With ``reads_twice`` (a snapshot read in windows: a key may be read
@@ -57,7 +58,7 @@ def check_runs(brokers: str, topic: str, dsn: str, *, reads_twice: bool = False)
         n = None if record.value is None else json.loads(record.value)["n"]
         versions.setdefault(record.key or b"", []).append((op, n))
     with _psycopg().connect(dsn) as conn:
-        table = {str(k).encode(): n for k, n in conn.execute("SELECT id, n FROM items")}
+        table = {str(k).encode(): n for k, n in conn.execute(f"SELECT id, n FROM {table}")}
     for key, runs in versions.items():
         last: int | None = None  # (None: no row)
         for op, n in runs:

@@ -1,0 +1,318 @@
+"""The snapshot steps of a PostgreSQL change source's job (see
+:mod:`goka.connect.postgres_snapshot`): whether a snapshot is due when a run starts, the initial
+one in the exported snapshot, the chunks between watermarks, the signals that ask for one, the
+tables added to the source, and the state the progress topic keeps for them."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from goka.connect.pgoutput import SESSION, Decoder, lsn_int
+from goka.connect.postgres_catalog import ensure_publication, key_columns, server_errors
+from goka.connect.postgres_snapshot import (
+    BASE,
+    PREFIX,
+    SIGNAL,
+    Chunk,
+    Plan,
+    Window,
+    begun_at,
+    columns_of,
+    done_at,
+    is_snapshot,
+    make_slot,
+    read_chunk,
+    record_key,
+)
+from goka.connect.source import FROM_OPTIONS
+from goka.errors import SourceError
+
+__all__ = ["OP_HEADER", "TABLE_HEADER", "Snapshots"]
+
+log = logging.getLogger(__name__)
+
+OP_HEADER, TABLE_HEADER = "goka-op", "goka-table"
+
+
+class Snapshots:
+    """The snapshot steps of :class:`~goka.connect.postgres_cdc.PostgresCdcSourceJob` (see the
+    module docstring): deciding whether one is due, the initial one, the windows."""
+
+    source: Any
+    totals: Any
+    _db: Any
+    _keys: dict[str, list[str]]
+    _decoder: Decoder
+    _saved: Any
+    _plan: Plan | None = None
+    _window: Window | None = None
+    _tables: list[str] | None = None  # (the tables noted in the progress topic)
+
+    if TYPE_CHECKING:  # (the job's own: SourceJob's, before which this comes)
+
+        @property
+        def stopping(self) -> bool: ...
+        def checkpoint(self, writer: Any) -> None: ...
+        def where(self, position: tuple[Any, ...]) -> str: ...
+        def header(self, position: Any) -> str: ...
+        def _drop_slot(self) -> None: ...
+
+    def noted(self, text: str) -> None:
+        """The progress topic's text at the start: the plan of an unfinished snapshot, the
+        tables the source had."""
+        parts = text.split("\t", 3)
+        state = json.loads(parts[3]) if len(parts) > 3 else {}
+        self._plan = None if state.get("plan") is None else Plan.parse(state["plan"])
+        self._tables = state.get("tables")
+
+    def note(self, position: tuple[Any, ...]) -> str:
+        """The progress topic's text: the position, the plan of an unfinished snapshot, the
+        source's tables (a table added later is read by a snapshot of its own)."""
+        plan = None if self._plan is None else self._plan.text()
+        state = json.dumps({"plan": plan, "tables": sorted(self.source.tables)},
+                           separators=(",", ":"))  # fmt: skip
+        return f"{self.header(position)}\t{state}"
+
+    def snapshot(self, tables: Sequence[str]) -> None:
+        """Have the source read ``tables`` again (an incremental snapshot), in chunks between
+        watermarks beside the changes: a signal written to the database's WAL, which the
+        source meets in order with the changes (now if it runs, else at its next run).
+
+        Raises:
+            ConfigurationError: a table is not one of the source's.
+        """
+        from goka.errors import ConfigurationError
+
+        unknown = [t for t in tables if t not in self.source.tables]
+        if unknown or not tables:
+            raise ConfigurationError(f"source {self.source.name!r}: can snapshot its tables "
+                                     f"({', '.join(self.source.tables)}), not "
+                                     f"{', '.join(unknown) or 'none'}")  # fmt: skip
+        content = f"{self.source.slot}\t{json.dumps(list(tables))}"
+        try:
+            self._db.run(lambda conn: conn.execute(
+                "SELECT pg_logical_emit_message(true, %s, %s)", (SIGNAL, content)))  # fmt: skip
+        finally:
+            self._db.close()
+
+    def _signal(self, content: str) -> bool:
+        """A snapshot signal met in the stream: its tables join the plan. Returns whether it
+        was this source's."""
+        slot, _, listed = content.partition("\t")
+        if slot != self.source.slot:
+            return False
+        tables = [t for t in json.loads(listed) if t in self.source.tables]
+        self._add(tables, "asked for")
+        return True
+
+    def _add(self, tables: Sequence[str], why: str) -> None:
+        """Read ``tables`` in chunks between watermarks (after the plan's)."""
+        if not tables:
+            return
+        if self._plan is None:
+            self._plan = Plan(0, [])
+        self._plan.tables += [t for t in tables if t not in self._plan.tables[1:]]
+        log.info("source %s: snapshot of %s %s: read in chunks beside the changes",
+                 self.source.name, ", ".join(tables), why)  # fmt: skip
+
+    def _prepare(self, writer: Any) -> bool:
+        """Check the tables, make or check the publication (pgoutput) and the slot (a
+        publication made after its slot is unknown to the slot's earlier changes), and read
+        the tables' rows if a snapshot is due; return whether changes are to be read (not
+        after ``initial_only``'s snapshot)."""
+        source, where = self.source, f"source {self.source.name!r}"
+        plugin = source.decoder
+
+        def check(conn: Any) -> Any:
+            self._keys = key_columns(conn, where, source.tables, source.key is not None)
+            if plugin == "pgoutput":
+                ensure_publication(conn, where, source.publication, list(source.tables))
+            return conn.execute("SELECT plugin FROM pg_replication_slots WHERE slot_name = %s",
+                                (source.slot,)).fetchone()  # fmt: skip
+
+        with server_errors(where, plugin):
+            found = self._db.run(check)
+            if found is not None and found[0] != plugin:
+                raise SourceError(f"{where}: slot {source.slot!r} decodes with {found[0]!r}, "
+                                  f"not {plugin!r} (the source's decoder; reset the source to "
+                                  "make the slot anew)")  # fmt: skip
+            due = self._snapshot_due(found is not None, writer)
+            if due == "create":
+                self._db.run(lambda conn: conn.execute(
+                    "SELECT pg_create_logical_replication_slot(%s, %s)",
+                    (source.slot, plugin)))  # fmt: skip
+                log.info("%s: created replication slot %s", where, source.slot)
+            elif due == "snapshot":
+                if found is not None:
+                    self._drop_slot()
+                stamp = int(time.time() * 1000)
+
+                def record(at: tuple[int, int], table: str, row: dict[str, Any]) -> None:
+                    self._read(writer, at, table, row, stamp)
+
+                if not self._initial(writer, record):
+                    return False
+                if source.snapshot == "initial_only" and self._plan is None:
+                    self._drop_slot()  # (it would keep WAL for changes nobody reads)
+            return due not in ("none",) and source.snapshot != "initial_only"
+
+    def _read(self, writer: Any, at: tuple[int, int], table: str,
+              row: dict[str, Any], stamp: int) -> None:  # fmt: skip
+        """Give a snapshot's row (a record with ``goka-op: r``)."""
+        key = FROM_OPTIONS if self.source.key is not None else record_key(self._keys[table], row)
+        writer.record(at, None, row, key=key,
+                      headers=[(OP_HEADER, b"r"), (TABLE_HEADER, table.encode())],
+                      stamp=stamp if self.source.timestamp is None else None,
+                      topic=self.source.tables[table])  # fmt: skip
+
+    def _table_key(self, table: str, row: dict[str, Any]) -> bytes | None:
+        """A row's record key (the source's key option's, or its key columns')."""
+        key = self.source.key
+        if key is None:
+            return record_key(self._keys[table], row)
+        found = key(row) if callable(key) else row.get(key)
+        return None if found is None else str(found).encode()
+
+    def _snapshot_due(self, found: bool, writer: Any) -> str:
+        """What the first read does: ``"stream"``, ``"resume"`` (a plan left: in windows),
+        ``"snapshot"`` (a new slot and its snapshot), ``"create"`` (a slot, no snapshot) or
+        ``"none"`` (``initial_only``'s snapshot was read)."""
+        mode, where = self.source.snapshot, f"source {self.source.name!r}"
+        known = max((p for p in (writer.last, self._saved) if p is not None), default=None)
+        if self._plan is not None:
+            if found and mode != "initial_only":  # (whose windows would need the changes)
+                self._add_new_tables()
+                log.info("%s: the snapshot of %s goes on after %s, in chunks beside the "
+                         "changes", where, ", ".join(self._plan.tables),
+                         self.where(known) if known else "its start")  # fmt: skip
+                return "resume"
+            return "snapshot"  # (its slot gone: begun again)
+        done = known is not None and not is_snapshot(known)  # (a change or a snapshot's end)
+        if mode == "never" or (done and (found or mode != "when_needed")):
+            if found and mode != "initial_only":
+                self._add_new_tables()
+                return "stream"
+            if found:
+                return "none"
+            if mode == "initial_only":
+                return "none"
+            if known is not None:
+                log.warning("%s: slot %s is gone (reset?): changes since %s are not read "
+                            "(snapshot='when_needed' reads the tables again)", where,
+                            self.source.slot, self.where(known))  # fmt: skip
+            return "create"
+        if found:  # (a slot without a snapshot's plan or end: made by a run cut before both)
+            log.warning("%s: the snapshot of %s was not begun: its slot is made anew", where,
+                        ", ".join(self.source.tables))  # fmt: skip
+        return "snapshot"
+
+    def _add_new_tables(self) -> None:
+        """Tables the source has that its progress did not note: a snapshot of their own
+        (not with ``never``)."""
+        if self._tables is not None and self.source.snapshot != "never":
+            self._add([t for t in self.source.tables if t not in self._tables],
+                      "added to the source")  # fmt: skip
+
+    def _initial(self, writer: Any, record: Callable[..., None]) -> bool:
+        """Make the slot with its exported snapshot and give the rows of the tables in it,
+        noting the plan after each chunk, for up to ``snapshot_transaction`` seconds (the rest
+        is left to windows: the plan stays); return False if stopped."""
+        import psycopg
+
+        source, started = self.source, time.monotonic()
+        # (initial_only reads no changes, so no windows: all in the exported snapshot)
+        limit = source.snapshot_transaction if source.snapshot != "initial_only" else math.inf
+        replication, point_text, name = make_slot(source.dsn, source.slot, source.decoder)
+        point = lsn_int(point_text)
+        self._plan = plan = Plan(point, list(source.tables))
+        writer.reach(begun_at(point))
+        self.checkpoint(writer)  # (the plan noted: a cut snapshot goes on where it was)
+        try:
+            with psycopg.connect(source.dsn, autocommit=True) as conn, conn.transaction():
+                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                conn.execute(f"SET TRANSACTION SNAPSHOT '{name}'", prepare=False)
+                replication.close()  # (the snapshot is imported: its exporter may go)
+                conn.execute(SESSION)
+                while plan.tables and not self.stopping:
+                    if time.monotonic() - started > limit:
+                        log.info("source %s: the snapshot's transaction was open %.0f s: the "
+                                 "rest is read in chunks beside the changes", source.name,
+                                 source.snapshot_transaction)  # fmt: skip
+                        return True
+                    table = plan.tables[0]
+                    columns, converters = columns_of(conn, table, self._decoder)
+                    chunk = read_chunk(conn, table, columns, converters, self._keys[table],
+                                       plan.after, self.source.snapshot_chunk)  # fmt: skip
+                    for n, row in enumerate(chunk.rows, plan.count):
+                        record((point, n - BASE), table, row)
+                    plan.advance(chunk, self.source.snapshot_chunk)
+                    self.totals.snapshot_rows += len(chunk.rows)
+                    if plan.tables:
+                        self.checkpoint(writer)
+        finally:
+            replication.close()
+        if self.stopping:
+            return False
+        self._plan = None  # (read to its end)
+        writer.reach(done_at(point))
+        self.checkpoint(writer)
+        log.info("source %s: snapshot of %s at %s: %d rows", source.name,
+                 ", ".join(source.tables), point_text, plan.count)  # fmt: skip
+        return True
+
+    def _open_window(self) -> None:
+        """Read the plan's next chunk between two watermarks (see the module docstring)."""
+        plan, slot = self._plan, self.source.slot
+        assert plan is not None and plan.tables
+        window = Window()
+        table = plan.tables[0]
+
+        def read(conn: Any) -> Chunk:
+            conn.execute("SELECT pg_logical_emit_message(true, %s, %s)",
+                         (PREFIX, window.mark(slot, "low")))  # fmt: skip
+            conn.execute(SESSION)
+            columns, converters = columns_of(conn, table, self._decoder)
+            chunk = read_chunk(conn, table, columns, converters, self._keys[table], plan.after,
+                               self.source.snapshot_chunk)  # fmt: skip
+            conn.execute("SELECT pg_logical_emit_message(true, %s, %s)",
+                         (PREFIX, window.mark(slot, "high")))  # fmt: skip
+            return chunk
+
+        window.chunk = self._db.run(read)
+        self._window = window
+
+    def _watermark(self, content: str, table_key: Callable[[str, dict[str, Any]], bytes | None]
+                   ) -> list[tuple[str, dict[str, Any]]]:  # fmt: skip
+        """A watermark message met in the stream: the open window's low one opens it; its high
+        one ends it and returns the chunk's rows no change touched, to be given there."""
+        window, slot = self._window, self.source.slot
+        if window is None or window.chunk is None:
+            return []
+        if content == window.mark(slot, "low"):
+            window.open = True
+            return []
+        if content != window.mark(slot, "high"):
+            return []  # (a mark of a window before a restart)
+        chunk, plan = window.chunk, self._plan
+        assert plan is not None
+        given = [(chunk.table, row) for row in chunk.rows
+                 if table_key(chunk.table, row) not in window.changed]  # fmt: skip
+        self.totals.snapshot_rows += len(given)
+        plan.advance(chunk, self.source.snapshot_chunk)
+        self._window = None
+        if not plan.tables:
+            self._plan = None
+            log.info("source %s: snapshot read to its end", self.source.name)
+        return given
+
+    def _changed(self, table: str, keys: Sequence[bytes | None]) -> None:
+        """A change of ``table`` (its record keys, old and new) met in the stream."""
+        window = self._window
+        if window is not None and window.open and window.chunk is not None \
+                and window.chunk.table == table:  # fmt: skip
+            window.changed.update(keys)
