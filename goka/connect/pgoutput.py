@@ -5,7 +5,7 @@ PostgreSQL since 10 and allowed by the managed services), read through the SQL f
 :class:`Decoder` turns the binary messages of a read into :data:`Event` tuples, the same
 shape :mod:`goka.connect.postgres_cdc` makes of ``wal2json``'s rows:
 
-* ``("B", commit_lsn, commit_ms)``: a transaction begins;
+* ``("B", commit_lsn, commit_ms, xid)``: a transaction begins;
 * ``("C", end_lsn_text)``: it ends (the slot may advance to ``end_lsn_text``);
 * ``("I" | "U" | "D", "schema.table", new_row | None, old_key_row)``: a change;
 * ``("T", ["schema.table", ...])``: a TRUNCATE;
@@ -55,7 +55,7 @@ __all__ = ["SESSION", "UNAVAILABLE", "Decoder", "Event", "Relation", "TypeInfo",
 Event = tuple[Any, ...]
 #: The settings a decoding session needs for the values' text (see the module docstring).
 SESSION = ("SET TimeZone = 'UTC'; SET DateStyle = 'ISO'; SET IntervalStyle = 'iso_8601'; "
-           "SET extra_float_digits = 3")  # fmt: skip
+           "SET extra_float_digits = 3; SET bytea_output = 'hex'")  # fmt: skip
 #: A TOASTed value an update did not change and did not send.
 UNAVAILABLE = "__goka_unavailable_value"
 #: Microseconds from the Unix epoch to PostgreSQL's (2000-01-01).
@@ -63,6 +63,7 @@ _PG_EPOCH_US = 946_684_800_000_000
 _EPOCH = dt.datetime(1970, 1, 1)
 _EPOCH_DATE = dt.date(1970, 1, 1)
 _I16, _I32, _I64 = struct.Struct(">h"), struct.Struct(">i"), struct.Struct(">q")
+_U32 = struct.Struct(">I")
 
 
 @dataclass(frozen=True)
@@ -119,7 +120,7 @@ class Decoder:
                 yield ("D", relation.table, None, old)
             elif kind == 0x42:  # B: final (commit) LSN, commit time, xid
                 stamp = (_I64.unpack_from(data, 9)[0] + _PG_EPOCH_US) // 1000
-                yield ("B", _I64.unpack_from(data, 1)[0], stamp)
+                yield ("B", _I64.unpack_from(data, 1)[0], stamp, _U32.unpack_from(data, 17)[0])
             elif kind == 0x43:  # C: flags, commit LSN, end LSN, commit time
                 end = _I64.unpack_from(data, 10)[0]
                 yield ("C", lsn_text(end))
@@ -169,8 +170,9 @@ class Decoder:
             return str
         if info.category == "A" and info.element:
             element = self.converter(info.element, typmod)
-            return lambda text: _array(text, element, info.delimiter)
-        return convert(info.name, typmod)
+            return _safe(lambda text: _array(text, element, info.delimiter))
+        found = convert(info.name, typmod)
+        return found if found is str else _safe(found)
 
 
 def lsn_int(text: str) -> int:
@@ -182,6 +184,19 @@ def lsn_int(text: str) -> int:
 def lsn_text(value: int) -> str:
     """An LSN as PostgreSQL writes it."""
     return f"{value >> 32:X}/{value & 0xFFFFFFFF:X}"
+
+
+def _safe(convert: Callable[[str], Any]) -> Callable[[str], Any]:
+    """``convert``, or the text where it cannot (a year past 9999, a literal it does not
+    know): a value is never a reason to stop a stream."""
+
+    def safe(text: str) -> Any:
+        try:
+            return convert(text)
+        except (ValueError, OverflowError, IndexError, AssertionError):
+            return text
+
+    return safe
 
 
 def convert(name: str, typmod: int = -1) -> Callable[[str], Any]:

@@ -14,7 +14,7 @@ from goka.errors import SourceError
 __all__ = ["committed_now", "ensure_publication", "key_columns", "server_errors", "type_infos"]
 
 _TABLE = """
-SELECT c.relreplident,
+SELECT c.relreplident, c.relkind,
        ARRAY(SELECT a.attname::text FROM pg_index i
              JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, n) ON true
              JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = k.attnum
@@ -44,7 +44,16 @@ def key_columns(conn: Any, where: str, tables: Iterable[str],
         row = conn.execute(_TABLE, (schema, name)).fetchone()
         if row is None:
             raise SourceError(f"{where}: table {table} does not exist (or is not a table)")
-        identity, primary, index = row[0], list(row[1]), list(row[2])
+        identity, kind, primary, index = row[0], row[1], list(row[2]), list(row[3])
+        if kind == "p":
+            raise SourceError(f"{where}: table {table} is partitioned: pgoutput names its "
+                              "partitions' changes, not its own; give the source its "
+                              "partitions")  # fmt: skip
+        if identity == "i" and primary and index != primary:
+            raise SourceError(f"{where}: table {table} has REPLICA IDENTITY USING INDEX on "
+                              f"({', '.join(index)}), not its primary key "
+                              f"({', '.join(primary)}): its deletes would not carry the key; "
+                              "ALTER TABLE ... REPLICA IDENTITY DEFAULT or FULL")  # fmt: skip
         if identity == "n":
             raise SourceError(f"{where}: table {table} has REPLICA IDENTITY NOTHING: its updates "
                               "and deletes cannot be decoded; ALTER TABLE ... REPLICA IDENTITY "

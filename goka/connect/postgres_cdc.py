@@ -203,13 +203,19 @@ class PostgresCdcSourceJob(Snapshots, SourceJob[Position]):
         self._decoder = Decoder(lambda oids: self._db.run(lambda conn: type_infos(conn, oids)))
         self._keys: dict[str, list[str]] = {}
         self._signalled = False
+        self._xid = 0  # (the transaction whose changes are being given)
 
     def parse(self, text: str) -> Position:
         lsn, change, index = text.split("\t")[:3]  # (a progress text: a plan may follow)
         return (lsn_int(lsn), int(change), int(index))
 
     def header(self, position: Position) -> str:
-        return f"{lsn_text(position[0])}\t{position[1]}\t{position[2]}"
+        lsn = position[0]
+        if lsn != self._lsn[0]:  # (a transaction's or a snapshot's records share it)
+            self._lsn = (lsn, lsn_text(lsn))
+        return f"{self._lsn[1]}\t{position[1]}\t{position[2]}"
+
+    _lsn: tuple[int, str] = (-1, "")
 
     def where(self, position: tuple[Any, ...]) -> str:
         if position[1] == -BASE - 1:
@@ -243,7 +249,7 @@ class PostgresCdcSourceJob(Snapshots, SourceJob[Position]):
 
     def read(self, writer: SourceWriter[Position], floor: Position | None, first: bool,
              watch: bool) -> None:  # fmt: skip
-        if first and not self._prepare(writer):
+        if (first and not self._prepare(writer)) or self.source.snapshot == "initial_only":
             return
         while True:
             plan = self._plan
@@ -261,19 +267,15 @@ class PostgresCdcSourceJob(Snapshots, SourceJob[Position]):
 
     def _stream(self, writer: SourceWriter[Position]) -> None:
         """Give the changes committed until now."""
-        # (up to what is committed now, also when watching: a read that finds nothing there
-        # moves the slot past it, so that WAL without changes of these tables, which pgoutput
-        # leaves out whole, is neither decoded again at every read nor kept on the server)
+        # (up to what is committed now, also when watching: each read's own message, which
+        # both decoders give, moves the slot past WAL without changes of these tables, which
+        # is then neither decoded again at every read nor kept on the server)
         upto = self._db.run(committed_now)
         arguments = (self.source.slot, upto, self.source.batch, self._argument)
-        given = False
         while not self.stopping:
             rows = self._db.run(lambda conn: self._peek(conn, arguments))
             if not rows:
-                if not given:  # (else the slot is at a commit that may end beyond upto)
-                    self._advance(upto)
                 return
-            given = True
             self.totals.files += 1
             events: Iterator[Event]
             if self.source.decoder == "wal2json":
@@ -297,18 +299,20 @@ class PostgresCdcSourceJob(Snapshots, SourceJob[Position]):
     def _give(self, writer: SourceWriter[Position], events: Any) -> str | None:
         """Give the changes of the whole transactions among ``events`` to the writer; return
         the end LSN of the last one (None: none ended)."""
-        commit, change, stamp, end = 0, 0, 0, None
+        commit, change, stamp, end, self._xid = 0, 0, 0, None, 0
         tables = self.source.tables
         for event in events:
             action = event[0]
             if action == "B":
-                commit, change, stamp = event[1], 0, event[2]
+                commit, change, stamp, self._xid = event[1], 0, event[2], event[3]
             elif action == "C":
                 end = event[1]
             elif action in _OPS:
                 topic = tables.get(event[1])
-                if topic is not None:  # (else a table the publication has, the source not)
+                if topic is not None:
                     change = self._change(writer, event, topic, commit, change, stamp)
+                else:  # (a table the publication has, the source not: indexes stay as they are)
+                    change += 1
             elif action == "M":
                 if event[1] == SIGNAL:
                     self._signalled |= self._signal(event[2])
@@ -329,13 +333,8 @@ class PostgresCdcSourceJob(Snapshots, SourceJob[Position]):
         """Give one change to the writer; return the next change's index."""
         action, table, values, identity = event
         if self._window is not None:
-            self._changed(
-                table,
-                [
-                    self._table_key(table, identity),
-                    None if values is None else self._table_key(table, values),
-                ],
-            )
+            keys = [self._table_key(table, identity), self._table_key(table, values or {})]
+            self._changed(table, keys, self._xid)
         headers = [(OP_HEADER, _OPS[action]), (TABLE_HEADER, table.encode())]
         names = self._keys[table]
         old = record_key(names, identity)

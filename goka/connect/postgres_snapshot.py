@@ -30,15 +30,30 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from goka.connect.pgoutput import Decoder
 
-__all__ = ["BASE", "MODES", "PREFIX", "SIGNAL", "Chunk", "Plan", "Window", "begun_at",
-           "columns_of", "done_at", "is_milestone", "is_snapshot", "make_slot", "read_chunk",
-           "record_key"]  # fmt: skip
+__all__ = [
+    "BASE",
+    "MODES",
+    "PREFIX",
+    "SIGNAL",
+    "Chunk",
+    "Plan",
+    "Window",
+    "begun_at",
+    "columns_of",
+    "done_at",
+    "is_milestone",
+    "is_snapshot",
+    "make_slot",
+    "read_chunk",
+    "record_key",
+    "stream_chunk",
+]  # fmt: skip
 
 log = logging.getLogger(__name__)
 
@@ -96,8 +111,8 @@ class Plan:
 
     def advance(self, chunk: Chunk, size: int) -> None:
         """``chunk`` of the first table was given: go on after it (or to the next table)."""
-        self.count += len(chunk.rows)
-        if chunk.last is None or len(chunk.rows) < size:
+        self.count += chunk.count
+        if chunk.last is None or chunk.count < size:
             self.tables.pop(0)
             self.after = None
         else:
@@ -106,11 +121,13 @@ class Plan:
 
 @dataclass
 class Chunk:
-    """Rows of a table in key order, the last one's key (its columns' text)."""
+    """Rows of a table in key order (kept, or given as read: :func:`stream_chunk`), how many,
+    the last one's key (its columns' text)."""
 
     table: str
-    rows: list[dict[str, Any]]
-    last: list[str] | None
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    last: list[str] | None = None
+    count: int = 0
 
 
 @dataclass
@@ -121,9 +138,27 @@ class Window:
     chunk: Chunk | None = None
     open: bool = False  # (the stream is between its marks)
     changed: set[bytes | None] = field(default_factory=set)  # record keys changed while open
+    #: The chunk's snapshot (``pg_current_snapshot()``): transactions at or past ``xmax`` and
+    #: those in ``running`` are invisible to it, wherever they commit in the stream.
+    xmax: int = 0
+    running: frozenset[int] = frozenset()
 
     def mark(self, slot: str, which: str) -> str:
         return f"{slot}:{self.id}:{which}"
+
+    def see(self, snapshot: str) -> None:
+        """Note the chunk's snapshot (``xmin:xmax:xip,...``, 64-bit ids) as 32-bit ids."""
+        _, xmax, running = snapshot.split(":")
+        self.xmax = int(xmax) & 0xFFFFFFFF
+        self.running = frozenset(int(x) & 0xFFFFFFFF for x in running.split(",") if x)
+
+    def unseen(self, xid: int) -> bool:
+        """Whether transaction ``xid`` (32-bit) is invisible to the chunk's snapshot: a change
+        of it that the stream gives even before the low mark (its commit written before the
+        mark, but not yet visible when the chunk was read) is newer than the chunk's row."""
+        if not xid or not self.xmax:
+            return False
+        return xid in self.running or ((xid - self.xmax) & 0xFFFFFFFF) < 0x80000000
 
 
 def make_slot(dsn: str, slot: str, plugin: str) -> tuple[Any, str, str]:
@@ -150,6 +185,7 @@ def columns_of(conn: Any, table: str,
     rows = conn.execute(
         "SELECT a.attname::text, a.atttypid::int, a.atttypmod FROM pg_attribute a "
         "WHERE a.attrelid = %s::regclass AND a.attnum > 0 AND NOT a.attisdropped "
+        "AND a.attgenerated = ''"
         "ORDER BY a.attnum", (_qualified(table),)).fetchall()  # fmt: skip
     decoder.learn({oid for _, oid, _ in rows})
     return [name for name, _, _ in rows], [decoder.converter(oid, mod) for _, oid, mod in rows]
@@ -160,8 +196,19 @@ def read_chunk(conn: Any, table: str, columns: Sequence[str],
                after: Sequence[str] | None, size: int) -> Chunk:  # fmt: skip
     """Up to ``size`` rows of ``table`` after key ``after`` (its columns' text), in key order
     (a table without key columns: all its rows)."""
+    chunk = Chunk(table)
+    chunk.rows = list(stream_chunk(conn, chunk, columns, converters, keys, after, size))
+    return chunk
+
+
+def stream_chunk(conn: Any, chunk: Chunk, columns: Sequence[str],
+                 converters: Sequence[Callable[[str], Any]], keys: Sequence[str],
+                 after: Sequence[str] | None, size: int) -> Iterator[dict[str, Any]]:  # fmt: skip
+    """:func:`read_chunk`'s rows as the server sends them (it writes the next ones while
+    they are given), ``chunk``'s count and last key set at the end."""
     from psycopg import sql
 
+    table = chunk.table
     names = sql.SQL(", ").join(sql.Identifier(c) for c in columns)
     where: Any = sql.SQL("")
     limit: Any = sql.SQL("")
@@ -174,15 +221,16 @@ def read_chunk(conn: Any, table: str, columns: Sequence[str],
     query = sql.SQL("COPY (SELECT {} FROM {}{}{}) TO STDOUT").format(
         names, sql.Identifier(*table.split(".")), where, limit)  # fmt: skip
     pairs = list(zip(columns, converters, strict=True))
-    rows: list[dict[str, Any]] = []
     values: Any = None
+    count = 0
     with conn.cursor().copy(query) as copy:
         for values in copy.rows():
+            count += 1
             pairs_values = zip(pairs, values, strict=True)
-            rows.append({name: None if value is None else convert(value)
-                         for (name, convert), value in pairs_values})  # fmt: skip
-    last = [values[list(columns).index(k)] for k in keys] if rows and keys else None
-    return Chunk(table, rows, last)
+            yield {name: None if value is None else convert(value)
+                   for (name, convert), value in pairs_values}  # fmt: skip
+    chunk.count = count
+    chunk.last = [values[list(columns).index(k)] for k in keys] if count and keys else None
 
 
 def _qualified(table: str) -> str:

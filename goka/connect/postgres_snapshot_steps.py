@@ -9,10 +9,11 @@ import json
 import logging
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from goka.connect.pgoutput import SESSION, Decoder, lsn_int
+from goka.connect.pgoutput import SESSION, Decoder, lsn_int, lsn_text
+from goka.connect.positions import POSITION_HEADER
 from goka.connect.postgres_catalog import ensure_publication, key_columns, server_errors
 from goka.connect.postgres_snapshot import (
     BASE,
@@ -28,6 +29,7 @@ from goka.connect.postgres_snapshot import (
     make_slot,
     read_chunk,
     record_key,
+    stream_chunk,
 )
 from goka.connect.source import FROM_OPTIONS
 from goka.errors import SourceError
@@ -37,6 +39,8 @@ __all__ = ["OP_HEADER", "TABLE_HEADER", "Snapshots"]
 log = logging.getLogger(__name__)
 
 OP_HEADER, TABLE_HEADER = "goka-op", "goka-table"
+#: How often the initial snapshot notes its plan (each note waits for every row given).
+NOTE_SECONDS = 2.0
 
 
 class Snapshots:
@@ -49,6 +53,7 @@ class Snapshots:
     _keys: dict[str, list[str]]
     _decoder: Decoder
     _saved: Any
+    _saved_ok: bool
     _plan: Plan | None = None
     _window: Window | None = None
     _tables: list[str] | None = None  # (the tables noted in the progress topic)
@@ -61,13 +66,20 @@ class Snapshots:
         def where(self, position: tuple[Any, ...]) -> str: ...
         def header(self, position: Any) -> str: ...
         def _drop_slot(self) -> None: ...
+        @property
+        def progress_topic(self) -> str: ...
 
     def noted(self, text: str) -> None:
         """The progress topic's text at the start: the plan of an unfinished snapshot, the
         tables the source had."""
         parts = text.split("\t", 3)
         state = json.loads(parts[3]) if len(parts) > 3 else {}
-        self._plan = None if state.get("plan") is None else Plan.parse(state["plan"])
+        plan = None if state.get("plan") is None else Plan.parse(state["plan"])
+        if plan is not None and plan.tables[0] not in self.source.tables:
+            plan.after = None  # (the table being read left the source)
+        if plan is not None:
+            plan.tables = [t for t in plan.tables if t in self.source.tables]
+        self._plan = plan if plan is not None and plan.tables else None
         self._tables = state.get("tables")
 
     def note(self, position: tuple[Any, ...]) -> str:
@@ -88,6 +100,9 @@ class Snapshots:
         """
         from goka.errors import ConfigurationError
 
+        if self.source.decoder != "pgoutput":
+            raise ConfigurationError(f"source {self.source.name!r}: snapshots need "
+                                     "decoder='pgoutput'")  # fmt: skip
         unknown = [t for t in tables if t not in self.source.tables]
         if unknown or not tables:
             raise ConfigurationError(f"source {self.source.name!r}: can snapshot its tables "
@@ -131,12 +146,21 @@ class Snapshots:
         def check(conn: Any) -> Any:
             self._keys = key_columns(conn, where, source.tables, source.key is not None)
             if plugin == "pgoutput":
+                encoding = conn.execute("SHOW server_encoding").fetchone()[0]
+                if encoding != "UTF8":
+                    raise SourceError(f"{where}: the database's encoding is {encoding}: "
+                                      "pgoutput's values are read as UTF8")  # fmt: skip
                 ensure_publication(conn, where, source.publication, list(source.tables))
-            return conn.execute("SELECT plugin FROM pg_replication_slots WHERE slot_name = %s",
-                                (source.slot,)).fetchone()  # fmt: skip
+            return conn.execute("SELECT plugin, wal_status FROM pg_replication_slots "
+                                "WHERE slot_name = %s", (source.slot,)).fetchone()  # fmt: skip
 
         with server_errors(where, plugin):
             found = self._db.run(check)
+            if found is not None and found[1] == "lost":  # (its WAL removed: of no use)
+                log.warning("%s: slot %s lost its WAL (max_slot_wal_keep_size?): dropped",
+                            where, source.slot)  # fmt: skip
+                self._drop_slot()
+                found = None
             if found is not None and found[0] != plugin:
                 raise SourceError(f"{where}: slot {source.slot!r} decodes with {found[0]!r}, "
                                   f"not {plugin!r} (the source's decoder; reset the source to "
@@ -148,14 +172,15 @@ class Snapshots:
                     (source.slot, plugin)))  # fmt: skip
                 log.info("%s: created replication slot %s", where, source.slot)
             elif due == "snapshot":
+                if not self._saved_ok:
+                    raise SourceError(f"{where}: a snapshot notes its plan in "
+                                      f"{self.progress_topic}, which cannot be used")  # fmt: skip
+                if self._plan is not None:  # (an old slot's plan: forgotten first)
+                    self._plan = None
+                    self.checkpoint(writer)
                 if found is not None:
                     self._drop_slot()
-                stamp = int(time.time() * 1000)
-
-                def record(at: tuple[int, int], table: str, row: dict[str, Any]) -> None:
-                    self._read(writer, at, table, row, stamp)
-
-                if not self._initial(writer, record):
+                if not self._initial(writer):
                     return False
                 if source.snapshot == "initial_only" and self._plan is None:
                     self._drop_slot()  # (it would keep WAL for changes nobody reads)
@@ -164,18 +189,43 @@ class Snapshots:
     def _read(self, writer: Any, at: tuple[int, int], table: str,
               row: dict[str, Any], stamp: int) -> None:  # fmt: skip
         """Give a snapshot's row (a record with ``goka-op: r``)."""
-        key = FROM_OPTIONS if self.source.key is not None else record_key(self._keys[table], row)
-        writer.record(at, None, row, key=key,
-                      headers=[(OP_HEADER, b"r"), (TABLE_HEADER, table.encode())],
-                      stamp=stamp if self.source.timestamp is None else None,
-                      topic=self.source.tables[table])  # fmt: skip
+        self._reader(writer, table, stamp)(at, row)
+
+    def _reader(self, writer: Any, table: str,
+                stamp: int) -> Callable[[tuple[int, int], dict[str, Any]], None]:  # fmt: skip
+        """``give(at, row)``: a snapshot's row of ``table`` to the writer, what every row
+        shares worked out once (a snapshot gives millions)."""
+        source, names, record = self.source, self._keys[table], writer.record
+        headers = [(OP_HEADER, b"r"), (TABLE_HEADER, table.encode())]
+        topic, when = source.tables[table], stamp if source.timestamp is None else None
+        if source.key is None and len(names) == 1:
+            name = names[0]
+
+            def give(at: tuple[int, int], row: dict[str, Any]) -> None:
+                value = row[name]
+                record(at, None, row, key=None if value is None else str(value).encode(),
+                       headers=headers, stamp=when, topic=topic)  # fmt: skip
+
+            return give
+
+        def give_keyed(at: tuple[int, int], row: dict[str, Any]) -> None:
+            key = FROM_OPTIONS if source.key is not None else record_key(names, row)
+            record(at, None, row, key=key, headers=headers, stamp=when, topic=topic)
+
+        return give_keyed
 
     def _table_key(self, table: str, row: dict[str, Any]) -> bytes | None:
-        """A row's record key (the source's key option's, or its key columns')."""
+        """A row's record key (the source's key option's, or its key columns'; None: an
+        empty row, as an insert's old one, or one the key option cannot key)."""
         key = self.source.key
         if key is None:
             return record_key(self._keys[table], row)
-        found = key(row) if callable(key) else row.get(key)
+        if not row:
+            return None
+        try:
+            found = key(row) if callable(key) else row.get(key)
+        except Exception:  # (the change's own record reports it, by its policy)
+            return None
         return None if found is None else str(found).encode()
 
     def _snapshot_due(self, found: bool, writer: Any) -> str:
@@ -197,7 +247,8 @@ class Snapshots:
             if found and mode != "initial_only":
                 self._add_new_tables()
                 return "stream"
-            if found:
+            if found:  # (initial_only's slot, if a run was cut before it dropped it)
+                self._drop_slot()
                 return "none"
             if mode == "initial_only":
                 return "none"
@@ -218,44 +269,98 @@ class Snapshots:
             self._add([t for t in self.source.tables if t not in self._tables],
                       "added to the source")  # fmt: skip
 
-    def _initial(self, writer: Any, record: Callable[..., None]) -> bool:
+    def _give_direct(self, writer: Any, table: str, rows: Iterator[dict[str, Any]],
+                     point: int, first: int, stamp: int) -> bool:  # fmt: skip
+        """Give an initial snapshot's rows by calling the producer here (what
+        ``writer.record`` does, without its calls per row: a snapshot gives millions), where
+        they go out as they are (:meth:`SourceWriter.direct`) keyed by one key column; a row
+        whose encoding fails goes through ``writer.record`` (its error, its policy). Return
+        False (nothing given) where they cannot."""
+        source, names = self.source, self._keys[table]
+        if source.key is not None or source.timestamp is not None or len(names) != 1 \
+                or not writer.direct((point, first - BASE)):  # fmt: skip
+            return False
+        produce, waiting, encode = writer.producer.raw_produce, writer.producer.produce, \
+            source.codec.encode  # fmt: skip
+        topic, name = source.tables[table], names[0]
+        head = f"{source.name}\t{lsn_text(point)}\t".encode()
+        extra = [(OP_HEADER, b"r"), (TABLE_HEADER, table.encode())]
+        done, last = 0, None
+        try:
+            for n, row in enumerate(rows, first):
+                value = row[name]
+                try:
+                    data = encode(row)
+                except Exception:
+                    data = None
+                if data is None or value is None:
+                    writer.count_plain(done, last)
+                    done, last = 0, None
+                    self._read(writer, (point, n - BASE), table, row, stamp)
+                    continue
+                key = str(value).encode()
+                headers = [(POSITION_HEADER, b"%s%d\t0" % (head, n - BASE)), *extra]
+                try:
+                    produce(topic, data, key, partition=-1, timestamp=stamp, headers=headers)
+                except BufferError:
+                    waiting(topic, data, key, -1, stamp, headers)
+                done += 1
+                last = (point, n - BASE, 0)
+        finally:
+            writer.count_plain(done, last)
+        return True
+
+    def _initial(self, writer: Any) -> bool:
         """Make the slot with its exported snapshot and give the rows of the tables in it,
-        noting the plan after each chunk, for up to ``snapshot_transaction`` seconds (the rest
-        is left to windows: the plan stays); return False if stopped."""
+        noting the plan after chunks (every :data:`NOTE_SECONDS`), for up to
+        ``snapshot_transaction`` seconds (the rest is left to windows: the plan stays);
+        return False if stopped."""
         import psycopg
 
         source, started = self.source, time.monotonic()
         # (initial_only reads no changes, so no windows: all in the exported snapshot)
         limit = source.snapshot_transaction if source.snapshot != "initial_only" else math.inf
         replication, point_text, name = make_slot(source.dsn, source.slot, source.decoder)
-        point = lsn_int(point_text)
+        point, stamp = lsn_int(point_text), int(time.time() * 1000)
         self._plan = plan = Plan(point, list(source.tables))
-        writer.reach(begun_at(point))
-        self.checkpoint(writer)  # (the plan noted: a cut snapshot goes on where it was)
+        noted = time.monotonic()
+        described: dict[str, tuple[list[str], list[Callable[[str], Any]]]] = {}
+        conn: Any = None
         try:
-            with psycopg.connect(source.dsn, autocommit=True) as conn, conn.transaction():
-                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-                conn.execute(f"SET TRANSACTION SNAPSHOT '{name}'", prepare=False)
-                replication.close()  # (the snapshot is imported: its exporter may go)
-                conn.execute(SESSION)
-                while plan.tables and not self.stopping:
-                    if time.monotonic() - started > limit:
-                        log.info("source %s: the snapshot's transaction was open %.0f s: the "
-                                 "rest is read in chunks beside the changes", source.name,
-                                 source.snapshot_transaction)  # fmt: skip
-                        return True
-                    table = plan.tables[0]
-                    columns, converters = columns_of(conn, table, self._decoder)
-                    chunk = read_chunk(conn, table, columns, converters, self._keys[table],
-                                       plan.after, self.source.snapshot_chunk)  # fmt: skip
-                    for n, row in enumerate(chunk.rows, plan.count):
-                        record((point, n - BASE), table, row)
-                    plan.advance(chunk, self.source.snapshot_chunk)
-                    self.totals.snapshot_rows += len(chunk.rows)
-                    if plan.tables:
-                        self.checkpoint(writer)
+            writer.reach(begun_at(point))
+            self.checkpoint(writer)  # (the plan noted: a cut snapshot goes on where it was)
+            conn = psycopg.connect(source.dsn, autocommit=True)
+            conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            conn.execute(f"SET TRANSACTION SNAPSHOT '{name}'", prepare=False)
+            replication.close()  # (the snapshot is imported: its exporter may go)
+            conn.execute(SESSION)
+            for table in source.tables:  # (a TRUNCATE or a rewrite waits for the reads)
+                conn.execute(f"LOCK TABLE {_quoted_table(table)} IN ACCESS SHARE MODE")
+            while plan.tables and not self.stopping:
+                if time.monotonic() - started > limit:
+                    log.info("source %s: the snapshot's transaction was open %.0f s: the "
+                             "rest is read in chunks beside the changes", source.name,
+                             source.snapshot_transaction)  # fmt: skip
+                    return True
+                table = plan.tables[0]
+                if table not in described:  # (the same in the snapshot, chunk to chunk)
+                    described[table] = columns_of(conn, table, self._decoder)
+                chunk = Chunk(table)
+                rows = stream_chunk(conn, chunk, *described[table], self._keys[table],
+                                    plan.after, self.source.snapshot_chunk)  # fmt: skip
+                if not self._give_direct(writer, table, rows, point, plan.count, stamp):
+                    give = self._reader(writer, table, stamp)
+                    for n, row in enumerate(rows, plan.count):
+                        give((point, n - BASE), row)
+                plan.advance(chunk, self.source.snapshot_chunk)
+                self.totals.snapshot_rows += chunk.count
+                if plan.tables and time.monotonic() - noted >= NOTE_SECONDS:
+                    self.checkpoint(writer)  # (waits for the rows: not after every chunk)
+                    noted = time.monotonic()
         finally:
             replication.close()
+            if conn is not None:
+                conn.close()  # (the snapshot's transaction ends with it)
         if self.stopping:
             return False
         self._plan = None  # (read to its end)
@@ -269,22 +374,24 @@ class Snapshots:
         """Read the plan's next chunk between two watermarks (see the module docstring)."""
         plan, slot = self._plan, self.source.slot
         assert plan is not None and plan.tables
-        window = Window()
         table = plan.tables[0]
 
-        def read(conn: Any) -> Chunk:
+        def read(conn: Any) -> Window:
+            window = Window()  # (a retried attempt's marks are its own)
             conn.execute("SELECT pg_logical_emit_message(true, %s, %s)",
                          (PREFIX, window.mark(slot, "low")))  # fmt: skip
-            conn.execute(SESSION)
-            columns, converters = columns_of(conn, table, self._decoder)
-            chunk = read_chunk(conn, table, columns, converters, self._keys[table], plan.after,
-                               self.source.snapshot_chunk)  # fmt: skip
+            with conn.transaction():  # (the chunk and its snapshot's ids, one snapshot)
+                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                window.see(conn.execute("SELECT pg_current_snapshot()::text").fetchone()[0])
+                conn.execute(SESSION)
+                columns, converters = columns_of(conn, table, self._decoder)
+                window.chunk = read_chunk(conn, table, columns, converters, self._keys[table],
+                                          plan.after, self.source.snapshot_chunk)  # fmt: skip
             conn.execute("SELECT pg_logical_emit_message(true, %s, %s)",
                          (PREFIX, window.mark(slot, "high")))  # fmt: skip
-            return chunk
+            return window
 
-        window.chunk = self._db.run(read)
-        self._window = window
+        self._window = self._db.run(read)
 
     def _watermark(self, content: str, table_key: Callable[[str, dict[str, Any]], bytes | None]
                    ) -> list[tuple[str, dict[str, Any]]]:  # fmt: skip
@@ -310,9 +417,15 @@ class Snapshots:
             log.info("source %s: snapshot read to its end", self.source.name)
         return given
 
-    def _changed(self, table: str, keys: Sequence[bytes | None]) -> None:
-        """A change of ``table`` (its record keys, old and new) met in the stream."""
+    def _changed(self, table: str, keys: Sequence[bytes | None], xid: int) -> None:
+        """A change of ``table`` (its record keys, old and new) by transaction ``xid`` met in
+        the stream: inside the window, or by a transaction the chunk did not see, it drops
+        the keys from the chunk."""
         window = self._window
-        if window is not None and window.open and window.chunk is not None \
-                and window.chunk.table == table:  # fmt: skip
+        if window is not None and window.chunk is not None and window.chunk.table == table \
+                and (window.open or window.unseen(xid)):  # fmt: skip
             window.changed.update(keys)
+
+
+def _quoted_table(table: str) -> str:
+    return ".".join('"' + part.replace('"', '""') + '"' for part in table.split("."))

@@ -178,12 +178,12 @@ class SourceWriter(Generic[P]):
         it, if the reader knows (JSON as read)."""
         self.totals.records += 1
         transform = self._transform
-        if transform is None and key is FROM_OPTIONS and stamp is None and not tombstone \
-                and type(record) is dict:  # fmt: skip
-            try:  # the common case, kept short: one record as read, keyed by its options
+        if transform is None and not tombstone and type(record) is dict:
+            try:  # the common case, kept short: one record as read
                 data = self._encode(record) if encoded is None else encoded
-                found = self._key_of(record)
-                when = 0 if self._time is None else self._time_of(record)
+                found = self._key_of(record) if key is FROM_OPTIONS else key
+                when = (0 if self._time is None else self._time_of(record)) if stamp is None \
+                    else stamp  # fmt: skip
             except Exception as exc:
                 self._failed(at, raw, record, exc)
                 return
@@ -227,6 +227,13 @@ class SourceWriter(Generic[P]):
         checked = self._checked_until
         return (self._transform is None and self._time is None and type(self._key) is str
                 and self._fnv1a and (checked is None or first > checked))  # fmt: skip
+
+    def direct(self, first: tuple[Any, ...]) -> bool:
+        """Whether a reader that keys its records itself may produce them at positions
+        beyond ``first`` as they are (encoded by the codec, with its own timestamp): no
+        transform, goka's partitioner, and no partition has written anything there."""
+        checked = self._checked_until
+        return self._transform is None and self._fnv1a and (checked is None or first > checked)
 
     def count_plain(self, records: int, last: P | None) -> None:
         """``records`` were read and produced by the reader itself, the last at ``last``."""

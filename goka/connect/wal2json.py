@@ -20,7 +20,7 @@ def event(row: tuple[str]) -> Event:
     change = json.loads(row[0])
     action = change["action"]
     if action == "B":
-        return ("B", lsn_int(change["lsn"]), _ms(change.get("timestamp")))
+        return ("B", lsn_int(change["lsn"]), _ms(change.get("timestamp")), change.get("xid", 0))
     if action == "C":
         return ("C", change["nextlsn"])
     table = f"{change.get('schema')}.{change.get('table')}"

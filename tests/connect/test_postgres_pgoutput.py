@@ -80,10 +80,16 @@ def test_tables_whose_changes_would_have_no_key_are_refused_at_start(
     brokers: str, new_topic: Callable[..., str], dsn: str
 ) -> None:
     execute(dsn, "CREATE TABLE bare (v int)", "CREATE TABLE nothing (id int PRIMARY KEY)",
-            "ALTER TABLE nothing REPLICA IDENTITY NOTHING")  # fmt: skip
+            "ALTER TABLE nothing REPLICA IDENTITY NOTHING",
+            "CREATE TABLE parted (id int PRIMARY KEY) PARTITION BY RANGE (id)",
+            "CREATE TABLE other (id int PRIMARY KEY, code int NOT NULL)",
+            "CREATE UNIQUE INDEX other_code ON other (code)",
+            "ALTER TABLE other REPLICA IDENTITY USING INDEX other_code")  # fmt: skip
     for table, message in (("bare", "public.bare has no primary key"),
                            ("nothing", "REPLICA IDENTITY NOTHING"),
-                           ("missing", "public.missing does not exist")):  # fmt: skip
+                           ("missing", "public.missing does not exist"),
+                           ("parted", "public.parted is partitioned"),
+                           ("other", r"USING INDEX on \(code\), not its primary key")):  # fmt: skip
         source = PostgresCdcSource(dsn, {f"public.{table}": new_topic()}, slot=f"s_{table}")
         with pytest.raises(SourceError, match=message):
             PostgresCdcSourceJob(source, brokers).run_until_caught_up()

@@ -81,11 +81,16 @@ def test_a_snapshot_cut_half_way_goes_on_beside_the_changes_since_its_slot(
         pass
 
     class Cutting(PostgresCdcSourceJob):  # dies after 2,000 rows, produced and flushed
-        def _read(self, writer: Any, *args: Any) -> None:
-            if writer.totals.records == 2000:
-                writer.producer.flush()
-                raise Cut
-            super()._read(writer, *args)
+        def _give_direct(self, writer: Any, table: str, rows: Any, point: int, first: int,
+                         stamp: int) -> bool:  # fmt: skip
+            def some() -> Any:
+                for n, row in enumerate(rows, first):
+                    if n == 2000:
+                        writer.producer.flush()
+                        raise Cut
+                    yield row
+
+            return super()._give_direct(writer, table, some(), point, first, stamp)
 
     cutting = Cutting(source, brokers)
     with pytest.raises(Cut):
@@ -158,3 +163,26 @@ def test_incremental_snapshots_asked_for_and_of_an_added_table_read_beside_the_c
     assert check_runs(brokers, more, dsn, table="more") == {b"r": 2000, b"u": 10}
     with pytest.raises(ConfigurationError, match="not public.other"):
         PostgresCdcSourceJob(grown, brokers).snapshot(["public.other"])
+
+
+def test_a_change_inside_a_window_drops_its_row_from_the_chunk(
+    brokers: str, new_topic: Callable[..., str], dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import goka.connect.postgres_snapshot_steps as steps
+
+    topic = new_topic(partitions=2)
+    execute(dsn, "CREATE TABLE items (id int PRIMARY KEY, n int)",
+            "INSERT INTO items SELECT g, 0 FROM generate_series(1, 500) g")  # fmt: skip
+    source = PostgresCdcSource(dsn, {"public.items": topic}, snapshot_transaction=0)
+    read_chunk = steps.read_chunk
+
+    def and_then_a_change(*args: Any) -> Any:  # (committed after the chunk, before the high mark)
+        chunk = read_chunk(*args)
+        execute(dsn, "UPDATE items SET n = n + 1 WHERE id IN (3, 499)", "DELETE FROM items "
+                "WHERE id = 7", "UPDATE items SET id = 1000 WHERE id = 9")  # fmt: skip
+        return chunk
+
+    monkeypatch.setattr(steps, "read_chunk", and_then_a_change)
+    totals = PostgresCdcSourceJob(source, brokers).run_until_caught_up()
+    assert totals.snapshot_rows == 500 - 4  # (3, 499, 7 and 9: their changes tell them)
+    assert check_runs(brokers, topic, dsn, reads_twice=True) == {b"r": 496, b"u": 3, b"d": 2}

@@ -8,8 +8,9 @@ no version skipped or repeated; a read never older than the record before it), e
 once, and the last equal to the table. A trial reads its snapshot in the snapshot exported with
 the slot, or, with no time for that transaction, wholly in chunks between watermarks.
 
-The suite plays seed 1; ``pytest tests/connect/test_postgres_snapshot_crash.py
---crash-sequences 5`` plays a series from ``--crash-seed`` on, one line per trial.
+``make test-slow`` plays seed 1 (about a minute); ``pytest -m longrun
+tests/connect/test_postgres_snapshot_crash.py --crash-sequences 5`` plays a series from
+``--crash-seed`` on, one line per trial.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from goka.kafka.consumer import read_to_end
 from ..spark.crash import crash_seeds, kill_session, run_killable
 from .versions import Writer, check_runs, database_of
 
-pytestmark = [pytest.mark.kafka, pytest.mark.postgres, pytest.mark.slow]
+pytestmark = [pytest.mark.kafka, pytest.mark.postgres, pytest.mark.slow, pytest.mark.longrun]
 
 psycopg = pytest.importorskip("psycopg")
 

@@ -1,6 +1,7 @@
 """pgoutput's messages decoded without a server: a transaction's Begin, Relation, Insert,
 Update (key-changing, and with an unchanged TOASTed value), Delete, Truncate and Commit, built
-byte by byte as the protocol documents them; array literals and the time types' values."""
+byte by byte as the protocol documents them; array literals and the time types' values; the
+transactions a snapshot window's chunk did not see."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from collections.abc import Iterable
 import pytest
 
 from goka.connect.pgoutput import UNAVAILABLE, Decoder, TypeInfo, convert
+from goka.connect.postgres_snapshot import Window
 
 TYPES = {23: TypeInfo("int4", "N", 0), 25: TypeInfo("text", "S", 0),
          1007: TypeInfo("_int4", "A", 23), 1184: TypeInfo("timestamptz", "D", 0)}  # fmt: skip
@@ -65,7 +67,7 @@ def test_a_transactions_messages_become_events_in_order() -> None:
     ]  # fmt: skip
     events = list(decoder(asked).decode(messages))
     assert events == [
-        ("B", 0x1_0000_0010, 946_684_800_000 + 86_400_000),
+        ("B", 0x1_0000_0010, 946_684_800_000 + 86_400_000, 7),
         ("I", "public.items", {"id": 1, "name": "a", "tags": [1, None],
                                "at": "2024-01-02T03:04:05Z"}, {}),
         ("U", "public.items", {"id": 2, "name": "b", "tags": UNAVAILABLE, "at": None},
@@ -98,3 +100,13 @@ def test_an_update_with_the_whole_old_row_fills_an_unchanged_toasted_value() -> 
 def test_values_of_the_time_and_other_types(name: str, typmod: int, text: str,
                                             value: object) -> None:  # fmt: skip
     assert convert(name, typmod)(text) == value
+
+
+def test_a_window_knows_the_transactions_its_chunk_did_not_see() -> None:
+    window = Window()
+    window.see(f"{(1 << 32) + 100}:{(1 << 32) + 110}:{(1 << 32) + 103},{(1 << 32) + 107}")
+    assert [x for x in range(95, 115) if window.unseen(x)] == [103, 107, *range(110, 115)]
+    assert not window.unseen(0)  # (no transaction: wal2json without xids)
+    wrapped = Window()
+    wrapped.see(f"{(2 << 32) - 5}:{(2 << 32) + 3}:")  # (xmax past a 32-bit wraparound)
+    assert wrapped.unseen(3) and wrapped.unseen(10) and not wrapped.unseen(0xFFFFFFFB)
