@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -220,17 +221,47 @@ def stream_chunk(conn: Any, chunk: Chunk, columns: Sequence[str],
                 ordered, sql.SQL(", ").join(sql.Literal(v) for v in after))  # fmt: skip
     query = sql.SQL("COPY (SELECT {} FROM {}{}{}) TO STDOUT").format(
         names, sql.Identifier(*table.split(".")), where, limit)  # fmt: skip
-    pairs = list(zip(columns, converters, strict=True))
+    labels = list(columns)
+    # (text columns are as read: only the others go through their converters)
+    pairs = enumerate(zip(labels, converters, strict=True))
+    typed = [(i, name, convert) for i, (name, convert) in pairs if convert is not str]
     values: Any = None
     count = 0
     with conn.cursor().copy(query) as copy:
-        for values in copy.rows():
+        for values in _copy_rows(copy):
             count += 1
-            pairs_values = zip(pairs, values, strict=True)
-            yield {name: None if value is None else convert(value)
-                   for (name, convert), value in pairs_values}  # fmt: skip
+            row = dict(zip(labels, values, strict=True))
+            for i, name, convert in typed:
+                value = values[i]
+                if value is not None:
+                    row[name] = convert(value)
+            yield row
     chunk.count = count
     chunk.last = [values[list(columns).index(k)] for k in keys] if count and keys else None
+
+
+def _copy_rows(copy: Any) -> Iterator[list[str | None]]:
+    """The rows of ``COPY ... TO STDOUT`` (text format), split from its blocks here: a line
+    without a backslash (no escape, no NULL) is split as it is, the others field by field."""
+    rest = b""
+    for block in copy:
+        lines = (rest + bytes(block)).split(b"\n")
+        rest = lines.pop()
+        for line in lines:
+            if b"\\" not in line:
+                yield line.decode().split("\t")  # type: ignore[misc]
+            else:
+                yield [None if field == b"\\N" else _ESCAPED.sub(_unescape, field.decode())
+                       for field in line.split(b"\t")]  # fmt: skip
+
+
+#: COPY's text escapes (backslash and a letter; PostgreSQL writes no other).
+_ESCAPES = {"b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v"}
+_ESCAPED = re.compile(r"\\(.)", re.DOTALL)
+
+
+def _unescape(match: re.Match[str]) -> str:
+    return _ESCAPES.get(match.group(1), match.group(1))
 
 
 def _qualified(table: str) -> str:

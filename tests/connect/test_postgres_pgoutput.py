@@ -43,7 +43,8 @@ def test_values_of_each_type_are_mapped_as_debezium_maps_them(
     execute(dsn, """CREATE TABLE t (id int PRIMARY KEY, flag bool, small smallint, big bigint,
         real4 real, num numeric(10, 2), free numeric, zoned timestamptz, local3 timestamp(3),
         local timestamp, day date, clock time, zclock timetz, span interval, doc jsonb,
-        js json, raw bytea, id2 uuid, words text[], grid int[][], label varchar(5))""")  # fmt: skip
+        js json, raw bytea, id2 uuid, words text[], grid int[][], label varchar(5),
+        note text)""")  # fmt: skip
     source = PostgresCdcSource(dsn, {"public.t": topic})
     PostgresCdcSourceJob(source, brokers).run_until_caught_up()
     execute(dsn, """INSERT INTO t VALUES (1, true, -3, 9007199254740993, 1.5, 12.5,
@@ -51,7 +52,7 @@ def test_values_of_each_type_are_mapped_as_debezium_maps_them(
         '1969-12-31 23:59:59.5', '1969-12-30', '13:14:15.25', '13:14:15+01',
         '1 year 2 days 03:04:05', '{"b": [1, 2], "a": null}', '{"x":1}', '\\x00ff10',
         'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', ARRAY['a b', NULL, 'c"d', ''],
-        '{{1,2},{3,NULL}}', 'hé')""",
+        '{{1,2},{3,NULL}}', 'hé', E'a\\tb\\nc\\\\d\\\\N')""",
             "INSERT INTO t (id, zoned, local, day) VALUES (2, 'infinity', '-infinity', "
             "'infinity')")  # fmt: skip
     PostgresCdcSourceJob(source, brokers).run_until_caught_up()
@@ -71,9 +72,14 @@ def test_values_of_each_type_are_mapped_as_debezium_maps_them(
         "raw": base64.b64encode(b"\x00\xff\x10").decode(),
         "id2": "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11",
         "words": ["a b", None, 'c"d', ""], "grid": [[1, 2], [3, None]], "label": "hé",
+        "note": "a\tb\nc\\d\\N",
     }  # fmt: skip
     assert {k: found[b"2"][k] for k in ("zoned", "local", "day")} == {
         "zoned": "infinity", "local": "-infinity", "day": "infinity"}  # fmt: skip
+    read = new_topic()  # a snapshot reads each row as its change gave it
+    PostgresCdcSourceJob(PostgresCdcSource(dsn, {"public.t": read}, slot="reads",
+                                           snapshot="initial_only"), brokers).run_until_caught_up()  # fmt: skip
+    assert {key: value for key, value, _ in values(brokers, read)} == found
 
 
 def test_tables_whose_changes_would_have_no_key_are_refused_at_start(
