@@ -19,15 +19,11 @@ from goka.connect.pgoutput import UNAVAILABLE
 from goka.connect.postgres_cdc import OP_HEADER, lsn_int
 from goka.kafka.consumer import Record, read_to_end
 
+from .versions import execute
+
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres]
 
 psycopg = pytest.importorskip("psycopg")
-
-
-def execute(dsn: str, *statements: str) -> None:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        for statement in statements:
-            conn.execute(statement)
 
 
 def values(brokers: str, topic: str) -> list[tuple[bytes | None, Any, bytes]]:

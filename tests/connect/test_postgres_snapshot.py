@@ -17,17 +17,11 @@ from goka.connect.postgres_cdc import OP_HEADER
 from goka.errors import ConfigurationError
 from goka.kafka.consumer import read_to_end
 
-from .versions import Writer, check_runs
+from .versions import Writer, check_runs, execute
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres]
 
 psycopg = pytest.importorskip("psycopg")
-
-
-def execute(dsn: str, *statements: str) -> None:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        for statement in statements:
-            conn.execute(statement)
 
 
 def test_existing_rows_then_their_changes_while_a_writer_runs(

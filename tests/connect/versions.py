@@ -91,3 +91,10 @@ def database_of(dsn: str, prefix: str) -> str:
     with _psycopg().connect(dsn, autocommit=True) as conn:
         conn.execute(f"CREATE DATABASE {name}")
     return dsn.rsplit("dbname=", 1)[0] + f"dbname={name}"
+
+
+def execute(dsn: str, *statements: str) -> None:
+    """Run ``statements`` in autocommit, each its own transaction."""
+    with _psycopg().connect(dsn, autocommit=True) as conn:
+        for statement in statements:
+            conn.execute(statement)
