@@ -12,8 +12,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from goka.connect.pgoutput import SESSION, Decoder, lsn_int, lsn_text
-from goka.connect.positions import POSITION_HEADER
+from goka.connect.pgoutput import SESSION, Decoder, lsn_int
 from goka.connect.postgres_catalog import ensure_publication, key_columns, server_errors
 from goka.connect.postgres_snapshot import (
     BASE,
@@ -31,14 +30,13 @@ from goka.connect.postgres_snapshot import (
     record_key,
     stream_chunk,
 )
-from goka.connect.source import FROM_OPTIONS
+from goka.connect.postgres_snapshot_rows import OP_HEADER, TABLE_HEADER, give_direct, row_giver
 from goka.errors import SourceError
 
 __all__ = ["OP_HEADER", "TABLE_HEADER", "Snapshots"]
 
 log = logging.getLogger(__name__)
 
-OP_HEADER, TABLE_HEADER = "goka-op", "goka-table"
 #: How often the initial snapshot notes its plan (each note waits for every row given).
 NOTE_SECONDS = 2.0
 
@@ -193,26 +191,8 @@ class Snapshots:
 
     def _reader(self, writer: Any, table: str,
                 stamp: int) -> Callable[[tuple[int, int], dict[str, Any]], None]:  # fmt: skip
-        """``give(at, row)``: a snapshot's row of ``table`` to the writer, what every row
-        shares worked out once (a snapshot gives millions)."""
-        source, names, record = self.source, self._keys[table], writer.record
-        headers = [(OP_HEADER, b"r"), (TABLE_HEADER, table.encode())]
-        topic, when = source.tables[table], stamp if source.timestamp is None else None
-        if source.key is None and len(names) == 1:
-            name = names[0]
-
-            def give(at: tuple[int, int], row: dict[str, Any]) -> None:
-                value = row[name]
-                record(at, None, row, key=None if value is None else str(value).encode(),
-                       headers=headers, stamp=when, topic=topic)  # fmt: skip
-
-            return give
-
-        def give_keyed(at: tuple[int, int], row: dict[str, Any]) -> None:
-            key = FROM_OPTIONS if source.key is not None else record_key(names, row)
-            record(at, None, row, key=key, headers=headers, stamp=when, topic=topic)
-
-        return give_keyed
+        """``give(at, row)``: a snapshot's row of ``table`` to the writer."""
+        return row_giver(writer, self.source, self._keys[table], table, stamp)
 
     def _table_key(self, table: str, row: dict[str, Any]) -> bytes | None:
         """A row's record key (the source's key option's, or its key columns'; None: an
@@ -271,44 +251,10 @@ class Snapshots:
 
     def _give_direct(self, writer: Any, table: str, rows: Iterator[dict[str, Any]],
                      point: int, first: int, stamp: int) -> bool:  # fmt: skip
-        """Give an initial snapshot's rows by calling the producer here (what
-        ``writer.record`` does, without its calls per row: a snapshot gives millions), where
-        they go out as they are (:meth:`SourceWriter.direct`) keyed by one key column; a row
-        whose encoding fails goes through ``writer.record`` (its error, its policy). Return
-        False (nothing given) where they cannot."""
-        source, names = self.source, self._keys[table]
-        if source.key is not None or source.timestamp is not None or len(names) != 1 \
-                or not writer.direct((point, first - BASE)):  # fmt: skip
-            return False
-        produce, waiting, encode = writer.producer.raw_produce, writer.producer.produce, \
-            source.codec.encode  # fmt: skip
-        topic, name = source.tables[table], names[0]
-        head = f"{source.name}\t{lsn_text(point)}\t".encode()
-        extra = [(OP_HEADER, b"r"), (TABLE_HEADER, table.encode())]
-        done, last = 0, None
-        try:
-            for n, row in enumerate(rows, first):
-                value = row[name]
-                try:
-                    data = encode(row)
-                except Exception:
-                    data = None
-                if data is None or value is None:
-                    writer.count_plain(done, last)
-                    done, last = 0, None
-                    self._read(writer, (point, n - BASE), table, row, stamp)
-                    continue
-                key = str(value).encode()
-                headers = [(POSITION_HEADER, b"%s%d\t0" % (head, n - BASE)), *extra]
-                try:
-                    produce(topic, data, key, partition=-1, timestamp=stamp, headers=headers)
-                except BufferError:
-                    waiting(topic, data, key, -1, stamp, headers)
-                done += 1
-                last = (point, n - BASE, 0)
-        finally:
-            writer.count_plain(done, last)
-        return True
+        """An initial snapshot's rows straight to the producer, where they can go so
+        (:func:`~goka.connect.postgres_snapshot_rows.give_direct`)."""
+        return give_direct(writer, self.source, self._keys[table], table, rows, point, first,
+                           stamp)  # fmt: skip
 
     def _initial(self, writer: Any) -> bool:
         """Make the slot with its exported snapshot and give the rows of the tables in it,
