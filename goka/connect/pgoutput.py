@@ -55,7 +55,8 @@ __all__ = ["SESSION", "UNAVAILABLE", "Decoder", "Event", "Relation", "TypeInfo",
 Event = tuple[Any, ...]
 #: The settings a decoding session needs for the values' text (see the module docstring).
 SESSION = ("SET TimeZone = 'UTC'; SET DateStyle = 'ISO'; SET IntervalStyle = 'iso_8601'; "
-           "SET extra_float_digits = 3; SET bytea_output = 'hex'")  # fmt: skip
+           "SET extra_float_digits = 3; SET bytea_output = 'hex'; "
+           "SET client_encoding = 'UTF8'")  # fmt: skip
 #: A TOASTed value an update did not change and did not send.
 UNAVAILABLE = "__goka_unavailable_value"
 #: Microseconds from the Unix epoch to PostgreSQL's (2000-01-01).

@@ -22,7 +22,9 @@ SELECT c.relreplident, c.relkind,
        ARRAY(SELECT a.attname::text FROM pg_index i
              JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, n) ON true
              JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = k.attnum
-             WHERE i.indrelid = c.oid AND i.indisreplident ORDER BY k.n)
+             WHERE i.indrelid = c.oid AND i.indisreplident ORDER BY k.n),
+       ARRAY(SELECT a.attname::text FROM pg_attribute a
+             WHERE a.attrelid = c.oid AND a.attgenerated <> '')
 FROM pg_class c JOIN pg_namespace s ON s.oid = c.relnamespace
 WHERE s.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p')
 """
@@ -45,6 +47,11 @@ def key_columns(conn: Any, where: str, tables: Iterable[str],
         if row is None:
             raise SourceError(f"{where}: table {table} does not exist (or is not a table)")
         identity, kind, primary, index = row[0], row[1], list(row[2]), list(row[3])
+        generated = [c for c in primary or index if c in row[4]]
+        if generated:
+            raise SourceError(f"{where}: table {table} is keyed by generated column(s) "
+                              f"{', '.join(generated)}, which logical decoding does not "
+                              "send")  # fmt: skip
         if kind == "p":
             raise SourceError(f"{where}: table {table} is partitioned: pgoutput names its "
                               "partitions' changes, not its own; give the source its "

@@ -73,7 +73,7 @@ class Snapshots:
         parts = text.split("\t", 3)
         state = json.loads(parts[3]) if len(parts) > 3 else {}
         plan = None if state.get("plan") is None else Plan.parse(state["plan"])
-        if plan is not None and plan.tables[0] not in self.source.tables:
+        if plan is not None and plan.tables and plan.tables[0] not in self.source.tables:
             plan.after = None  # (the table being read left the source)
         if plan is not None:
             plan.tables = [t for t in plan.tables if t in self.source.tables]
@@ -307,7 +307,7 @@ class Snapshots:
             replication.close()
             if conn is not None:
                 conn.close()  # (the snapshot's transaction ends with it)
-        if self.stopping:
+        if self.stopping and plan.tables:
             return False
         self._plan = None  # (read to its end)
         writer.reach(done_at(point))

@@ -86,12 +86,14 @@ def test_tables_whose_changes_would_have_no_key_are_refused_at_start(
             "CREATE TABLE parted (id int PRIMARY KEY) PARTITION BY RANGE (id)",
             "CREATE TABLE other (id int PRIMARY KEY, code int NOT NULL)",
             "CREATE UNIQUE INDEX other_code ON other (code)",
-            "ALTER TABLE other REPLICA IDENTITY USING INDEX other_code")  # fmt: skip
+            "ALTER TABLE other REPLICA IDENTITY USING INDEX other_code",
+            "CREATE TABLE gen (x int, id int GENERATED ALWAYS AS (x * 2) STORED PRIMARY KEY)")  # fmt: skip
     for table, message in (("bare", "public.bare has no primary key"),
                            ("nothing", "REPLICA IDENTITY NOTHING"),
                            ("missing", "public.missing does not exist"),
                            ("parted", "public.parted is partitioned"),
-                           ("other", r"USING INDEX on \(code\), not its primary key")):  # fmt: skip
+                           ("other", r"USING INDEX on \(code\), not its primary key"),
+                           ("gen", "keyed by generated column")):  # fmt: skip
         source = PostgresCdcSource(dsn, {f"public.{table}": new_topic()}, slot=f"s_{table}")
         with pytest.raises(SourceError, match=message):
             PostgresCdcSourceJob(source, brokers).run_until_caught_up()
