@@ -1,6 +1,7 @@
-"""PostgreSQL's own logical decoding output, ``pgoutput`` (protocol version 1; in every
-PostgreSQL since 10 and allowed by the managed services), read through the SQL functions
-(``pg_logical_slot_peek_binary_changes``), and its column values mapped as Debezium maps them.
+"""PostgreSQL's own logical decoding output, ``pgoutput`` (protocol version 1, with its
+logical decoding messages: PostgreSQL 14 or later; allowed by the managed services), read
+through the SQL functions (``pg_logical_slot_peek_binary_changes``), and its column values
+mapped as Debezium maps them.
 
 :class:`Decoder` turns the binary messages of a read into :data:`Event` tuples, the same
 shape :mod:`goka.connect.postgres_cdc` makes of ``wal2json``'s rows:
