@@ -188,8 +188,10 @@ class PostgresCdcSourceJob(Snapshots, SourceJob[Position]):
         if not isinstance(source, PostgresCdcSource):
             raise ConfigurationError(f"source must be a PostgresCdcSource, got {source!r}")
         super().__init__(source, brokers, kafka_config=kafka_config)
+        # (each connection set once for the values' text as the decoder reads it)
         self._db = Database(source.dsn, f"PostgreSQL change source {source.name!r}",
-                            retries=retries, autocommit=True)  # fmt: skip
+                            retries=retries, autocommit=True,
+                            prepare=lambda conn: conn.execute(SESSION))  # fmt: skip
         if source.decoder == "wal2json":
             self._query = ("SELECT data FROM pg_logical_slot_peek_changes(%s, %s, %s, "
                            "'format-version', '2', 'include-lsn', '1', 'include-timestamp', "
@@ -273,7 +275,7 @@ class PostgresCdcSourceJob(Snapshots, SourceJob[Position]):
         upto = self._db.run(committed_now)
         arguments = (self.source.slot, upto, self.source.batch, self._argument)
         while not self.stopping:
-            rows = self._db.run(lambda conn: self._peek(conn, arguments))
+            rows = self._db.run(lambda conn: conn.execute(self._query, arguments).fetchall())
             if not rows:
                 return
             self.totals.files += 1
@@ -291,10 +293,6 @@ class PostgresCdcSourceJob(Snapshots, SourceJob[Position]):
             writer.producer.flush()
             self._advance(end)
             self.lifecycle.committed()
-
-    def _peek(self, conn: Any, arguments: tuple[Any, ...]) -> list[Any]:
-        conn.execute(SESSION)  # (values' text as the decoder reads it, on any new connection)
-        return list(conn.execute(self._query, arguments).fetchall())
 
     def _give(self, writer: SourceWriter[Position], events: Any) -> str | None:
         """Give the changes of the whole transactions among ``events`` to the writer; return
@@ -318,9 +316,11 @@ class PostgresCdcSourceJob(Snapshots, SourceJob[Position]):
                     self._signalled |= self._signal(event[2])
                 elif event[1] == PREFIX and self._plan is not None:
                     given = self._watermark(event[2], self._table_key)
-                    for table, row in given:  # (a chunk's rows: reads, at this point)
-                        self._read(writer, (commit, change), table, row, stamp)
-                        change += 1
+                    if given:  # (a chunk's rows, all of one table: reads, at this point)
+                        give = self._reader(writer, given[0][0], stamp)
+                        for _, row in given:
+                            give((commit, change), row)
+                            change += 1
             elif action == "T":
                 why = (f"table {', '.join(event[1])} was truncated (transaction committed at "
                        f"{lsn_text(commit)}): its rows were not deleted in the topic")  # fmt: skip

@@ -187,7 +187,7 @@ def columns_of(conn: Any, table: str,
         "SELECT a.attname::text, a.atttypid::int, a.atttypmod FROM pg_attribute a "
         "WHERE a.attrelid = %s::regclass AND a.attnum > 0 AND NOT a.attisdropped "
         "AND a.attgenerated = ''"
-        "ORDER BY a.attnum", (_qualified(table),)).fetchall()  # fmt: skip
+        "ORDER BY a.attnum", (qualified(table),)).fetchall()  # fmt: skip
     decoder.learn({oid for _, oid, _ in rows})
     return [name for name, _, _ in rows], [decoder.converter(oid, mod) for _, oid, mod in rows]
 
@@ -264,7 +264,8 @@ def _unescape(match: re.Match[str]) -> str:
     return _ESCAPES.get(match.group(1), match.group(1))
 
 
-def _qualified(table: str) -> str:
+def qualified(table: str) -> str:
+    """``schema.table`` quoted for SQL."""
     return ".".join('"' + part.replace('"', '""') + '"' for part in table.split("."))
 
 

@@ -26,6 +26,7 @@ from goka.connect.postgres_snapshot import (
     done_at,
     is_snapshot,
     make_slot,
+    qualified,
     read_chunk,
     record_key,
     stream_chunk,
@@ -184,11 +185,6 @@ class Snapshots:
                     self._drop_slot()  # (it would keep WAL for changes nobody reads)
             return due not in ("none",) and source.snapshot != "initial_only"
 
-    def _read(self, writer: Any, at: tuple[int, int], table: str,
-              row: dict[str, Any], stamp: int) -> None:  # fmt: skip
-        """Give a snapshot's row (a record with ``goka-op: r``)."""
-        self._reader(writer, table, stamp)(at, row)
-
     def _reader(self, writer: Any, table: str,
                 stamp: int) -> Callable[[tuple[int, int], dict[str, Any]], None]:  # fmt: skip
         """``give(at, row)``: a snapshot's row of ``table`` to the writer."""
@@ -281,7 +277,7 @@ class Snapshots:
             replication.close()  # (the snapshot is imported: its exporter may go)
             conn.execute(SESSION)
             for table in source.tables:  # (a TRUNCATE or a rewrite waits for the reads)
-                conn.execute(f"LOCK TABLE {_quoted_table(table)} IN ACCESS SHARE MODE")
+                conn.execute(f"LOCK TABLE {qualified(table)} IN ACCESS SHARE MODE")
             while plan.tables and not self.stopping:
                 if time.monotonic() - started > limit:
                     log.info("source %s: the snapshot's transaction was open %.0f s: the "
@@ -329,7 +325,6 @@ class Snapshots:
             with conn.transaction():  # (the chunk and its snapshot's ids, one snapshot)
                 conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
                 window.see(conn.execute("SELECT pg_current_snapshot()::text").fetchone()[0])
-                conn.execute(SESSION)
                 columns, converters = columns_of(conn, table, self._decoder)
                 window.chunk = read_chunk(conn, table, columns, converters, self._keys[table],
                                           plan.after, self.source.snapshot_chunk)  # fmt: skip
@@ -371,7 +366,3 @@ class Snapshots:
         if window is not None and window.chunk is not None and window.chunk.table == table \
                 and (window.open or window.unseen(xid)):  # fmt: skip
             window.changed.update(keys)
-
-
-def _quoted_table(table: str) -> str:
-    return ".".join('"' + part.replace('"', '""') + '"' for part in table.split("."))

@@ -224,9 +224,7 @@ class SourceWriter(Generic[P]):
         """Whether a reader may produce records at positions beyond ``first`` itself, as
         read (see :meth:`count_plain`): no transform, no timestamp, keys from a field named by
         a string, goka's partitioner, and no partition has written anything there."""
-        checked = self._checked_until
-        return (self._transform is None and self._time is None and type(self._key) is str
-                and self._fnv1a and (checked is None or first > checked))  # fmt: skip
+        return self._time is None and type(self._key) is str and self.direct(first)
 
     def direct(self, first: tuple[Any, ...]) -> bool:
         """Whether a reader that keys its records itself may produce them at positions
