@@ -6,7 +6,8 @@
 # target (`make image TARGET=slim`) is for emitters, views and the gRPC view server: no Spark,
 # no Java. docs/operations.md gives their sizes.
 
-# The wheel, with its compiled C fast paths (goka/_speedups.c, goka/_window_update.c): gcc
+# The wheel, with its compiled C fast paths (goka/_speedups.c, goka/_window_update.c,
+# goka/_copy_json.c): gcc
 # stays in this stage.
 FROM python:3.11-slim-bookworm AS wheel
 RUN apt-get update \

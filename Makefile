@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: demo kafka-libs s3-libs test test-fast test-slow check lint format typecheck bench proto docs image clean
 
-$(STAMP): pyproject.toml setup.py goka/_speedups.c goka/_window_update.c
+$(STAMP): pyproject.toml setup.py goka/_speedups.c goka/_window_update.c goka/_copy_json.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'

@@ -12,7 +12,7 @@ setup(
     ext_modules=[
         Extension(
             "goka._speedups",
-            sources=["goka/_speedups.c", "goka/_window_update.c"],
+            sources=["goka/_speedups.c", "goka/_window_update.c", "goka/_copy_json.c"],
             optional=True,
             extra_compile_args=["-O2", "-Wall", "-Werror=implicit-function-declaration"],
         )

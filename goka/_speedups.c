@@ -35,6 +35,7 @@ static PyObject *kw_on_delivery; /* ("on_delivery",) */
 /* goka/_window_update.c: WindowUpdater, the hot path of a windowed group */
 int window_update_ready(void);
 int window_update_add(PyObject *module);
+PyObject *speedups_copy_json(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 
 /* ---------------------------------------------------------------------------------------------
  * Counters
@@ -833,6 +834,9 @@ static PyMethodDef speedups_functions[] = {
      "tail_rows(messages) -> ({partition: [row, ...]}, errors) | None: the consumed records as "
      "(topic, offset, key, value, timestamp, headers) rows by partition, the messages with an "
      "error; None if a message is not of the calibrated type."},
+    {"copy_json", (PyCFunction)(void (*)(void))speedups_copy_json, METH_FASTCALL,
+     "copy_json(prefixes, kinds, key, message) -> (key, value) | None: a row of COPY TO "
+     "STDOUT as JsonCodec's JSON of its dict, and its key (see goka/_copy_json.c)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -91,3 +91,7 @@ class WindowUpdater:
         source: Any,
         /,
     ) -> None: ...
+
+def copy_json(
+    prefixes: tuple[bytes, ...], kinds: bytes, key: int, message: Any, /
+) -> tuple[bytes, bytes] | None: ...

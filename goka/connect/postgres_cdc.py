@@ -13,14 +13,14 @@ changes the key: a tombstone of the old key, then the new row). A table whose ch
 have no key (no primary key, no replica identity index, no ``key`` option with ``REPLICA
 IDENTITY FULL``) or could not be decoded (``REPLICA IDENTITY NOTHING``) is refused at start.
 Each record carries its position, the transaction's commit LSN and the change's index in it
-(:mod:`goka.connect.source`), and headers ``goka-op`` (``c``, ``u``, ``d``) and
+(:mod:`goka.connect.source`), and headers ``goka-op`` (``c``, ``u``, ``d``, ``t``) and
 ``goka-table``. Only once every record of a read is acknowledged is the slot advanced past
 its transactions; a restart reads the slot again from there and leaves out the changes each
 partition has, so a crash at any moment neither loses nor duplicates a change.
 
 What to know: a slot keeps WAL on the server until it is advanced (a source stopped for long
-holds disk space; ``reset`` drops its slot); a TRUNCATE is not turned into deletes (it is
-logged and reported in the totals' errors); a table needs a primary key or ``REPLICA
+holds disk space; ``reset`` drops its slot); a TRUNCATE is a record with ``goka-op: t``, no
+key and no value, in every partition of the table's topic; a table needs a primary key or ``REPLICA
 IDENTITY FULL`` for its updates and deletes to be decoded; a publication must exist before
 the slot is made (the source makes both in that order; a table added to the publication later
 is published from then on); with ``wal2json``, column values are as it writes them (numbers,
@@ -206,6 +206,7 @@ class PostgresCdcSourceJob(Snapshots, SourceJob[Position]):
         self._keys: dict[str, list[str]] = {}
         self._signalled = False
         self._xid = 0  # (the transaction whose changes are being given)
+        self._policies: dict[str, bool] = {}  # (topic: compacted, asked at its first truncate)
 
     def parse(self, text: str) -> Position:
         lsn, change, index = text.split("\t")[:3]  # (a progress text: a plan may follow)
@@ -322,11 +323,38 @@ class PostgresCdcSourceJob(Snapshots, SourceJob[Position]):
                             give((commit, change), row)
                             change += 1
             elif action == "T":
-                why = (f"table {', '.join(event[1])} was truncated (transaction committed at "
-                       f"{lsn_text(commit)}): its rows were not deleted in the topic")  # fmt: skip
-                log.warning("source %s: %s", self.source.name, why)
-                self.totals.errors.append(why)
+                for table in event[1]:  # (one change per table, as Debezium counts them)
+                    topic = tables.get(table)
+                    if topic is not None:
+                        self._truncate(writer, table, topic, commit, change, stamp)
+                    change += 1
         return end
+
+    def _truncate(self, writer: SourceWriter[Position], table: str, topic: str, commit: int,
+                  change: int, stamp: int) -> None:  # fmt: skip
+        """A TRUNCATE of ``table``: a record with ``goka-op: t``, no key and no value, into
+        every partition of its topic (each partition's consumers meet it after that
+        partition's earlier changes of the table); an open window's chunk is dropped."""
+        if self._window is not None:
+            self._truncated(table, self._xid)
+        writer.totals.records += 1
+        compacted = self._policies.get(topic)
+        if compacted is None:  # (asked once per topic)
+            from goka.kafka.admin import KafkaAdmin
+
+            config = KafkaAdmin(self.brokers, self.kafka_config).topic_config(topic)
+            compacted = self._policies[topic] = "compact" in config.get("cleanup.policy", "")
+        if compacted:
+            why = (f"table {table} was truncated (transaction committed at {lsn_text(commit)}):"
+                   f" its topic {topic} is compacted, which takes no record without a key, so "
+                   "the truncate is not in it")  # fmt: skip
+            log.warning("source %s: %s", self.source.name, why)
+            writer.totals.errors.append(why)
+            return
+        headers = [(OP_HEADER, b"t"), (TABLE_HEADER, table.encode())]
+        for partition in range(writer.counts[topic]):
+            writer.produce(topic, (commit, change, partition), None, None, stamp, headers,
+                           partition)  # fmt: skip
 
     def _change(self, writer: SourceWriter[Position], event: Event, topic: str, commit: int,
                 change: int, stamp: int) -> int:  # fmt: skip

@@ -31,7 +31,7 @@ import json
 import logging
 import re
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,12 +47,16 @@ __all__ = [
     "Window",
     "begun_at",
     "columns_of",
+    "copy_query",
+    "copy_rows",
     "done_at",
     "is_milestone",
     "is_snapshot",
     "make_slot",
     "read_chunk",
     "record_key",
+    "row_maker",
+    "split_lines",
     "stream_chunk",
 ]  # fmt: skip
 
@@ -130,6 +134,13 @@ class Chunk:
     last: list[str] | None = None
     count: int = 0
 
+    def end(self, count: int, values: Sequence[str | None] | None, columns: Sequence[str],
+            keys: Sequence[str]) -> None:  # fmt: skip
+        """Read to its end: ``count`` rows, the last one's ``values`` (COPY's text)."""
+        self.count = count
+        if count and keys:
+            self.last = [values[list(columns).index(k)] for k in keys]  # type: ignore[index,misc]
+
 
 @dataclass
 class Window:
@@ -139,6 +150,7 @@ class Window:
     chunk: Chunk | None = None
     open: bool = False  # (the stream is between its marks)
     changed: set[bytes | None] = field(default_factory=set)  # record keys changed while open
+    truncated: bool = False  # (the chunk's table was, while open: none of its rows is given)
     #: The chunk's snapshot (``pg_current_snapshot()``): transactions at or past ``xmax`` and
     #: those in ``running`` are invisible to it, wherever they commit in the stream.
     xmax: int = 0
@@ -207,10 +219,22 @@ def stream_chunk(conn: Any, chunk: Chunk, columns: Sequence[str],
                  after: Sequence[str] | None, size: int) -> Iterator[dict[str, Any]]:  # fmt: skip
     """:func:`read_chunk`'s rows as the server sends them (it writes the next ones while
     they are given), ``chunk``'s count and last key set at the end."""
+    row_of = row_maker(columns, converters)
+    values: Any = None
+    count = 0
+    with conn.cursor().copy(copy_query(chunk.table, columns, keys, after, size)) as copy:
+        for values in copy_rows(copy):
+            count += 1
+            yield row_of(values)
+    chunk.end(count, values, columns, keys)
+
+
+def copy_query(table: str, columns: Sequence[str], keys: Sequence[str],
+               after: Sequence[str] | None, size: int) -> Any:  # fmt: skip
+    """``COPY ... TO STDOUT`` of up to ``size`` rows of ``table`` after key ``after`` (its
+    columns' text), in key order (a table without key columns: all its rows)."""
     from psycopg import sql
 
-    table = chunk.table
-    names = sql.SQL(", ").join(sql.Identifier(c) for c in columns)
     where: Any = sql.SQL("")
     limit: Any = sql.SQL("")
     if keys:
@@ -219,40 +243,49 @@ def stream_chunk(conn: Any, chunk: Chunk, columns: Sequence[str],
         if after is not None:
             where = sql.SQL(" WHERE ({}) > ({})").format(
                 ordered, sql.SQL(", ").join(sql.Literal(v) for v in after))  # fmt: skip
-    query = sql.SQL("COPY (SELECT {} FROM {}{}{}) TO STDOUT").format(
+    names = sql.SQL(", ").join(sql.Identifier(c) for c in columns)
+    return sql.SQL("COPY (SELECT {} FROM {}{}{}) TO STDOUT").format(
         names, sql.Identifier(*table.split(".")), where, limit)  # fmt: skip
+
+
+def row_maker(columns: Sequence[str], converters: Sequence[Callable[[str], Any]]
+              ) -> Callable[[list[str | None]], dict[str, Any]]:  # fmt: skip
+    """A row's dict from its COPY values (the text columns as read: only the others go
+    through their converters)."""
     labels = list(columns)
-    # (text columns are as read: only the others go through their converters)
     pairs = enumerate(zip(labels, converters, strict=True))
     typed = [(i, name, convert) for i, (name, convert) in pairs if convert is not str]
-    values: Any = None
-    count = 0
-    with conn.cursor().copy(query) as copy:
-        for values in _copy_rows(copy):
-            count += 1
-            row = dict(zip(labels, values, strict=True))
-            for i, name, convert in typed:
-                value = values[i]
-                if value is not None:
-                    row[name] = convert(value)
-            yield row
-    chunk.count = count
-    chunk.last = [values[list(columns).index(k)] for k in keys] if count and keys else None
+
+    def row_of(values: list[str | None]) -> dict[str, Any]:
+        row = dict(zip(labels, values, strict=True))
+        for i, name, convert in typed:
+            value = values[i]
+            if value is not None:
+                row[name] = convert(value)
+        return row
+
+    return row_of
 
 
-def _copy_rows(copy: Any) -> Iterator[list[str | None]]:
+def copy_rows(blocks: Iterable[Any]) -> Iterator[list[str | None]]:
     """The rows of ``COPY ... TO STDOUT`` (text format), split from its blocks here: a line
     without a backslash (no escape, no NULL) is split as it is, the others field by field."""
     rest = b""
-    for block in copy:
-        lines = (rest + bytes(block)).split(b"\n")
-        rest = lines.pop()
+    for block in blocks:
+        lines, rest = split_lines(rest, block)
         for line in lines:
             if b"\\" not in line:
                 yield line.decode().split("\t")  # type: ignore[misc]
             else:
                 yield [None if field == b"\\N" else _ESCAPED.sub(_unescape, field.decode())
                        for field in line.split(b"\t")]  # fmt: skip
+
+
+def split_lines(rest: bytes, block: Any) -> tuple[list[bytes], bytes]:
+    """The whole lines of ``rest`` (a line begun in an earlier block) and ``block``, and the
+    line begun at its end."""
+    *lines, rest = (rest + bytes(block)).split(b"\n")
+    return lines, rest
 
 
 #: COPY's text escapes (backslash and a letter; PostgreSQL writes no other).

@@ -9,7 +9,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from goka.connect.pgoutput import SESSION, Decoder, lsn_int
@@ -23,6 +23,7 @@ from goka.connect.postgres_snapshot import (
     Window,
     begun_at,
     columns_of,
+    copy_query,
     done_at,
     is_snapshot,
     make_slot,
@@ -245,12 +246,12 @@ class Snapshots:
             self._add([t for t in self.source.tables if t not in self._tables],
                       "added to the source")  # fmt: skip
 
-    def _give_direct(self, writer: Any, table: str, rows: Iterator[dict[str, Any]],
+    def _give_direct(self, writer: Any, chunk: Chunk, query: Any, conn: Any, described: Any,
                      point: int, first: int, stamp: int) -> bool:  # fmt: skip
-        """An initial snapshot's rows straight to the producer, where they can go so
+        """An initial snapshot's chunk straight to the producer, where it can go so
         (:func:`~goka.connect.postgres_snapshot_rows.give_direct`)."""
-        return give_direct(writer, self.source, self._keys[table], table, rows, point, first,
-                           stamp)  # fmt: skip
+        return give_direct(writer, self.source, self._keys[chunk.table], chunk, query, conn,
+                           described, point, first, stamp)  # fmt: skip
 
     def _initial(self, writer: Any) -> bool:
         """Make the slot with its exported snapshot and give the rows of the tables in it,
@@ -287,11 +288,12 @@ class Snapshots:
                 table = plan.tables[0]
                 if table not in described:  # (the same in the snapshot, chunk to chunk)
                     described[table] = columns_of(conn, table, self._decoder)
-                chunk = Chunk(table)
-                rows = stream_chunk(conn, chunk, *described[table], self._keys[table],
-                                    plan.after, self.source.snapshot_chunk)  # fmt: skip
-                if not self._give_direct(writer, table, rows, point, plan.count, stamp):
+                chunk, keys, size = Chunk(table), self._keys[table], source.snapshot_chunk
+                query = copy_query(table, described[table][0], keys, plan.after, size)
+                if not self._give_direct(writer, chunk, query, conn, described[table], point,
+                                         plan.count, stamp):  # fmt: skip
                     give = self._reader(writer, table, stamp)
+                    rows = stream_chunk(conn, chunk, *described[table], keys, plan.after, size)
                     for n, row in enumerate(rows, plan.count):
                         give((point, n - BASE), row)
                 plan.advance(chunk, self.source.snapshot_chunk)
@@ -348,8 +350,9 @@ class Snapshots:
             return []  # (a mark of a window before a restart)
         chunk, plan = window.chunk, self._plan
         assert plan is not None
-        given = [(chunk.table, row) for row in chunk.rows
-                 if table_key(chunk.table, row) not in window.changed]  # fmt: skip
+        given = [] if window.truncated else [
+            (chunk.table, row) for row in chunk.rows
+            if table_key(chunk.table, row) not in window.changed]  # fmt: skip
         self.totals.snapshot_rows += len(given)
         plan.advance(chunk, self.source.snapshot_chunk)
         self._window = None
@@ -366,3 +369,11 @@ class Snapshots:
         if window is not None and window.chunk is not None and window.chunk.table == table \
                 and (window.open or window.unseen(xid)):  # fmt: skip
             window.changed.update(keys)
+
+    def _truncated(self, table: str, xid: int) -> None:
+        """A TRUNCATE of ``table`` by ``xid`` met in the stream: where a change would drop
+        keys from the chunk, it drops the whole chunk (its rows may be gone)."""
+        window = self._window
+        if window is not None and window.chunk is not None and window.chunk.table == table \
+                and (window.open or window.unseen(xid)):  # fmt: skip
+            window.truncated = True

@@ -241,11 +241,14 @@ class SourceWriter(Generic[P]):
             self.last = last
 
     def produce(self, topic: str, position: P, key: bytes | None, value: bytes | None,
-                stamp: int, extra: Sequence[tuple[str, bytes]] = ()) -> None:  # fmt: skip
-        """Produce one record at ``position`` unless its partition has it already (records
-        come in position order)."""
+                stamp: int, extra: Sequence[tuple[str, bytes]] = (),
+                partition: int | None = None) -> None:  # fmt: skip
+        """Produce one record at ``position`` (into ``partition``, or its key's) unless its
+        partition has it already (records come in position order)."""
         checked = self._checked_until
-        if key is None:
+        if partition is not None:
+            pass  # (the reader's choice)
+        elif key is None:
             partition = zlib.crc32(repr(position).encode()) % self.counts[topic]
         elif (checked is not None and position <= checked) or not self._fnv1a:
             partition = partition_for(key, self.counts[topic])

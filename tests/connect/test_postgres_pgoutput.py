@@ -76,6 +76,20 @@ def test_values_of_each_type_are_mapped_as_debezium_maps_them(
     PostgresCdcSourceJob(PostgresCdcSource(dsn, {"public.t": read}, slot="reads",
                                            snapshot="initial_only"), brokers).run_until_caught_up()  # fmt: skip
     assert {key: value for key, value, _ in values(brokers, read)} == found
+    # the same of a table whose rows' JSON is made from COPY's lines (goka/_copy_json.c)
+    execute(dsn, "CREATE TABLE s (id text PRIMARY KEY, flag bool, big bigint, note text)")
+    changes, read = new_topic(), new_topic()
+    source = PostgresCdcSource(dsn, {"public.s": changes}, slot="simple")
+    PostgresCdcSourceJob(source, brokers).run_until_caught_up()
+    execute(dsn, "INSERT INTO s VALUES (E'k\\t\\\\1', true, NULL, "
+                 "E'a\\tb\\nc\\\\d\\\\N\\u0001\\u007f\\u2028\\\\\\\\\\b\\f\\r\\u000b\"é'), "
+                 "('k2', NULL, -5, NULL), ('k3', false, 9007199254740993, '')")  # fmt: skip
+    PostgresCdcSourceJob(source, brokers).run_until_caught_up()
+    PostgresCdcSourceJob(PostgresCdcSource(dsn, {"public.s": read}, slot="simple_reads",
+                                           snapshot="initial_only"), brokers).run_until_caught_up()  # fmt: skip
+    changed = {key: value for key, value, _ in values(brokers, changes)}
+    assert changed[b"k\t\\1"]["note"] == 'a\tb\nc\\d\\N\x01\x7f\u2028\\\\\b\f\r\v"é'
+    assert {key: value for key, value, _ in values(brokers, read)} == changed
 
 
 def test_tables_whose_changes_would_have_no_key_are_refused_at_start(

@@ -6,8 +6,11 @@ changes since its slot; the modes (never, initial_only, when_needed, initial aft
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Callable
+import threading
+import types
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -75,16 +78,24 @@ def test_a_snapshot_cut_half_way_goes_on_beside_the_changes_since_its_slot(
         pass
 
     class Cutting(PostgresCdcSourceJob):  # dies after 2,000 rows, produced and flushed
-        def _give_direct(self, writer: Any, table: str, rows: Any, point: int, first: int,
-                         stamp: int) -> bool:  # fmt: skip
-            def some() -> Any:
-                for n, row in enumerate(rows, first):
-                    if n == 2000:
-                        writer.producer.flush()
-                        raise Cut
-                    yield row
+        def _give_direct(self, writer: Any, chunk: Any, query: Any, conn: Any, described: Any,
+                         point: int, first: int, stamp: int) -> bool:  # fmt: skip
+            @contextlib.contextmanager
+            def copy(query: Any) -> Iterator[Any]:
+                with conn.cursor().copy(query) as messages:
 
-            return super()._give_direct(writer, table, some(), point, first, stamp)
+                    def some() -> Iterator[Any]:
+                        for n, message in enumerate(messages, first):
+                            if n == 2000:
+                                writer.producer.flush()
+                                raise Cut
+                            yield message
+
+                    yield some()
+
+            cut = types.SimpleNamespace(cursor=lambda: types.SimpleNamespace(copy=copy))
+            return super()._give_direct(writer, chunk, query, cut, described, point, first,
+                                        stamp)  # fmt: skip
 
     cutting = Cutting(source, brokers)
     with pytest.raises(Cut):
@@ -180,3 +191,33 @@ def test_a_change_inside_a_window_drops_its_row_from_the_chunk(
     totals = PostgresCdcSourceJob(source, brokers).run_until_caught_up()
     assert totals.snapshot_rows == 500 - 4  # (3, 499, 7 and 9: their changes tell them)
     assert check_runs(brokers, topic, dsn, reads_twice=True) == {b"r": 496, b"u": 3, b"d": 2}
+
+
+def test_a_truncate_inside_a_window_drops_the_chunk(
+    brokers: str, new_topic: Callable[..., str], dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import goka.connect.postgres_snapshot_steps as steps
+
+    topic = new_topic(partitions=2)
+    execute(dsn, "CREATE TABLE items (id int PRIMARY KEY, n int)",
+            "INSERT INTO items SELECT g, 0 FROM generate_series(1, 300) g")  # fmt: skip
+    source = PostgresCdcSource(dsn, {"public.items": topic}, snapshot_transaction=0)
+    read_chunk, mark = steps.read_chunk, steps.Window.mark
+    truncating = threading.Thread(target=execute, args=(
+        dsn, "TRUNCATE items", "INSERT INTO items VALUES (5, 0), (1000, 0)"))  # fmt: skip
+
+    def and_then_a_truncate(*args: Any) -> Any:  # (it waits for the chunk's transaction)
+        chunk = read_chunk(*args)
+        truncating.start()
+        return chunk
+
+    def after_the_truncate(window: Any, slot: str, which: str) -> str:  # (the high mark)
+        if which == "high":
+            truncating.join()
+        return mark(window, slot, which)
+
+    monkeypatch.setattr(steps, "read_chunk", and_then_a_truncate)
+    monkeypatch.setattr(steps.Window, "mark", after_the_truncate)
+    totals = PostgresCdcSourceJob(source, brokers).run_until_caught_up()
+    assert totals.snapshot_rows == 0  # (its 300 rows are gone: none is read)
+    assert check_runs(brokers, topic, dsn, reads_twice=True) == {b"t": 2, b"c": 2}

@@ -307,16 +307,31 @@ def test_a_slot_not_advanced_after_a_crash_gives_nothing_twice(
     assert PostgresCdcSourceJob(source, brokers).slot_position() != before
 
 
-def test_truncates_are_reported_and_a_foreign_slot_refused(
+def test_a_truncate_goes_to_every_partition_and_a_foreign_slot_is_refused(
     brokers: str, new_topic: Callable[..., str], dsn: str, decoder: str
 ) -> None:
-    topic = new_topic()
-    execute(dsn, "CREATE TABLE z (id int PRIMARY KEY)")
-    source = PostgresCdcSource(dsn, {"public.z": topic}, slot="zslot", **modes(decoder))
+    topics = {"z": new_topic(partitions=3), "y": new_topic(partitions=2),
+              "x": new_topic(partitions=2, table=True)}  # (x: compacted)  # fmt: skip
+    execute(dsn, *(f"CREATE TABLE {t} (id int PRIMARY KEY)" for t in topics))
+    source = PostgresCdcSource(dsn, {f"public.{t}": topic for t, topic in topics.items()},
+                               slot="zslot", **modes(decoder))  # fmt: skip
     PostgresCdcSourceJob(source, brokers).run_until_caught_up()
-    execute(dsn, "INSERT INTO z VALUES (1), (2)", "TRUNCATE z")
+    execute(dsn, "INSERT INTO z SELECT generate_series(1, 30)", "INSERT INTO y VALUES (1)",
+            "INSERT INTO x VALUES (1)", "TRUNCATE z, y, x", "INSERT INTO z VALUES (100)")  # fmt: skip
     totals = PostgresCdcSourceJob(source, brokers).run_until_caught_up()
-    assert totals.produced == 2 and "public.z was truncated" in totals.errors[0]
+    assert totals.produced == 30 + 1 + 1 + 3 + 2 + 1
+    assert len(totals.errors) == 1 and "its topic" in totals.errors[0]  # (x's: compacted)
+    assert "public.x was truncated" in totals.errors[0]
+    assert PostgresCdcSourceJob(source, brokers).run_until_caught_up().produced == 0
+    for table, count in (("z", 3), ("y", 2), ("x", 0)):
+        records = list(read_to_end(brokers, topics[table]))
+        cut = [r for r in records if dict(r.headers)[OP_HEADER] == b"t"]
+        assert sorted(r.partition for r in cut) == list(range(count)), table
+        assert all((r.key, r.value, dict(r.headers)["goka-table"]) == (None, None,
+                   f"public.{table}".encode()) for r in cut)  # fmt: skip
+        for r in records:  # each partition: its inserts, the truncate, then the insert after
+            mark = next((t.offset for t in cut if t.partition == r.partition), r.offset)
+            assert (r.offset > mark) == (r.key == b"100"), r
     execute(dsn, "SELECT pg_create_logical_replication_slot('other', 'test_decoding')")
     other = PostgresCdcSource(dsn, {"public.z": new_topic()}, slot="other")
     with pytest.raises(SourceError, match="decodes with 'test_decoding'"):

@@ -46,17 +46,25 @@ class Writer:
 def check_runs(brokers: str, topic: str, dsn: str, *, reads_twice: bool = False,
                table: str = "items") -> Any:  # fmt: skip
     """Each key's records: a read (or an insert at n = 0), then n + 1 per update, a tombstone
-    for a delete (after which only an insert at 0), no version skipped or repeated, the last
-    equal to the table. With ``reads_twice`` (a snapshot read in windows: a key may be read
+    for a delete or a truncate of its partition (after which only an insert at 0 or a read),
+    no version skipped or repeated, the last equal to the table. With ``reads_twice`` (a snapshot read in windows: a key may be read
     again, and its first records may be changes), a read is never older than the record
     before it. Returns the ops."""
     versions: dict[bytes, list[tuple[bytes, int | None]]] = {}
+    partitions: dict[bytes, int] = {}
     ops: dict[bytes, int] = {}
     for record in read_to_end(brokers, topic, timeout=60):
         op = dict(record.headers)[OP_HEADER]
         ops[op] = ops.get(op, 0) + 1
+        if op == b"t":  # a TRUNCATE: every key of its partition has no row from here
+            assert record.key is None and record.value is None, record
+            for key, at in partitions.items():
+                if at == record.partition:
+                    versions[key].append((op, None))
+            continue
         n = None if record.value is None else json.loads(record.value)["n"]
         versions.setdefault(record.key or b"", []).append((op, n))
+        assert partitions.setdefault(record.key or b"", record.partition) == record.partition
     with _psycopg().connect(dsn) as conn:
         table = {str(k).encode(): n for k, n in conn.execute(f"SELECT id, n FROM {table}")}
     for key, runs in versions.items():
@@ -69,8 +77,10 @@ def check_runs(brokers: str, topic: str, dsn: str, *, reads_twice: bool = False,
                 assert last is None and n == 0, (key, runs)
             elif op == b"u":  # (after a cut snapshot, a row's first record may be a change)
                 assert n == last + 1 if last is not None else reads_twice, (key, runs)
-            else:  # (after a cut snapshot, a row's first record may be its delete)
-                assert op == b"d" and (last is not None or reads_twice), (key, runs)
+            elif op == b"d":  # (after a cut snapshot, a row's first record may be its delete)
+                assert last is not None or reads_twice, (key, runs)
+            else:
+                assert op == b"t", (key, runs)
             last = n
         assert last == table.get(key), (key, runs, table.get(key))
     assert {k for k, v in versions.items() if v[-1][1] is not None} == set(table)
