@@ -40,12 +40,10 @@ from goka.connect.database import Database
 from goka.connect.pgoutput import SESSION, Decoder, Event, lsn_int, lsn_text
 from goka.connect.postgres_catalog import committed_now, type_infos
 from goka.connect.postgres_snapshot import (
-    BASE,
     MODES,
     PREFIX,
     SIGNAL,
     done_at,
-    is_milestone,
     record_key,
 )
 from goka.connect.postgres_snapshot_steps import OP_HEADER, TABLE_HEADER, Snapshots
@@ -84,6 +82,9 @@ class PostgresCdcSource:
         snapshot_transaction: seconds the initial snapshot reads in the snapshot exported
             with the slot (one transaction, which holds back vacuum); the rest is read in
             chunks between watermarks beside the changes.
+        signal_table: a table (``schema.table``, columns ``id``, ``type``, ``data``) whose
+            inserted rows ask for incremental snapshots, as Debezium's signal table does
+            (:mod:`goka.connect.postgres_signals`; added to the publication).
         codec: encodes each row (a dict).
         key: the record's key: a column, or ``key(row) -> str`` (default: the primary key).
         timestamp: the record's time: a column or ``timestamp(row) -> ms`` (default: the
@@ -111,6 +112,7 @@ class PostgresCdcSource:
     snapshot: Literal["initial", "never", "initial_only", "when_needed"] = "initial"
     snapshot_chunk: int = 10_000
     snapshot_transaction: float = 600.0
+    signal_table: str = ""
     codec: Codec[Any] = field(default_factory=JsonCodec)
     key: str | Callable[[Any], str] | None = None
     timestamp: str | Callable[[Any], int] | None = None
@@ -152,6 +154,11 @@ class PostgresCdcSource:
         if self.snapshot not in MODES:
             raise ConfigurationError(f"{where}: snapshot must be one of {', '.join(MODES)}, "
                                      f"got {self.snapshot!r}")  # fmt: skip
+        signals = self.signal_table
+        if signals and (not isinstance(signals, str) or signals.count(".") != 1
+                        or signals in self.tables or self.decoder != "pgoutput"):  # fmt: skip
+            raise ConfigurationError(f"{where}: signal_table {signals!r} must be schema.table, "
+                                     "none of the tables, with decoder='pgoutput'")  # fmt: skip
         if self.decoder == "wal2json" and self.snapshot != "never":
             raise ConfigurationError(f"{where}: snapshots read rows as pgoutput's changes "
                                      "have them: with decoder='wal2json', set "
@@ -219,18 +226,6 @@ class PostgresCdcSourceJob(Snapshots, SourceJob[Position]):
         return f"{self._lsn[1]}\t{position[1]}\t{position[2]}"
 
     _lsn: tuple[int, str] = (-1, "")
-
-    def where(self, position: tuple[Any, ...]) -> str:
-        if position[1] == -BASE - 1:
-            return f"the beginning of the snapshot at {lsn_text(position[0])}"
-        if position[1] == -1:
-            return f"the end of the snapshot at {lsn_text(position[0])}"
-        if position[1] < -1:
-            return f"row {position[1] + BASE} of the snapshot at {lsn_text(position[0])}"
-        return f"change {position[1]} of the transaction committed at {lsn_text(position[0])}"
-
-    def milestone(self, position: Position) -> bool:
-        return is_milestone(position)  # (a snapshot's beginning or end)
 
     def reset(self) -> None:
         """Drop the slot (the next run creates it anew, at the database's current position);
@@ -311,6 +306,8 @@ class PostgresCdcSourceJob(Snapshots, SourceJob[Position]):
                 if topic is not None:
                     change = self._change(writer, event, topic, commit, change, stamp)
                 else:  # (a table the publication has, the source not: indexes stay as they are)
+                    if event[1] == self.source.signal_table and action == "I":
+                        self._signalled |= self._signal_row(event[2])
                     change += 1
             elif action == "M":
                 if event[1] == SIGNAL:

@@ -12,12 +12,12 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from goka.connect.pgoutput import SESSION, Decoder, lsn_int
+from goka.connect.pgoutput import SESSION, Decoder, lsn_int, lsn_text
 from goka.connect.postgres_catalog import ensure_publication, key_columns, server_errors
+from goka.connect.postgres_signals import Signals, check_signal_table
 from goka.connect.postgres_snapshot import (
     BASE,
     PREFIX,
-    SIGNAL,
     Chunk,
     Plan,
     Window,
@@ -25,6 +25,7 @@ from goka.connect.postgres_snapshot import (
     columns_of,
     copy_query,
     done_at,
+    is_milestone,
     is_snapshot,
     make_slot,
     qualified,
@@ -43,7 +44,7 @@ log = logging.getLogger(__name__)
 NOTE_SECONDS = 2.0
 
 
-class Snapshots:
+class Snapshots(Signals):
     """The snapshot steps of :class:`~goka.connect.postgres_cdc.PostgresCdcSourceJob` (see the
     module docstring): deciding whether one is due, the initial one, the windows."""
 
@@ -63,7 +64,6 @@ class Snapshots:
         @property
         def stopping(self) -> bool: ...
         def checkpoint(self, writer: Any) -> None: ...
-        def where(self, position: tuple[Any, ...]) -> str: ...
         def header(self, position: Any) -> str: ...
         def _drop_slot(self) -> None: ...
         @property
@@ -90,40 +90,18 @@ class Snapshots:
                            separators=(",", ":"))  # fmt: skip
         return f"{self.header(position)}\t{state}"
 
-    def snapshot(self, tables: Sequence[str]) -> None:
-        """Have the source read ``tables`` again (an incremental snapshot), in chunks between
-        watermarks beside the changes: a signal written to the database's WAL, which the
-        source meets in order with the changes (now if it runs, else at its next run).
+    def where(self, position: tuple[Any, ...]) -> str:
+        point = lsn_text(position[0])
+        if position[1] == -BASE - 1:
+            return f"the beginning of the snapshot at {point}"
+        if position[1] == -1:
+            return f"the end of the snapshot at {point}"
+        if position[1] < -1:
+            return f"row {position[1] + BASE} of the snapshot at {point}"
+        return f"change {position[1]} of the transaction committed at {point}"
 
-        Raises:
-            ConfigurationError: a table is not one of the source's.
-        """
-        from goka.errors import ConfigurationError
-
-        if self.source.decoder != "pgoutput":
-            raise ConfigurationError(f"source {self.source.name!r}: snapshots need "
-                                     "decoder='pgoutput'")  # fmt: skip
-        unknown = [t for t in tables if t not in self.source.tables]
-        if unknown or not tables:
-            raise ConfigurationError(f"source {self.source.name!r}: can snapshot its tables "
-                                     f"({', '.join(self.source.tables)}), not "
-                                     f"{', '.join(unknown) or 'none'}")  # fmt: skip
-        content = f"{self.source.slot}\t{json.dumps(list(tables))}"
-        try:
-            self._db.run(lambda conn: conn.execute(
-                "SELECT pg_logical_emit_message(true, %s, %s)", (SIGNAL, content)))  # fmt: skip
-        finally:
-            self._db.close()
-
-    def _signal(self, content: str) -> bool:
-        """A snapshot signal met in the stream: its tables join the plan. Returns whether it
-        was this source's."""
-        slot, _, listed = content.partition("\t")
-        if slot != self.source.slot:
-            return False
-        tables = [t for t in json.loads(listed) if t in self.source.tables]
-        self._add(tables, "asked for")
-        return True
+    def milestone(self, position: Any) -> bool:
+        return is_milestone(position)  # (a snapshot's beginning or end)
 
     def _add(self, tables: Sequence[str], why: str) -> None:
         """Read ``tables`` in chunks between watermarks (after the plan's)."""
@@ -150,7 +128,11 @@ class Snapshots:
                 if encoding != "UTF8":
                     raise SourceError(f"{where}: the database's encoding is {encoding}: "
                                       "pgoutput's values are read as UTF8")  # fmt: skip
-                ensure_publication(conn, where, source.publication, list(source.tables))
+                published = list(source.tables)
+                if source.signal_table:
+                    check_signal_table(conn, where, source.signal_table)
+                    published.append(source.signal_table)
+                ensure_publication(conn, where, source.publication, published)
             return conn.execute("SELECT plugin, wal_status FROM pg_replication_slots "
                                 "WHERE slot_name = %s", (source.slot,)).fetchone()  # fmt: skip
 

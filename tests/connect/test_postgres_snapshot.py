@@ -17,7 +17,7 @@ import pytest
 
 from goka.connect import PostgresCdcSource, PostgresCdcSourceJob
 from goka.connect.postgres_cdc import OP_HEADER
-from goka.errors import ConfigurationError
+from goka.errors import ConfigurationError, SourceError
 from goka.kafka.consumer import read_to_end
 
 from .versions import Writer, check_runs, execute
@@ -221,3 +221,28 @@ def test_a_truncate_inside_a_window_drops_the_chunk(
     totals = PostgresCdcSourceJob(source, brokers).run_until_caught_up()
     assert totals.snapshot_rows == 0  # (its 300 rows are gone: none is read)
     assert check_runs(brokers, topic, dsn, reads_twice=True) == {b"t": 2, b"c": 2}
+
+
+def test_a_row_in_the_signal_table_asks_for_an_incremental_snapshot(
+    brokers: str, new_topic: Callable[..., str], dsn: str
+) -> None:
+    topic = new_topic(partitions=2)
+    execute(dsn, "CREATE TABLE items (id int PRIMARY KEY, n int)",
+            "INSERT INTO items SELECT g, 0 FROM generate_series(1, 300) g")  # fmt: skip
+    source = PostgresCdcSource(dsn, {"public.items": topic}, signal_table="public.signals")
+    with pytest.raises(SourceError, match="signal table public.signals does not exist"):
+        PostgresCdcSourceJob(source, brokers).run_until_caught_up()
+    execute(dsn, "CREATE TABLE signals (id text PRIMARY KEY, type text NOT NULL, data text)")
+    assert PostgresCdcSourceJob(source, brokers).run_until_caught_up().snapshot_rows == 300
+    execute(dsn, "UPDATE items SET n = 1 WHERE id <= 10",
+            "INSERT INTO signals VALUES ('again', 'execute-snapshot', "
+            """'{"data-collections": ["public\\\\.it.*"], "type": "incremental"}'), """
+            "('pause', 'pause-snapshot', NULL), ('elsewhere', 'execute-snapshot', "
+            """'{"data-collections": ["public.nothing"]}')""",
+            "UPDATE items SET n = 2 WHERE id <= 5")  # fmt: skip
+    totals = PostgresCdcSourceJob(source, brokers).run_until_caught_up()
+    assert totals.snapshot_rows == 300  # (read again, in chunks beside the changes)
+    assert len(totals.errors) == 2, totals.errors
+    assert "signal 'pause': type 'pause-snapshot'" in totals.errors[0]
+    assert "'public.nothing' is none of the source's tables" in totals.errors[1]
+    assert check_runs(brokers, topic, dsn, reads_twice=True) == {b"r": 600, b"u": 15}

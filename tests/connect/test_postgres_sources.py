@@ -346,7 +346,11 @@ def test_a_truncate_goes_to_every_partition_and_a_foreign_slot_is_refused(
      ({"slot": "Bad-Slot"}, "lower-case"), ({"batch": -1}, "batch must be"),
      ({"decoder": "test_decoding"}, "decoder must be one of pgoutput, wal2json"),
      ({"snapshot": "always"}, "snapshot must be one of initial, never"),
-     ({"decoder": "wal2json"}, "with decoder='wal2json', set snapshot='never'")],
+     ({"decoder": "wal2json"}, "with decoder='wal2json', set snapshot='never'"),
+     ({"signal_table": "signals"}, "signal_table 'signals' must be schema.table"),
+     ({"signal_table": "public.z"}, "none of the tables"),
+     ({"signal_table": "public.s", "decoder": "wal2json", "snapshot": "never"},
+      "with decoder='pgoutput'")],
 )  # fmt: skip
 def test_invalid_change_sources_fail_at_once(options: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigurationError, match=message):
