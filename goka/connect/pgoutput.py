@@ -54,10 +54,11 @@ __all__ = ["SESSION", "UNAVAILABLE", "Decoder", "Event", "Relation", "TypeInfo",
            "lsn_int", "lsn_text"]  # fmt: skip
 
 Event = tuple[Any, ...]
-#: The settings a decoding session needs for the values' text (see the module docstring).
+#: The settings a decoding session needs for the values' text (see the module docstring);
+#: its own messages (watermarks, signals) wait for no synchronous standby.
 SESSION = ("SET TimeZone = 'UTC'; SET DateStyle = 'ISO'; SET IntervalStyle = 'iso_8601'; "
            "SET extra_float_digits = 3; SET bytea_output = 'hex'; "
-           "SET client_encoding = 'UTF8'")  # fmt: skip
+           "SET client_encoding = 'UTF8'; SET synchronous_commit = 'local'")  # fmt: skip
 #: A TOASTed value an update did not change and did not send.
 UNAVAILABLE = "__goka_unavailable_value"
 #: Microseconds from the Unix epoch to PostgreSQL's (2000-01-01).

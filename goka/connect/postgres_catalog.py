@@ -143,12 +143,16 @@ def server_errors(where: str, plugin: str) -> Iterator[None]:
                           "or decoder='pgoutput', PostgreSQL's own)") from exc  # fmt: skip
 
 
-def committed_now(conn: Any) -> str:
+def committed_now(conn: Any) -> tuple[str, int]:
     """An LSN that every transaction committed before now precedes, with the WAL flushed up
     to it (decoding reads flushed WAL only, and a server with ``synchronous_commit = off``
-    leaves commits unflushed for a while): a transaction that commits synchronously and
-    writes WAL (a logical decoding message, which the source ignores) flushes it."""
+    leaves commits unflushed for a while): a transaction that commits with a local flush and
+    writes WAL (a logical decoding message, which the source ignores) flushes it. And the
+    oldest transaction (32 bits) still running now: every one before it is visible."""
     with conn.transaction():
-        conn.execute("SET LOCAL synchronous_commit = on")
+        conn.execute("SET LOCAL synchronous_commit = local")  # (no standby's wait)
         conn.execute("SELECT pg_logical_emit_message(true, 'goka-source', '')")
-    return str(conn.execute("SELECT pg_current_wal_insert_lsn()").fetchone()[0])
+    lsn, xmin = conn.execute(
+        "SELECT pg_current_wal_insert_lsn()::text, pg_snapshot_xmin(pg_current_snapshot())::text"
+    ).fetchone()
+    return str(lsn), int(xmin) & 0xFFFFFFFF

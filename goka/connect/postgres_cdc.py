@@ -213,6 +213,7 @@ class PostgresCdcSourceJob(Snapshots, SourceJob[Position]):
         self._keys: dict[str, list[str]] = {}
         self._signalled = False
         self._xid = 0  # (the transaction whose changes are being given)
+        self._given: set[int] = set()
         self._policies: dict[str, bool] = {}  # (topic: compacted, asked at its first truncate)
 
     def parse(self, text: str) -> Position:
@@ -268,7 +269,8 @@ class PostgresCdcSourceJob(Snapshots, SourceJob[Position]):
         # (up to what is committed now, also when watching: each read's own message, which
         # both decoders give, moves the slot past WAL without changes of these tables, which
         # is then neither decoded again at every read nor kept on the server)
-        upto = self._db.run(committed_now)
+        upto, oldest = self._db.run(committed_now)
+        self._given = {x for x in self._given if ((x - oldest) & 0xFFFFFFFF) < 0x80000000}
         arguments = (self.source.slot, upto, self.source.batch, self._argument)
         while not self.stopping:
             rows = self._db.run(lambda conn: conn.execute(self._query, arguments).fetchall())
@@ -299,6 +301,7 @@ class PostgresCdcSourceJob(Snapshots, SourceJob[Position]):
             action = event[0]
             if action == "B":
                 commit, change, stamp, self._xid = event[1], 0, event[2], event[3]
+                self._given.add(self._xid)
             elif action == "C":
                 end = event[1]
             elif action in _OPS:

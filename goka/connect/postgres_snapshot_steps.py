@@ -57,6 +57,9 @@ class Snapshots(Signals):
     _saved_ok: bool
     _plan: Plan | None = None
     _window: Window | None = None
+    #: The transactions whose changes were given that some snapshot may not see yet (their
+    #: commit in the WAL, the server not done with them: a synchronous standby's wait).
+    _given: set[int]
     _tables: list[str] | None = None  # (the tables noted in the progress topic)
 
     if TYPE_CHECKING:  # (the job's own: SourceJob's, before which this comes)
@@ -302,13 +305,19 @@ class Snapshots(Signals):
         assert plan is not None and plan.tables
         table = plan.tables[0]
 
-        def read(conn: Any) -> Window:
+        def read(conn: Any) -> Window | None:
             window = Window()  # (a retried attempt's marks are its own)
             conn.execute("SELECT pg_logical_emit_message(true, %s, %s)",
                          (PREFIX, window.mark(slot, "low")))  # fmt: skip
             with conn.transaction():  # (the chunk and its snapshot's ids, one snapshot)
                 conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
                 window.see(conn.execute("SELECT pg_current_snapshot()::text").fetchone()[0])
+                unseen = sorted(x for x in self._given if window.unseen(x))
+                if unseen:  # (committed in the WAL, not yet visible: synchronous replication)
+                    log.info("source %s: transaction(s) %s, whose changes were given, are not "
+                             "yet visible to a snapshot: its chunk waits", self.source.name,
+                             ", ".join(map(str, unseen)))  # fmt: skip
+                    return None
                 columns, converters = columns_of(conn, table, self._decoder)
                 window.chunk = read_chunk(conn, table, columns, converters, self._keys[table],
                                           plan.after, self.source.snapshot_chunk)  # fmt: skip
@@ -317,6 +326,8 @@ class Snapshots(Signals):
             return window
 
         self._window = self._db.run(read)
+        if self._window is None:  # (its rows could be older than changes given: later)
+            time.sleep(min(self.source.poll_interval, 0.2))
 
     def _watermark(self, content: str, table_key: Callable[[str, dict[str, Any]], bytes | None]
                    ) -> list[tuple[str, dict[str, Any]]]:  # fmt: skip
