@@ -2,7 +2,7 @@
 while it streams, with a writer inserting, updating and deleting rows the whole time (single-row
 transactions, each update counting the row's version), a second table of 50,000 rows (and a
 writer of its own) added to the source half-way (read by a snapshot of its own, in chunks
-beside the changes, under the same kills); restarts until caught up; then for both, each
+beside the changes, under the same kills) and truncated later; restarts until caught up; then for both, each
 key's records are its versions in commit order (a read or an insert, then every change once:
 no version skipped or repeated; a read never older than the record before it), every position
 once, and the last equal to the table. A trial reads its snapshot in the snapshot exported with
@@ -70,6 +70,9 @@ def trial(seed: int, brokers: str, new_topic: Callable[..., str], dsn: str,
             if number == 3:  # (a table added to the source while it streams)
                 (work / f"{module}.py").write_text(SOURCES.format(
                     tables={"public.items": topic, "public.more": second}, **settings))  # fmt: skip
+            if number == 5:  # (its snapshot perhaps still in windows, its writer writing)
+                with psycopg.connect(dsn, autocommit=True) as conn:
+                    conn.execute("TRUNCATE more")
             if last:
                 writer.close()
                 other.close()
@@ -90,7 +93,7 @@ def trial(seed: int, brokers: str, new_topic: Callable[..., str], dsn: str,
         other.close()
     ops = check_runs(brokers, topic, dsn, reads_twice=True)
     added = check_runs(brokers, second, dsn, reads_twice=True, table="more")
-    assert added[b"r"] >= MORE * 0.5, added
+    assert added[b"r"] > 0 and added[b"t"] == 2, added  # (a truncate in each partition)
     records = [*read_to_end(brokers, topic, timeout=60), *read_to_end(brokers, second)]
     twice = sum(n - 1 for n in Counter(dict(r.headers)[POSITION_HEADER] for r in records).values())
     assert twice == 0, f"seed {seed}: {twice} positions twice ({'; '.join(log)}; logs: {work})"
@@ -102,7 +105,7 @@ def trial(seed: int, brokers: str, new_topic: Callable[..., str], dsn: str,
     kills = log.count("killed")
     return (f"{ops[b'r']} reads, {changes} changes of {writer.done} written, then "
             f"{added[b'r']} reads of the table added and {sum(added.values()) - added[b'r']} "
-            f"changes, {kills} kills, transaction {transaction} s: {'; '.join(log)}")  # fmt: skip
+            f"changes (a truncate), {kills} kills, transaction {transaction} s: {'; '.join(log)}")  # fmt: skip
 
 
 def test_killed_snapshots_and_streams_give_each_version_once_in_order(

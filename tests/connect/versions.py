@@ -47,9 +47,9 @@ def check_runs(brokers: str, topic: str, dsn: str, *, reads_twice: bool = False,
                table: str = "items") -> Any:  # fmt: skip
     """Each key's records: a read (or an insert at n = 0), then n + 1 per update, a tombstone
     for a delete or a truncate of its partition (after which only an insert at 0 or a read),
-    no version skipped or repeated, the last equal to the table. With ``reads_twice`` (a snapshot read in windows: a key may be read
-    again, and its first records may be changes), a read is never older than the record
-    before it. Returns the ops."""
+    no version skipped or repeated, the last equal to the table. With ``reads_twice`` (a
+    snapshot read in windows: a key may be read again, and its first records may be changes),
+    a read is never older than the record before it. Returns the ops."""
     versions: dict[bytes, list[tuple[bytes, int | None]]] = {}
     partitions: dict[bytes, int] = {}
     ops: dict[bytes, int] = {}
