@@ -11,7 +11,14 @@ from typing import Any
 from goka.connect.pgoutput import TypeInfo
 from goka.errors import SourceError
 
-__all__ = ["committed_now", "ensure_publication", "key_columns", "server_errors", "type_infos"]
+__all__ = [
+    "committed_now",
+    "committed_unseen",
+    "ensure_publication",
+    "key_columns",
+    "server_errors",
+    "type_infos",
+]
 
 _TABLE = """
 SELECT c.relreplident, c.relkind,
@@ -143,16 +150,24 @@ def server_errors(where: str, plugin: str) -> Iterator[None]:
                           "or decoder='pgoutput', PostgreSQL's own)") from exc  # fmt: skip
 
 
-def committed_now(conn: Any) -> tuple[str, int]:
+def committed_now(conn: Any) -> tuple[str, str]:
     """An LSN that every transaction committed before now precedes, with the WAL flushed up
     to it (decoding reads flushed WAL only, and a server with ``synchronous_commit = off``
     leaves commits unflushed for a while): a transaction that commits with a local flush and
-    writes WAL (a logical decoding message, which the source ignores) flushes it. And the
-    oldest transaction (32 bits) still running now: every one before it is visible."""
+    writes WAL (a logical decoding message, which the source ignores) flushes it. And a
+    snapshot taken now (``pg_current_snapshot()``): what it does not see is not visible yet."""
     with conn.transaction():
         conn.execute("SET LOCAL synchronous_commit = local")  # (no standby's wait)
         conn.execute("SELECT pg_logical_emit_message(true, 'goka-source', '')")
-    lsn, xmin = conn.execute(
-        "SELECT pg_current_wal_insert_lsn()::text, pg_snapshot_xmin(pg_current_snapshot())::text"
-    ).fetchone()
-    return str(lsn), int(xmin) & 0xFFFFFFFF
+    lsn, snapshot = conn.execute("SELECT pg_current_wal_insert_lsn()::text, "
+                                 "pg_current_snapshot()::text").fetchone()  # fmt: skip
+    return str(lsn), str(snapshot)
+
+
+def committed_unseen(conn: Any) -> set[int]:
+    """The transactions (32 bits) committed in the WAL that snapshots do not see yet, their
+    sessions waiting for a synchronous standby (an earlier run may have given their changes):
+    as ``pg_stat_activity`` shows them (all of them to a role with ``pg_read_all_stats``)."""
+    rows = conn.execute("SELECT backend_xid::text FROM pg_stat_activity WHERE wait_event = "
+                        "'SyncRep' AND backend_xid IS NOT NULL").fetchall()  # fmt: skip
+    return {int(x) & 0xFFFFFFFF for (x,) in rows}

@@ -43,6 +43,7 @@ from goka.connect.postgres_snapshot import (
     MODES,
     PREFIX,
     SIGNAL,
+    Window,
     done_at,
     record_key,
 )
@@ -269,8 +270,11 @@ class PostgresCdcSourceJob(Snapshots, SourceJob[Position]):
         # (up to what is committed now, also when watching: each read's own message, which
         # both decoders give, moves the slot past WAL without changes of these tables, which
         # is then neither decoded again at every read nor kept on the server)
-        upto, oldest = self._db.run(committed_now)
-        self._given = {x for x in self._given if ((x - oldest) & 0xFFFFFFFF) < 0x80000000}
+        upto, snapshot = self._db.run(committed_now)
+        if self._given:  # (those it sees are visible: left are a few a standby holds back)
+            now = Window()
+            now.see(snapshot)
+            self._given = set(filter(now.unseen, self._given))
         arguments = (self.source.slot, upto, self.source.batch, self._argument)
         while not self.stopping:
             rows = self._db.run(lambda conn: conn.execute(self._query, arguments).fetchall())

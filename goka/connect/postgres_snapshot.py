@@ -21,11 +21,12 @@ change of the chunk's table until the high one removes its keys from the chunk (
 carries a state at least as new); at the high watermark the rest of the chunk is given as
 reads, at that point of the stream. A chunk's rows read a state between the two marks that no
 change inside them touched: the state at the high mark. A change of a transaction the chunk's
-snapshot does not see (committed in the WAL, but not yet visible: a synchronous standby's wait)
-is newer than the chunk's row: met inside the window it drops the key, and if it was given
-before the window, the chunk is not read until that transaction is visible. A window whose marks come back after
-a restart is not the open one: it is ignored, and its chunk read again in a new window (its
-rows, if some were given, read twice: reads, never changes).
+snapshot does not see (committed in the WAL, but not yet visible: a synchronous standby's
+wait) is newer than the chunk's row: met inside the window it drops the key, and if it was
+given before the window (by this run, or perhaps an earlier one), the chunk is not read until
+that transaction is visible. A window whose marks come back after a restart is not the open
+one: it is ignored, and its chunk read again in a new window (its rows, if some were given,
+read twice: reads, never changes).
 """
 
 from __future__ import annotations

@@ -13,7 +13,12 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from goka.connect.pgoutput import SESSION, Decoder, lsn_int, lsn_text
-from goka.connect.postgres_catalog import ensure_publication, key_columns, server_errors
+from goka.connect.postgres_catalog import (
+    committed_unseen,
+    ensure_publication,
+    key_columns,
+    server_errors,
+)
 from goka.connect.postgres_signals import Signals, check_signal_table
 from goka.connect.postgres_snapshot import (
     BASE,
@@ -126,6 +131,7 @@ class Snapshots(Signals):
 
         def check(conn: Any) -> Any:
             self._keys = key_columns(conn, where, source.tables, source.key is not None)
+            self._given |= committed_unseen(conn)  # (an earlier run's, perhaps)
             if plugin == "pgoutput":
                 encoding = conn.execute("SHOW server_encoding").fetchone()[0]
                 if encoding != "UTF8":
@@ -300,24 +306,25 @@ class Snapshots(Signals):
         return True
 
     def _open_window(self) -> None:
-        """Read the plan's next chunk between two watermarks (see the module docstring)."""
+        """Read the plan's next chunk between two watermarks (see the module docstring), not
+        while a transaction whose changes were given is not yet visible (its commit waits
+        for a synchronous standby): the chunk's rows could be older than those changes. The
+        wait streams nothing, so the transactions it waits for are a fixed few."""
         plan, slot = self._plan, self.source.slot
         assert plan is not None and plan.tables
         table = plan.tables[0]
+        waiting: list[int] = []
 
-        def read(conn: Any) -> Window | None:
+        def read(conn: Any) -> Window:
             window = Window()  # (a retried attempt's marks are its own)
             conn.execute("SELECT pg_logical_emit_message(true, %s, %s)",
                          (PREFIX, window.mark(slot, "low")))  # fmt: skip
             with conn.transaction():  # (the chunk and its snapshot's ids, one snapshot)
                 conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
                 window.see(conn.execute("SELECT pg_current_snapshot()::text").fetchone()[0])
-                unseen = sorted(x for x in self._given if window.unseen(x))
-                if unseen:  # (committed in the WAL, not yet visible: synchronous replication)
-                    log.info("source %s: transaction(s) %s, whose changes were given, are not "
-                             "yet visible to a snapshot: its chunk waits", self.source.name,
-                             ", ".join(map(str, unseen)))  # fmt: skip
-                    return None
+                waiting[:] = sorted(x for x in self._given if window.unseen(x))
+                if waiting:
+                    return window  # (no chunk: its marks are ignored)
                 columns, converters = columns_of(conn, table, self._decoder)
                 window.chunk = read_chunk(conn, table, columns, converters, self._keys[table],
                                           plan.after, self.source.snapshot_chunk)  # fmt: skip
@@ -325,9 +332,18 @@ class Snapshots(Signals):
                          (PREFIX, window.mark(slot, "high")))  # fmt: skip
             return window
 
-        self._window = self._db.run(read)
-        if self._window is None:  # (its rows could be older than changes given: later)
-            time.sleep(min(self.source.poll_interval, 0.2))
+        logged = False
+        while not self.stopping:
+            window = self._db.run(read)
+            if window.chunk is not None:
+                self._window = window
+                return
+            if not logged:
+                log.info("source %s: transaction(s) %s, whose changes were given, are not yet "
+                         "visible to a snapshot: its chunk waits", self.source.name,
+                         ", ".join(map(str, waiting)))  # fmt: skip
+                logged = True
+            time.sleep(0.05)
 
     def _watermark(self, content: str, table_key: Callable[[str, dict[str, Any]], bytes | None]
                    ) -> list[tuple[str, dict[str, Any]]]:  # fmt: skip

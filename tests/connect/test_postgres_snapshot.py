@@ -250,15 +250,14 @@ def test_a_row_in_the_signal_table_asks_for_an_incremental_snapshot(
     assert check_runs(brokers, topic, dsn, reads_twice=True) == {b"r": 600, b"u": 15}
 
 
+@pytest.mark.parametrize("restart", [False, True])
 def test_a_chunk_waits_for_a_transaction_given_but_not_yet_visible(
-    brokers: str,
-    new_topic: Callable[..., str],
-    dsn: str,
-    postgres_server: Any,
-    caplog: pytest.LogCaptureFixture,
-) -> None:
+    brokers: str, new_topic: Callable[..., str], dsn: str, postgres_server: Any,
+    caplog: pytest.LogCaptureFixture, restart: bool,
+) -> None:  # fmt: skip
     # A commit waiting for a synchronous standby is in the WAL (its change is streamed) but
     # not visible: a chunk read then would hold the row's older version, given after it.
+    # (restart: the change given by a run that stopped before its window.)
     caplog.set_level(logging.INFO, logger="goka.connect.postgres_snapshot_steps")
     topic = new_topic(partitions=2)
     execute(dsn, "CREATE TABLE items (id int PRIMARY KEY, n int)",
@@ -275,6 +274,17 @@ def test_a_chunk_waits_for_a_transaction_given_but_not_yet_visible(
         waiting.start()
         wait_for(lambda: waiting_commits(dsn) == 1, what="a commit waiting for the standby")
         PostgresCdcSourceJob(source, brokers).snapshot(["public.items"])
+        if restart:
+
+            class Stopped(Exception):
+                pass
+
+            class Stopping(PostgresCdcSourceJob):  # (the update and the signal given first)
+                def _open_window(self) -> None:
+                    raise Stopped
+
+            with pytest.raises(Stopped):
+                Stopping(source, brokers).run_until_caught_up()
         job = PostgresCdcSourceJob(source, brokers)
         running = threading.Thread(target=lambda: runs.append(job.run_until_caught_up()))
         running.start()
