@@ -109,6 +109,9 @@ if speedups is not None:
 
         __slots__ = ()
 
+else:  # (the pure-Python code: no C future)
+    CPending = None  # type: ignore[assignment,misc]
+
 
 F = TypeVar("F", bound=EmitterFuture)
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import gc
 import importlib.util
 import os
+import subprocess
+import sys
 import threading
 import weakref
 from typing import Any
@@ -32,6 +34,16 @@ def test_goka_no_speedups_selects_the_pure_python_code(monkeypatch: pytest.Monke
     monkeypatch.setenv("GOKA_NO_SPEEDUPS", "0")
     built = importlib.util.find_spec("goka._speedups") is not None
     assert (_accel.load() is not None) == built
+
+
+def test_goka_imports_and_emits_without_its_c_module() -> None:
+    # (a fresh interpreter: the emitter chooses its futures when first imported)
+    script = ("from goka._accel import speedups; assert speedups is None\n"
+              "import goka.connect.postgres_cdc, goka.view\n"
+              "from goka.emitter import Emitter, pending; assert pending.CPending is None\n")  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", script], env={**os.environ,
+                          "GOKA_NO_SPEEDUPS": "1"}, capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
 
 
 latencies = st.lists(
