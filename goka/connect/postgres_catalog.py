@@ -5,6 +5,7 @@ committed transaction precedes; the server's refusals to decode as errors that s
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -14,7 +15,10 @@ from goka.errors import SourceError
 __all__ = [
     "committed_now",
     "committed_unseen",
+    "compacted",
+    "drop_slot",
     "ensure_publication",
+    "hold_slot",
     "key_columns",
     "server_errors",
     "type_infos",
@@ -171,3 +175,46 @@ def committed_unseen(conn: Any) -> set[int]:
     rows = conn.execute("SELECT backend_xid::text FROM pg_stat_activity WHERE wait_event = "
                         "'SyncRep' AND backend_xid IS NOT NULL").fetchall()  # fmt: skip
     return {int(x) & 0xFFFFFFFF for (x,) in rows}
+
+
+#: Seconds a run waits for the slot's lock (a killed run's session may still be ending).
+HOLD_WAIT = 30.0
+
+
+def hold_slot(conn: Any, where: str, slot: str) -> None:
+    """Take the advisory lock of ``slot`` for ``conn``'s session (again on each new
+    connection of a run): a second run of the same source refuses to start, rather than give
+    every change a second time. It waits up to :data:`HOLD_WAIT` seconds for the lock: the
+    session of a run just killed lets it go when its query ends.
+
+    Raises:
+        SourceError: another session still holds it.
+    """
+    deadline = time.monotonic() + HOLD_WAIT
+    while True:
+        row = conn.execute(
+            "SELECT pg_try_advisory_lock(k), (SELECT string_agg(pid::text, ', ') FROM pg_locks "
+            "WHERE locktype = 'advisory' AND granted AND objsubid = 1 AND (classid::int8 << 32 "
+            "| objid::int8) = k AND pid <> pg_backend_pid()) "
+            "FROM (SELECT hashtextextended(%s, 0) AS k) AS lock", (f"goka-source:{slot}",)
+        ).fetchone()  # fmt: skip
+        if row[0]:
+            return
+        if time.monotonic() > deadline:
+            raise SourceError(f"{where}: another run of it holds slot {slot!r} (server "
+                              f"process {row[1]}); a source runs once at a time")  # fmt: skip
+        time.sleep(0.2)
+
+
+def drop_slot(conn: Any, slot: str) -> None:
+    """Drop ``slot`` if it is there."""
+    conn.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                 "WHERE slot_name = %s", (slot,))  # fmt: skip
+
+
+def compacted(brokers: str, kafka_config: Any, topic: str) -> bool:
+    """Whether ``topic``'s cleanup policy compacts it."""
+    from goka.kafka.admin import KafkaAdmin
+
+    config = KafkaAdmin(brokers, kafka_config).topic_config(topic)
+    return "compact" in config.get("cleanup.policy", "")

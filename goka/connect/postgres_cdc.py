@@ -37,8 +37,9 @@ from typing import Any, Literal
 from goka.codec import Codec, JsonCodec
 from goka.connect import wal2json
 from goka.connect.database import Database
-from goka.connect.pgoutput import SESSION, Decoder, Event, lsn_int, lsn_text
-from goka.connect.postgres_catalog import committed_now, type_infos
+from goka.connect.pgoutput import Decoder, Event, lsn_int, lsn_text
+from goka.connect.postgres_catalog import committed_now, compacted, type_infos
+from goka.connect.postgres_slot import Slot
 from goka.connect.postgres_snapshot import (
     MODES,
     PREFIX,
@@ -179,7 +180,7 @@ class PostgresCdcSource:
         return f"slot {self.slot} of {', '.join(self.tables)}"
 
 
-class PostgresCdcSourceJob(Snapshots, SourceJob[Position]):
+class PostgresCdcSourceJob(Snapshots, Slot, SourceJob[Position]):
     """Runs a :class:`PostgresCdcSource` in this process.
 
     Args:
@@ -196,10 +197,8 @@ class PostgresCdcSourceJob(Snapshots, SourceJob[Position]):
         if not isinstance(source, PostgresCdcSource):
             raise ConfigurationError(f"source must be a PostgresCdcSource, got {source!r}")
         super().__init__(source, brokers, kafka_config=kafka_config)
-        # (each connection set once for the values' text as the decoder reads it)
         self._db = Database(source.dsn, f"PostgreSQL change source {source.name!r}",
-                            retries=retries, autocommit=True,
-                            prepare=lambda conn: conn.execute(SESSION))  # fmt: skip
+                            retries=retries, autocommit=True, prepare=self._session)  # fmt: skip
         if source.decoder == "wal2json":
             self._query = ("SELECT data FROM pg_logical_slot_peek_changes(%s, %s, %s, "
                            "'format-version', '2', 'include-lsn', '1', 'include-timestamp', "
@@ -229,26 +228,11 @@ class PostgresCdcSourceJob(Snapshots, SourceJob[Position]):
 
     _lsn: tuple[int, str] = (-1, "")
 
-    def reset(self) -> None:
-        """Drop the slot (the next run creates it anew, at the database's current position);
-        the topics keep their records."""
-        try:
-            self._drop_slot()
-        finally:
-            self.close()
-
-    def slot_position(self) -> str | None:
-        """The slot's confirmed position (None: no slot)."""
-        try:
-            found = self._db.run(lambda conn: conn.execute(
-                "SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = %s",
-                (self.source.slot,)).fetchone())  # fmt: skip
-        finally:
-            self.close()
-        return None if found is None else str(found[0])
-
     def read(self, writer: SourceWriter[Position], floor: Position | None, first: bool,
              watch: bool) -> None:  # fmt: skip
+        if first:  # (one run of a source at a time: its connection holds the slot's lock)
+            self._running = True
+            self._db.run(self._session)
         if (first and not self._prepare(writer)) or self.source.snapshot == "initial_only":
             return
         while True:
@@ -342,13 +326,9 @@ class PostgresCdcSourceJob(Snapshots, SourceJob[Position]):
         if self._window is not None:
             self._truncated(table, self._xid)
         writer.totals.records += 1
-        compacted = self._policies.get(topic)
-        if compacted is None:  # (asked once per topic)
-            from goka.kafka.admin import KafkaAdmin
-
-            config = KafkaAdmin(self.brokers, self.kafka_config).topic_config(topic)
-            compacted = self._policies[topic] = "compact" in config.get("cleanup.policy", "")
-        if compacted:
+        if topic not in self._policies:  # (asked once per topic)
+            self._policies[topic] = compacted(self.brokers, self.kafka_config, topic)
+        if self._policies[topic]:
             why = (f"table {table} was truncated (transaction committed at {lsn_text(commit)}):"
                    f" its topic {topic} is compacted, which takes no record without a key, so "
                    "the truncate is not in it")  # fmt: skip
@@ -386,15 +366,6 @@ class PostgresCdcSourceJob(Snapshots, SourceJob[Position]):
                       headers=headers, stamp=when, topic=topic)  # fmt: skip
         return change + 1
 
-    def _drop_slot(self) -> None:
-        self._db.run(lambda conn: conn.execute(
-            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
-            "WHERE slot_name = %s", (self.source.slot,)))  # fmt: skip
-
-    def _advance(self, end: str) -> None:
-        """Every change before ``end`` is acknowledged: the slot moves past them."""
-        self._db.run(lambda conn: conn.execute(
-            "SELECT pg_replication_slot_advance(%s, %s)", (self.source.slot, end)))  # fmt: skip
-
     def close(self) -> None:
+        self._running = False  # (its connection, and the slot's lock, let go)
         self._db.close()

@@ -9,6 +9,7 @@ reported; a slot of another plugin refused)."""
 from __future__ import annotations
 
 import json
+import threading
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -21,6 +22,7 @@ from goka.connect import (
     PostgresSource,
     PostgresSourceJob,
     SourceError,
+    postgres_catalog,
 )
 from goka.connect.positions import POSITION_HEADER
 from goka.connect.postgres_cdc import OP_HEADER
@@ -29,6 +31,7 @@ from goka.errors import ConfigurationError
 from goka.kafka.consumer import Record, read_to_end
 from goka.partitioner import partition_for
 
+from ..helpers import wait_for
 from .records import forget_progress
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres]
@@ -355,3 +358,29 @@ def test_a_truncate_goes_to_every_partition_and_a_foreign_slot_is_refused(
 def test_invalid_change_sources_fail_at_once(options: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigurationError, match=message):
         PostgresCdcSource("dbname=x", **{"tables": {"public.z": "t"}, **options})
+
+
+def test_a_second_run_of_a_source_refuses_to_start_while_one_runs(
+    brokers: str, new_topic: Callable[..., str], dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(postgres_catalog, "HOLD_WAIT", 1.0)  # (it would wait 30 s for it)
+    topic = new_topic()
+    execute(dsn, "CREATE TABLE z (id int PRIMARY KEY)", "INSERT INTO z VALUES (1)")
+    source = PostgresCdcSource(dsn, {"public.z": topic}, slot="once", watch=True,
+                               poll_interval=0.05)  # fmt: skip
+    first = PostgresCdcSourceJob(source, brokers)
+    running = threading.Thread(target=first.run)
+    running.start()
+    try:
+        wait_for(lambda: first.totals.snapshot_rows == 1, what="the first run reading")
+        second = PostgresCdcSourceJob(source, brokers)
+        with pytest.raises(SourceError, match=r"another run of it holds slot 'once' \(server "
+                                              r"process \d+\)"):  # fmt: skip
+            second.run_until_caught_up()
+        assert second.slot_position() is not None  # (its tools still work meanwhile)
+    finally:
+        first.stop()
+        running.join(30)
+    execute(dsn, "INSERT INTO z VALUES (2)")
+    assert PostgresCdcSourceJob(source, brokers).run_until_caught_up().produced == 1
+    assert ids(brokers, topic) == Counter([1, 2])
