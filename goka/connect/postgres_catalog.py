@@ -5,6 +5,7 @@ committed transaction precedes; the server's refusals to decode as errors that s
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
@@ -23,6 +24,8 @@ __all__ = [
     "server_errors",
     "type_infos",
 ]
+
+log = logging.getLogger(__name__)
 
 _TABLE = """
 SELECT c.relreplident, c.relkind,
@@ -168,12 +171,21 @@ def committed_now(conn: Any) -> tuple[str, str]:
     return str(lsn), str(snapshot)
 
 
-def committed_unseen(conn: Any) -> set[int]:
+def committed_unseen(conn: Any, where: str) -> set[int]:
     """The transactions (32 bits) committed in the WAL that snapshots do not see yet, their
     sessions waiting for a synchronous standby (an earlier run may have given their changes):
-    as ``pg_stat_activity`` shows them (all of them to a role with ``pg_read_all_stats``)."""
+    as ``pg_stat_activity`` shows them, all of them to a role with ``pg_read_all_stats`` (a
+    warning where the server has synchronous standbys and the role cannot see them)."""
     rows = conn.execute("SELECT backend_xid::text FROM pg_stat_activity WHERE wait_event = "
-                        "'SyncRep' AND backend_xid IS NOT NULL").fetchall()  # fmt: skip
+                        "'SyncRep' AND backend_xid IS NOT NULL AND backend_xid NOT IN "
+                        "(SELECT transaction FROM pg_prepared_xacts)").fetchall()  # fmt: skip
+    blind = conn.execute("SELECT current_setting('synchronous_standby_names') <> '' AND NOT "
+                         "pg_has_role('pg_read_all_stats', 'USAGE')").fetchone()[0]  # fmt: skip
+    if blind:
+        log.warning("%s: the server has synchronous standbys, and the source's role cannot see "
+                    "other roles' commits waiting for them (grant it pg_read_all_stats): a "
+                    "snapshot resumed after a restart may read a row older than a change "
+                    "given before it", where)  # fmt: skip
     return {int(x) & 0xFFFFFFFF for (x,) in rows}
 
 
@@ -181,16 +193,16 @@ def committed_unseen(conn: Any) -> set[int]:
 HOLD_WAIT = 30.0
 
 
-def hold_slot(conn: Any, where: str, slot: str) -> None:
-    """Take the advisory lock of ``slot`` for ``conn``'s session (again on each new
-    connection of a run): a second run of the same source refuses to start, rather than give
-    every change a second time. It waits up to :data:`HOLD_WAIT` seconds for the lock: the
-    session of a run just killed lets it go when its query ends.
+def hold_slot(conn: Any, where: str, slot: str, wait: float | None = None) -> None:
+    """Take the advisory lock of ``slot`` for ``conn``'s session: a second run of the same
+    source refuses to start, rather than give every change a second time. It waits up to
+    ``wait`` seconds for the lock (default :data:`HOLD_WAIT`, as a run begins: the session of
+    a run just killed lets it go when its query ends).
 
     Raises:
         SourceError: another session still holds it.
     """
-    deadline = time.monotonic() + HOLD_WAIT
+    deadline = time.monotonic() + (HOLD_WAIT if wait is None else wait)
     while True:
         row = conn.execute(
             "SELECT pg_try_advisory_lock(k), (SELECT string_agg(pid::text, ', ') FROM pg_locks "

@@ -230,9 +230,6 @@ class PostgresCdcSourceJob(Snapshots, Slot, SourceJob[Position]):
 
     def read(self, writer: SourceWriter[Position], floor: Position | None, first: bool,
              watch: bool) -> None:  # fmt: skip
-        if first:  # (one run of a source at a time: its connection holds the slot's lock)
-            self._running = True
-            self._db.run(self._session)
         if (first and not self._prepare(writer)) or self.source.snapshot == "initial_only":
             return
         while True:

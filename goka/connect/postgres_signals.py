@@ -38,11 +38,11 @@ class Signals:
 
     source: Any
     totals: Any
-    _db: Any
 
-    if TYPE_CHECKING:  # (Snapshots')
+    if TYPE_CHECKING:  # (Snapshots', and Slot's)
 
         def _add(self, tables: Sequence[str], why: str) -> None: ...
+        def _tool(self, work: Any) -> Any: ...
 
     def snapshot(self, tables: Sequence[str]) -> None:
         """Have the source read ``tables`` again (an incremental snapshot), in chunks between
@@ -63,11 +63,8 @@ class Signals:
                                      f"({', '.join(self.source.tables)}), not "
                                      f"{', '.join(unknown) or 'none'}")  # fmt: skip
         content = f"{self.source.slot}\t{json.dumps(list(tables))}"
-        try:
-            self._db.run(lambda conn: conn.execute(
-                "SELECT pg_logical_emit_message(true, %s, %s)", (SIGNAL, content)))  # fmt: skip
-        finally:
-            self._db.close()
+        self._tool(lambda conn: conn.execute(
+            "SELECT pg_logical_emit_message(true, %s, %s)", (SIGNAL, content)))  # fmt: skip
 
     def _signal(self, content: str) -> bool:
         """A snapshot signal met in the stream: its tables join the plan. Returns whether it

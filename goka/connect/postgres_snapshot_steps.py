@@ -131,7 +131,7 @@ class Snapshots(Signals):
 
         def check(conn: Any) -> Any:
             self._keys = key_columns(conn, where, source.tables, source.key is not None)
-            self._given |= committed_unseen(conn)  # (an earlier run's, perhaps)
+            self._given |= committed_unseen(conn, where)  # (an earlier run's, perhaps)
             if plugin == "pgoutput":
                 encoding = conn.execute("SHOW server_encoding").fetchone()[0]
                 if encoding != "UTF8":
@@ -315,15 +315,20 @@ class Snapshots(Signals):
         table = plan.tables[0]
         waiting: list[int] = []
 
+        def unseen(conn: Any, window: Window) -> bool:
+            window.see(conn.execute("SELECT pg_current_snapshot()::text").fetchone()[0])
+            waiting[:] = sorted(x for x in self._given if window.unseen(x))
+            return bool(waiting)
+
         def read(conn: Any) -> Window:
             window = Window()  # (a retried attempt's marks are its own)
+            if unseen(conn, window):  # (no marks while it waits)
+                return window
             conn.execute("SELECT pg_logical_emit_message(true, %s, %s)",
                          (PREFIX, window.mark(slot, "low")))  # fmt: skip
             with conn.transaction():  # (the chunk and its snapshot's ids, one snapshot)
                 conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-                window.see(conn.execute("SELECT pg_current_snapshot()::text").fetchone()[0])
-                waiting[:] = sorted(x for x in self._given if window.unseen(x))
-                if waiting:
+                if unseen(conn, window):
                     return window  # (no chunk: its marks are ignored)
                 columns, converters = columns_of(conn, table, self._decoder)
                 window.chunk = read_chunk(conn, table, columns, converters, self._keys[table],
@@ -332,18 +337,19 @@ class Snapshots(Signals):
                          (PREFIX, window.mark(slot, "high")))  # fmt: skip
             return window
 
-        logged = False
+        logged = -math.inf
         while not self.stopping:
             window = self._db.run(read)
             if window.chunk is not None:
                 self._window = window
                 return
-            if not logged:
+            if time.monotonic() - logged >= 30:
                 log.info("source %s: transaction(s) %s, whose changes were given, are not yet "
-                         "visible to a snapshot: its chunk waits", self.source.name,
+                         "visible (their commits wait for a synchronous standby?): the "
+                         "snapshot's next chunk waits", self.source.name,
                          ", ".join(map(str, waiting)))  # fmt: skip
-                logged = True
-            time.sleep(0.05)
+                logged = time.monotonic()
+            time.sleep(self.source.poll_interval)
 
     def _watermark(self, content: str, table_key: Callable[[str, dict[str, Any]], bytes | None]
                    ) -> list[tuple[str, dict[str, Any]]]:  # fmt: skip

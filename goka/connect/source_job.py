@@ -97,6 +97,9 @@ class SourceJob(Generic[P]):
         now, in position order (``first``: the run's first read)."""
         raise NotImplementedError
 
+    def begin(self) -> None:
+        """A run begins: before its positions are read (a source may take a lock here)."""
+
     def close(self) -> None:
         """Let go of what the reads hold (connections); called when a run ends."""
 
@@ -213,6 +216,11 @@ class SourceJob(Generic[P]):
         from goka.kafka.config import producer_config
         from goka.kafka.offsets import EndOffsets
 
+        try:
+            self.begin()
+        except BaseException:
+            self.close()
+            raise
         positions = self.positions()
         progress = self._progress()  # (before the producer: see its docstring)
         ends = EndOffsets(self.brokers, self.kafka_config)

@@ -368,8 +368,9 @@ def test_a_second_run_of_a_source_refuses_to_start_while_one_runs(
     execute(dsn, "CREATE TABLE z (id int PRIMARY KEY)", "INSERT INTO z VALUES (1)")
     source = PostgresCdcSource(dsn, {"public.z": topic}, slot="once", watch=True,
                                poll_interval=0.05)  # fmt: skip
-    first = PostgresCdcSourceJob(source, brokers)
-    running = threading.Thread(target=first.run)
+    lock = "SELECT %s(hashtextextended('goka-source:once', 0))"
+    first, errors = PostgresCdcSourceJob(source, brokers), []
+    running = threading.Thread(target=lambda: capture(first.run, errors))
     running.start()
     try:
         wait_for(lambda: first.totals.snapshot_rows == 1, what="the first run reading")
@@ -377,10 +378,27 @@ def test_a_second_run_of_a_source_refuses_to_start_while_one_runs(
         with pytest.raises(SourceError, match=r"another run of it holds slot 'once' \(server "
                                               r"process \d+\)"):  # fmt: skip
             second.run_until_caught_up()
-        assert second.slot_position() is not None  # (its tools still work meanwhile)
+        with pytest.raises(SourceError, match="another run of it holds slot"):
+            second.reset()  # (not under a run)
+        assert second.slot_position() is not None  # (a tool, on a connection of its own)
+        # its connection lost, and the lock taken meanwhile: the run stops, not reconnects
+        with psycopg.connect(dsn, autocommit=True) as taker:
+            taker.execute("SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = "
+                          "'advisory' AND granted AND database = (SELECT oid FROM pg_database "
+                          "WHERE datname = current_database())")  # fmt: skip
+            taker.execute(lock % "pg_advisory_lock")
+            execute(dsn, "INSERT INTO z VALUES (2)")
+            running.join(30)
+            assert not running.is_alive() and "another run of it holds slot" in str(errors)
     finally:
         first.stop()
         running.join(30)
-    execute(dsn, "INSERT INTO z VALUES (2)")
     assert PostgresCdcSourceJob(source, brokers).run_until_caught_up().produced == 1
     assert ids(brokers, topic) == Counter([1, 2])
+
+
+def capture(work: Callable[[], Any], errors: list[BaseException]) -> None:
+    try:
+        work()
+    except Exception as exc:  # (the thread's error, for the test to see)
+        errors.append(exc)
