@@ -290,6 +290,7 @@ class Snapshots(Signals):
                 plan.advance(chunk, self.source.snapshot_chunk)
                 self.totals.snapshot_rows += chunk.count
                 if plan.tables and time.monotonic() - noted >= NOTE_SECONDS:
+                    self._db.run(lambda conn: conn.execute("SELECT 1"))  # (the lock still held)
                     self.checkpoint(writer)  # (waits for the rows: not after every chunk)
                     noted = time.monotonic()
         finally:
