@@ -22,7 +22,7 @@ from goka.errors import ConfigurationError, SourceError
 from goka.kafka.consumer import read_to_end
 
 from ..helpers import wait_for
-from .versions import Writer, check_runs, execute
+from .versions import Writer, check_runs, execute, items
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres]
 
@@ -33,8 +33,7 @@ def test_existing_rows_then_their_changes_while_a_writer_runs(
     brokers: str, new_topic: Callable[..., str], dsn: str
 ) -> None:
     topic = new_topic(partitions=3)
-    execute(dsn, "CREATE TABLE items (id int PRIMARY KEY, n int)",
-            "INSERT INTO items SELECT g, 0 FROM generate_series(1, 30000) g")  # fmt: skip
+    items(dsn, 30_000)
     writer = Writer(dsn, 1, 30_001)
     try:
         source = PostgresCdcSource(dsn, {"public.items": topic})
@@ -54,8 +53,7 @@ def test_past_its_transaction_time_a_snapshot_goes_on_in_chunks_beside_a_writer(
     brokers: str, new_topic: Callable[..., str], dsn: str
 ) -> None:
     topic = new_topic(partitions=3)
-    execute(dsn, "CREATE TABLE items (id int PRIMARY KEY, n int)",
-            "INSERT INTO items SELECT g, 0 FROM generate_series(1, 20000) g")  # fmt: skip
+    items(dsn, 20_000)
     writer = Writer(dsn, 2, 20_001)
     try:  # (every chunk in a window: 20 windows of 1,000 rows while the writer runs)
         source = PostgresCdcSource(dsn, {"public.items": topic}, snapshot_chunk=1000,
@@ -72,8 +70,7 @@ def test_a_snapshot_cut_half_way_goes_on_beside_the_changes_since_its_slot(
     brokers: str, new_topic: Callable[..., str], dsn: str
 ) -> None:
     topic = new_topic(partitions=2)
-    execute(dsn, "CREATE TABLE items (id int PRIMARY KEY, n int)",
-            "INSERT INTO items SELECT g, 0 FROM generate_series(1, 5000) g")  # fmt: skip
+    items(dsn, 5_000)
     source = PostgresCdcSource(dsn, {"public.items": topic})
 
     class Cut(Exception):
@@ -110,8 +107,7 @@ def test_a_snapshot_cut_half_way_goes_on_beside_the_changes_since_its_slot(
 
 
 def test_the_snapshot_modes(brokers: str, new_topic: Callable[..., str], dsn: str) -> None:
-    execute(dsn, "CREATE TABLE items (id int PRIMARY KEY, n int)",
-            "INSERT INTO items SELECT g, 0 FROM generate_series(1, 100) g")  # fmt: skip
+    items(dsn, 100)
     topics = {mode: new_topic() for mode in ("never", "initial_only", "when_needed", "initial")}
     sources = {mode: PostgresCdcSource(dsn, {"public.items": topic}, snapshot=mode)  # type: ignore[arg-type]
                for mode, topic in topics.items()}  # fmt: skip
@@ -178,8 +174,7 @@ def test_a_change_inside_a_window_drops_its_row_from_the_chunk(
     import goka.connect.postgres_snapshot_steps as steps
 
     topic = new_topic(partitions=2)
-    execute(dsn, "CREATE TABLE items (id int PRIMARY KEY, n int)",
-            "INSERT INTO items SELECT g, 0 FROM generate_series(1, 500) g")  # fmt: skip
+    items(dsn, 500)
     source = PostgresCdcSource(dsn, {"public.items": topic}, snapshot_transaction=0)
     read_chunk = steps.read_chunk
 
@@ -201,8 +196,7 @@ def test_a_truncate_inside_a_window_drops_the_chunk(
     import goka.connect.postgres_snapshot_steps as steps
 
     topic = new_topic(partitions=2)
-    execute(dsn, "CREATE TABLE items (id int PRIMARY KEY, n int)",
-            "INSERT INTO items SELECT g, 0 FROM generate_series(1, 300) g")  # fmt: skip
+    items(dsn, 300)
     source = PostgresCdcSource(dsn, {"public.items": topic}, snapshot_transaction=0)
     read_chunk, mark = steps.read_chunk, steps.Window.mark
     truncating = threading.Thread(target=execute, args=(
@@ -229,8 +223,7 @@ def test_a_row_in_the_signal_table_asks_for_an_incremental_snapshot(
     brokers: str, new_topic: Callable[..., str], dsn: str
 ) -> None:
     topic = new_topic(partitions=2)
-    execute(dsn, "CREATE TABLE items (id int PRIMARY KEY, n int)",
-            "INSERT INTO items SELECT g, 0 FROM generate_series(1, 300) g")  # fmt: skip
+    items(dsn, 300)
     source = PostgresCdcSource(dsn, {"public.items": topic}, signal_table="public.signals")
     with pytest.raises(SourceError, match="signal table public.signals does not exist"):
         PostgresCdcSourceJob(source, brokers).run_until_caught_up()
@@ -260,8 +253,7 @@ def test_a_chunk_waits_for_a_transaction_given_but_not_yet_visible(
     # (restart: the change given by a run that stopped before its window.)
     caplog.set_level(logging.INFO, logger="goka.connect.postgres_snapshot_steps")
     topic = new_topic(partitions=2)
-    execute(dsn, "CREATE TABLE items (id int PRIMARY KEY, n int)",
-            "INSERT INTO items SELECT g, 0 FROM generate_series(1, 100) g")  # fmt: skip
+    items(dsn, 100)
     source = PostgresCdcSource(dsn, {"public.items": topic}, snapshot="never")
     PostgresCdcSourceJob(source, brokers).run_until_caught_up()
     standby = "ALTER SYSTEM {} synchronous_standby_names{}"

@@ -103,6 +103,12 @@ def database_of(dsn: str, prefix: str) -> str:
     return dsn.rsplit("dbname=", 1)[0] + f"dbname={name}"
 
 
+def items(dsn: str, rows: int, table: str = "items") -> None:
+    """Make ``table (id int PRIMARY KEY, n int)`` with rows ``1..rows`` at ``n = 0``."""
+    execute(dsn, f"CREATE TABLE {table} (id int PRIMARY KEY, n int)",
+            f"INSERT INTO {table} SELECT g, 0 FROM generate_series(1, {rows}) g")  # fmt: skip
+
+
 def execute(dsn: str, *statements: str) -> None:
     """Run ``statements`` in autocommit, each its own transaction."""
     with _psycopg().connect(dsn, autocommit=True) as conn:
