@@ -53,7 +53,7 @@ class Slot:
         :data:`~goka.connect.postgres_catalog.HOLD_WAIT` seconds for it)."""
         self._running, self._held = True, False
         self._db.close()
-        self._db.connect()
+        self._db.run(lambda conn: None)  # (retried while the database is unreachable)
 
     def _session(self, conn: Any) -> None:
         """A connection's settings (the values' text as the decoder reads it) and, in a run,
