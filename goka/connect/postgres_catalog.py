@@ -21,6 +21,7 @@ __all__ = [
     "ensure_publication",
     "hold_slot",
     "key_columns",
+    "publication_filters",
     "server_errors",
     "type_infos",
 ]
@@ -187,6 +188,18 @@ def committed_unseen(conn: Any, where: str) -> set[int]:
                     "snapshot resumed after a restart may read a row older than a change "
                     "given before it", where)  # fmt: skip
     return {int(x) & 0xFFFFFFFF for (x,) in rows}
+
+
+def publication_filters(conn: Any, name: str, tables: Sequence[str]) -> dict[str, Any]:
+    """The column list and row filter (SQL, or None) of each of ``tables`` in publication
+    ``name`` (PostgreSQL 15 or later: before, a publication has neither)."""
+    if conn.info.server_version < 150000:
+        return {}
+    rows = conn.execute(
+        "SELECT schemaname || '.' || tablename, attnames::text[], rowfilter "
+        "FROM pg_publication_tables WHERE pubname = %s", (name,)).fetchall()  # fmt: skip
+    return {table: (list(names), rowfilter) for table, names, rowfilter in rows
+            if table in tables}  # fmt: skip
 
 
 #: Seconds a run waits for the slot's lock (a killed run's session may still be ending).

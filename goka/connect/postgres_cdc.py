@@ -214,6 +214,7 @@ class PostgresCdcSourceJob(Snapshots, Slot, SourceJob[Position]):
         self._signalled = False
         self._xid = 0  # (the transaction whose changes are being given)
         self._given: set[int] = set()
+        self._published: dict[str, tuple[list[str], str | None]] = {}
         self._policies: dict[str, bool] = {}  # (topic: compacted, asked at its first truncate)
 
     def parse(self, text: str) -> Position:

@@ -12,8 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 from goka.connect.database import Database
-from goka.connect.pgoutput import SESSION
+from goka.connect.pgoutput import SESSION, lsn_text
 from goka.connect.postgres_catalog import drop_slot, hold_slot
+from goka.connect.postgres_snapshot import BASE, is_milestone
 
 __all__ = ["Slot"]
 
@@ -85,3 +86,16 @@ class Slot:
         """Every change before ``end`` is acknowledged: the slot moves past them."""
         self._db.run(lambda conn: conn.execute(
             "SELECT pg_replication_slot_advance(%s, %s)", (self.source.slot, end)))  # fmt: skip
+
+    def where(self, position: tuple[Any, ...]) -> str:
+        point = lsn_text(position[0])
+        if position[1] == -BASE - 1:
+            return f"the beginning of the snapshot at {point}"
+        if position[1] == -1:
+            return f"the end of the snapshot at {point}"
+        if position[1] < -1:
+            return f"row {position[1] + BASE} of the snapshot at {point}"
+        return f"change {position[1]} of the transaction committed at {point}"
+
+    def milestone(self, position: Any) -> bool:
+        return is_milestone(position)  # (a snapshot's beginning or end)

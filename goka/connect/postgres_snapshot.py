@@ -196,37 +196,42 @@ def make_slot(dsn: str, slot: str, plugin: str) -> tuple[Any, str, str]:
     return conn, str(row[1]), str(row[2])
 
 
-def columns_of(conn: Any, table: str,
-               decoder: Decoder) -> tuple[list[str], list[Callable[[str], Any]]]:  # fmt: skip
-    """A table's columns and their values' converters (as the decoder converts a change's)."""
+def columns_of(conn: Any, table: str, decoder: Decoder, only: Sequence[str] | None = None
+               ) -> tuple[list[str], list[Callable[[str], Any]]]:  # fmt: skip
+    """A table's columns (those in ``only``, a publication's column list) and their values'
+    converters (as the decoder converts a change's)."""
     rows = conn.execute(
         "SELECT a.attname::text, a.atttypid::int, a.atttypmod FROM pg_attribute a "
         "WHERE a.attrelid = %s::regclass AND a.attnum > 0 AND NOT a.attisdropped "
         "AND a.attgenerated = ''"
         "ORDER BY a.attnum", (qualified(table),)).fetchall()  # fmt: skip
+    rows = [row for row in rows if only is None or row[0] in only]
     decoder.learn({oid for _, oid, _ in rows})
     return [name for name, _, _ in rows], [decoder.converter(oid, mod) for _, oid, mod in rows]
 
 
 def read_chunk(conn: Any, table: str, columns: Sequence[str],
                converters: Sequence[Callable[[str], Any]], keys: Sequence[str],
-               after: Sequence[str] | None, size: int) -> Chunk:  # fmt: skip
+               after: Sequence[str] | None, size: int,
+               only: str | None = None) -> Chunk:  # fmt: skip
     """Up to ``size`` rows of ``table`` after key ``after`` (its columns' text), in key order
-    (a table without key columns: all its rows)."""
+    (a table without key columns: all its rows); ``only``: a publication's row filter."""
     chunk = Chunk(table)
-    chunk.rows = list(stream_chunk(conn, chunk, columns, converters, keys, after, size))
+    chunk.rows = list(stream_chunk(conn, chunk, columns, converters, keys, after, size, only))
     return chunk
 
 
 def stream_chunk(conn: Any, chunk: Chunk, columns: Sequence[str],
                  converters: Sequence[Callable[[str], Any]], keys: Sequence[str],
-                 after: Sequence[str] | None, size: int) -> Iterator[dict[str, Any]]:  # fmt: skip
+                 after: Sequence[str] | None, size: int,
+                 only: str | None = None) -> Iterator[dict[str, Any]]:  # fmt: skip
     """:func:`read_chunk`'s rows as the server sends them (it writes the next ones while
     they are given), ``chunk``'s count and last key set at the end."""
     row_of = row_maker(columns, converters)
     values: Any = None
     count = 0
-    with conn.cursor().copy(copy_query(chunk.table, columns, keys, after, size)) as copy:
+    query = copy_query(chunk.table, columns, keys, after, size, only)
+    with conn.cursor().copy(query) as copy:
         for values in copy_rows(copy):
             count += 1
             yield row_of(values)
@@ -234,19 +239,21 @@ def stream_chunk(conn: Any, chunk: Chunk, columns: Sequence[str],
 
 
 def copy_query(table: str, columns: Sequence[str], keys: Sequence[str],
-               after: Sequence[str] | None, size: int) -> Any:  # fmt: skip
+               after: Sequence[str] | None, size: int, only: str | None = None) -> Any:  # fmt: skip
     """``COPY ... TO STDOUT`` of up to ``size`` rows of ``table`` after key ``after`` (its
-    columns' text), in key order (a table without key columns: all its rows)."""
+    columns' text), in key order (a table without key columns: all its rows); ``only``: a
+    publication's row filter (SQL, as the server wrote it), which the rows must pass."""
     from psycopg import sql
 
-    where: Any = sql.SQL("")
+    conditions: list[Any] = [] if only is None else [sql.SQL("({})").format(sql.SQL(only))]
     limit: Any = sql.SQL("")
     if keys:
         ordered = sql.SQL(", ").join(sql.Identifier(k) for k in keys)
         limit = sql.SQL(" ORDER BY {} LIMIT {}").format(ordered, sql.Literal(size))
         if after is not None:
-            where = sql.SQL(" WHERE ({}) > ({})").format(
-                ordered, sql.SQL(", ").join(sql.Literal(v) for v in after))  # fmt: skip
+            conditions.append(sql.SQL("({}) > ({})").format(
+                ordered, sql.SQL(", ").join(sql.Literal(v) for v in after)))  # fmt: skip
+    where = sql.SQL(" WHERE ") + sql.SQL(" AND ").join(conditions) if conditions else sql.SQL("")
     names = sql.SQL(", ").join(sql.Identifier(c) for c in columns)
     return sql.SQL("COPY (SELECT {} FROM {}{}{}) TO STDOUT").format(
         names, sql.Identifier(*table.split(".")), where, limit)  # fmt: skip

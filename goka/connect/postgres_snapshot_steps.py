@@ -12,11 +12,12 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from goka.connect.pgoutput import SESSION, Decoder, lsn_int, lsn_text
+from goka.connect.pgoutput import SESSION, Decoder, lsn_int
 from goka.connect.postgres_catalog import (
     committed_unseen,
     ensure_publication,
     key_columns,
+    publication_filters,
     server_errors,
 )
 from goka.connect.postgres_signals import Signals, check_signal_table
@@ -30,7 +31,6 @@ from goka.connect.postgres_snapshot import (
     columns_of,
     copy_query,
     done_at,
-    is_milestone,
     is_snapshot,
     make_slot,
     qualified,
@@ -66,6 +66,7 @@ class Snapshots(Signals):
     #: commit in the WAL, the server not done with them: a synchronous standby's wait).
     _given: set[int]
     _tables: list[str] | None = None  # (the tables noted in the progress topic)
+    _published: dict[str, tuple[list[str], str | None]]  # (column lists, row filters)
 
     if TYPE_CHECKING:  # (the job's own: SourceJob's, before which this comes)
 
@@ -73,6 +74,7 @@ class Snapshots(Signals):
         def stopping(self) -> bool: ...
         def checkpoint(self, writer: Any) -> None: ...
         def header(self, position: Any) -> str: ...
+        def where(self, position: tuple[Any, ...]) -> str: ...
         def _drop_slot(self) -> None: ...
         @property
         def progress_topic(self) -> str: ...
@@ -98,18 +100,10 @@ class Snapshots(Signals):
                            separators=(",", ":"))  # fmt: skip
         return f"{self.header(position)}\t{state}"
 
-    def where(self, position: tuple[Any, ...]) -> str:
-        point = lsn_text(position[0])
-        if position[1] == -BASE - 1:
-            return f"the beginning of the snapshot at {point}"
-        if position[1] == -1:
-            return f"the end of the snapshot at {point}"
-        if position[1] < -1:
-            return f"row {position[1] + BASE} of the snapshot at {point}"
-        return f"change {position[1]} of the transaction committed at {point}"
-
-    def milestone(self, position: Any) -> bool:
-        return is_milestone(position)  # (a snapshot's beginning or end)
+    def _publishes(self, table: str) -> tuple[list[str] | None, str | None]:
+        """The publication's column list and row filter of ``table`` (a snapshot reads the
+        rows and columns its changes have)."""
+        return self._published.get(table, (None, None))
 
     def _add(self, tables: Sequence[str], why: str) -> None:
         """Read ``tables`` in chunks between watermarks (after the plan's)."""
@@ -142,6 +136,7 @@ class Snapshots(Signals):
                     check_signal_table(conn, where, source.signal_table)
                     published.append(source.signal_table)
                 ensure_publication(conn, where, source.publication, published)
+                self._published = publication_filters(conn, source.publication, published)
             return conn.execute("SELECT plugin, wal_status FROM pg_replication_slots "
                                 "WHERE slot_name = %s", (source.slot,)).fetchone()  # fmt: skip
 
@@ -278,13 +273,16 @@ class Snapshots(Signals):
                     return True
                 table = plan.tables[0]
                 if table not in described:  # (the same in the snapshot, chunk to chunk)
-                    described[table] = columns_of(conn, table, self._decoder)
+                    described[table] = columns_of(conn, table, self._decoder,
+                                                  self._publishes(table)[0])  # fmt: skip
                 chunk, keys, size = Chunk(table), self._keys[table], source.snapshot_chunk
-                query = copy_query(table, described[table][0], keys, plan.after, size)
+                only = self._publishes(table)[1]
+                query = copy_query(table, described[table][0], keys, plan.after, size, only)
                 if not self._give_direct(writer, chunk, query, conn, described[table], point,
                                          plan.count, stamp):  # fmt: skip
                     give = self._reader(writer, table, stamp)
-                    rows = stream_chunk(conn, chunk, *described[table], keys, plan.after, size)
+                    rows = stream_chunk(conn, chunk, *described[table], keys, plan.after, size,
+                                        only)  # fmt: skip
                     for n, row in enumerate(rows, plan.count):
                         give((point, n - BASE), row)
                 plan.advance(chunk, self.source.snapshot_chunk)
@@ -331,9 +329,10 @@ class Snapshots(Signals):
                 conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
                 if unseen(conn, window):
                     return window  # (no chunk: its marks are ignored)
-                columns, converters = columns_of(conn, table, self._decoder)
+                listed, only = self._publishes(table)
+                columns, converters = columns_of(conn, table, self._decoder, listed)
                 window.chunk = read_chunk(conn, table, columns, converters, self._keys[table],
-                                          plan.after, self.source.snapshot_chunk)  # fmt: skip
+                                          plan.after, self.source.snapshot_chunk, only)  # fmt: skip
             conn.execute("SELECT pg_logical_emit_message(true, %s, %s)",
                          (PREFIX, window.mark(slot, "high")))  # fmt: skip
             return window

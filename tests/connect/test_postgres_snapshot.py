@@ -298,3 +298,24 @@ def waiting_commits(dsn: str) -> int:
     with psycopg.connect(dsn) as conn:
         return conn.execute("SELECT count(*) FROM pg_stat_activity "
                             "WHERE wait_event = 'SyncRep'").fetchone()[0]  # fmt: skip
+
+
+@pytest.mark.parametrize("windows", [False, True])
+def test_a_snapshot_reads_the_rows_and_columns_its_publication_publishes(
+    brokers: str, new_topic: Callable[..., str], dsn: str, windows: bool
+) -> None:
+    topic = new_topic(partitions=2)
+    execute(dsn, "CREATE TABLE items (id int PRIMARY KEY, n int, secret text)",
+            "INSERT INTO items SELECT g, 0, 'x' FROM generate_series(1, 200) g",
+            "CREATE PUBLICATION part FOR TABLE items (id, n) WHERE (id % 4 = 0)")  # fmt: skip
+    source = PostgresCdcSource(dsn, {"public.items": topic}, publication="part",
+                               snapshot_transaction=0 if windows else 600,
+                               snapshot_chunk=30)  # fmt: skip
+    assert PostgresCdcSourceJob(source, brokers).run_until_caught_up().snapshot_rows == 50
+    execute(dsn, "UPDATE items SET n = 1 WHERE id <= 20")
+    PostgresCdcSourceJob(source, brokers).run_until_caught_up()
+    records = [(r.key, json.loads(r.value or b"null"), dict(r.headers)[OP_HEADER])
+               for r in read_to_end(brokers, topic)]  # fmt: skip
+    assert all(value == {"id": int(key or 0), "n": value["n"]} for key, value, _ in records)
+    assert sorted(int(key or 0) for key, _, op in records if op == b"r") == list(range(4, 201, 4))
+    assert sorted(int(key or 0) for key, _, op in records if op == b"u") == [4, 8, 12, 16, 20]
