@@ -16,7 +16,6 @@ tests/connect/test_postgres_snapshot_crash.py --crash-sequences 5`` plays a seri
 from __future__ import annotations
 
 import random
-import signal
 import sys
 import time
 from collections import Counter
@@ -28,7 +27,7 @@ import pytest
 from goka.connect.positions import POSITION_HEADER
 from goka.kafka.consumer import read_to_end
 
-from ..spark.crash import crash_seeds, kill_session, run_killable
+from ..spark.crash import crash_seeds, kill_session, killed_run
 from .versions import Writer, check_runs, database_of
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres, pytest.mark.slow, pytest.mark.longrun]
@@ -82,11 +81,8 @@ def trial(seed: int, brokers: str, new_topic: Callable[..., str], dsn: str,
                     time.sleep(rng.uniform(0.5, 4.0))
                     kill_session(pid)
 
-            code, err = run_killable(command, work, work / f"run-{number}.log", meanwhile=outside)
-            killed = code == -signal.SIGKILL
-            if code not in (0, -signal.SIGKILL) or (last and killed):
-                raise AssertionError(f"seed {seed} run {number} exited with {code}:\n"
-                                     f"{err[-4000:]}")  # fmt: skip
+            killed = killed_run(command, work, work / f"run-{number}.log", meanwhile=outside,
+                                last=last, what=f"seed {seed} run {number}")  # fmt: skip
             log.append("killed" if killed else "caught up")
     finally:
         writer.close()

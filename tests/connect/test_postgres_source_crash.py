@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import random
-import signal
 import sys
 import time
 from collections import Counter
@@ -25,7 +24,7 @@ import pytest
 from goka.connect.positions import POSITION_HEADER
 from goka.kafka.consumer import read_to_end
 
-from ..spark.crash import crash_seeds, kill_session, run_killable
+from ..spark.crash import crash_seeds, kill_session, killed_run, run_killable
 from .versions import database_of
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres, pytest.mark.slow]
@@ -110,12 +109,9 @@ def trial(seed: int, brokers: str, new_topic: Callable[..., str], dsn: str,
                         time.sleep(rng.uniform(0.5, 2.0))
                         kill_session(pid)
 
-                code, err = run_killable(command, work, work / f"{name}-{number}.log",
-                                         meanwhile=outside)  # fmt: skip
-                killed = code == -signal.SIGKILL
-                if code not in (0, -signal.SIGKILL) or (last and killed):
-                    raise AssertionError(f"seed {seed} {name} run {number} exited with "
-                                         f"{code}:\n{err[-4000:]}")  # fmt: skip
+                killed = killed_run(command, work, work / f"{name}-{number}.log",
+                                    meanwhile=outside, last=last,
+                                    what=f"seed {seed} {name} run {number}")  # fmt: skip
                 log.append(f"{name} {'killed' if killed else 'caught up'}")
     got = Counter(int(json.loads(r.value or b"")["id"]) for r in read_to_end(brokers, rows))
     assert got == Counter(range(1, items + 1)), (

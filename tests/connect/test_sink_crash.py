@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import random
 import shutil
-import signal
 import sys
 import time
 from collections.abc import Callable
@@ -32,7 +31,7 @@ from goka.kafka.offsets import EndOffsets
 from goka.storage.urls import filesystem
 
 from ..helpers import produce
-from ..spark.crash import crash_seeds, crash_storage, kill_session, run_killable
+from ..spark.crash import crash_seeds, crash_storage, kill_session, killed_run
 from .records import last_values
 
 pytestmark = [pytest.mark.postgres, pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow,
@@ -77,11 +76,8 @@ def trial(seed: int, brokers: str, topic: str, dsn: str, work: Path,
                 time.sleep(rng.uniform(3.0, 12.0))
                 kill_session(pid)
 
-        code, err = run_killable(command, ROOT, work / f"run-{number}.log", meanwhile=outside)
-        killed = code == -signal.SIGKILL
-        if code not in (0, -signal.SIGKILL) or (last and killed):
-            raise AssertionError(f"seed {seed} run {number} {args} exited with {code}:\n"
-                                 f"{err[-4000:]}")  # fmt: skip
+        killed = killed_run(command, ROOT, work / f"run-{number}.log", meanwhile=outside,
+                            last=last, what=f"seed {seed} run {number} {args}")  # fmt: skip
         kills += killed
         log.append(f"{point or 'no kill'} {' '.join(args[:6])}: "
                    f"{'killed' if killed else 'caught up'}")  # fmt: skip

@@ -15,7 +15,6 @@ import csv
 import json
 import os
 import random
-import signal
 import sys
 import time
 from collections import Counter
@@ -29,7 +28,7 @@ import pytest
 from goka.kafka.consumer import read_to_end
 from goka.storage.urls import filesystem
 
-from ..spark.crash import crash_seeds, crash_storage, kill_session, run_killable
+from ..spark.crash import crash_seeds, crash_storage, kill_session, killed_run
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -113,10 +112,8 @@ def trial(seed: int, brokers: str, new_topic: Callable[..., str], work: Path,
                 time.sleep(rng.uniform(0.3, 2.5))
                 kill_session(pid)
 
-        code, err = run_killable(command, work, work / f"run-{number}.log", meanwhile=outside)
-        killed = code == -signal.SIGKILL
-        if code not in (0, -signal.SIGKILL) or (last and killed):
-            raise AssertionError(f"seed {seed} run {number} exited with {code}:\n{err[-4000:]}")
+        killed = killed_run(command, work, work / f"run-{number}.log", meanwhile=outside,
+                            last=last, what=f"seed {seed} run {number}")  # fmt: skip
         log.append("killed" if killed else "caught up")
     counted: Counter[tuple[int, int | None]] = Counter()
     for record in read_to_end(brokers, topic, timeout=60):

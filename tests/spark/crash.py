@@ -160,6 +160,21 @@ def run_killable(command: list[str], cwd: Path, log: Path, *,
     return process.returncode, err
 
 
+def killed_run(command: list[str], cwd: Path, log: Path, *, last: bool, what: str,
+               meanwhile: Callable[[int], object] = lambda pid: None) -> bool:  # fmt: skip
+    """Run ``command`` as :func:`run_killable` does; return whether it was killed (SIGKILL).
+
+    Raises:
+        AssertionError: it failed otherwise, or it was ``last`` (a run that must catch up)
+            and was killed; ``what`` names it.
+    """
+    code, err = run_killable(command, cwd, log, meanwhile=meanwhile)
+    killed = code == -signal.SIGKILL
+    if code not in (0, -signal.SIGKILL) or (last and killed):
+        raise AssertionError(f"{what} exited with {code}:\n{err[-4000:]}")
+    return killed
+
+
 class _Producer:
     def __init__(self, inner: Producer, kill: Kill) -> None:
         self.inner, self.kill = inner, kill

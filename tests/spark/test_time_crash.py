@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import random
 import shutil
-import signal
 import sys
 from collections import Counter
 from collections.abc import Callable
@@ -29,7 +28,7 @@ import pytest
 from goka import JsonCodec
 
 from ..helpers import produce
-from .crash import run_killable
+from .crash import killed_run
 from .timed import events, read_topic, reference, timed_graph, timed_wrong
 
 pytestmark = [pytest.mark.cost(130), pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow]
@@ -73,11 +72,8 @@ def trial(seed: int, brokers: str, topic: str, work: Path, guarantee: str,
                      "--marker", str(work / f"killed-{number}")]  # fmt: skip
         command = [sys.executable, "-m", "tests.spark.crash_time_run", brokers, topic,
                    str(work / f"machine-{machine}"), str(work / "checkpoint"), *args]  # fmt: skip
-        code, err = run_killable(command, ROOT, work / f"run-{number}.log")
-        killed = code == -signal.SIGKILL
-        if code not in (0, -signal.SIGKILL) or (last and killed):
-            raise AssertionError(f"seed {seed} run {number} {args} exited with {code}:\n"
-                                 f"{err[-4000:]}")  # fmt: skip
+        killed = killed_run(command, ROOT, work / f"run-{number}.log", last=last,
+                            what=f"seed {seed} run {number} {args}")  # fmt: skip
         kills += killed
         log.append(f"{mode} machine {machine} budget {args[5]} {' '.join(args[10:12])}: "
                    f"{'killed' if killed else 'caught up'}")  # fmt: skip
