@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["Database"]
+__all__ = ["Database", "table_name"]
 
 log = logging.getLogger(__name__)
 
@@ -87,3 +87,10 @@ class Database:
         if self._conn is not None:
             conn, self._conn = self._conn, None
             conn.close()
+
+
+def table_name(table: str) -> Any:
+    """``schema.table`` (or ``table``) as an SQL identifier, each part quoted."""
+    from psycopg import sql
+
+    return sql.Identifier(*table.split(".", 1))

@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+from goka.connect.database import table_name
 from goka.connect.pgoutput import TypeInfo
 from goka.errors import SourceError
 
@@ -106,7 +107,7 @@ def ensure_publication(conn: Any, where: str, name: str, tables: Sequence[str]) 
     found = conn.execute(
         "SELECT puballtables, pubinsert AND pubupdate AND pubdelete AND pubtruncate "
         "FROM pg_publication WHERE pubname = %s", (name,)).fetchone()  # fmt: skip
-    listed = sql.SQL(", ").join(sql.Identifier(*t.split(".")) for t in tables)
+    listed = sql.SQL(", ").join(map(table_name, tables))
     try:
         if found is None:
             conn.execute(sql.SQL("CREATE PUBLICATION {} FOR TABLE {}").format(
@@ -125,7 +126,7 @@ def ensure_publication(conn: Any, where: str, name: str, tables: Sequence[str]) 
         if missing:
             conn.execute(sql.SQL("ALTER PUBLICATION {} ADD TABLE {}").format(
                 sql.Identifier(name),
-                sql.SQL(", ").join(sql.Identifier(*t.split(".")) for t in missing)))  # fmt: skip
+                sql.SQL(", ").join(map(table_name, missing))))  # fmt: skip
     except psycopg.errors.InsufficientPrivilege as exc:
         raise SourceError(f"{where}: cannot make or change publication {name!r} of "
                           f"{', '.join(tables)} ({str(exc).strip()}); its owner can: CREATE "

@@ -39,6 +39,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from goka.connect.database import table_name
 from goka.connect.pgoutput import Decoder
 
 __all__ = [
@@ -256,7 +257,7 @@ def copy_query(table: str, columns: Sequence[str], keys: Sequence[str],
     where = sql.SQL(" WHERE ") + sql.SQL(" AND ").join(conditions) if conditions else sql.SQL("")
     names = sql.SQL(", ").join(sql.Identifier(c) for c in columns)
     return sql.SQL("COPY (SELECT {} FROM {}{}{}) TO STDOUT").format(
-        names, sql.Identifier(*table.split(".")), where, limit)  # fmt: skip
+        names, table_name(table), where, limit)  # fmt: skip
 
 
 def row_maker(columns: Sequence[str], converters: Sequence[Callable[[str], Any]]

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from goka.codec import Codec, JsonCodec
-from goka.connect.database import Database
+from goka.connect.database import Database, table_name
 from goka.connect.source import SourceWriter, check_number, check_options
 from goka.connect.source_job import SourceJob
 from goka.errors import ConfigurationError
@@ -198,7 +198,7 @@ class PostgresSourceJob(SourceJob[Position]):
 
         source = self.source
         if source.table:
-            base = sql.SQL("SELECT * FROM {}").format(_name(source.table))
+            base = sql.SQL("SELECT * FROM {}").format(table_name(source.table))
         else:  # the user's query text, as given (psycopg types it a LiteralString)
             text: Any = source.query
             base = sql.SQL("SELECT * FROM ({}) AS goka_q").format(sql.SQL(text))
@@ -278,13 +278,6 @@ def row_value(value: Any) -> Any:
     if isinstance(value, dt.timedelta):
         return value.total_seconds()
     return str(value)
-
-
-def _name(table: str | None) -> Any:
-    from psycopg import sql
-
-    assert table is not None
-    return sql.Identifier(*table.split(".", 1))
 
 
 def _iso(micros: int) -> str:
