@@ -125,15 +125,14 @@ class SourceJob(Generic[P]):
         (:meth:`flushed`), and note the position they reach in :attr:`progress_topic`."""
         writer.producer.flush()
         self.flushed(writer)
-        last = writer.last
-        text = None if last is None else self.note(last)
-        saved = self._saved
-        if last is not None and self._saved_ok and (saved is None or last > saved or (
-                last == saved and text != self._saved_text)):  # fmt: skip
-            writer.producer.produce(self.progress_topic, str(text).encode(),
-                                    self.source.name.encode(), 0, 0, [])  # fmt: skip
-            writer.producer.flush()
-            self._saved, self._saved_text = last, text
+        last, saved = writer.last, self._saved
+        if last is not None and self._saved_ok and (saved is None or last >= saved):
+            text = self.note(last)  # (at the same position, a source's state may have moved)
+            if last != saved or text != self._saved_text:
+                writer.producer.produce(self.progress_topic, text.encode(),
+                                        self.source.name.encode(), 0, 0, [])  # fmt: skip
+                writer.producer.flush()
+                self._saved, self._saved_text = last, text
         self.lifecycle.committed()
 
     def _progress(self) -> P | None:
