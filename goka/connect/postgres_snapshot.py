@@ -57,6 +57,7 @@ __all__ = [
     "done_at",
     "is_milestone",
     "is_snapshot",
+    "line_values",
     "make_slot",
     "read_chunk",
     "record_key",
@@ -285,12 +286,16 @@ def copy_rows(blocks: Iterable[Any]) -> Iterator[list[str | None]]:
     rest = b""
     for block in blocks:
         lines, rest = split_lines(rest, block)
-        for line in lines:
-            if b"\\" not in line:
-                yield line.decode().split("\t")  # type: ignore[misc]
-            else:
-                yield [None if field == b"\\N" else _ESCAPED.sub(_unescape, field.decode())
-                       for field in line.split(b"\t")]  # fmt: skip
+        yield from map(line_values, lines)
+
+
+def line_values(line: bytes) -> list[str | None]:
+    """One line of ``COPY ... TO STDOUT``'s text (no newline) as its values: a line without
+    a backslash (no escape, no NULL) split as it is, the others field by field."""
+    if b"\\" not in line:
+        return line.decode().split("\t")  # type: ignore[return-value]
+    return [None if field == b"\\N" else _ESCAPED.sub(_unescape, field.decode())
+            for field in line.split(b"\t")]  # fmt: skip
 
 
 def split_lines(rest: bytes, block: Any) -> tuple[list[bytes], bytes]:

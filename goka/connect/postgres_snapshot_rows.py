@@ -14,14 +14,14 @@ from goka.connect.positions import POSITION_HEADER
 from goka.connect.postgres_snapshot import (
     BASE,
     Chunk,
-    copy_rows,
+    line_values,
     record_key,
     row_maker,
     split_lines,
 )
 from goka.connect.source import FROM_OPTIONS
 
-__all__ = ["OP_HEADER", "TABLE_HEADER", "give_direct", "json_maker", "row_giver"]
+__all__ = ["OP_HEADER", "TABLE_HEADER", "give_direct", "json_maker", "read_headers", "row_giver"]
 
 OP_HEADER, TABLE_HEADER = "goka-op", "goka-table"
 
@@ -30,8 +30,7 @@ def row_giver(writer: Any, source: Any, names: Sequence[str], table: str,
               stamp: int) -> Callable[[tuple[int, int], dict[str, Any]], None]:  # fmt: skip
     """``give(at, row)``: a snapshot's row of ``table`` (key columns ``names``) to the
     writer, what every row shares worked out once (a snapshot gives millions)."""
-    record = writer.record
-    headers = [(OP_HEADER, b"r"), (TABLE_HEADER, table.encode())]
+    record, headers = writer.record, read_headers(table)
     topic, when = source.tables[table], stamp if source.timestamp is None else None
     if source.key is None and len(names) == 1:
         name = names[0]
@@ -48,6 +47,11 @@ def row_giver(writer: Any, source: Any, names: Sequence[str], table: str,
         record(at, None, row, key=key, headers=headers, stamp=when, topic=topic)
 
     return give_keyed
+
+
+def read_headers(table: str) -> list[tuple[str, bytes]]:
+    """A snapshot's read's headers (its position's aside)."""
+    return [(OP_HEADER, b"r"), (TABLE_HEADER, table.encode())]
 
 
 def give_direct(writer: Any, source: Any, names: Sequence[str], chunk: Chunk, query: Any,
@@ -67,7 +71,7 @@ def give_direct(writer: Any, source: Any, names: Sequence[str], chunk: Chunk, qu
     table, (columns, converters) = chunk.table, described
     topic, name, at = source.tables[table], names[0], list(columns).index(names[0])
     head = f"{source.name}\t{lsn_text(point)}\t".encode()
-    extra = [(OP_HEADER, b"r"), (TABLE_HEADER, table.encode())]
+    extra, slow = read_headers(table), row_giver(writer, source, names, table, stamp)
     row_of, fast = row_maker(columns, converters), json_maker(source.codec, columns, converters, at)
     n, done, rest, last = first, 0, b"", None
 
@@ -82,7 +86,7 @@ def give_direct(writer: Any, source: Any, names: Sequence[str], chunk: Chunk, qu
         if data is None or value is None:
             writer.count_plain(done, (point, n - 1 - BASE, 0) if done else None)
             done = 0
-            row_giver(writer, source, names, table, stamp)((point, n - BASE), row)
+            slow((point, n - BASE), row)
         else:
             send(str(value).encode(), data)
         n += 1
@@ -106,13 +110,13 @@ def give_direct(writer: Any, source: Any, names: Sequence[str], chunk: Chunk, qu
                     last = block
                     continue
                 lines, rest = split_lines(rest, block)
-                for values in copy_rows(line + b"\n" for line in lines):
+                for values in map(line_values, lines):
                     give_row(values)
                     last = values
     finally:
         writer.count_plain(done, (point, n - 1 - BASE, 0) if done else None)
     if last is not None and not isinstance(last, list):
-        last = next(copy_rows([last]))
+        last = line_values(bytes(last)[:-1])  # (a message made in C: one line and its newline)
     chunk.end(n - first, last, columns, names)
     return True
 
