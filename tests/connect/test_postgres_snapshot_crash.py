@@ -2,11 +2,13 @@
 while it streams, with a writer inserting, updating and deleting rows the whole time (single-row
 transactions, each update counting the row's version), a second table of 50,000 rows (and a
 writer of its own) added to the source half-way (read by a snapshot of its own, in chunks
-beside the changes, under the same kills) and truncated later; restarts until caught up; then for both, each
-key's records are its versions in commit order (a read or an insert, then every change once:
-no version skipped or repeated; a read never older than the record before it), every position
-once, and the last equal to the table. A trial reads its snapshot in the snapshot exported with
-the slot, or, with no time for that transaction, wholly in chunks between watermarks.
+beside the changes, under the same kills) and truncated later, the runs after that in another
+configuration (chunk size, the exported snapshot's time); restarts until caught up; then for
+both, each key's records are its versions in commit order (a read or an insert, then every
+change once: no version skipped or repeated; a read never older than the record before it),
+every position once, and the last equal to the table. A trial reads its snapshot in the
+snapshot exported with the slot, or, with no time for that transaction, wholly in chunks
+between watermarks.
 
 ``make test-slow`` plays seed 1 (about a minute); ``pytest -m longrun
 tests/connect/test_postgres_snapshot_crash.py --crash-sequences 5`` plays a series from
@@ -72,6 +74,11 @@ def trial(seed: int, brokers: str, new_topic: Callable[..., str], dsn: str,
             if number == 5:  # (its snapshot perhaps still in windows, its writer writing)
                 with psycopg.connect(dsn, autocommit=True) as conn:
                     conn.execute("TRUNCATE more")
+                # and the runs from here in another configuration: chunks, transaction time
+                settings = {**settings, "chunk": 25_000 - settings["chunk"],
+                            "transaction": 600 - settings["transaction"]}  # fmt: skip
+                (work / f"{module}.py").write_text(SOURCES.format(
+                    tables={"public.items": topic, "public.more": second}, **settings))  # fmt: skip
             if last:
                 writer.close()
                 other.close()
@@ -101,7 +108,7 @@ def trial(seed: int, brokers: str, new_topic: Callable[..., str], dsn: str,
     kills = log.count("killed")
     return (f"{ops[b'r']} reads, {changes} changes of {writer.done} written, then "
             f"{added[b'r']} reads of the table added and {sum(added.values()) - added[b'r']} "
-            f"changes (a truncate), {kills} kills, transaction {transaction} s: {'; '.join(log)}")  # fmt: skip
+            f"changes (a truncate), {kills} kills, transaction {transaction} s then {600 - transaction} s: {'; '.join(log)}")  # fmt: skip
 
 
 def test_killed_snapshots_and_streams_give_each_version_once_in_order(
