@@ -29,7 +29,7 @@ import pytest
 from goka.connect.positions import POSITION_HEADER
 from goka.kafka.consumer import read_to_end
 
-from ..spark.crash import crash_seeds, kill_session, killed_run
+from ..spark.crash import crash_seeds, killed_run, killer
 from .versions import Writer, check_runs, database_of
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres, pytest.mark.slow, pytest.mark.longrun]
@@ -83,11 +83,7 @@ def trial(seed: int, brokers: str, new_topic: Callable[..., str], dsn: str,
                 writer.close()
                 other.close()
 
-            def outside(pid: int, last: bool = last) -> None:
-                if not last:
-                    time.sleep(rng.uniform(0.5, 4.0))
-                    kill_session(pid)
-
+            outside = None if last else killer(rng, 0.5, 4.0)
             killed = killed_run(command, work, work / f"run-{number}.log", meanwhile=outside,
                                 last=last, what=f"seed {seed} run {number}")  # fmt: skip
             log.append("killed" if killed else "caught up")

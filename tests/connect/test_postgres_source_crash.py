@@ -24,7 +24,7 @@ import pytest
 from goka.connect.positions import POSITION_HEADER
 from goka.kafka.consumer import read_to_end
 
-from ..spark.crash import crash_seeds, kill_session, killed_run, run_killable
+from ..spark.crash import crash_seeds, killed_run, killer, run_killable
 from .versions import database_of
 
 pytestmark = [pytest.mark.kafka, pytest.mark.postgres, pytest.mark.slow]
@@ -104,11 +104,7 @@ def trial(seed: int, brokers: str, new_topic: Callable[..., str], dsn: str,
                 command = [sys.executable, "-m", "goka", "connect", "run", f"{module}:{name}",
                            "--brokers", brokers, "--until-caught-up"]  # fmt: skip
 
-                def outside(pid: int, last: bool = last) -> None:
-                    if not last:
-                        time.sleep(rng.uniform(0.5, 2.0))
-                        kill_session(pid)
-
+                outside = None if last else killer(rng, 0.5, 2.0)
                 killed = killed_run(command, work, work / f"{name}-{number}.log",
                                     meanwhile=outside, last=last,
                                     what=f"seed {seed} {name} run {number}")  # fmt: skip

@@ -31,7 +31,7 @@ from goka.kafka.offsets import EndOffsets
 from goka.storage.urls import filesystem
 
 from ..helpers import produce
-from ..spark.crash import crash_seeds, crash_storage, kill_session, killed_run
+from ..spark.crash import crash_seeds, crash_storage, killed_run, killer
 from .records import last_values
 
 pytestmark = [pytest.mark.postgres, pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow,
@@ -71,11 +71,7 @@ def trial(seed: int, brokers: str, topic: str, dsn: str, work: Path,
         command = [sys.executable, "-m", "tests.connect.crash_sink_run", brokers, topic, dsn,
                    str(work / "checkpoints"), archive, *args]  # fmt: skip
 
-        def outside(pid: int, point: str | None = point) -> None:
-            if point == "outside":
-                time.sleep(rng.uniform(3.0, 12.0))
-                kill_session(pid)
-
+        outside = killer(rng, 3.0, 12.0) if point == "outside" else None
         killed = killed_run(command, ROOT, work / f"run-{number}.log", meanwhile=outside,
                             last=last, what=f"seed {seed} run {number} {args}")  # fmt: skip
         kills += killed

@@ -28,7 +28,7 @@ import pytest
 from goka.kafka.consumer import read_to_end
 from goka.storage.urls import filesystem
 
-from ..spark.crash import crash_seeds, crash_storage, kill_session, killed_run
+from ..spark.crash import crash_seeds, crash_storage, killed_run, killer
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -107,11 +107,7 @@ def trial(seed: int, brokers: str, new_topic: Callable[..., str], work: Path,
         command = [sys.executable, "-m", "goka", "connect", "run", f"{module}:source",
                    "--brokers", brokers, "--until-caught-up"]  # fmt: skip
 
-        def outside(pid: int, last: bool = last) -> None:
-            if not last:
-                time.sleep(rng.uniform(0.3, 2.5))
-                kill_session(pid)
-
+        outside = None if last else killer(rng, 0.3, 2.5)
         killed = killed_run(command, work, work / f"run-{number}.log", meanwhile=outside,
                             last=last, what=f"seed {seed} run {number}")  # fmt: skip
         log.append("killed" if killed else "caught up")

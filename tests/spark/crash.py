@@ -160,15 +160,26 @@ def run_killable(command: list[str], cwd: Path, log: Path, *,
     return process.returncode, err
 
 
+def killer(rng: random.Random, low: float, high: float) -> Callable[[int], None]:
+    """``meanwhile`` for :func:`killed_run`: SIGKILL the run at random ``low``-``high`` s in."""
+
+    def kill(pid: int) -> None:
+        time.sleep(rng.uniform(low, high))
+        kill_session(pid)
+
+    return kill
+
+
 def killed_run(command: list[str], cwd: Path, log: Path, *, last: bool, what: str,
-               meanwhile: Callable[[int], object] = lambda pid: None) -> bool:  # fmt: skip
-    """Run ``command`` as :func:`run_killable` does; return whether it was killed (SIGKILL).
+               meanwhile: Callable[[int], object] | None = None) -> bool:  # fmt: skip
+    """Run ``command`` as :func:`run_killable` does (``meanwhile``: see there); return whether
+    it was killed (SIGKILL).
 
     Raises:
         AssertionError: it failed otherwise, or it was ``last`` (a run that must catch up)
             and was killed; ``what`` names it.
     """
-    code, err = run_killable(command, cwd, log, meanwhile=meanwhile)
+    code, err = run_killable(command, cwd, log, meanwhile=meanwhile or (lambda pid: None))
     killed = code == -signal.SIGKILL
     if code not in (0, -signal.SIGKILL) or (last and killed):
         raise AssertionError(f"{what} exited with {code}:\n{err[-4000:]}")
